@@ -1,0 +1,42 @@
+"""Reading the audit trail: each historical selection row as a self-contained entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from presets.models import NO_MARKING, Selection, format_time
+
+
+def history_rows(*, chain: str | None = None, before: int | None = None):  # type: ignore[no-untyped-def]
+    """Historical selection rows, newest first, with the presets they name."""
+    rows = Selection.history.select_related("chain", "preset", "previous_preset")
+    if chain is not None:
+        rows = rows.filter(chain__name=chain)
+    if before is not None:
+        rows = rows.filter(version__lt=before)
+    return rows.order_by("-history_date", "-history_id")
+
+
+def entry(row: Any) -> dict[str, Any]:
+    """One change: who, when, which action, previous value, new value, why."""
+    return {
+        "chain_name": row.chain.name,
+        "version": row.version,
+        "action": row.action,
+        "actor": row.updated_by,
+        "reason": row.reason,
+        "at": format_time(row.updated_at),
+        "preset": row.preset.name,
+        "chain": row.steps,
+        "marking": row.marking or dict(NO_MARKING),
+        "expires_at": format_time(row.expires_at),
+        "previous_version": row.previous_version,
+        "previous_preset": row.previous_preset.name if row.previous_preset else None,
+        "previous_chain": row.previous_steps,
+        "previous_expires_at": format_time(row.previous_expires_at),
+    }
+
+
+def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[dict[str, Any]]:
+    rows = history_rows(chain=chain, before=before).order_by("-version")[:limit]
+    return [entry(row) for row in rows]

@@ -1,0 +1,205 @@
+"""The control plane's one settings file: every knob is an environment variable with a safe default.
+
+Bad values fail at start with a message naming the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = "" if maximum is None else f" and at most {maximum}"
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}{upper}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set (a long random string)")
+    # A per-checkout key keeps local runs and tests working without configuration; deployments
+    # set SECRET_KEY (docker-compose.yml requires it).
+    SECRET_KEY = "insecure-local-only-" + str(BASE_DIR)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "simple_history",
+    "presets",
+    "audit",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "controlplane.wsgi.application"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}")
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except ValueError as exc:
+    raise ImproperlyConfigured(
+        f"DATABASE_URL is not a database URL ({exc}); "
+        "use e.g. postgres://user@host:5432/name or sqlite:////path/db.sqlite3"
+    ) from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Writers wait for each other instead of failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int(
+        "DATABASE_CONNECT_TIMEOUT", 1, minimum=1
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- The product's own knobs ------------------------------------------------------------
+PRESETS_FILE = env_str("PRESETS_FILE", str(BASE_DIR / "presets" / "presets.example.json"))
+PROVIDER_REGISTRY = env_str("PROVIDER_REGISTRY", "presets.registry")
+PIN_DEFAULT_MINUTES = env_int("PIN_DEFAULT_MINUTES", 240, minimum=1)
+PIN_MAX_MINUTES = env_int("PIN_MAX_MINUTES", 1440, minimum=1)
+if PIN_DEFAULT_MINUTES > PIN_MAX_MINUTES:
+    raise ImproperlyConfigured(
+        f"PIN_DEFAULT_MINUTES={PIN_DEFAULT_MINUTES} exceeds PIN_MAX_MINUTES={PIN_MAX_MINUTES}"
+    )
+PIN_ALERT_AFTER_MINUTES = env_int("PIN_ALERT_AFTER_MINUTES", 60, minimum=1)
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
+ALERT_EMAILS = env_list("ALERT_EMAILS", [])
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
+
+# --- Celery -----------------------------------------------------------------------------
+# Without CELERY_BROKER_URL the broker is kombu's filesystem transport under var/, so
+# `make run` needs no server.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "celery-queue"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "processed_folder": str(VAR_DIR / "celery-processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE = {
+    "expire-pins": {"task": "presets.tasks.expire_pins", "schedule": 15.0},
+    "alert-stale-pins": {"task": "audit.tasks.alert_stale_pins", "schedule": 60.0},
+}
+
+# --- API --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "presets.authentication.ServiceTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["presets.authentication.CanRead"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "presets.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "LLM fallback-chain control plane",
+    "DESCRIPTION": "Read the live fallback chain of each routing slot; pin, revert, extend "
+    "and restore reviewed presets.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# History is append-only: the admin shows it but offers no "revert to this" form.
+SIMPLE_HISTORY_REVERT_DISABLED = True

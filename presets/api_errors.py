@@ -1,0 +1,93 @@
+"""One error shape for every API failure: {"error": {"code", "message", "details"}}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from presets.exceptions import ServiceError
+
+log = logging.getLogger(__name__)
+
+_CODES = {
+    400: "validation_error",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    415: "unsupported_media_type",
+    429: "throttled",
+    503: "unavailable",
+}
+
+
+def error_body(status_code: int, message: str, details: dict[str, Any] | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code or _CODES.get(status_code, "error"), "message": message,
+                      "details": details or {}}}
+
+
+def _flatten(detail: Any, prefix: str = "") -> list[str]:
+    """DRF's nested validation detail as 'field: message' lines."""
+    if isinstance(detail, dict):
+        lines: list[str] = []
+        for key, value in detail.items():
+            name = "" if key == "non_field_errors" else str(key)
+            lines += _flatten(value, f"{prefix}.{name}" if prefix and name else name or prefix)
+        return lines
+    if isinstance(detail, list):
+        return [line for item in detail for line in _flatten(item, prefix)]
+    return [f"{prefix}: {detail}" if prefix else str(detail)]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ServiceError):
+        return Response(error_body(exc.status, exc.message, exc.details, exc.code), status=exc.status)
+    if isinstance(exc, Http404):
+        return Response(error_body(404, str(exc) or "not found"), status=404)
+    if isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, DatabaseError):
+        log.error("database unavailable: %s", exc.__class__.__name__)
+        return Response(
+            error_body(503, "the control plane's database is unavailable; retry shortly"),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, exceptions.APIException):
+        headers = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+        if isinstance(exc, exceptions.ValidationError):
+            lines = _flatten(exc.detail)
+            message = "; ".join(lines) or "invalid input"
+            details = {"fields": exc.detail} if isinstance(exc.detail, dict) else {"errors": exc.detail}
+            return Response(error_body(400, message, details), status=400, headers=headers)
+        if isinstance(exc, exceptions.ParseError):
+            message = "the body is not valid JSON: send a JSON object with Content-Type: application/json"
+            return Response(error_body(400, message, {"parser": str(exc.detail)}), status=400)
+        message = str(exc.detail)
+        if isinstance(exc, exceptions.NotAuthenticated):
+            message = ("no credentials: send 'Authorization: Bearer <token>' (manage.py "
+                       "create_token NAME) or sign in")
+        return Response(error_body(exc.status_code, message), status=exc.status_code,
+                        headers=headers)
+    return None
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body(404, f"no API endpoint at {request.path}"), status=404)
+
+
+def api_server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(error_body(500, "internal error; it has been logged", code="internal_error"),
+                        status=500)

@@ -1,0 +1,190 @@
+"""Chains, their reviewed presets, the live selection of each chain, and service tokens.
+
+Selections change only through ``presets.services``; every change is a new version and one
+historical row (django-simple-history) that alone answers who, when, what, from what, and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+from simple_history.models import HistoricalRecords
+
+NO_MARKING: dict[str, Any] = {"degraded": False, "note": ""}
+
+
+def format_time(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC with a Z, as the chain document carries times."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Chain(models.Model):
+    """A routing slot (e.g. ``chat``) with reviewed presets, one default and one selection."""
+
+    name = models.SlugField(unique=True)
+    description = models.TextField(blank=True)
+    default_preset = models.ForeignKey(
+        "Preset", null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    contract = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Preset(models.Model):
+    """A named, reviewed list of 1..4 distinct steps for one chain. Never deleted: retired."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="presets")
+    name = models.SlugField()
+    steps = models.JSONField()
+    marking = models.JSONField(default=dict, blank=True)
+    description = models.TextField(blank=True)
+    source_hash = models.CharField(max_length=64)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["chain__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "name"], name="preset_unique_per_chain")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain.name}/{self.name}"
+
+    @property
+    def is_retired(self) -> bool:
+        """Whether the preset was removed from the reviewed file."""
+        return self.retired_at is not None
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this preset is its chain's default."""
+        return self.chain.default_preset_id == self.pk
+
+
+class Action(models.TextChoices):
+    SELECT = "select"
+    REVERT = "revert"
+    EXTEND = "extend"
+    RESTORE = "restore"
+    EXPIRE = "expire"
+    SYNC = "sync"
+
+
+class Selection(models.Model):
+    """Which preset a chain serves now, with the value it replaced (one row per chain)."""
+
+    chain = models.OneToOneField(Chain, on_delete=models.PROTECT, related_name="selection")
+    version = models.PositiveIntegerField()
+    preset = models.ForeignKey(Preset, on_delete=models.PROTECT, related_name="+")
+    steps = models.JSONField()
+    marking = models.JSONField(default=dict)
+    updated_by = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500)
+    updated_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    action = models.CharField(max_length=10, choices=Action.choices)
+    previous_version = models.PositiveIntegerField(null=True, blank=True)
+    previous_preset = models.ForeignKey(
+        Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    previous_steps = models.JSONField(null=True, blank=True)
+    previous_expires_at = models.DateTimeField(null=True, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["chain__name"]
+
+    def __str__(self) -> str:
+        return f"{self.chain.name} v{self.version}: {self.preset.name}"
+
+    @property
+    def is_pinned(self) -> bool:
+        """Whether a non-default preset is live (a pin always has an expiry)."""
+        return self.expires_at is not None
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether this pin's time is up and it must not be served any more."""
+        return self.expires_at is not None and self.expires_at <= now
+
+    def to_document(self) -> dict[str, Any]:
+        """The chain document of DESIGN §7, the SDK's input."""
+        return {
+            "name": self.chain.name,
+            "version": self.version,
+            "preset": self.preset.name,
+            "is_default": self.preset_id == self.chain.default_preset_id,
+            "chain": self.steps,
+            "marking": self.marking or dict(NO_MARKING),
+            "updated_by": self.updated_by,
+            "reason": self.reason,
+            "updated_at": format_time(self.updated_at),
+            "expires_at": format_time(self.expires_at),
+        }
+
+
+class TokenScope(models.TextChoices):
+    READ = "read"
+    WRITE = "write"
+
+
+TOKEN_PREFIX = "cpt_"
+
+
+def hash_token(raw: str) -> str:
+    """The stored form of a token (tokens are 256-bit random, so a plain SHA-256 suffices)."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ServiceTokenQuerySet(models.QuerySet["ServiceToken"]):
+    def active(self) -> ServiceTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ServiceToken(models.Model):
+    """A named API credential for a service or script; only its hash is stored."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    scope = models.CharField(max_length=5, choices=TokenScope.choices, default=TokenScope.READ)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ServiceTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scope})"
+
+    @property
+    def actor(self) -> str:
+        """How changes made with this token are attributed."""
+        return f"token:{self.name}"
+
+    @property
+    def can_write(self) -> bool:
+        """Whether the token may change selections."""
+        return self.scope == TokenScope.WRITE
+
+    def issue(self) -> str:
+        """Set a fresh random secret on this token and return it (shown once, stored hashed)."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.token_hash = hash_token(raw)
+        return raw

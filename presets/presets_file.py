@@ -1,0 +1,213 @@
+"""Read and validate the reviewed presets file, without touching the database.
+
+Every problem is reported with its JSON path and what to do about it, and a file with any
+problem is rejected whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from presets.models import NO_MARKING
+from presets.providers import Provider
+
+SCHEMA_PATH = Path(__file__).with_name("presets.schema.json")
+MAX_STEPS = 4
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class PresetsFileError(Exception):
+    """The presets file cannot be used; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    name: str
+    steps: list[dict[str, Any]]
+    marking: dict[str, Any]
+    description: str
+
+    @property
+    def source_hash(self) -> str:
+        """Hash of the reviewed definition: a change here is a change to what is served."""
+        return canonical_hash(
+            {"chain": self.steps, "marking": self.marking, "description": self.description}
+        )
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    name: str
+    description: str
+    default: str
+    contract: dict[str, Any]
+    presets: dict[str, PresetSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PresetsFile:
+    path: str
+    sha256: str
+    chains: dict[str, ChainSpec]
+
+
+def canonical_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """Turn a schema error into a sentence that says what is wrong and how to fix it."""
+    what = error.validator
+    if what == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        hints = {
+            "default": "name the preset this chain serves when nothing is pinned",
+            "presets": "add at least one preset",
+            "chain": "list the preset's steps",
+            "chains": "add a top-level 'chains' object",
+            "timeout_ms": "give each step a timeout in milliseconds (500..120000)",
+        }
+        hint = hints.get(missing, "add it")
+        return f"missing {missing!r}: {hint}"
+    if what == "additionalProperties":
+        return f"{error.message}; remove it or check its spelling"
+    if what in {"minimum", "maximum"} and error.path and error.path[-1] == "timeout_ms":
+        return f"timeout_ms {error.instance} is out of bounds: use 500..120000 milliseconds"
+    if what in {"minItems", "maxItems"} and error.path and error.path[-1] == "chain":
+        return (
+            f"a preset has 1 to {MAX_STEPS} steps, this one has {len(error.instance)}: "
+            "split it or drop steps"
+        )
+    if what == "type":
+        return f"{error.message}; fix the value's type"
+    if what == "pattern" or (error.validator == "propertyNames"):
+        return f"{error.message}: names are lower-case slugs (a-z, 0-9, _ and -)"
+    return error.message
+
+
+def _json_path(parts: Any) -> str:
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<text>") -> PresetsFile:
+    """Validate the presets file's text against its schema and the provider registry."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PresetsFileError(
+            [Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")]
+        ) from None
+    problems = [
+        Problem(_json_path(e.absolute_path), _describe(e))
+        for e in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if problems:
+        raise PresetsFileError(problems)
+
+    chains: dict[str, ChainSpec] = {}
+    for chain_name, raw_chain in data["chains"].items():
+        chain_path = f"$.chains.{chain_name}"
+        contract = raw_chain.get("contract", {})
+        requires = set(contract.get("requires", []))
+        destinations = contract.get("destinations")
+        presets: dict[str, PresetSpec] = {}
+        for preset_name, raw_preset in raw_chain["presets"].items():
+            preset_path = f"{chain_path}.presets.{preset_name}"
+            seen: set[tuple[str, str]] = set()
+            for i, step in enumerate(raw_preset["chain"]):
+                step_path = f"{preset_path}.chain[{i}]"
+                provider = registry.get(step["provider"])
+                if provider is None:
+                    problems.append(Problem(
+                        f"{step_path}.provider",
+                        f"unknown provider {step['provider']!r}: use one of "
+                        f"{', '.join(sorted(registry))} (providers are compiled in)",
+                    ))
+                    continue
+                if step["model"] not in provider.models:
+                    problems.append(Problem(
+                        f"{step_path}.model",
+                        f"unknown model {step['model']!r} for {step['provider']}: use one of "
+                        f"{', '.join(sorted(provider.models))}",
+                    ))
+                    continue
+                key = (step["provider"], step["model"])
+                if key in seen:
+                    problems.append(Problem(
+                        step_path,
+                        f"duplicate step {step['provider']}/{step['model']}: each provider's "
+                        "model may appear once per preset; remove the repeat",
+                    ))
+                seen.add(key)
+                missing = requires - provider.models[step["model"]]
+                if missing:
+                    problems.append(Problem(
+                        step_path,
+                        f"violates the chain's contract: {step['provider']}/{step['model']} lacks "
+                        f"{', '.join(sorted(missing))}; pick a model that has it",
+                    ))
+                if destinations is not None and provider.destination not in destinations:
+                    problems.append(Problem(
+                        step_path,
+                        f"violates the chain's contract: destination {provider.destination!r} "
+                        f"is not allowed (allowed: {', '.join(destinations)})",
+                    ))
+            presets[preset_name] = PresetSpec(
+                name=preset_name,
+                steps=[dict(s) for s in raw_preset["chain"]],
+                marking={**NO_MARKING, **raw_preset.get("marking", {})},
+                description=raw_preset.get("description", ""),
+            )
+        if raw_chain["default"] not in raw_chain["presets"]:
+            problems.append(Problem(
+                f"{chain_path}.default",
+                f"default preset {raw_chain['default']!r} is not defined in this chain: "
+                f"use one of {', '.join(sorted(raw_chain['presets']))}",
+            ))
+        chains[chain_name] = ChainSpec(
+            name=chain_name,
+            description=raw_chain.get("description", ""),
+            default=raw_chain["default"],
+            contract=contract,
+            presets=presets,
+        )
+    if problems:
+        raise PresetsFileError(problems)
+    return PresetsFile(path=path, sha256=hashlib.sha256(text.encode()).hexdigest(), chains=chains)
+
+
+def load_presets_file(path: str | Path, *, registry: Mapping[str, Provider]) -> PresetsFile:
+    """Read and validate a presets file; raise PresetsFileError naming every problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PresetsFileError([Problem("$", f"cannot read {path}: {exc}")]) from None
+    return parse_presets(text, registry=registry, path=str(path))

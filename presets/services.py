@@ -1,0 +1,446 @@
+"""Every operation that changes what a chain serves. Nothing else writes a Selection.
+
+Each change runs in one transaction holding the chain's selection row lock
+(``select_for_update``), so concurrent changes serialise: versions go up by one per change
+and each historical row's previous value is the row before it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from presets.exceptions import Conflict, InvalidInput, NotFound
+from presets.models import Action, Chain, Preset, Selection, format_time
+from presets.presets_file import PresetsFile
+
+log = logging.getLogger(__name__)
+
+REASON_MAX = 500
+EXPIRY_ACTOR = "system:expiry"
+SYNC_ACTOR = "system:sync"
+
+Expiry = datetime | timedelta | None
+
+
+# --- reads ------------------------------------------------------------------------------
+
+
+def live_selection(*, chain: str, now: datetime | None = None) -> Selection:
+    """The selection a chain serves now. A pin past its expiry is reverted first, so an
+    expired pin is never served even when no worker runs."""
+    now = now or timezone.now()
+    selection = _selection_query().filter(chain__name=chain).first()
+    if selection is None:
+        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+    if selection.is_expired(now):
+        expire_pins(now=now, chains=[chain])
+        selection = _selection_query().get(pk=selection.pk)
+    return selection
+
+
+def live_selections(*, now: datetime | None = None) -> list[Selection]:
+    """Every chain's live selection (expired pins reverted first)."""
+    now = now or timezone.now()
+    selections = list(_selection_query())
+    expired = [s.chain.name for s in selections if s.is_expired(now)]
+    if expired:
+        expire_pins(now=now, chains=expired)
+        selections = list(_selection_query())
+    return selections
+
+
+def _selection_query():  # type: ignore[no-untyped-def]
+    return Selection.objects.select_related("chain", "preset").order_by("chain__name")
+
+
+# --- changes ----------------------------------------------------------------------------
+
+
+def select_preset(
+    *,
+    chain: str,
+    preset: str,
+    actor: str,
+    reason: str,
+    expires_at: Expiry = None,
+    expected_version: int | None = None,
+) -> Selection:
+    """Make a reviewed preset live. A non-default preset is a pin and always expires."""
+    reason = clean_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        selection = _lock(chain, expected_version)
+        target = _active_preset(selection.chain, preset)
+        if target.pk == selection.preset_id:
+            hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
+            raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
+        is_default = target.pk == selection.chain.default_preset_id
+        if is_default and expires_at is not None:
+            raise InvalidInput(
+                "expires_at", f"{preset!r} is the default preset, which never expires: "
+                "leave the duration out",
+            )
+        expiry = None if is_default else resolve_expiry(expires_at, now=now)
+        return _apply(selection, preset=target, action=Action.SELECT, actor=actor,
+                      reason=reason, expires_at=expiry, now=now)
+
+
+def revert_to_default(
+    *, chain: str, actor: str, reason: str, expected_version: int | None = None
+) -> Selection:
+    """End the pin: serve the chain's default preset again."""
+    reason = clean_reason(reason)
+    with transaction.atomic():
+        selection = _lock(chain, expected_version)
+        if not selection.is_pinned and selection.preset_id == selection.chain.default_preset_id:
+            raise InvalidInput("chain", f"{chain} already serves its default preset; "
+                               "nothing to revert")
+        return _apply(selection, preset=selection.chain.default_preset, action=Action.REVERT,
+                      actor=actor, reason=reason, expires_at=None, now=timezone.now())
+
+
+def extend_pin(
+    *,
+    chain: str,
+    actor: str,
+    reason: str,
+    expires_at: Expiry = None,
+    expected_version: int | None = None,
+) -> Selection:
+    """Keep the live pin for longer (a decision someone takes, with a reason)."""
+    reason = clean_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        selection = _lock(chain, expected_version)
+        if not selection.is_pinned:
+            raise InvalidInput("chain", f"{chain} is not pinned: only a pin can be extended")
+        return _apply(selection, preset=selection.preset, action=Action.EXTEND, actor=actor,
+                      reason=reason, expires_at=resolve_expiry(expires_at, now=now), now=now,
+                      steps=selection.steps, marking=selection.marking)
+
+
+def restore(
+    *, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None
+) -> Selection:
+    """Undo the change that produced ``version``: make its previous value live again, as a new
+    version. The previous preset is served with its current reviewed definition; a restored
+    pin gets a fresh expiry of the default duration."""
+    reason = clean_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        selection = _lock(chain, expected_version)
+        entry = (
+            Selection.history.filter(chain_id=selection.chain_id, version=version)
+            .select_related("previous_preset")
+            .first()
+        )
+        if entry is None:
+            raise NotFound(f"{chain} has no version {version}",
+                           details={"chain": chain, "version": version})
+        previous = entry.previous_preset
+        if previous is None:
+            raise InvalidInput("version", f"v{version} created {chain}; it has no previous "
+                               "value to restore")
+        if previous.is_retired:
+            raise InvalidInput("version", f"v{version} replaced preset {previous.name!r}, which "
+                               "has been retired from the presets file; select an active preset")
+        if previous.pk == selection.preset_id:
+            raise InvalidInput("version", f"{previous.name!r} (the value before v{version}) is "
+                               "already live; use extend to keep a pin longer")
+        is_default = previous.pk == selection.chain.default_preset_id
+        expiry = None if is_default else resolve_expiry(None, now=now)
+        return _apply(selection, preset=previous, action=Action.RESTORE, actor=actor,
+                      reason=reason, expires_at=expiry, now=now)
+
+
+def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = None) -> int:
+    """Revert every pin whose expiry has passed to its chain's default. Returns how many.
+
+    Idempotent and safe with several workers: each pin is re-checked under its row lock, so
+    only the first sweep to get the lock reverts it."""
+    now = now or timezone.now()
+    due = Selection.objects.filter(expires_at__lte=now)
+    if chains is not None:
+        due = due.filter(chain__name__in=list(chains))
+    reverted = 0
+    for selection_id in due.values_list("id", flat=True):
+        with transaction.atomic():
+            selection = (
+                Selection.objects.select_for_update(of=("self",))
+                .select_related("chain", "chain__default_preset", "preset")
+                .get(pk=selection_id)
+            )
+            if not selection.is_expired(now):
+                continue  # another sweep, or a person, already ended or extended it
+            ended = (
+                f"pin {selection.preset.name} (v{selection.version}) by {selection.updated_by} "
+                f"at {format_time(selection.updated_at)} expired at "
+                f"{format_time(selection.expires_at)}; it was: "
+            )
+            reason = ended + selection.reason
+            if len(reason) > REASON_MAX:
+                reason = reason[: REASON_MAX - 1] + "…"
+            _apply(selection, preset=selection.chain.default_preset, action=Action.EXPIRE,
+                   actor=EXPIRY_ACTOR, reason=reason, expires_at=None, now=now)
+            reverted += 1
+    return reverted
+
+
+# --- rules shared by the operations ---------------------------------------------------------
+
+
+def clean_reason(reason: Any) -> str:
+    """A reason is required everywhere: stripped, 1..500 characters."""
+    if not isinstance(reason, str):
+        raise InvalidInput("reason", "must be text")
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("reason", "is required: say why (e.g. the incident number)")
+    if len(reason) > REASON_MAX:
+        raise InvalidInput("reason", f"is {len(reason)} characters; keep it to {REASON_MAX}")
+    return reason
+
+
+def resolve_expiry(expires_at: Expiry, *, now: datetime) -> datetime:
+    """A pin's expiry: the default duration, a duration, or a time; future and within the max."""
+    if expires_at is None:
+        return now + timedelta(minutes=settings.PIN_DEFAULT_MINUTES)
+    if isinstance(expires_at, timedelta):
+        if expires_at <= timedelta(0):
+            raise InvalidInput("duration_minutes", "must be positive")
+        if expires_at > timedelta(minutes=settings.PIN_MAX_MINUTES):
+            raise InvalidInput(
+                "duration_minutes",
+                f"{int(expires_at.total_seconds() // 60)} minutes is longer than the maximum "
+                f"pin of {settings.PIN_MAX_MINUTES}; pin for less and extend later if needed",
+                max_minutes=settings.PIN_MAX_MINUTES,
+            )
+        expires_at = now + expires_at
+    if timezone.is_naive(expires_at):
+        raise InvalidInput("expires_at", "needs a time zone, e.g. 2026-11-29T06:00:00Z")
+    latest = now + timedelta(minutes=settings.PIN_MAX_MINUTES)
+    if expires_at <= now:
+        raise InvalidInput("expires_at", f"{format_time(expires_at)} is not in the future")
+    if expires_at > latest:
+        raise InvalidInput(
+            "expires_at",
+            f"{format_time(expires_at)} is more than {settings.PIN_MAX_MINUTES} minutes ahead; "
+            f"pick a time before {format_time(latest)} and extend later if needed",
+            max_minutes=settings.PIN_MAX_MINUTES,
+        )
+    return expires_at
+
+
+def _lock(chain: str, expected_version: int | None) -> Selection:
+    selection = (
+        Selection.objects.select_for_update(of=("self",))
+        .select_related("chain", "chain__default_preset", "preset")
+        .filter(chain__name=chain)
+        .first()
+    )
+    if selection is None:
+        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+    if expected_version is not None and expected_version != selection.version:
+        raise Conflict(
+            f"{chain} changed since v{expected_version}: it is now v{selection.version}, "
+            f"{selection.action} of {selection.preset.name} by {selection.updated_by} at "
+            f"{format_time(selection.updated_at)} (reason: {selection.reason}). Check it and "
+            "try again with the new version.",
+            details={"expected_version": expected_version, "current": selection.to_document(),
+                     "action": selection.action},
+        )
+    return selection
+
+
+def _active_preset(chain: Chain, name: str) -> Preset:
+    preset = chain.presets.filter(name=name).first()
+    if preset is None or preset.is_retired:
+        active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
+        state = "is retired" if preset else "does not exist"
+        raise InvalidInput("preset", f"{name!r} {state} on {chain.name}: use one of "
+                           f"{', '.join(active)}", choices=active)
+    return preset
+
+
+def _apply(
+    selection: Selection,
+    *,
+    preset: Preset,
+    action: str,
+    actor: str,
+    reason: str,
+    expires_at: datetime | None,
+    now: datetime,
+    steps: list[dict[str, Any]] | None = None,
+    marking: dict[str, Any] | None = None,
+) -> Selection:
+    """Write one new version, recording the value it replaces (one history row)."""
+    before = f"v{selection.version} {selection.preset.name}"
+    selection.previous_version = selection.version
+    selection.previous_preset = selection.preset
+    selection.previous_steps = selection.steps
+    selection.previous_expires_at = selection.expires_at
+    selection.version += 1
+    selection.preset = preset
+    selection.steps = steps if steps is not None else preset.steps
+    selection.marking = marking if marking is not None else preset.marking
+    selection.updated_by = actor
+    selection.reason = reason
+    selection.updated_at = now
+    selection.expires_at = expires_at
+    selection.action = action
+    selection.save()
+    log.info("chain %s: %s -> v%d %s (%s by %s): %s", selection.chain.name, before,
+             selection.version, preset.name, action, actor, reason)
+    return selection
+
+
+# --- presets file sync --------------------------------------------------------------------
+
+
+@dataclass
+class SyncReport:
+    """What a sync changed (or would change, on a dry run)."""
+
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.lines)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class SyncRefused(Exception):
+    """The file is valid but cannot be applied to this database; nothing was written."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _DryRun(Exception):
+    pass
+
+
+def sync_presets(*, presets_file: PresetsFile, dry_run: bool = False) -> SyncReport:
+    """Make the database's chains and presets match the reviewed file, all or nothing.
+
+    Creates chains (with their default live as v1), adds and updates presets, retires
+    removed ones (never a live one), and applies a changed definition of a live preset as a
+    new version (action ``sync``)."""
+    report = SyncReport()
+    try:
+        with transaction.atomic():
+            _sync(presets_file, report)
+            if dry_run:
+                raise _DryRun
+    except _DryRun:
+        pass
+    return report
+
+
+def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
+    now = timezone.now()
+    reason = f"presets file {Path(presets_file.path).name} sha256 {presets_file.sha256[:12]}"
+    problems: list[str] = []
+    missing_chains = Chain.objects.exclude(name__in=presets_file.chains).values_list("name", flat=True)
+    for name in missing_chains:
+        problems.append(f"$.chains.{name}: chain {name!r} exists but is not in the file; chains "
+                        "are never deleted (history must resolve): keep it in the file")
+    for spec in presets_file.chains.values():
+        chain, created = Chain.objects.select_for_update().get_or_create(
+            name=spec.name, defaults={"description": spec.description, "contract": spec.contract}
+        )
+        if created:
+            report.add(f"+ chain {spec.name}")
+        elif (chain.description, chain.contract) != (spec.description, spec.contract):
+            chain.description, chain.contract = spec.description, spec.contract
+            chain.save()
+            report.add(f"~ chain {spec.name}: description/contract updated")
+        existing = {p.name: p for p in chain.presets.all()}
+        for preset_spec in spec.presets.values():
+            preset = existing.get(preset_spec.name)
+            values = {"steps": preset_spec.steps, "marking": preset_spec.marking,
+                      "description": preset_spec.description,
+                      "source_hash": preset_spec.source_hash, "retired_at": None}
+            if preset is None:
+                Preset.objects.create(chain=chain, name=preset_spec.name, **values)
+                report.add(f"+ preset {spec.name}/{preset_spec.name} "
+                           f"{_describe_steps(preset_spec.steps)}")
+            elif preset.source_hash != preset_spec.source_hash or preset.is_retired:
+                was = "retired " if preset.is_retired else ""
+                for key, value in values.items():
+                    setattr(preset, key, value)
+                preset.save()
+                report.add(f"~ preset {spec.name}/{preset_spec.name} ({was}definition changed) "
+                           f"{_describe_steps(preset_spec.steps)}")
+        selection = (
+            Selection.objects.select_for_update(of=("self",)).select_related("preset").filter(chain=chain).first()
+        )
+        for name, preset in existing.items():
+            if name not in spec.presets and not preset.is_retired:
+                if selection is not None and selection.preset_id == preset.pk:
+                    problems.append(
+                        f"$.chains.{spec.name}.presets: {name!r} is live on {spec.name} "
+                        f"(v{selection.version}) and cannot be retired; revert or select "
+                        "another preset first, then sync again"
+                    )
+                    continue
+                preset.retired_at = now
+                preset.save()
+                report.add(f"- preset {spec.name}/{name} retired")
+        default = chain.presets.get(name=spec.default)
+        if chain.default_preset_id != default.pk:
+            old = chain.default_preset.name if chain.default_preset else None
+            chain.default_preset = default
+            chain.save()
+            if old is not None:
+                report.add(f"~ chain {spec.name}: default {old} -> {spec.default}")
+        if selection is None:
+            Selection.objects.create(
+                chain=chain, version=1, preset=default, steps=default.steps,
+                marking=default.marking, updated_by=SYNC_ACTOR,
+                reason=f"chain created from {reason}", updated_at=now, expires_at=None,
+                action=Action.SYNC,
+            )
+            report.add(f"+ {spec.name} v1 serves {spec.default}")
+            continue
+        _sync_live(selection, chain, reason=reason, now=now, report=report)
+    if problems:
+        raise SyncRefused(problems)
+
+
+def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime,
+               report: SyncReport) -> None:
+    """Apply reviewed changes to what the chain serves now, as one new version."""
+    selection.chain = chain
+    live = Preset.objects.get(pk=selection.preset_id)
+    was_default = selection.expires_at is None
+    target, expiry = live, selection.expires_at
+    if was_default and live.pk != chain.default_preset_id:
+        target = chain.default_preset  # the chain serves its default, and the default moved
+    elif live.pk == chain.default_preset_id:
+        expiry = None  # the pinned preset became the default: nothing left to expire
+    if (target.pk, target.steps, target.marking, expiry) == (
+        selection.preset_id, selection.steps, selection.marking, selection.expires_at
+    ):
+        return
+    _apply(selection, preset=target, action=Action.SYNC, actor=SYNC_ACTOR, reason=reason,
+           expires_at=expiry, now=now)
+    report.add(f"~ {chain.name} v{selection.version} serves {target.name} "
+               f"{_describe_steps(target.steps)}")
+
+
+def _describe_steps(steps: list[dict[str, Any]]) -> str:
+    return "[" + ", ".join(f"{s['provider']}/{s['model']}" for s in steps) + "]"
