@@ -1,6 +1,12 @@
+"""The production web application: the read front for chain reads, Django for the rest."""
+
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from presets.read_front import ReadFront  # noqa: E402 - needs Django set up first
+
+application = ReadFront(django_application)

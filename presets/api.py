@@ -105,6 +105,22 @@ def matches(if_none_match: str | None, version: int) -> bool:
     return False
 
 
+MAX_WAIT_S = 60
+
+
+def wait_seconds(raw: str | None) -> float:
+    """The long-poll ``wait`` parameter in seconds (0 when absent)."""
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise InvalidInput("wait", f"{raw!r} is not a number of seconds; use 0..{MAX_WAIT_S}") from None
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise InvalidInput("wait", f"must be 0..{MAX_WAIT_S} seconds, got {raw}")
+    return wait
+
+
 def document_response(selection: Selection, status: int = 200) -> Response:
     return Response(selection.to_document(), status=status,
                     headers={"ETag": etag(selection.version), "Cache-Control": "no-cache"})
@@ -125,10 +141,18 @@ class ChainListView(APIView):
 class ChainDetailView(APIView):
     @extend_schema(
         operation_id="chains_read",
-        parameters=[OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER)],
-        responses={200: DocumentSerializer, 304: None, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE},
+        parameters=[
+            OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER),
+            OpenApiParameter("wait", float, description="long poll: with If-None-Match, hold the "
+                             "request up to this many seconds (0..60) until the version changes"),
+        ],
+        responses={200: DocumentSerializer, 304: None, 400: ERROR_RESPONSE, 401: ERROR_RESPONSE,
+                   404: ERROR_RESPONSE},
     )
     def get(self, request: Request, name: str) -> Response:
+        # Long polls are held by the ASGI read front (presets/read_front.py); a request that
+        # reaches Django (a session, or a WSGI deployment) is answered at once.
+        wait_seconds(request.query_params.get("wait"))
         selection = services.live_selection(chain=name)
         if matches(request.headers.get("If-None-Match"), selection.version):
             return Response(status=304, headers={"ETag": etag(selection.version),

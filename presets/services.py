@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from presets.exceptions import Conflict, InvalidInput, NotFound
@@ -194,6 +194,19 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
 # --- rules shared by the operations ---------------------------------------------------------
 
 
+CHANGE_CHANNEL = "chain_changed"
+
+
+def announce_change(*, chain: str, version: int) -> None:
+    """Tell every web process that a chain changed, so long polls wake and snapshots refresh.
+
+    On PostgreSQL this is a NOTIFY inside the change's transaction: it is delivered when
+    (and only if) the change commits. Other databases are polled by the web processes."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, f"{chain}:{version}"])
+
+
 def clean_reason(reason: Any) -> str:
     """A reason is required everywhere: stripped, 1..500 characters."""
     if not isinstance(reason, str):
@@ -302,6 +315,7 @@ def _apply(
     selection.expires_at = expires_at
     selection.action = action
     selection.save()
+    announce_change(chain=selection.chain.name, version=selection.version)
     log.info("chain %s: %s -> v%d %s (%s by %s): %s", selection.chain.name, before,
              selection.version, preset.name, action, actor, reason)
     return selection
@@ -416,6 +430,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 reason=f"chain created from {reason}", updated_at=now, expires_at=None,
                 action=Action.SYNC,
             )
+            announce_change(chain=spec.name, version=1)
             report.add(f"+ {spec.name} v1 serves {spec.default}")
             continue
         _sync_live(selection, chain, reason=reason, now=now, report=report)

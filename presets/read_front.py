@@ -1,0 +1,177 @@
+"""A thin ASGI front for the services' hot path: ``GET /api/v1/chains[/{name}]`` with a token.
+
+Django's ASGI handler costs about 7x a raw ASGI callable per request (bench/README.md), and
+every SDK instance polls this path. So token-authenticated reads of chain documents, long
+polls included, are answered here from the per-process ``Snapshot``; everything else (writes,
+history, sessions, the UI, the admin) goes to Django unchanged. The front shares Django's
+code for what matters: tokens are looked up by ``authentication.find_token``, documents come
+from ``Selection.to_document``, expiry from ``services.live_selection``, errors from
+``api_errors.error_body``, and ETag matching from ``api.matches``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+from presets.api import matches, wait_seconds
+from presets.api_errors import error_body
+from presets.authentication import find_token
+from presets.exceptions import InvalidInput
+from presets.snapshot import Entry, Snapshot, in_worker_thread
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PREFIX = "/api/v1/chains"
+# A revoked token stops working on the hot path within this time; a token's use is still
+# recorded (last_used_at) at most once a minute by find_token.
+TOKEN_CACHE_S = 5.0
+TOKEN_CACHE_MAX = 10_000
+
+_JSON = (b"content-type", b"application/json")
+_NO_CACHE = (b"cache-control", b"no-cache")
+
+
+class TokenCache:
+    """Raw bearer token -> whether it is a live token, for a few seconds."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[bool, float]] = {}
+
+    async def is_valid(self, raw: str) -> bool:
+        now = time.monotonic()
+        hit = self._known.get(raw)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        token = await in_worker_thread(find_token)(raw)
+        if len(self._known) >= TOKEN_CACHE_MAX:
+            self._known.clear()  # bounded memory against floods of random tokens
+        self._known[raw] = (token is not None, now + TOKEN_CACHE_S)
+        return token is not None
+
+
+class ReadFront:
+    """Answer token-authenticated chain reads from the snapshot; hand the rest to Django."""
+
+    def __init__(self, django_app: ASGIApp, snapshot: Snapshot | None = None,
+                 on_read: Callable[[str, dict[bytes, bytes], int], None] | None = None) -> None:
+        self.django_app = django_app
+        self.snapshot = snapshot or Snapshot()
+        self.tokens = TokenCache()
+        self.on_read = on_read  # (chain, request headers, status) -> None, e.g. fleet status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] == "GET":
+            path: str = scope["path"]
+            if path == PREFIX or (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1:]):
+                headers = dict(scope["headers"])
+                if b"authorization" in headers:
+                    await self._read(scope, send, path[len(PREFIX) + 1:], headers)
+                    return
+        await self.django_app(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.snapshot.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.snapshot.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _read(self, scope: Scope, send: Send, name: str, headers: dict[bytes, bytes]) -> None:
+        scheme, _, raw = headers[b"authorization"].decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            await _error(send, 401, "use the header 'Authorization: Bearer <token>' (create a token "
+                         "with manage.py create_token NAME)", auth=True)
+            return
+        try:
+            valid = await self.tokens.is_valid(raw.strip())
+        except Exception:  # noqa: BLE001 - the database is down and the token is not cached
+            await _error(send, 503, "the control plane's database is unavailable; retry shortly")
+            return
+        if not valid:
+            await _error(send, 401, "the token is unknown or revoked", auth=True)
+            return
+        await self.snapshot.start()
+        if not name:
+            await _respond(send, 200, self.snapshot.list_body)
+            return
+
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        try:
+            wait = wait_seconds(query["wait"][-1] if "wait" in query else None)
+        except InvalidInput as exc:
+            await _error(send, 400, exc.message, details=exc.details)
+            return
+        entry = await self._live(name)
+        if entry is None:
+            await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
+            return
+        if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
+        if matches(if_none_match, entry.version) and wait:
+            entry = await self._wait(name, entry, wait)
+        status = 304 if matches(if_none_match, entry.version) else 200
+        if self.on_read is not None:
+            self.on_read(name, headers, status)
+        if status == 304:
+            await _respond(send, 304, b"", entry.etag)
+        else:
+            await _respond(send, 200, entry.body, entry.etag)
+
+    async def _live(self, name: str) -> Entry | None:
+        entry = self.snapshot.get(name)
+        if entry is not None and entry.is_expired(time.time()):
+            entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
+        return entry
+
+    async def _wait(self, name: str, entry: Entry, wait: float) -> Entry:
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if entry.expires_at is not None:
+                left = min(left, entry.expires_at - time.time() + 0.01)
+            if left <= 0:
+                return await self._live(name) or entry
+            changed = await self.snapshot.wait_for_change(name, entry.version, left)
+            if changed is not None:
+                return changed
+            entry = await self._live(name) or entry
+            if time.monotonic() >= deadline:
+                return entry
+
+
+async def _respond(send: Send, status: int, body: bytes, etag: str | None = None,
+                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [_NO_CACHE]
+    if status != 304:
+        headers.append(_JSON)
+    if etag is not None:
+        headers.append((b"etag", etag.encode()))
+    if extra:
+        headers += extra
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _error(send: Send, status: int, message: str, *, auth: bool = False,
+                 details: dict[str, Any] | None = None) -> None:
+    extra = [(b"www-authenticate", b"Bearer")] if auth else None
+    if status == 503:
+        extra = [(b"retry-after", b"1")]
+    body = json.dumps(error_body(status, message, details)).encode()
+    await _respond(send, status, body, extra=extra)

@@ -1,0 +1,233 @@
+"""A per-process copy of every chain's live document, kept fresh by change notifications.
+
+The read front answers 200 and 304 from here without touching the database, and long polls
+wait here on an asyncio event (no thread, no connection held). Freshness:
+
+- PostgreSQL: one LISTEN connection per process; each change NOTIFYs in its own transaction
+  (``services.announce_change``), so every web process reloads that chain as it commits.
+  A cheap version check every few seconds backs the listener up across reconnects.
+- other databases (SQLite for local runs): the version check runs every quarter second.
+
+An expired pin is never served: the front asks ``services.live_selection``, which reverts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connections
+
+from presets import services
+from presets.models import Selection
+
+log = logging.getLogger(__name__)
+
+PG_SAFETY_POLL_S = 5.0
+FALLBACK_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One chain's document, pre-encoded for the wire."""
+
+    name: str
+    version: int
+    etag: str
+    body: bytes
+    expires_at: float | None  # epoch seconds; None for the default
+
+    def is_expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def entry_for(selection: Selection) -> Entry:
+    document = selection.to_document()
+    return Entry(
+        name=selection.chain.name,
+        version=selection.version,
+        etag=f'"{selection.version}"',
+        body=json.dumps(document, separators=(",", ":")).encode(),
+        expires_at=selection.expires_at.timestamp() if selection.expires_at else None,
+    )
+
+
+def _with_fresh_connection(func):  # type: ignore[no-untyped-def]
+    """Database work done for the front runs in a worker thread outside any request: open a
+    connection for it and close it after, so no idle connection is left per thread."""
+
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return wrapper
+
+
+def in_worker_thread(func):  # type: ignore[no-untyped-def]
+    """``func`` as an awaitable run in a worker thread with its own short-lived connection."""
+    return sync_to_async(_with_fresh_connection(func), thread_sensitive=False)
+
+
+def _load_all() -> dict[str, Entry]:
+    return {s.chain.name: entry_for(s) for s in services.live_selections()}
+
+
+def _load_one(name: str) -> Entry | None:
+    try:
+        return entry_for(services.live_selection(chain=name))
+    except services.NotFound:
+        return None
+
+
+def _versions() -> dict[str, int]:
+    return dict(Selection.objects.values_list("chain__name", "version"))
+
+
+class Snapshot:
+    """Every chain's live document in this process, and the long polls waiting on them."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.list_body: bytes = b'{"chains":[]}'
+        self.waiters = 0
+        self._events: dict[str, asyncio.Event] = {}
+        self._started: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load everything and start following changes (idempotent; the first caller waits)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        while True:
+            try:
+                self._replace_all(await in_worker_thread(_load_all)())
+                break
+            except Exception as exc:  # the database may be down at start; keep trying
+                log.warning("chain snapshot: initial load failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+        vendor = connections["default"].vendor
+        if vendor == "postgresql":
+            self._tasks.append(asyncio.ensure_future(self._listen_postgres()))
+        interval = PG_SAFETY_POLL_S if vendor == "postgresql" else FALLBACK_POLL_S
+        self._tasks.append(asyncio.ensure_future(self._poll_versions(interval)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - cancelled or already failed: both fine
+                pass
+        self._tasks.clear()
+
+    # --- reads ----------------------------------------------------------------------
+
+    def get(self, name: str) -> Entry | None:
+        return self.entries.get(name)
+
+    async def expire(self, name: str) -> Entry | None:
+        """The entry after reverting its expired pin (through the service function)."""
+        entry = await in_worker_thread(_load_one)(name)
+        if entry is not None:
+            self._put(entry)
+        return entry
+
+    async def wait_for_change(self, name: str, version: int, timeout: float) -> Entry | None:
+        """Wait until the chain moves past ``version``; None when ``timeout`` passes first."""
+        entry = self.entries.get(name)
+        if entry is not None and entry.version != version:
+            return entry
+        event = self._events.get(name)
+        if event is None:
+            event = self._events[name] = asyncio.Event()
+        self.waiters += 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return None
+        finally:
+            self.waiters -= 1
+        entry = self.entries.get(name)
+        return entry if entry is not None and entry.version != version else None
+
+    # --- updates --------------------------------------------------------------------
+
+    def _put(self, entry: Entry) -> None:
+        current = self.entries.get(entry.name)
+        if current is not None and current.version >= entry.version:
+            return  # notifications and polls can race; versions never go back
+        self.entries[entry.name] = entry
+        self._rebuild_list()
+        event = self._events.pop(entry.name, None)
+        if event is not None:
+            event.set()
+
+    def _replace_all(self, entries: dict[str, Entry]) -> None:
+        for entry in entries.values():
+            self._put(entry)
+
+    def _rebuild_list(self) -> None:
+        bodies = [self.entries[name].body for name in sorted(self.entries)]
+        self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
+
+    async def _reload(self, name: str) -> None:
+        entry = await in_worker_thread(_load_one)(name)
+        if entry is not None:
+            self._put(entry)
+
+    async def _poll_versions(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                versions = await in_worker_thread(_versions)()
+                for name, version in versions.items():
+                    current = self.entries.get(name)
+                    if current is None or current.version < version:
+                        await self._reload(name)
+            except Exception as exc:  # noqa: BLE001 - keep serving the snapshot
+                log.warning("chain snapshot: version check failed: %s", exc)
+
+    async def _listen_postgres(self) -> None:
+        import psycopg
+
+        settings = connections["default"].settings_dict
+        conninfo = psycopg.conninfo.make_conninfo(
+            dbname=settings["NAME"], user=settings.get("USER") or None,
+            password=settings.get("PASSWORD") or None, host=settings.get("HOST") or None,
+            port=str(settings["PORT"]) if settings.get("PORT") else None, connect_timeout=2,
+        )
+        delay = 0.5
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {services.CHANGE_CHANNEL}")
+                    delay = 0.5
+                    # Changes made while we were not listening: catch up once.
+                    for name, version in (await in_worker_thread(_versions)()).items():
+                        current = self.entries.get(name)
+                        if current is None or current.version < version:
+                            await self._reload(name)
+                    async for note in conn.notifies():
+                        name, _, raw_version = note.payload.rpartition(":")
+                        current = self.entries.get(name)
+                        if current is None or current.version < int(raw_version or 0):
+                            await self._reload(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reconnect with backoff
+                log.warning("chain snapshot: LISTEN connection lost (%s); reconnecting", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)

@@ -1,0 +1,228 @@
+"""The ASGI read front: chain documents from the snapshot, long polls, and the Django hand-off."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.core.asgi import get_asgi_application
+from django.db import connection
+from django.db.backends import utils as db_utils
+from django.test import Client
+from django.utils import timezone
+
+from presets import services
+from presets.read_front import ReadFront
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
+
+
+async def call(app: ReadFront, path: str, headers: dict[str, str] | None = None,
+               query: str = "") -> tuple[int, dict[bytes, bytes], bytes]:
+    scope = {"type": "http", "method": "GET", "path": path, "query_string": query.encode(),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+             "http_version": "1.1", "scheme": "http", "server": ("testserver", 80),
+             "client": ("127.0.0.1", 5000), "root_path": ""}
+    messages: list[dict[str, Any]] = []
+    sent_body = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client stays connected
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    await app(scope, receive, send)
+    start = messages[0]
+    body = b"".join(m.get("body", b"") for m in messages[1:])
+    return start["status"], dict(start["headers"]), body
+
+
+def run(coro_factory) -> Any:
+    """Run an async test body against a fresh front, stopping its snapshot afterwards."""
+
+    async def main() -> Any:
+        app = ReadFront(get_asgi_application())
+        try:
+            return await coro_factory(app)
+        finally:
+            await app.snapshot.stop()
+
+    return asyncio.run(main())
+
+
+def auth(token: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
+def test_the_front_serves_the_same_document_as_the_django_view(read_token) -> None:
+    async def body(app):
+        return await call(app, "/api/v1/chains/chat", auth(read_token))
+
+    status, headers, content = run(body)
+    django = Client(headers=auth(read_token)).get("/api/v1/chains/chat")
+    assert status == 200
+    assert json.loads(content) == django.json()
+    assert headers[b"etag"] == b'"1"'
+    assert headers[b"cache-control"] == b"no-cache"
+    assert headers[b"content-type"] == b"application/json"
+
+
+def test_the_front_answers_304_and_the_list(read_token) -> None:
+    async def body(app):
+        not_modified = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}))
+        listing = await call(app, "/api/v1/chains", auth(read_token))
+        missing = await call(app, "/api/v1/chains/nope", auth(read_token))
+        return not_modified, listing, missing
+
+    not_modified, listing, missing = run(body)
+    assert not_modified[0] == 304 and not_modified[2] == b""
+    assert [c["name"] for c in json.loads(listing[2])["chains"]] == ["chat", "incident-summary"]
+    assert missing[0] == 404
+    assert json.loads(missing[2])["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("header,status", [(None, 401), ("Bearer wrong", 401), ("Basic abc", 401)],
+                         ids=["no-token", "unknown-token", "not-bearer"])
+def test_reads_without_a_valid_token_are_refused_as_json(header, status) -> None:
+    async def body(app):
+        return await call(app, "/api/v1/chains/chat", {"Authorization": header} if header else {})
+
+    code, headers, content = run(body)
+    assert code == status
+    assert json.loads(content)["error"]["code"] == "unauthorized"
+
+
+def test_other_requests_are_handed_to_django(read_token) -> None:
+    async def body(app):
+        history = await call(app, "/api/v1/chains/chat/history", auth(read_token))
+        health = await call(app, "/healthz")
+        return history, health
+
+    history, health = run(body)
+    assert history[0] == 200 and json.loads(history[2])["entries"][0]["version"] == 1
+    assert json.loads(health[2]) == {"status": "ok"}
+
+
+@pytest.fixture
+def count_queries(monkeypatch) -> list[str]:
+    """Every SQL statement any thread runs, while the fixture is active."""
+    seen: list[str] = []
+    original = db_utils.CursorWrapper._execute
+
+    def counting(self, sql, params, *ignored):
+        seen.append(sql)
+        return original(self, sql, params, *ignored)
+
+    monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counting)
+    return seen
+
+
+def test_warm_200_and_304_run_no_sql_query(read_token, count_queries) -> None:
+    async def body(app):
+        await call(app, "/api/v1/chains/chat", auth(read_token))  # warms snapshot and token
+        await asyncio.sleep(0)
+        count_queries.clear()
+        results = []
+        for _ in range(20):
+            results.append((await call(app, "/api/v1/chains/chat", auth(read_token)))[0])
+            results.append((await call(app, "/api/v1/chains/chat",
+                                       auth(read_token, **{"If-None-Match": '"1"'})))[0])
+        return results
+
+    assert run(body) == [200, 304] * 20
+    background = [sql for sql in count_queries if "presets_selection" in sql and "version" in sql]
+    assert [sql for sql in count_queries if sql not in background] == []
+
+
+@pytest.mark.parametrize("wait", ["-1", "61", "abc", ""], ids=["negative", "too-long", "text", "empty"])
+def test_a_wait_out_of_range_is_a_400(read_token, wait) -> None:
+    async def body(app):
+        return await call(app, "/api/v1/chains/chat", auth(read_token), query=f"wait={wait}")
+
+    status, _, content = run(body)
+    assert status == 400
+    error = json.loads(content)["error"]
+    assert error["code"] == "validation_error" and "wait" in error["message"]
+
+
+def test_a_long_poll_answers_304_when_the_wait_elapses(read_token) -> None:
+    async def body(app):
+        started = time.monotonic()
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}),
+                            query="wait=1")
+        return result, time.monotonic() - started
+
+    (status, _, _), elapsed = run(body)
+    assert status == 304
+    assert elapsed >= 0.9
+
+
+def test_a_long_poll_without_if_none_match_answers_at_once(read_token) -> None:
+    async def body(app):
+        return await asyncio.wait_for(call(app, "/api/v1/chains/chat", auth(read_token),
+                                           query="wait=30"), 5)
+
+    assert run(body)[0] == 200
+
+
+def test_an_expired_pin_is_never_served_by_the_front(read_token) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1",
+                           expires_at=timedelta(minutes=5))
+
+    async def body(app):
+        first = await call(app, "/api/v1/chains/chat", auth(read_token))
+        with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=True):
+            later = await call(app, "/api/v1/chains/chat", auth(read_token))
+        return first, later
+
+    first, later = run(body)
+    assert json.loads(first[2])["preset"] == "pin_secondary"
+    document = json.loads(later[2])
+    assert (document["preset"], document["version"]) == ("normal", 3)
+
+
+def change_in_another_process(preset: str, delay: float) -> subprocess.Popen:
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    code = (
+        "import time, django; django.setup(); from presets import services; "
+        f"time.sleep({delay}); "
+        f"services.select_preset(chain='chat', preset={preset!r}, actor='carol', reason='from afar')"
+    )
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR)
+
+
+@pytest.mark.postgres
+def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token) -> None:
+    async def body(app):
+        await call(app, "/api/v1/chains/chat", auth(read_token))  # warm: LISTEN is running
+        process = change_in_another_process("pin_secondary", delay=1.0)
+        started = time.monotonic()
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}),
+                            query="wait=30")
+        elapsed = time.monotonic() - started
+        await asyncio.get_running_loop().run_in_executor(None, process.wait)
+        return result, elapsed
+
+    (status, headers, content), elapsed = run(body)
+    assert status == 200
+    document = json.loads(content)
+    assert (document["version"], document["preset"], document["updated_by"]) == (2, "pin_secondary", "carol")
+    assert headers[b"etag"] == b'"2"'
+    assert elapsed < 25  # woken by the change, not by the 30 s timeout
