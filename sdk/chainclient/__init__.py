@@ -1,14 +1,60 @@
 """chainclient: follow a control plane's live LLM fallback chain and route along it."""
 
+from chainclient.client import ChainClient
+from chainclient.errors import (
+    AllProvidersFailed,
+    ChainClientError,
+    ContentPolicyRefusal,
+    ContentPolicyRejected,
+    DeadlineExceeded,
+    NoEligibleRoute,
+    OutcomeUnknown,
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+    RequestRejected,
+    RoutingError,
+    TransportError,
+)
+from chainclient.router import (
+    Attempt,
+    BreakerSettings,
+    Contract,
+    CredentialAlert,
+    Receipt,
+    Router,
+    RouteResult,
+)
 from chainclient.types import ChainDocument, DocumentInvalid, Provider, Registry, Step
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllProvidersFailed",
+    "Attempt",
+    "BreakerSettings",
+    "ChainClient",
+    "ChainClientError",
     "ChainDocument",
+    "ContentPolicyRefusal",
+    "ContentPolicyRejected",
+    "Contract",
+    "CredentialAlert",
+    "DeadlineExceeded",
     "DocumentInvalid",
+    "NoEligibleRoute",
+    "OutcomeUnknown",
     "Provider",
+    "ProviderError",
+    "ProviderTimeout",
+    "ProviderUnavailable",
+    "Receipt",
     "Registry",
+    "RequestRejected",
+    "RouteResult",
+    "Router",
+    "RoutingError",
     "Step",
+    "TransportError",
     "__version__",
 ]

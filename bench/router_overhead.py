@@ -1,0 +1,83 @@
+"""Router overhead: what ``Router.complete`` itself costs per request, with no-op transports.
+
+Two paths: the head succeeds (``router_us``), and the head fails with HTTP 503 so the second
+step serves it (``fallback_us``; breakers off, or the head would soon be skipped). A third
+figure adds a request contract (``contract_us``). The no-op transports cost well under a
+microsecond, so the figures are the router's own work. Bar (DESIGN section 12): <= 50 us.
+
+Run from the repository root: ``python bench/router_overhead.py [--requests N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    import chainclient  # noqa: F401
+except ImportError:  # not installed: use the source tree next to this script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sdk"))
+
+from chainclient import Contract, Provider, ProviderError, Registry, Router, Step
+
+REGISTRY = Registry({
+    "vendor_a": Provider(destination="vendor_a-eu", models={"large": {"text", "images"}}),
+    "vendor_b": Provider(destination="vendor_b-eu", models={"medium": {"text", "images"}}),
+    "local": Provider(destination="self-hosted", models={"small": {"text"}}),
+})
+CHAIN = [Step("vendor_a", "large", 20_000), Step("vendor_b", "medium", 20_000),
+         Step("local", "small", 30_000)]
+CONTRACT = Contract(requires={"images"}, destinations={"vendor_a-eu", "vendor_b-eu"})
+
+
+def answer(step: Step, request: Any, timeout_s: float) -> str:
+    return "ok"
+
+
+def overloaded(step: Step, request: Any, timeout_s: float) -> str:
+    raise ProviderError(503, True, "overloaded")
+
+
+def per_request_us(call: Callable[[], object], requests: int, repeats: int = 5) -> float:
+    """Best of ``repeats`` runs, in microseconds per request (best = least disturbed)."""
+    for _ in range(min(requests, 2_000)):  # warm up caches
+        call()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(requests):
+            call()
+        best = min(best, time.perf_counter() - started)
+    return best / requests * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000)
+    args = parser.parse_args()
+
+    healthy = Router(CHAIN, transports={"vendor_a": answer, "vendor_b": answer,
+                                        "local": answer}, registry=REGISTRY)
+    failing_head = Router(CHAIN, transports={"vendor_a": overloaded, "vendor_b": answer,
+                                             "local": answer}, registry=REGISTRY, breaker=None)
+    baseline = per_request_us(lambda: answer(CHAIN[0], "hello", 20.0), args.requests)
+    router_us = per_request_us(lambda: healthy.complete("hello"), args.requests)
+    fallback_us = per_request_us(lambda: failing_head.complete("hello"), args.requests)
+    contract_us = per_request_us(lambda: healthy.complete("hello", contract=CONTRACT),
+                                 args.requests)
+    assert failing_head.complete("hello").provider == "vendor_b"
+
+    print(f"no-op transport call alone:        {baseline:6.2f} us")
+    print(f"head succeeds:                     {router_us:6.2f} us/request")
+    print(f"head fails (503), second serves:   {fallback_us:6.2f} us/request")
+    print(f"head succeeds, with a contract:    {contract_us:6.2f} us/request")
+    print(f"requests={args.requests} router_us={router_us:.1f} fallback_us={fallback_us:.1f} "
+          f"contract_us={contract_us:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,645 @@
+"""The poller: follow one chain's live document and keep serving the last good one.
+
+``ChainClient`` layers three values, lowest first: the compiled-in default (version 0),
+the last-known-good file in ``state_dir`` (read at construction, before any network) and
+the live document fetched from the control plane. ``current()`` only reads one immutable
+reference; a daemon thread does all the I/O and swaps that reference when a newer, valid
+document arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import math
+import os
+import platform
+import random
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from email.message import Message
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from chainclient.types import ChainDocument, DocumentInvalid, Registry, Step
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = "chainclient-state/1"
+MAX_WAIT_S = 60.0
+MAX_DOCUMENT_BYTES = 1 << 20
+# Below this a 304 to a long poll was not held: the server ignores ``wait``.
+_HELD_AT_LEAST_S = 1.0
+
+OnChange = Callable[[ChainDocument], object]
+
+
+class ChainClient:
+    """Poll ``{base_url}/api/v1/chains/{chain}`` and keep the newest valid document.
+
+    ``current()`` never blocks, raises or does I/O; failures are counted in ``health()``
+    and logged once per outage, never surfaced to callers.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        chain: str,
+        token: str,
+        registry: Registry,
+        default: Sequence[Step],
+        state_dir: str | os.PathLike[str] | None = None,
+        poll_interval: float = 10.0,
+        long_poll: bool = True,
+        service: str = "unknown",
+        on_change: OnChange | None = None,
+        instance: str | None = None,
+        wait_s: float = 30.0,
+        timeout: float = 10.0,
+        max_backoff: float = 60.0,
+    ) -> None:
+        if not isinstance(chain, str) or not chain.strip():
+            raise ValueError("chain must be a non-empty string")
+        for label, seconds in (
+            ("poll_interval", poll_interval),
+            ("timeout", timeout),
+            ("max_backoff", max_backoff),
+        ):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"{label} must be a positive number of seconds")
+        if not 0 <= wait_s <= MAX_WAIT_S:
+            raise ValueError(f"wait_s must be within 0..{MAX_WAIT_S:g}")
+        instance = instance if instance is not None else f"{socket.gethostname()}-{os.getpid()}"
+        for label, value in (("token", token), ("service", service), ("instance", instance)):
+            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+                raise ValueError(f"{label} must be a string usable in an HTTP header")
+        steps = tuple(default)
+        if not all(isinstance(step, Step) for step in steps):
+            raise TypeError("default must be a sequence of Step")
+        # A compiled-in default the service cannot route is a build bug: fail at start-up.
+        registry.validate_steps(steps)
+
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path = f"{parts.path.rstrip('/')}/api/v1/chains/{quote(chain, safe='')}"
+
+        self._chain = chain
+        self._token = token
+        self._registry = registry
+        self._poll_interval = float(poll_interval)
+        self._wait_s = float(wait_s)
+        self._timeout = float(timeout)
+        self._max_backoff = float(max_backoff)
+        self._client_id = f"{service}/{instance}"
+        self._user_agent = _user_agent()
+        self._on_change = on_change
+        self._random = random.Random()
+        self._state_path = (
+            Path(state_dir) / f"{quote(chain, safe='')}.json" if state_dir is not None else None
+        )
+
+        self._long_poll = bool(long_poll) and self._wait_s > 0
+        self._noted_unheld_long_poll = False
+        self._etag: str | None = None
+        self._last_rejection: tuple[object, str] | None = None
+
+        self._stats_lock = threading.Lock()
+        self._last_success_at: float | None = None
+        self._last_failure_at: float | None = None
+        self._last_error: str | None = None
+        self._consecutive_failures = 0
+        self._outage_started: float | None = None
+        self._rejected = 0
+        self._changes = 0
+        self._polls = 0
+
+        self._apply_lock = threading.Lock()
+        self._lifecycle_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self._transport: _Transport | None = None
+
+        # The only shared mutable state the read path sees: one reference to a frozen value.
+        self._current: ChainDocument = self._load_state() or ChainDocument.compiled_default(
+            chain, steps
+        )
+
+    # -- the read path ------------------------------------------------------------------
+
+    def current(self) -> ChainDocument:
+        """The chain to use now: live, else last-known-good from disk, else the default."""
+        return self._current
+
+    def health(self) -> dict[str, Any]:
+        """A snapshot for health endpoints and logs; never does I/O."""
+        document = self._current
+        thread = self._thread
+        with self._stats_lock:
+            return {
+                "chain": self._chain,
+                "source": document.source,
+                "version": document.version,
+                "preset": document.preset,
+                "last_success_at": self._last_success_at,
+                "last_failure_at": self._last_failure_at,
+                "last_error": self._last_error,
+                "consecutive_failures": self._consecutive_failures,
+                "rejected": self._rejected,
+                "changes": self._changes,
+                "polls": self._polls,
+                "long_poll": self._long_poll,
+                "running": thread is not None and thread.is_alive(),
+                "state_file": str(self._state_path) if self._state_path else None,
+            }
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> ChainClient:
+        """Start the poller thread (idempotent); the first poll happens in that thread."""
+        with self._lifecycle_lock:
+            running = self._thread is not None and self._thread.is_alive()
+            if running and not self._stop_event.is_set():
+                return self
+            stop_event = threading.Event()
+            transport = _Transport(self._scheme, self._host, self._port, self._timeout)
+            thread = threading.Thread(
+                target=self._run,
+                args=(stop_event, transport),
+                name=f"chainclient-{self._chain}",
+                daemon=True,
+            )
+            self._stop_event, self._transport, self._thread = stop_event, transport, thread
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 0.5) -> None:
+        """Stop polling; returns within ``timeout`` even if a request is in flight.
+
+        The in-flight socket is shut down, which wakes a blocked read at once. Only a
+        connect or DNS lookup still in progress can outlive ``stop()``; the thread is a
+        daemon and applies nothing after it is told to stop.
+        """
+        with self._lifecycle_lock:
+            thread, transport = self._thread, self._transport
+            self._stop_event.set()
+            if transport is not None:
+                transport.interrupt()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def __enter__(self) -> ChainClient:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        document = self._current
+        return (
+            f"<ChainClient chain={self._chain!r} v{document.version} {document.preset} "
+            f"source={document.source}>"
+        )
+
+    # -- the poller thread --------------------------------------------------------------
+
+    def _run(self, stop_event: threading.Event, transport: _Transport) -> None:
+        delay = 0.0
+        try:
+            while not stop_event.wait(delay):
+                try:
+                    delay = self._poll_once(stop_event, transport)
+                except Exception as exc:  # a bug here must not end polling for good
+                    if stop_event.is_set():
+                        break
+                    logger.exception("chain %s: unexpected error while polling", self._chain)
+                    delay = self._failed(f"unexpected {type(exc).__name__}: {exc}")
+        finally:
+            transport.close()
+
+    def _poll_once(self, stop_event: threading.Event, transport: _Transport) -> float:
+        """Fetch once, apply what came back, and return how long to wait before the next poll."""
+        current = self._current
+        long_poll = self._long_poll
+        path = self._path
+        read_timeout = self._timeout
+        if long_poll:
+            path += f"?wait={self._wait_s:g}"
+            read_timeout += self._wait_s
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "If-None-Match": self._etag or f'"{current.version}"',
+            "X-Chain-Client": self._client_id,
+            "X-Chain-Applied-Version": str(current.version),
+            "User-Agent": self._user_agent,
+            "Accept": "application/json",
+        }
+        started = time.monotonic()
+        try:
+            status, response_headers, body = transport.get(path, headers, read_timeout)
+        except (OSError, http.client.HTTPException, _StoppedError) as exc:
+            if stop_event.is_set():
+                return 0.0
+            return self._failed(_describe(exc))
+        if stop_event.is_set():
+            return 0.0
+        elapsed = time.monotonic() - started
+
+        if status == 304:
+            self._succeeded()
+            self._etag = response_headers.get("ETag") or self._etag
+            if long_poll and elapsed < min(_HELD_AT_LEAST_S, self._wait_s / 2):
+                # The server ignores ``wait``: re-asking at once would spin, so poll instead.
+                if not self._noted_unheld_long_poll:
+                    self._noted_unheld_long_poll = True
+                    logger.info(
+                        "chain %s: the control plane answered a long poll at once; "
+                        "polling every %gs",
+                        self._chain,
+                        self._poll_interval,
+                    )
+                return self._interval()
+            return 0.0 if long_poll else self._interval()
+
+        if status == 200:
+            self._succeeded()
+            applied = self._apply_body(body, response_headers.get("ETag"))
+            # After a change, the next long poll holds until the one after it; anything
+            # else (stale or refused) waits an interval so a server ignoring If-None-Match
+            # is not hammered.
+            return 0.0 if applied and long_poll else self._interval()
+
+        if status == 400 and long_poll:
+            self._long_poll = False
+            logger.warning(
+                "chain %s: the control plane refused ?wait= (HTTP 400: %s); "
+                "long polling off, polling every %gs",
+                self._chain,
+                _error_message(body),
+                self._poll_interval,
+            )
+            return 0.0
+
+        delay = self._failed(f"HTTP {status}: {_error_message(body)}")
+        retry_after = _retry_after(response_headers)
+        if retry_after is not None and status in (429, 503):
+            delay = max(delay, min(retry_after, max(self._max_backoff, self._poll_interval)))
+        return delay
+
+    # -- applying documents -------------------------------------------------------------
+
+    def _apply_body(self, body: bytes, etag: str | None) -> bool:
+        """Apply a 200 body if it is valid and newer; return whether it was applied."""
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            self._reject(None, etag, f"not JSON ({exc})")
+            return False
+        version = data.get("version") if isinstance(data, dict) else None
+        try:
+            document = ChainDocument.from_json(data, registry=self._registry, source="live")
+            if document.name != self._chain:
+                raise DocumentInvalid(f"document is for chain {document.name!r}")
+        except DocumentInvalid as exc:
+            self._reject(version, etag, str(exc))
+            return False
+
+        # Compare-and-swap under a lock: after stop() then start(), a lingering old poller
+        # thread could otherwise race the new one and move the version backwards.
+        with self._apply_lock:
+            previous = self._current
+            if document.version <= previous.version:
+                # Replicas can answer out of order; versions never go down, so older is stale.
+                logger.debug(
+                    "chain %s: ignoring v%d, already at v%d",
+                    self._chain,
+                    document.version,
+                    previous.version,
+                )
+                return False
+            self._swap(previous, document, etag)
+        if self._on_change is not None:
+            try:
+                self._on_change(document)
+            except Exception:
+                logger.exception(
+                    "chain %s: on_change raised for v%d; polling continues",
+                    self._chain,
+                    document.version,
+                )
+        return True
+
+    def _swap(self, previous: ChainDocument, document: ChainDocument, etag: str | None) -> None:
+        """Make ``document`` current: one log line, one reference swap, then the file."""
+        logger.info(
+            "chain %s: v%d %s -> v%d %s by %s: %s",
+            self._chain,
+            previous.version,
+            previous.preset,
+            document.version,
+            document.preset,
+            document.updated_by,
+            document.reason,
+        )
+        self._current = document
+        self._etag = etag or f'"{document.version}"'
+        with self._stats_lock:
+            self._changes += 1
+        # Saved after the swap: a slow disk must not delay the change reaching requests.
+        self._persist(document)
+
+    def _reject(self, version: object, etag: str | None, why: str) -> None:
+        with self._stats_lock:
+            self._rejected += 1
+        # Remember the refused document's ETag so the server does not resend it every poll.
+        if etag:
+            self._etag = etag
+        key = (etag or version, why)
+        if key == self._last_rejection:
+            logger.debug("chain %s: refused the same document again: %s", self._chain, why)
+            return
+        self._last_rejection = key
+        current = self._current
+        logger.warning(
+            "chain %s: refused document%s from the control plane: %s; keeping v%d %s",
+            self._chain,
+            f" v{version}" if isinstance(version, int) else "",
+            why,
+            current.version,
+            current.preset,
+        )
+
+    # -- outcome bookkeeping ------------------------------------------------------------
+
+    def _succeeded(self) -> None:
+        now = time.time()
+        with self._stats_lock:
+            failures = self._consecutive_failures
+            outage_started = self._outage_started
+            self._polls += 1
+            self._last_success_at = now
+            self._consecutive_failures = 0
+            self._outage_started = None
+        if failures:
+            logger.info(
+                "chain %s: the control plane answers again after %d failed poll%s over %.1fs",
+                self._chain,
+                failures,
+                "" if failures == 1 else "s",
+                time.monotonic() - outage_started if outage_started is not None else 0.0,
+            )
+
+    def _failed(self, why: str) -> float:
+        with self._stats_lock:
+            self._polls += 1
+            self._consecutive_failures += 1
+            failures = self._consecutive_failures
+            self._last_failure_at = time.time()
+            self._last_error = why
+            if failures == 1:
+                self._outage_started = time.monotonic()
+        current = self._current
+        if failures == 1:
+            # One line per outage, not per poll; the recovery line closes it.
+            logger.warning(
+                "chain %s: poll failed (%s); keeping v%d %s (%s) and retrying with backoff",
+                self._chain,
+                why,
+                current.version,
+                current.preset,
+                current.source,
+            )
+        else:
+            logger.debug(
+                "chain %s: poll failed again (%d in a row): %s", self._chain, failures, why
+            )
+        return self._backoff(failures)
+
+    def _interval(self) -> float:
+        return self._poll_interval * self._random.uniform(0.9, 1.1)
+
+    def _backoff(self, failures: int) -> float:
+        """Exponential backoff with full jitter, never shorter than a fraction of a poll."""
+        ceiling = max(self._max_backoff, self._poll_interval)
+        cap = min(ceiling, self._poll_interval * 2 ** min(failures, 30))
+        return max(min(self._poll_interval, 0.5), self._random.uniform(0, cap))
+
+    # -- the last-known-good file -------------------------------------------------------
+
+    def _load_state(self) -> ChainDocument | None:
+        path = self._state_path
+        if path is None:
+            return None
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            logger.warning("chain %s: ignoring state file %s: %s", self._chain, path, exc)
+            return None
+        try:
+            payload = json.loads(raw)
+            if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
+                raise DocumentInvalid(f"not a {STATE_FORMAT} file")
+            if payload.get("chain") != self._chain:
+                raise DocumentInvalid(f"it belongs to chain {payload.get('chain')!r}")
+            document = ChainDocument.from_json(
+                payload.get("document"), registry=self._registry, source="disk"
+            )
+            if document.name != self._chain:
+                raise DocumentInvalid(f"its document is for chain {document.name!r}")
+        except (ValueError, RecursionError) as exc:  # DocumentInvalid is a ValueError
+            logger.warning("chain %s: ignoring state file %s: %s", self._chain, path, exc)
+            return None
+        logger.info(
+            "chain %s: starting from v%d %s saved in %s",
+            self._chain,
+            document.version,
+            document.preset,
+            path,
+        )
+        return document
+
+    def _persist(self, document: ChainDocument) -> None:
+        path = self._state_path
+        if path is None:
+            return
+        payload = {
+            "format": STATE_FORMAT,
+            "chain": self._chain,
+            "saved_at": time.time(),
+            "document": document.to_json(),
+        }
+        try:
+            _write_atomically(path, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        except (OSError, TypeError, ValueError) as exc:
+            logger.warning(
+                "chain %s: could not save v%d to %s: %s", self._chain, document.version, path, exc
+            )
+
+
+class _StoppedError(Exception):
+    """The transport was interrupted by ``stop()``."""
+
+
+class _Transport:
+    """One keep-alive HTTP(S) connection whose blocked read another thread can cut short."""
+
+    def __init__(self, scheme: str, host: str, port: int | None, connect_timeout: float) -> None:
+        self._scheme = scheme
+        self._host = host
+        self._port = port
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._connection: http.client.HTTPConnection | None = None
+        self._socket: socket.socket | None = None
+        self._interrupted = False
+
+    def get(
+        self, path: str, headers: dict[str, str], read_timeout: float
+    ) -> tuple[int, Message, bytes]:
+        for attempt in (1, 2):
+            connection, fresh = self._connect()
+            try:
+                assert connection.sock is not None
+                connection.sock.settimeout(read_timeout)
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                body = response.read(MAX_DOCUMENT_BYTES + 1)
+            except (ConnectionError, http.client.BadStatusLine):
+                self._drop()
+                # Servers and load balancers close idle keep-alive connections; that is
+                # not an outage, so a reused connection gets one fresh retry.
+                if fresh or attempt == 2:
+                    raise
+                continue
+            except BaseException:
+                self._drop()
+                raise
+            if len(body) > MAX_DOCUMENT_BYTES:
+                self._drop()
+                raise http.client.HTTPException(f"response larger than {MAX_DOCUMENT_BYTES} bytes")
+            if response.will_close or not response.isclosed():
+                self._drop()
+            return response.status, response.headers, body
+        raise AssertionError("unreachable")
+
+    def interrupt(self) -> None:
+        """Wake a blocked request and refuse new ones; callable from any thread."""
+        with self._lock:
+            self._interrupted = True
+            sock = self._socket
+            if sock is not None:
+                # shutdown() (not close()) wakes a recv blocked in another thread; the raw
+                # socket method skips the TLS close_notify an SSLSocket would attempt.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._drop()
+
+    def _connect(self) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            if self._interrupted:
+                raise _StoppedError()
+            if self._connection is not None:
+                return self._connection, False
+        connection: http.client.HTTPConnection
+        if self._scheme == "https":
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._connect_timeout
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                self._host, self._port, timeout=self._connect_timeout
+            )
+        connection.connect()
+        with self._lock:
+            if self._interrupted:
+                connection.close()
+                raise _StoppedError()
+            self._connection, self._socket = connection, connection.sock
+        return connection, True
+
+    def _drop(self) -> None:
+        with self._lock:
+            connection, self._connection, self._socket = self._connection, None, None
+        if connection is not None:
+            connection.close()
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    # Make the rename itself durable; not every platform can open a directory.
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _user_agent() -> str:
+    from chainclient import __version__  # the package imports this module first
+
+    return f"chainclient/{__version__} python/{platform.python_version()}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _error_message(body: bytes) -> str:
+    """The API's ``{"error": {"message": ...}}`` if present, else a short excerpt."""
+    try:
+        data = json.loads(body)
+        message = data["error"]["message"]
+        if isinstance(message, str):
+            return message[:200]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        pass
+    text = body[:200].decode("utf-8", errors="replace").strip()
+    return text or "no body"
+
+
+def _retry_after(headers: Message) -> float | None:
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None

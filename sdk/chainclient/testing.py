@@ -1,0 +1,346 @@
+"""Test your fallback chain without vendors, sockets or sleeping.
+
+``FakeProviders`` builds transports for ``Router`` defined by behaviour, not by any
+vendor's schema, and records every call::
+
+    clock = FakeClock()
+    fakes = FakeProviders(clock=clock)
+    fakes.configure({"alpha": 503, "beta": "timeout", "gamma": "ok"})
+    router = Router(fake_chain(), transports=fakes.transports, registry=fake_registry(),
+                    clock=clock)
+    router.complete("hi").provider == "gamma"
+    fakes.attempts == ["alpha", "beta", "gamma"]
+
+Configure every provider before building the Router (it copies ``fakes.transports``);
+changing a provider's behaviour afterwards is fine and takes effect on its next call.
+
+With a ``FakeClock``, a fake advances the clock by ``after_s`` per call (a timeout fake, by
+default, by the whole ``timeout_s`` the router gave it), so budget tests never sleep.
+Without a clock, ``after_s`` is ignored and every fake returns at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from chainclient.errors import (
+    ContentPolicyRefusal,
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
+from chainclient.router import Transport
+from chainclient.types import ChainDocument, Provider, Registry, Step
+
+FAKE_PROVIDERS = ("alpha", "beta", "gamma")
+FAKE_MODEL = "chat"
+_NAMED_ANSWER: Any = object()
+
+Spec: TypeAlias = "int | str | Transport"
+"""What ``FakeProviders.configure`` accepts per provider:
+
+- ``"ok"``: answers ``"answer from <name>"``;
+- an ``int`` HTTP status (``503``, ``400``, ``401``, ...): raises ``ProviderError(status)``;
+- ``"timeout"``: raises ``ProviderTimeout(dispatched=True)`` (the request was sent);
+- ``"timeout_before_dispatch"``: raises ``ProviderTimeout(dispatched=False)``;
+- ``"unavailable"`` or ``"connection_refused"``: raises ``ProviderUnavailable``;
+- ``"content_policy"``: raises ``ContentPolicyRefusal``;
+- ``"unknown"``: raises ``ProviderError(None, dispatched=True)`` (sent, no status back);
+- ``"error"``: raises ``RuntimeError`` (a transport bug);
+- a callable ``(step, request, timeout_s) -> value``: called as the transport.
+"""
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to; pass it to ``Router(clock=...)``."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self._lock = threading.Lock()
+        self._now = float(start)
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a monotonic clock does not go back")
+        with self._lock:
+            self._now += seconds
+
+
+@dataclass(frozen=True)
+class FakeCall:
+    """One call a fake transport received."""
+
+    provider: str
+    model: str
+    request: Any
+    timeout_s: float
+
+
+class FakeProviders:
+    """Fake transports keyed by provider name; each records its calls (thread-safe).
+
+    Every behaviour method returns the fakes, so they chain:
+    ``FakeProviders().fail("alpha", status=503).ok("beta")``.
+    """
+
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._calls: list[FakeCall] = []
+        self._behaviours: dict[str, Transport] = {}
+        self._transports: dict[str, Transport] = {}
+
+    # --- behaviours ----------------------------------------------------------------------
+
+    def ok(self, name: str, value: Any = _NAMED_ANSWER, *, after_s: float = 0.0) -> FakeProviders:
+        """Answer with ``value`` (default ``"answer from <name>"``)."""
+        answer = f"answer from {name}" if value is _NAMED_ANSWER else value
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(after_s)
+            return answer
+
+        return self._set(name, behave)
+
+    def fail(
+        self,
+        name: str,
+        status: int | None = 503,
+        *,
+        dispatched: bool = True,
+        message: str = "",
+        after_s: float = 0.0,
+    ) -> FakeProviders:
+        """Raise ``ProviderError(status, dispatched, message)``."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(after_s)
+            raise ProviderError(status, dispatched, message or f"fake {name} failed")
+
+        return self._set(name, behave)
+
+    def timeout(
+        self, name: str, *, dispatched: bool = True, after_s: float | None = None
+    ) -> FakeProviders:
+        """Raise ``ProviderTimeout(dispatched)`` after ``after_s`` (default: the whole
+        ``timeout_s`` the router allowed this call)."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(timeout_s if after_s is None else after_s)
+            raise ProviderTimeout(dispatched)
+
+        return self._set(name, behave)
+
+    def unavailable(self, name: str, *, after_s: float = 0.0) -> FakeProviders:
+        """Raise ``ProviderUnavailable`` (connection refused; nothing was sent)."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(after_s)
+            raise ProviderUnavailable(f"fake {name}: connection refused")
+
+        return self._set(name, behave)
+
+    def content_policy(self, name: str, *, after_s: float = 0.0) -> FakeProviders:
+        """Raise ``ContentPolicyRefusal``."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(after_s)
+            raise ContentPolicyRefusal(f"fake {name}: content policy")
+
+        return self._set(name, behave)
+
+    def error(
+        self, name: str, exc: Exception | None = None, *, after_s: float = 0.0
+    ) -> FakeProviders:
+        """Raise an unexpected exception (default ``RuntimeError``), as a buggy transport
+        would."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(after_s)
+            raise exc if exc is not None else RuntimeError(f"fake {name}: transport bug")
+
+        return self._set(name, behave)
+
+    def sequence(self, name: str, specs: Sequence[Spec]) -> FakeProviders:
+        """Behave as ``specs[0]`` on the first call, ``specs[1]`` on the second, ...; the
+        last spec repeats. E.g. ``fakes.sequence("alpha", [503, 503, "ok"])``."""
+        if not specs:
+            raise ValueError("sequence() needs at least one spec")
+        behaviours = [self._from_spec(name, spec) for spec in specs]
+        calls = iter(range(len(behaviours)))
+        lock = threading.Lock()
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            with lock:
+                index = next(calls, len(behaviours) - 1)
+            return behaviours[index](step, request, timeout_s)
+
+        return self._set(name, behave)
+
+    def configure(self, specs: Mapping[str, Spec]) -> FakeProviders:
+        """Set several providers at once: ``{"alpha": 503, "beta": "timeout", "gamma": "ok"}``.
+        Accepted values are listed in ``chainclient.testing.Spec``."""
+        for name, spec in specs.items():
+            self._set(name, self._from_spec(name, spec))
+        return self
+
+    # --- what tests read ---------------------------------------------------------------
+
+    @property
+    def transports(self) -> dict[str, Transport]:
+        """The ``transports=`` mapping for ``Router``: one recording callable per provider."""
+        return dict(self._transports)
+
+    @property
+    def attempts(self) -> list[str]:
+        """Provider names in the order they were called."""
+        with self._lock:
+            return [call.provider for call in self._calls]
+
+    @property
+    def calls(self) -> list[FakeCall]:
+        """Every call received, in order (provider, model, request, timeout_s)."""
+        with self._lock:
+            return list(self._calls)
+
+    def clear(self) -> None:
+        """Forget the calls recorded so far (behaviours stay)."""
+        with self._lock:
+            self._calls.clear()
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _set(self, name: str, behave: Transport) -> FakeProviders:
+        self._behaviours[name] = behave
+        if name not in self._transports:
+            self._transports[name] = self._recorder(name)
+        return self
+
+    def _recorder(self, name: str) -> Transport:
+        def call(step: Step, request: Any, timeout_s: float) -> Any:
+            with self._lock:
+                self._calls.append(FakeCall(step.provider, step.model, request, timeout_s))
+            # Looked up per call so a test can change a provider's behaviour mid-test.
+            return self._behaviours[name](step, request, timeout_s)
+
+        return call
+
+    def _spend(self, seconds: float) -> None:
+        if self.clock is not None and seconds:
+            self.clock.advance(seconds)
+
+    def _from_spec(self, name: str, spec: Spec) -> Transport:
+        scratch = FakeProviders(self.clock)
+        if callable(spec):
+            return spec
+        if isinstance(spec, bool):
+            raise TypeError(f"{name}: a spec is a status, a keyword or a callable, not a bool")
+        if isinstance(spec, int):
+            scratch.fail(name, spec)
+        elif spec == "ok":
+            scratch.ok(name)
+        elif spec == "timeout":
+            scratch.timeout(name, dispatched=True)
+        elif spec == "timeout_before_dispatch":
+            scratch.timeout(name, dispatched=False)
+        elif spec in ("unavailable", "connection_refused"):
+            scratch.unavailable(name)
+        elif spec == "content_policy":
+            scratch.content_policy(name)
+        elif spec == "unknown":
+            scratch.fail(name, None, dispatched=True, message="connection dropped after send")
+        elif spec == "error":
+            scratch.error(name)
+        else:
+            raise ValueError(
+                f"{name}: unknown spec {spec!r}; use 'ok', an HTTP status, 'timeout', "
+                "'timeout_before_dispatch', 'unavailable', 'connection_refused', "
+                "'content_policy', 'unknown', 'error' or a callable"
+            )
+        return scratch._behaviours[name]
+
+
+class FakeChainClient:
+    """A stand-in for ``ChainClient``: ``current()`` returns whatever was last ``set()``."""
+
+    def __init__(self, chain: ChainDocument | Sequence[Step]) -> None:
+        self._document = _as_document(chain)
+
+    def current(self) -> ChainDocument:
+        return self._document
+
+    def set(self, chain: ChainDocument | Sequence[Step]) -> None:
+        """Make ``chain`` live, as a selection reaching the poller would."""
+        self._document = _as_document(chain)
+
+
+def fake_registry(
+    names: Iterable[str] = FAKE_PROVIDERS,
+    *,
+    capabilities: Mapping[str, Iterable[str]] | None = None,
+    destinations: Mapping[str, str] | None = None,
+) -> Registry:
+    """A Registry with one model (``"chat"``) per fake provider.
+
+    Capabilities default to ``{"text"}`` and destinations to ``"<name>-us"``; override them
+    per provider, e.g. ``capabilities={"alpha": {"text", "images"}}``.
+    """
+    capabilities = capabilities or {}
+    destinations = destinations or {}
+    return Registry({
+        name: Provider(
+            destination=destinations.get(name, f"{name}-us"),
+            models={FAKE_MODEL: frozenset(capabilities.get(name, ("text",)))},
+        )
+        for name in names
+    })
+
+
+def fake_chain(names: Iterable[str] = FAKE_PROVIDERS, *, timeout_ms: int = 10_000) -> list[Step]:
+    """Steps for the fake providers in order, each with the same timeout."""
+    return [Step(name, FAKE_MODEL, timeout_ms) for name in names]
+
+
+def fake_document(
+    chain: Sequence[Step] | None = None,
+    *,
+    preset: str = "test-preset",
+    version: int = 1,
+    marking: Mapping[str, Any] | None = None,
+    name: str = "chat",
+) -> ChainDocument:
+    """A live-looking ChainDocument (default chain: alpha, beta, gamma)."""
+    return ChainDocument(
+        name=name,
+        version=version,
+        preset=preset,
+        is_default=False,
+        chain=tuple(chain if chain is not None else fake_chain()),
+        marking=dict(marking) if marking is not None else {"degraded": False, "note": ""},
+        updated_by="tests",
+        reason="test document",
+        updated_at=None,
+        expires_at=None,
+    )
+
+
+def _as_document(chain: ChainDocument | Sequence[Step]) -> ChainDocument:
+    return chain if isinstance(chain, ChainDocument) else fake_document(list(chain))
+
+__all__ = [
+    "FAKE_MODEL",
+    "FAKE_PROVIDERS",
+    "FakeCall",
+    "FakeChainClient",
+    "FakeClock",
+    "FakeProviders",
+    "Spec",
+    "fake_chain",
+    "fake_document",
+    "fake_registry",
+]
