@@ -15,14 +15,28 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PY) -m pip install --quiet -r requirements-dev.txt -e ./sdk
 	touch $@
 
-install: $(VENV)/.installed
+# The browser tests inject axe-core from npm into the pages they check.
+node_modules/.installed: package.json package-lock.json
+	npm ci --silent
+	touch $@
+
+install: $(VENV)/.installed $(if $(wildcard package.json),node_modules/.installed)
 
 run: install
 	mkdir -p var
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py sync_presets
 	$(PY) manage.py ensure_local_admin
-	$(PY) manage.py runserver --noreload 127.0.0.1:$(PORT)
+	$(PY) -m controlplane.run_local 127.0.0.1:$(PORT)  # web + Celery worker with beat
+
+# The production web process: the ASGI read front plus Django under granian (chosen by
+# measurement, bench/README.md); static files served by granian from var/static.
+WEB_WORKERS ?= 2
+serve: install
+	$(PY) manage.py collectstatic --no-input -v0
+	$(VENV)/bin/granian --interface asgi --host 0.0.0.0 --port $(PORT) --workers $(WEB_WORKERS) \
+		--no-ws --respawn-failed-workers --static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
+		controlplane.asgi:application
 
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)

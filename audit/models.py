@@ -1,1 +1,132 @@
-"""Audit models. The selection history itself is django-simple-history's table on Selection."""
+"""Audit models. The selection history itself is django-simple-history's table on Selection;
+alerts (DESIGN §9) live here.
+
+An alert is raised once per (kind, chain, version), enforced by a unique constraint, so two
+sweeps racing can never raise it twice:
+
+- ``stale_pin``: ``version`` is the version where the pin *started* (the select or restore
+  that made the preset live). Extending a pin or a sync of its definition makes new versions
+  of the same pin, so they neither re-raise nor resolve the alert; a pin that is replaced by
+  another preset, reverted or expired ends, and its alert is resolved.
+- ``pin_expired``: ``version`` is the version the automatic revert created. It reports an
+  event, so it is born resolved (``?open=true`` lists only conditions still going on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from presets.models import Chain, format_time
+
+
+class AlertKind(models.TextChoices):
+    STALE_PIN = "stale_pin"
+    PIN_EXPIRED = "pin_expired"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+def format_age(seconds: float) -> str:
+    """A duration as an on-call person reads it: ``2d 3h``, ``1h 05m``, ``12m``, ``40s``."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"
+
+
+class Alert(models.Model):
+    """Something about a chain that a person should know, with its delivery per notifier.
+
+    ``details`` holds the facts at the time it was raised (``preset``, ``actor``,
+    ``reason``, ``pin_version``, ``pinned_by``, ``pinned_at``, ``expires_at``,
+    ``age_seconds``).
+    ``deliveries`` maps each notifier (``log``, ``webhook``, ``email``) to
+    ``{"state": "pending|delivered|failed", "attempts": n, "last_error": str,
+    "delivered_at": time|None}``."""
+
+    kind = models.CharField(max_length=20, choices=AlertKind.choices)
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="alerts")
+    version = models.PositiveIntegerField()
+    message = models.TextField()
+    details = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=600, blank=True)
+    deliveries = models.JSONField(default=dict)
+    # When a sweep should next hand the pending deliveries to a worker; null when none is
+    # pending. Queuing a delivery task moves it ahead (a lease), so that sweeps do not queue a
+    # second task while the first waits or backs off, yet take over if it was lost.
+    delivery_due_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "chain", "version"],
+                                    name="alert_once_per_kind_chain_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.chain.name} v{self.version}"
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the condition it reports is still going on."""
+        return self.resolved_at is None
+
+    @property
+    def age(self) -> str:
+        """How long the pin had been live when the alert was raised, readable."""
+        return format_age(self.details.get("age_seconds") or 0)
+
+    @property
+    def chain_url(self) -> str:
+        """The chain's page in the web UI, where the pin can be kept or reverted."""
+        return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/chains/{self.chain.name}/"
+
+    def pending_deliveries(self) -> list[str]:
+        """The notifiers that still have to deliver this alert."""
+        return [name for name, d in self.deliveries.items() if d["state"] == DeliveryState.PENDING]
+
+    def to_document(self) -> dict[str, Any]:
+        """The alert as JSON: the webhook's body, and (with ``deliveries``) the API's entry."""
+        details = self.details
+        return {
+            "id": self.pk,
+            "kind": self.kind,
+            "chain": self.chain.name,
+            "version": self.version,
+            "preset": details.get("preset"),
+            "actor": details.get("actor"),
+            "reason": details.get("reason"),
+            "pin_version": details.get("pin_version"),
+            "pinned_by": details.get("pinned_by"),
+            "pinned_at": details.get("pinned_at"),
+            "expires_at": details.get("expires_at"),
+            "age_seconds": details.get("age_seconds"),
+            "age": self.age,
+            "message": self.message,
+            "url": self.chain_url,
+            "created_at": format_time(self.created_at),
+            "resolved_at": format_time(self.resolved_at),
+            "resolution": self.resolution,
+        }
+
+
+
+# Fleet status models live with their recording code; importing them registers them here.
+from audit.fleet import FleetInstance, ProviderUsage, RejectedVersion  # noqa: E402, F401

@@ -136,7 +136,7 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = env_str("STATIC_ROOT", str(VAR_DIR / "static"))
 
 # --- The product's own knobs ------------------------------------------------------------
 PRESETS_FILE = env_str("PRESETS_FILE", str(BASE_DIR / "presets" / "presets.example.json"))
@@ -151,6 +151,29 @@ PIN_ALERT_AFTER_MINUTES = env_int("PIN_ALERT_AFTER_MINUTES", 60, minimum=1)
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 ALERT_EMAILS = env_list("ALERT_EMAILS", [])
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
+# Instances that have not read their chain for this long no longer count in fleet status.
+FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)
+for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
+    if _url and not _url.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
+for _address in ALERT_EMAILS:
+    if "@" not in _address.strip("@"):
+        raise ImproperlyConfigured(f"ALERT_EMAILS: {_address!r} is not an email address "
+                                   "(use a comma-separated list)")
+# Delivery of alerts to the webhook and email: attempt n waits about BACKOFF * 2**(n-1)
+# seconds (with jitter, capped at 15 minutes) after attempt n-1 failed; after MAX_ATTEMPTS the
+# delivery is recorded as failed on the alert, which is kept.
+ALERT_DELIVERY_MAX_ATTEMPTS = env_int("ALERT_DELIVERY_MAX_ATTEMPTS", 8, minimum=1)
+ALERT_DELIVERY_BACKOFF_SECONDS = env_int("ALERT_DELIVERY_BACKOFF_SECONDS", 10, minimum=1)
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env_int("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
+# Outgoing mail for ALERT_EMAILS (Django's SMTP backend).
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "controlplane@localhost")
 
 # --- Celery -----------------------------------------------------------------------------
 # Without CELERY_BROKER_URL the broker is kombu's filesystem transport under var/, so
@@ -162,12 +185,24 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
         "processed_folder": str(VAR_DIR / "celery-processed"),
+        "control_folder": str(VAR_DIR / "celery-control"),
         "store_processed": False,
     }
+else:
+    # A Redis broker that does not answer must not hold a sweep or a web request for the
+    # OS's TCP timeout when an alert delivery is queued; the alert stays due for the next sweep.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
-    "expire-pins": {"task": "presets.tasks.expire_pins", "schedule": 15.0},
-    "alert-stale-pins": {"task": "audit.tasks.alert_stale_pins", "schedule": 60.0},
+    "expire-pins": {
+        "task": "presets.tasks.expire_pins",
+        "schedule": float(env_int("EXPIRE_PINS_EVERY_SECONDS", 15, minimum=1)),
+    },
+    "alert-stale-pins": {
+        "task": "audit.tasks.alert_stale_pins",
+        "schedule": float(env_int("ALERT_STALE_PINS_EVERY_SECONDS", 60, minimum=1)),
+    },
 }
 
 # --- API --------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 from django.contrib import admin
+from django.contrib.auth.views import LogoutView
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView
 
+from audit import api as audit_api
+from audit import fleet_api
 from controlplane import health
-from presets import api
+from presets import api, web
 from presets.api_errors import api_not_found, api_server_error
 
 api_v1 = [
@@ -17,6 +20,9 @@ api_v1 = [
     path("chains/<slug:name>/history", api.HistoryView.as_view(), name="api-history"),
     path("chains/<slug:name>/history/<int:version>/restore", api.RestoreView.as_view(),
          name="api-restore"),
+    path("alerts", audit_api.AlertsView.as_view(), name="api-alerts"),
+    path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
+    path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
 ]
 
 urlpatterns = [
@@ -25,7 +31,19 @@ urlpatterns = [
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("admin/", admin.site.urls),
+    # Logout is a POST (a form button); it lands on the login page.
+    path("accounts/logout/", LogoutView.as_view(next_page="login"), name="logout"),
     path("accounts/", include("django.contrib.auth.urls")),
+    # The on-call pages (DESIGN §8). A change POSTs twice to its URL: review, then confirm.
+    path("", web.dashboard, name="dashboard"),
+    path("chains/<slug:name>/", web.chain_page, name="chain"),
+    path("chains/<slug:name>/select", web.select, name="chain-select"),
+    path("chains/<slug:name>/revert", web.revert, name="chain-revert"),
+    path("chains/<slug:name>/extend", web.extend, name="chain-extend"),
+    path("chains/<slug:name>/history/", web.chain_history, name="chain-history"),
+    path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
+    path("history/", web.all_history, name="history"),
+    path("alerts/", web.alerts, name="alerts"),
 ]
 
 

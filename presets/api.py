@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.fleet import parse_identity, recorder
 from presets import services
 from presets.authentication import CanWrite, actor_of
 from presets.exceptions import InvalidInput
@@ -154,6 +155,11 @@ class ChainDetailView(APIView):
         # reaches Django (a session, or a WSGI deployment) is answered at once.
         wait_seconds(request.query_params.get("wait"))
         selection = services.live_selection(chain=name)
+        identity = parse_identity(request.headers.get("X-Chain-Client"),
+                                  request.headers.get("X-Chain-Applied-Version"))
+        if identity is not None:
+            recorder.seen(name, *identity)
+            recorder.flush()
         if matches(request.headers.get("If-None-Match"), selection.version):
             return Response(status=304, headers={"ETag": etag(selection.version),
                                                  "Cache-Control": "no-cache"})

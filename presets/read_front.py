@@ -11,6 +11,7 @@ from ``Selection.to_document``, expiry from ``services.live_selection``, errors 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from audit.fleet import FleetRecorder, parse_identity, recorder
 from presets.api import matches, wait_seconds
 from presets.api_errors import error_body
 from presets.authentication import find_token
@@ -36,6 +38,7 @@ PREFIX = "/api/v1/chains"
 # recorded (last_used_at) at most once a minute by find_token.
 TOKEN_CACHE_S = 5.0
 TOKEN_CACHE_MAX = 10_000
+FLEET_FLUSH_S = 1.0
 
 _JSON = (b"content-type", b"application/json")
 _NO_CACHE = (b"cache-control", b"no-cache")
@@ -63,11 +66,33 @@ class ReadFront:
     """Answer token-authenticated chain reads from the snapshot; hand the rest to Django."""
 
     def __init__(self, django_app: ASGIApp, snapshot: Snapshot | None = None,
-                 on_read: Callable[[str, dict[bytes, bytes], int], None] | None = None) -> None:
+                 fleet: FleetRecorder | None = None) -> None:
         self.django_app = django_app
         self.snapshot = snapshot or Snapshot()
         self.tokens = TokenCache()
-        self.on_read = on_read  # (chain, request headers, status) -> None, e.g. fleet status
+        self.fleet = fleet or recorder
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def _start(self) -> None:
+        await self.snapshot.start()
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_fleet())
+
+    async def _flush_fleet(self) -> None:
+        """Write who read what, off the request path (at most once a second)."""
+        while True:
+            await asyncio.sleep(FLEET_FLUSH_S)
+            if self.fleet.has_pending:
+                try:
+                    await in_worker_thread(self.fleet.flush)()
+                except Exception as exc:  # noqa: BLE001 - fleet status is best effort
+                    log.warning("fleet status: flush failed: %s", exc)
+
+    async def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        await self.snapshot.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -86,10 +111,10 @@ class ReadFront:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                await self.snapshot.start()
+                await self._start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self.snapshot.stop()
+                await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -107,7 +132,7 @@ class ReadFront:
         if not valid:
             await _error(send, 401, "the token is unknown or revoked", auth=True)
             return
-        await self.snapshot.start()
+        await self._start()
         if not name:
             await _respond(send, 200, self.snapshot.list_body)
             return
@@ -126,8 +151,10 @@ class ReadFront:
         if matches(if_none_match, entry.version) and wait:
             entry = await self._wait(name, entry, wait)
         status = 304 if matches(if_none_match, entry.version) else 200
-        if self.on_read is not None:
-            self.on_read(name, headers, status)
+        identity = parse_identity(headers.get(b"x-chain-client", b"").decode("latin-1"),
+                                  headers.get(b"x-chain-applied-version", b"").decode("latin-1"))
+        if identity is not None:
+            self.fleet.seen(name, *identity)
         if status == 304:
             await _respond(send, 304, b"", entry.etag)
         else:

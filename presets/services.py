@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit import alerts
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import Action, Chain, Preset, Selection, format_time
 from presets.presets_file import PresetsFile
@@ -163,7 +164,8 @@ def restore(
 
 
 def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = None) -> int:
-    """Revert every pin whose expiry has passed to its chain's default. Returns how many.
+    """Revert every pin whose expiry has passed to its chain's default, raising a
+    ``pin_expired`` alert for each in the same transaction. Returns how many.
 
     Idempotent and safe with several workers: each pin is re-checked under its row lock, so
     only the first sweep to get the lock reverts it."""
@@ -187,6 +189,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
                 reason = reason[: REASON_MAX - 1] + "…"
             _apply(selection, preset=selection.chain.default_preset, action=Action.EXPIRE,
                    actor=EXPIRY_ACTOR, reason=reason, expires_at=None, now=now)
+            alerts.alert_pin_expired(selection=selection, now=now)
             reverted += 1
     return reverted
 

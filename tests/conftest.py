@@ -85,3 +85,99 @@ def writer(write_token: str) -> Client:
 @pytest.fixture
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+# --- background work: Celery, Redis, subprocesses on the test database, a webhook receiver ---
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _celery_in_memory_broker() -> None:
+    """Tasks queued by the code under test go to kombu's in-memory broker, never to the
+    filesystem queue under var/ that a local `make run` worker would consume."""
+    from controlplane.celery import app
+
+    app.conf.broker_url = "memory://"
+    app.conf.broker_transport_options = {}
+
+
+@pytest.fixture
+def redis_url() -> Any:
+    """A Redis database of its own for one test (flushed before and after); skips without
+    Redis, fails in CI."""
+    import redis
+
+    url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.exceptions.RedisError as exc:
+        message = f"needs Redis at {url} ({exc})"
+        if IN_CI:
+            pytest.fail(message + " (CI must run it)")
+        pytest.skip(message)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def subprocess_env(transactional_db: Any, tmp_path: Path) -> dict[str, str]:
+    """Environment for a child process (a Celery worker, a management command) that uses the
+    test database: PostgreSQL only, with committed data (transactional_db)."""
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        pytest.skip("a child process cannot see the SQLite in-memory test database")
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))}
+    env.update({
+        "DATABASE_URL": f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+        "VAR_DIR": str(tmp_path / "var"),  # the beat schedule file and any filesystem queue
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    return env
+
+
+class WebhookReceiver:
+    """A local HTTP server on an ephemeral port that records each POSTed JSON body and
+    answers with the next status in `answers` (200 once they run out)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import json
+        import threading
+
+        self.bodies: list[Any] = []
+        self.answers: list[int] = []
+        self.received = threading.Event()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", 0))
+                receiver.bodies.append(json.loads(self.rfile.read(length)))
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                receiver.received.set()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/alerts"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Any:
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.close()

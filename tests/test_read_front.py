@@ -60,7 +60,7 @@ def run(coro_factory) -> Any:
         try:
             return await coro_factory(app)
         finally:
-            await app.snapshot.stop()
+            await app.stop()
 
     return asyncio.run(main())
 
@@ -226,3 +226,17 @@ def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token)
     assert (document["version"], document["preset"], document["updated_by"]) == (2, "pin_secondary", "carol")
     assert headers[b"etag"] == b'"2"'
     assert elapsed < 25  # woken by the change, not by the 30 s timeout
+
+
+def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> None:
+    from audit.fleet import FleetInstance
+    from presets.snapshot import in_worker_thread
+
+    async def body(app):
+        await call(app, "/api/v1/chains/chat", auth(read_token, **{
+            "X-Chain-Client": "checkout/pod-1", "X-Chain-Applied-Version": "1"}))
+        await in_worker_thread(app.fleet.flush)()
+
+    run(body)
+    instance = FleetInstance.objects.get(client="checkout/pod-1")
+    assert (instance.chain.name, instance.applied_version) == ("chat", 1)

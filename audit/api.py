@@ -1,0 +1,107 @@
+"""GET /api/v1/alerts (DESIGN §7, §9). The view only translates HTTP to the alert services."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_serializer,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.alerts import alert_entry, recent_alerts
+from audit.models import AlertKind, DeliveryState
+from presets.api import ERROR_RESPONSE
+from presets.exceptions import InvalidInput
+
+LIMIT_DEFAULT, LIMIT_MAX = 100, 500
+
+
+@extend_schema_serializer(component_name="AlertDelivery")
+class DeliverySerializer(serializers.Serializer):
+    """One notifier's delivery of an alert."""
+
+    state = serializers.ChoiceField(choices=DeliveryState.choices)
+    attempts = serializers.IntegerField()
+    last_error = serializers.CharField(allow_blank=True)
+    delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class AlertsView(APIView):
+    @extend_schema_serializer(component_name="Alert")
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.IntegerField()
+        kind = serializers.ChoiceField(choices=AlertKind.choices)
+        chain = serializers.CharField(help_text="the chain's name")
+        version = serializers.IntegerField(
+            help_text="stale_pin: the version where the pin started; pin_expired: the version "
+            "the automatic revert created")
+        preset = serializers.CharField(allow_null=True, help_text="the pinned preset")
+        actor = serializers.CharField(
+            allow_null=True, help_text="stale_pin: who pinned; pin_expired: system:expiry")
+        reason = serializers.CharField(allow_null=True)
+        pin_version = serializers.IntegerField(allow_null=True)
+        pinned_by = serializers.CharField(allow_null=True)
+        pinned_at = serializers.DateTimeField(allow_null=True)
+        expires_at = serializers.DateTimeField(allow_null=True)
+        age_seconds = serializers.IntegerField(
+            allow_null=True, help_text="how long the pin had been live (stale_pin) or lasted "
+            "(pin_expired)")
+        age = serializers.CharField(help_text="age_seconds, readable: 1h 05m")
+        message = serializers.CharField()
+        url = serializers.URLField(help_text="the chain's page in the web UI")
+        created_at = serializers.DateTimeField()
+        resolved_at = serializers.DateTimeField(
+            allow_null=True, help_text="null while open; pin_expired is born resolved")
+        resolution = serializers.CharField(allow_blank=True, help_text="how it ended")
+        deliveries = serializers.DictField(
+            child=DeliverySerializer(),
+            help_text="per notifier (log, webhook, email): its delivery state")
+
+    @extend_schema(
+        operation_id="alerts_list",
+        parameters=[
+            OpenApiParameter("open", bool, description="true: only alerts still open"),
+            OpenApiParameter("chain", str, description="only this chain's alerts"),
+            OpenApiParameter("limit", int, description=f"at most this many, 1..{LIMIT_MAX} "
+                             f"(default {LIMIT_DEFAULT})"),
+        ],
+        responses={200: inline_serializer("AlertList", {"alerts": OutputSerializer(many=True)}),
+                   400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
+                   404: ERROR_RESPONSE},
+    )
+    def get(self, request: Request) -> Response:
+        """Alerts, newest first."""
+        alerts = recent_alerts(limit=_limit(request), open_only=_open(request),
+                               chain=request.query_params.get("chain"))
+        return Response({"alerts": [alert_entry(alert) for alert in alerts]},
+                        headers={"Cache-Control": "no-cache"})
+
+
+def _open(request: Request) -> bool:
+    raw = request.query_params.get("open")
+    if raw is None or raw == "":
+        return False
+    value = raw.strip().lower()
+    if value in {"true", "1", "yes"}:
+        return True
+    if value in {"false", "0", "no"}:
+        return False
+    raise InvalidInput("open", f"{raw!r} is not a boolean: use true or false")
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return LIMIT_DEFAULT
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput("limit", f"{raw!r} is not a whole number") from None
+    if not 1 <= value <= LIMIT_MAX:
+        raise InvalidInput("limit", f"must be 1..{LIMIT_MAX}")
+    return value

@@ -1,0 +1,83 @@
+"""Fleet API: where each chain's live version has reached, and the SDK's usage reports."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit import fleet
+from presets import services
+from presets.api import ERROR_RESPONSE, StrictCharField, StrictIntegerField
+
+
+class FleetView(APIView):
+    class OutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        version = serializers.IntegerField()
+        instances = serializers.IntegerField()
+        on_version = serializers.IntegerField()
+        applied_p50_s = serializers.FloatField(allow_null=True)
+        applied_max_s = serializers.FloatField(allow_null=True)
+        summary = serializers.CharField()
+        rejected = serializers.ListField(child=serializers.DictField())
+        detail = serializers.ListField(child=serializers.DictField())
+
+    @extend_schema(operation_id="fleet", responses={
+        200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}), 401: ERROR_RESPONSE})
+    def get(self, request: Request) -> Response:
+        fleet.recorder.flush()  # this process's latest reads count too
+        chains = []
+        for selection in services.live_selections():
+            status = fleet.chain_fleet(selection)
+            chains.append({**status, "summary": fleet.fleet_summary(status)})
+        return Response({"chains": chains})
+
+
+class UsageView(APIView):
+    """An SDK instance's batched report: requests served per provider, documents refused."""
+
+    class ProviderUsageSerializer(serializers.Serializer):
+        requests = StrictIntegerField(min_value=0, max_value=10**12)
+        last_served_at = serializers.DateTimeField()
+
+    class RejectionSerializer(serializers.Serializer):
+        version = StrictIntegerField(min_value=0)
+        reason = StrictCharField(max_length=2000)
+        at = serializers.DateTimeField()
+
+    class InputSerializer(serializers.Serializer):
+        client = StrictCharField(max_length=fleet.MAX_CLIENT_LENGTH)
+        applied_version = StrictIntegerField(min_value=0, required=False)
+        providers = serializers.DictField(required=False, default=dict)
+        rejected = serializers.ListField(required=False, default=list, max_length=100)
+
+        def validate_providers(self, value):  # type: ignore[no-untyped-def]
+            if len(value) > 50:
+                raise serializers.ValidationError("at most 50 providers per report")
+            parsed = {}
+            for name, usage in value.items():
+                serializer = UsageView.ProviderUsageSerializer(data=usage)
+                if not serializer.is_valid():
+                    raise serializers.ValidationError({name: serializer.errors})
+                parsed[str(name)[:100]] = serializer.validated_data
+            return parsed
+
+        def validate_rejected(self, value):  # type: ignore[no-untyped-def]
+            serializer = UsageView.RejectionSerializer(data=value, many=True)
+            serializer.is_valid(raise_exception=True)
+            return serializer.validated_data
+
+    @extend_schema(operation_id="chains_usage", request=InputSerializer, responses={
+        202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
+        400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE})
+    def post(self, request: Request, name: str) -> Response:
+        chain = services.live_selection(chain=name).chain
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        fleet.record_usage(chain=chain, client=data["client"], providers=data["providers"],
+                           rejected=data["rejected"])
+        return Response({"accepted": True}, status=202)

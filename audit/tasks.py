@@ -1,0 +1,28 @@
+"""Celery tasks of the audit app; thin: each calls the alert services and returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from audit import alerts
+
+
+@shared_task(name="audit.tasks.alert_stale_pins")
+def alert_stale_pins() -> int:
+    """Raise and resolve stale-pin alerts, then queue deliveries that are due (beat: every
+    ALERT_STALE_PINS_EVERY_SECONDS, 60 s). Returns how many alerts it raised."""
+    sweep = alerts.sweep_stale_pins()
+    alerts.queue_due_deliveries()
+    return sweep.raised
+
+
+# Attempts are counted on the alert, not by Celery, so they survive a re-queue by a sweep;
+# the service bounds them (ALERT_DELIVERY_MAX_ATTEMPTS) and computes the backoff.
+@shared_task(bind=True, name="audit.tasks.deliver_alert", max_retries=None)
+def deliver_alert(self: Any, alert_id: int) -> None:
+    """Deliver one alert to its pending notifiers; retry with backoff while any is pending."""
+    retry_in = alerts.deliver_alert(alert_id=alert_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)

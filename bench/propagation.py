@@ -1,0 +1,394 @@
+"""Propagation: how long after a select every SDK instance has applied the new chain.
+
+Creates a scratch PostgreSQL database, starts the production web process on it (granian,
+ASGI, ``--web-workers`` processes, whose long polls wait on an asyncio event woken by
+LISTEN/NOTIFY), then starts ``--clients`` real ``ChainClient`` instances spread over
+``--processes`` client processes (each a distinct ``bench/client-N`` instance; one process
+holding 1,000 of them would be bound by its own GIL). Once every client holds version 1 and
+has re-issued its long poll, one select goes through the HTTP API with a write token, and
+each client's ``on_change`` records ``time.time()`` when it applies the new version.
+
+Times are relative to t0, the moment the change was committed as seen from here (the
+document's ``updated_at`` has second precision, so it cannot serve). Everything runs on
+this machine, so the clocks agree. The commit lies between the wall clock taken right
+before the select's POST and the one taken when it returns; the return alone is a poor
+t0 under load, because the web worker that ran the select sends its answer only after the
+burst of long-poll answers it has just woken (the POST then "returns" after most clients
+applied). So t0 is the earlier of the POST's return and the arrival of the change's
+NOTIFY at a LISTEN connection of this script's own: both come after the commit, so t0 is
+still at or after it, and the figures are if anything flattering by a few milliseconds.
+The script also prints how the held long polls are spread over the web workers, and the
+CPU the web workers and the client processes used from the POST until every client had
+applied (on a 2-core machine that is what bounds the tail).
+
+With ``--mode poll`` the clients poll every ``--poll-interval`` seconds instead, started
+evenly over one interval so their polls are out of phase, as a real fleet's are.
+
+    python bench/propagation.py [--clients 1000] [--mode longpoll|poll] [--processes K]
+                                [--web-workers 2] [--poll-interval 2]
+
+Bars (DESIGN section 12): long polling, p99 <= 250 ms for 1,000 clients; plain polling,
+every client within poll interval + 1 s. Ends with one line of key=value figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import multiprocessing
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from read_throughput import BIN, ROOT, free_port, start, stop, wait_until_up  # noqa: E402
+from select_latency import percentile  # noqa: E402
+
+try:
+    import chainclient  # noqa: F401
+except ImportError:  # not installed: use the source tree
+    sys.path.insert(0, str(ROOT / "sdk"))
+
+from chainclient import ChainClient, ChainDocument, Provider, Registry, Step  # noqa: E402
+
+# The services' compiled-in registry: the providers and models of the example presets.
+REGISTRY = Registry({
+    "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}}),
+    "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text", "images"}}),
+    "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
+})
+DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
+CHANGE_CHANNEL = "chain_changed"  # presets.services.CHANGE_CHANNEL
+
+
+# --- the client processes ------------------------------------------------------------------
+
+
+def run_clients(conn: Connection, base_url: str, token: str, names: list[str], mode: str,
+                poll_interval: float, wait_s: float, offsets: list[float]) -> None:
+    """One client process: start a ChainClient per name (each ``offsets[i]`` seconds after
+    the first), then answer the parent's commands."""
+    applied: dict[str, dict[int, float]] = {name: {} for name in names}
+
+    def on_change_for(name: str):  # type: ignore[no-untyped-def]
+        times = applied[name]
+
+        def on_change(document: ChainDocument) -> None:
+            times[document.version] = time.time()
+
+        return on_change
+
+    clients = [
+        ChainClient(base_url, chain="chat", token=token, registry=REGISTRY, default=DEFAULT,
+                    state_dir=None, poll_interval=poll_interval, long_poll=mode == "longpoll",
+                    wait_s=wait_s, service="bench", instance=name, on_change=on_change_for(name),
+                    report_usage=False, timeout=10.0, max_backoff=2.0)
+        for name in names
+    ]
+    began = time.monotonic()
+    for client, offset in sorted(zip(clients, offsets), key=lambda pair: pair[1]):
+        time.sleep(max(0.0, began + offset - time.monotonic()))
+        client.start()
+    conn.send(("started", len(clients)))
+    while True:
+        command, argument = conn.recv()
+        if command == "versions":
+            conn.send(Counter(client.current().version for client in clients))
+        elif command == "failures":
+            conn.send(sum(client.health()["consecutive_failures"] > 0 for client in clients))
+        elif command == "collect":
+            version, deadline = argument
+            while time.time() < deadline and any(
+                    client.current().version < version for client in clients):
+                time.sleep(0.02)
+            conn.send([applied[name].get(version) for name in names])
+        elif command == "stop":
+            break
+    for client in clients:
+        client.stop(timeout=0.01)
+    conn.send(("stopped", len(clients)))
+
+
+# --- the bench -----------------------------------------------------------------------------
+
+
+def raise_open_files_limit(needed: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        target = hard if hard == resource.RLIM_INFINITY else min(hard, max(needed, soft))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft < needed:
+        print(f"  warning: RLIMIT_NOFILE is {soft} (hard {hard}); {needed} descriptors wanted")
+    return soft
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in
+                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def cpu_ms(pids: list[int]) -> float:
+    """User + system CPU time the processes have used so far (Linux; 10 ms resolution)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            pass
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def connections_per_process(port: int) -> list[int]:
+    """Established connections to ``port`` per server process (via ss), most first."""
+    try:
+        out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    owners = Counter(line.split("pid=")[1].split(",")[0] for line in out.splitlines()
+                     if "pid=" in line)
+    return sorted(owners.values(), reverse=True)
+
+
+def somaxconn() -> int:
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text())
+    except (OSError, ValueError):
+        return 4096
+
+
+class NotifyListener(threading.Thread):
+    """A LISTEN connection of our own: when did PostgreSQL deliver the change notification?"""
+
+    def __init__(self, database_url: str) -> None:
+        super().__init__(daemon=True)
+        self.conn = psycopg.connect(database_url, autocommit=True)
+        self.conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+        self.received: list[tuple[float, str]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for note in self.conn.notifies(timeout=0.2):
+                self.received.append((time.time(), note.payload))
+
+    def close(self) -> None:
+        self.done.set()
+        self.join(2)
+        self.conn.close()
+
+
+def command(pipes: list[Connection], name: str, argument: Any = None,
+            timeout: float = 60.0) -> list[Any]:
+    for pipe in pipes:
+        pipe.send((name, argument))
+    answers = []
+    for pipe in pipes:
+        if not pipe.poll(timeout):
+            raise SystemExit(f"a client process did not answer {name!r} within {timeout:g}s")
+        answers.append(pipe.recv())
+    return answers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--mode", choices=("longpoll", "poll"), default="longpoll")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="client processes (default: one per 250 clients, at least 2)")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--poll-interval", type=float, default=2.0,
+                        help="plain polling interval in seconds (--mode poll)")
+    parser.add_argument("--wait", type=float, default=30.0, help="long poll wait (s)")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds between every client holding v1 and the select")
+    parser.add_argument("--backlog", type=int, default=0,
+                        help="granian --backlog (default: 2 x clients, within somaxconn)")
+    parser.add_argument("--backpressure", type=int, default=0,
+                        help="granian --backpressure per worker (default: clients + 256; "
+                             "granian's own default, backlog/workers, caps held long polls)")
+    parser.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres",
+                        help="a PostgreSQL URL allowed to create and drop databases")
+    args = parser.parse_args()
+
+    clients = args.clients
+    processes = args.processes or max(2, math.ceil(clients / 250))
+    processes = min(processes, clients)
+    backlog = args.backlog or max(1024, min(somaxconn(), 2 * clients))
+    backpressure = args.backpressure or clients + 256
+    # Each client holds one socket, the server one per client, plus files and pipes.
+    raise_open_files_limit(2 * clients + 512)
+
+    name = f"bench_propagation_{os.getpid()}"
+    base = args.admin_url.rsplit("/", 1)[0]
+    database_url = f"{base}/{name}"
+    with psycopg.connect(args.admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    workdir = Path(tempfile.mkdtemp(prefix="bench-propagation-"))
+    env = {**os.environ, "DATABASE_URL": database_url, "VAR_DIR": str(workdir),
+           "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    server = None
+    children: list[multiprocessing.process.BaseProcess] = []
+    pipes: list[Connection] = []
+    listener: NotifyListener | None = None
+    try:
+        manage = [sys.executable, "manage.py"]
+        subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)
+        read_token, write_token = (
+            subprocess.run(manage + ["create_token", f"bench-{scope}", "--scope", scope],
+                           cwd=ROOT, env=env, check=True, capture_output=True,
+                           text=True).stdout.strip()
+            for scope in ("read", "write")
+        )
+        port = free_port()
+        server_command = [str(BIN / "granian"), "--interface", "asgi", "--workers",
+                          str(args.web_workers), "--host", "127.0.0.1", "--port", str(port),
+                          "--log-level", "warning", "--no-ws", "--backlog", str(backlog),
+                          "--backpressure", str(backpressure), "controlplane.asgi:application"]
+        server = start(server_command, env)
+        base_url = f"http://127.0.0.1:{port}"
+        wait_until_up(f"{base_url}/healthz")
+        print(f"server: {' '.join(server_command[1:])}")
+
+        # Fork before this process starts any thread; every child gets a slice of the names.
+        context = multiprocessing.get_context("fork")
+        names = [f"client-{i}" for i in range(clients)]
+        # Plain pollers start spread over one interval, so their polls are evenly out of
+        # phase as a real fleet's are (started together, they would poll in waves).
+        spread = args.poll_interval if args.mode == "poll" else 0.0
+        offsets = [spread * i / clients for i in range(clients)]
+        started = time.monotonic()
+        for index in range(processes):
+            parent_end, child_end = context.Pipe()
+            child = context.Process(
+                target=run_clients, daemon=True,
+                args=(child_end, base_url, read_token, names[index::processes], args.mode,
+                      args.poll_interval if args.mode == "poll" else 60.0, args.wait,
+                      offsets[index::processes]))
+            child.start()
+            children.append(child)
+            pipes.append(parent_end)
+        for pipe in pipes:
+            if not pipe.poll(120 + spread):
+                raise SystemExit("a client process did not start its clients in time")
+            pipe.recv()
+
+        deadline = time.monotonic() + 120
+        while True:
+            versions = sum(command(pipes, "versions"), Counter())
+            if versions.get(1, 0) == clients:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"not every client reached version 1 in time: {dict(versions)}")
+            time.sleep(0.2)
+        print(f"{clients} clients in {processes} processes hold version 1 "
+              f"({time.monotonic() - started:.1f} s after starting)")
+        # Each long poll is re-issued right after applying v1; this leaves time for all of
+        # them to be parked on the server again, and for the web workers to finish what the
+        # first reads set off (writing every new instance's fleet status).
+        workers = children_of(server.pid)
+        settling = cpu_ms(workers)
+        time.sleep(args.settle)
+        print(f"web workers used {cpu_ms(workers) - settling:.0f} ms of CPU in the "
+              f"{args.settle:g} s before the select")
+        failing = sum(command(pipes, "failures"))
+        if failing:
+            print(f"  warning: {failing} clients report failed polls before the select")
+        if args.mode == "longpoll":
+            print(f"held connections per web worker: {connections_per_process(port)}")
+        client_pids = [child.pid for child in children if child.pid is not None]
+        cpu_before = cpu_ms(workers), cpu_ms(client_pids)
+
+        listener = NotifyListener(database_url)
+        listener.start()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        body = json.dumps({"preset": "pin_secondary", "reason": "bench: propagation"})
+        headers = {"Authorization": f"Bearer {write_token}", "Content-Type": "application/json"}
+        before = time.time()
+        connection.request("POST", "/api/v1/chains/chat/select", body, headers)
+        response = connection.getresponse()
+        answer = response.read()
+        returned = time.time()
+        connection.close()
+        if response.status != 200:
+            raise SystemExit(f"select: HTTP {response.status}: {answer[:300]!r}")
+        version = json.loads(answer)["version"]
+
+        limit = 10.0 if args.mode == "longpoll" else args.poll_interval * 1.1 + 5.0
+        applied_at = [t for times in command(pipes, "collect", (version, returned + limit),
+                                             timeout=limit + 30) for t in times]
+        window_ms = (time.time() - before) * 1000
+        cpu_web = cpu_ms(workers) - cpu_before[0]
+        cpu_clients = cpu_ms(client_pids) - cpu_before[1]
+        notified = [at for at, payload in listener.received if payload.endswith(f":{version}")]
+    finally:
+        if pipes:
+            try:
+                command(pipes, "stop", timeout=30)
+            except (SystemExit, OSError, EOFError):
+                pass
+        for child in children:
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+        if listener is not None:
+            listener.close()
+        if server is not None:
+            stop(server)
+        with psycopg.connect(args.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    t0 = min([returned, *notified[:1]])
+    delays = sorted((t - t0) * 1000 for t in applied_at if t is not None)
+    missing = clients - len(delays)
+    select_ms = (returned - before) * 1000
+    notify = f"{(notified[0] - before) * 1000:.1f} ms" if notified else "never"
+    print(f"select POST returned after {select_ms:.1f} ms, its NOTIFY arrived after {notify}; "
+          f"t0 = {(t0 - before) * 1000:.1f} ms after the POST was sent")
+    print(f"CPU from the POST until every client applied ({window_ms:.0f} ms of wall time, "
+          f"{os.cpu_count()} cores): web workers {cpu_web:.0f} ms, client processes "
+          f"{cpu_clients:.0f} ms")
+    if not delays:
+        print(f"mode={args.mode} clients={clients} applied=0")
+        raise SystemExit(1)
+    p50, p99, worst = statistics.median(delays), percentile(delays, 0.99), delays[-1]
+    print(f"applied v{version}: {len(delays)} of {clients}; min {delays[0]:.1f} ms, "
+          f"p50 {p50:.1f} ms, p90 {percentile(delays, 0.90):.1f} ms, p99 {p99:.1f} ms, "
+          f"max {worst:.1f} ms" + (f"; {missing} never applied within {limit:g} s" if missing
+                                   else ""))
+    if args.mode == "longpoll":
+        bar_ms = 250.0
+        met = missing == 0 and p99 <= bar_ms
+        print(f"bar: p99 <= {bar_ms:.0f} ms for every client: {'met' if met else 'NOT met'}")
+    else:
+        bar_ms = (args.poll_interval + 1.0) * 1000
+        met = missing == 0 and worst <= bar_ms
+        print(f"bar: every client within poll interval + 1 s = {bar_ms:.0f} ms: "
+              f"{'met' if met else 'NOT met'}")
+    print(f"mode={args.mode} clients={clients} applied={len(delays)} p50_ms={p50:.0f} "
+          f"p99_ms={p99:.0f} max_ms={worst:.0f} processes={processes} "
+          f"web_workers={args.web_workers} select_ms={select_ms:.0f} bar_met={str(met).lower()}")
+
+
+if __name__ == "__main__":
+    main()

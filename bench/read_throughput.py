@@ -1,0 +1,150 @@
+"""Read throughput of the authenticated chain endpoint (200 and 304) versus a bare Django view.
+
+Starts, one after another on this machine: the control plane's production web process under
+each candidate ASGI server (2 workers), and a bare Django view returning a constant under
+granian WSGI with 2 workers; loads each with wrk (32 connections) and prints requests/s and
+the ratio to the bare view, measured in the same run.
+
+    python bench/read_throughput.py [--duration 10] [--connections 32]
+
+Needs wrk (Debian package `wrk`). Ends with one line of key=value figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_up(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except Exception:
+            time.sleep(0.2)
+    raise SystemExit(f"server at {url} did not come up")
+
+
+def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def wrk(url: str, headers: dict[str, str], duration: int, connections: int) -> float:
+    command = ["wrk", "-t2", f"-c{connections}", f"-d{duration}s"]
+    for key, value in headers.items():
+        command += ["-H", f"{key}: {value}"]
+    out = subprocess.run(command + [url], capture_output=True, text=True, check=True).stdout
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise SystemExit(f"{errors.group(1)} error responses from {url}:\n{out}")
+    if "Socket errors" in out:
+        print(f"  warning: {url}: " + out.split("Socket errors")[1].splitlines()[0].strip())
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--servers", default="granian,uvicorn")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is missing: apt-get install wrk")
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-read-"))
+    env = {**os.environ, "VAR_DIR": str(workdir), "DEBUG": "false", "LOG_LEVEL": "WARNING",
+           "PYTHONPATH": str(ROOT)}
+    env.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
+    manage = [sys.executable, "manage.py"]
+    subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
+    token = subprocess.run(manage + ["create_token", f"bench-{os.getpid()}"], cwd=ROOT, env=env,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    version = 1
+    auth = {"Authorization": f"Bearer {token}"}
+
+    servers = {
+        "granian": [str(BIN / "granian"), "--interface", "asgi", "--workers", "2", "--host",
+                    "127.0.0.1", "--port", "{port}", "--log-level", "warning", "--no-ws",
+                    "controlplane.asgi:application"],
+        "uvicorn": [str(BIN / "uvicorn"), "controlplane.asgi:application", "--workers", "2",
+                    "--host", "127.0.0.1", "--port", "{port}", "--no-access-log",
+                    "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"],
+    }
+    results: dict[str, float] = {}
+    for name in args.servers.split(","):
+        port = free_port()
+        process = start([part.replace("{port}", str(port)) for part in servers[name]], env)
+        try:
+            url = f"http://127.0.0.1:{port}/api/v1/chains/chat"
+            wait_until_up(f"http://127.0.0.1:{port}/healthz")
+            wrk(url, auth, 2, args.connections)  # warm every worker's snapshot and token cache
+            results[f"{name}_200"] = wrk(url, auth, args.duration, args.connections)
+            results[f"{name}_304"] = wrk(url, {**auth, "If-None-Match": f'"{version}"'},
+                                         args.duration, args.connections)
+        finally:
+            stop(process)
+        print(f"{name:8} ASGI x2: 200 {results[f'{name}_200']:>9,.0f} req/s   "
+              f"304 {results[f'{name}_304']:>9,.0f} req/s")
+
+    port = free_port()
+    process = start([str(BIN / "granian"), "--interface", "wsgi", "--workers", "2", "--host",
+                     "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-ws",
+                     "bench.bare_django:application"], env)
+    try:
+        url = f"http://127.0.0.1:{port}/api/v1/chains/chat"
+        wait_until_up(url)
+        wrk(url, {}, 2, args.connections)
+        bare = wrk(url, {}, args.duration, args.connections)
+    finally:
+        stop(process)
+    print(f"bare Django view, granian WSGI x2: {bare:>9,.0f} req/s")
+
+    best = max(args.servers.split(","), key=lambda n: results[f"{n}_200"] + results[f"{n}_304"])
+    figures = {
+        "server": best,
+        "read_200_rps": round(results[f"{best}_200"]),
+        "read_304_rps": round(results[f"{best}_304"]),
+        "bare_django_rps": round(bare),
+        "ratio_200": round(results[f"{best}_200"] / bare, 2),
+        "ratio_304": round(results[f"{best}_304"] / bare, 2),
+    }
+    for name in args.servers.split(","):
+        figures[f"{name}_200_rps"] = round(results[f"{name}_200"])
+        figures[f"{name}_304_rps"] = round(results[f"{name}_304"])
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()

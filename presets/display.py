@@ -1,0 +1,141 @@
+"""How chains, pins and presets read on the on-call pages. Pure functions of data already
+read: nothing here queries the database or decides whether a change is allowed (that is
+``presets.services``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from presets.models import Preset, Selection
+
+
+def format_duration(value: timedelta) -> str:
+    """A span as a tired person reads it: "3 h 12 min", "45 min", "40 s"."""
+    seconds = max(0, math.floor(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours and minutes:
+        return f"{hours} h {minutes} min"
+    if hours:
+        return f"{hours} h"
+    return f"{minutes} min"
+
+
+def format_clock(value: datetime, *, now: datetime) -> str:
+    """A moment in UTC: "06:03 UTC" today, "Sat 29 Nov 06:03 UTC" on another day."""
+    value, now = value.astimezone(UTC), now.astimezone(UTC)
+    if value.date() == now.date():
+        return f"{value:%H:%M} UTC"
+    return f"{value:%a %d %b %H:%M} UTC"
+
+
+def format_minutes(minutes: int) -> str:
+    """A duration choice: 30 -> "30 min", 240 -> "4 h"."""
+    return format_duration(timedelta(minutes=minutes))
+
+
+def step_label(step: dict[str, Any]) -> str:
+    """One step as "vendor_b/large"."""
+    return f"{step['provider']}/{step['model']}"
+
+
+@dataclass(frozen=True)
+class ChainChange:
+    """What serving ``steps`` instead of the live steps would change."""
+
+    new_head: dict[str, Any] | None  # the first step, when it differs from the live head
+    dropped: list[str] = field(default_factory=list)  # providers that would get no traffic
+    added: list[str] = field(default_factory=list)  # providers that would start getting it
+    reordered: bool = False  # same providers, different order
+
+    @property
+    def is_same(self) -> bool:
+        """Whether the steps are exactly the live ones."""
+        return self.new_head is None and not (self.dropped or self.added or self.reordered)
+
+
+def compare_steps(live: list[dict[str, Any]], steps: list[dict[str, Any]]) -> ChainChange:
+    """The difference an on-call person must see before serving ``steps`` instead of ``live``."""
+    live_providers = _providers(live)
+    providers = _providers(steps)
+    head = steps[0] if steps else None
+    new_head = head if not live or head is None or step_label(head) != step_label(live[0]) else None
+    return ChainChange(
+        new_head=new_head,
+        dropped=[p for p in live_providers if p not in providers],
+        added=[p for p in providers if p not in live_providers],
+        reordered=set(live_providers) == set(providers) and live_providers != providers,
+    )
+
+
+def _providers(steps: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for step in steps:
+        if step["provider"] not in seen:
+            seen.append(step["provider"])
+    return seen
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """A chain's live selection with the facts its card shows."""
+
+    selection: Selection
+    is_default: bool
+    is_pinned: bool
+    is_stale: bool  # pinned for longer than the alert threshold
+    pinned_for: timedelta | None
+    expires_in: timedelta | None
+
+    @property
+    def chain(self) -> str:
+        return self.selection.chain.name
+
+
+def live_state(selection: Selection, *, now: datetime, alert_after: timedelta) -> LiveState:
+    """The card facts of one live selection at ``now``."""
+    pinned_for = now - selection.updated_at if selection.is_pinned else None
+    return LiveState(
+        selection=selection,
+        is_default=selection.preset_id == selection.chain.default_preset_id,
+        is_pinned=selection.is_pinned,
+        is_stale=pinned_for is not None and pinned_for > alert_after,
+        pinned_for=pinned_for,
+        expires_in=selection.expires_at - now if selection.expires_at else None,
+    )
+
+
+@dataclass(frozen=True)
+class PresetChoice:
+    """A reviewed preset offered on the chain page, with what it would change."""
+
+    preset: Preset
+    is_live: bool
+    change: ChainChange
+
+    @property
+    def name(self) -> str:
+        return self.preset.name
+
+    @property
+    def degraded(self) -> bool:
+        return bool((self.preset.marking or {}).get("degraded"))
+
+    @property
+    def note(self) -> str:
+        return str((self.preset.marking or {}).get("note") or "")
+
+
+def preset_choices(presets: list[Preset], selection: Selection) -> list[PresetChoice]:
+    """The presets one can pin (the default is reached with "Revert to default")."""
+    return [
+        PresetChoice(preset=p, is_live=p.pk == selection.preset_id,
+                     change=compare_steps(selection.steps, p.steps))
+        for p in presets
+        if p.pk != selection.chain.default_preset_id
+    ]

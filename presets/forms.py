@@ -1,0 +1,104 @@
+"""The on-call pages' forms. They check type and shape only: every rule (a reason is required,
+how long a pin may last, which presets may be selected) lives in ``presets.services``, and the
+views put a service's ``InvalidInput`` onto the field it names (``add_service_error``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+
+from presets.display import format_minutes
+from presets.exceptions import InvalidInput
+from presets.services import REASON_MAX
+
+# Offered pin lengths; the configured default and maximum are always among them.
+DURATION_STEPS = (30, 60, 120, 240, 480, 720, 1440)
+
+
+def duration_choices() -> list[tuple[int, str]]:
+    default, longest = settings.PIN_DEFAULT_MINUTES, settings.PIN_MAX_MINUTES
+    minutes = sorted({m for m in DURATION_STEPS if m <= longest} | {default, longest})
+    labels = []
+    for m in minutes:
+        label = format_minutes(m)
+        if m == default:
+            label += " (default)"
+        elif m == longest:
+            label += " (longest allowed)"
+        labels.append((m, label))
+    return labels
+
+
+class ReasonInput(forms.TextInput):
+    """A reason is typed on a phone at 02:00: no autocorrect, and the service's limit shown."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__({"autocomplete": "off", "autocapitalize": "off", "spellcheck": "false",
+                          "maxlength": str(REASON_MAX), "aria-required": "true", **(attrs or {})})
+
+
+class ChangeForm(forms.Form):
+    """What every change posts: why, the version the person saw, and whether they confirmed."""
+
+    # Not required here: the service's rule (stripped, 1..500 characters) gives the message.
+    reason = forms.CharField(
+        required=False, strip=False, widget=ReasonInput, label="Reason",
+        help_text="Why, for whoever reads the history later: the incident and what you saw.",
+    )
+    # The version on the page when it was loaded: the service refuses the change (a conflict)
+    # when the chain moved meanwhile, so nobody overwrites a change they have not seen.
+    expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+    def add_service_error(self, error: InvalidInput) -> None:
+        """Show a service's refusal on the field it names, or above the form."""
+        field = {"expires_at": "duration_minutes"}.get(error.field, error.field)
+        if field in self.fields:
+            self.add_error(field, error.field_message)
+        else:
+            self.add_error(None, error.message)
+
+
+class DurationMixin(forms.Form):
+    duration_minutes = forms.IntegerField(
+        min_value=1, widget=forms.Select, label="Pin for",
+        help_text="Then the chain goes back to its default by itself.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["duration_minutes"]
+        field.widget.choices = duration_choices()
+        field.initial = settings.PIN_DEFAULT_MINUTES
+
+
+class SelectForm(DurationMixin, ChangeForm):
+    """Pin one of the chain's reviewed presets."""
+
+    preset = forms.SlugField(max_length=50, label="Preset",
+                             error_messages={"required": "choose one of the presets"})
+    field_order = ["preset", "duration_minutes", "reason"]
+
+
+class ExtendForm(DurationMixin, ChangeForm):
+    """Keep the live pin for longer: the new expiry counts from now."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["duration_minutes"].label = "Keep it pinned for"
+        self.fields["duration_minutes"].help_text = "Counted from now, not from the old expiry."
+        self.fields["reason"].help_text = "Why it must stay pinned longer."
+
+
+class RevertForm(ChangeForm):
+    """End the pin: serve the default preset again."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].help_text = "Prefilled; edit it to say why the pin can end."
+
+
+class RestoreForm(ChangeForm):
+    """Undo one history entry: make its previous value live again."""

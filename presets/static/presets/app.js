@@ -1,0 +1,88 @@
+/* The on-call pages work without this script. With it: pin countdowns tick, and the page
+   notices when a chain changed elsewhere (the dashboard reloads itself; a page with a form
+   says so instead, so nobody loses what they were typing). No framework, no inline code. */
+(function () {
+  "use strict";
+
+  var POLL_MS = 10000;
+  var body = document.body;
+  var mode = body.getAttribute("data-refresh"); // "reload", "notice" or ""
+  var url = body.getAttribute("data-refresh-url");
+
+  // Same wording as presets.display.format_duration.
+  function formatDuration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 60) return seconds + " s";
+    var minutes = Math.round(seconds / 60);
+    var hours = Math.floor(minutes / 60);
+    minutes = minutes % 60;
+    if (hours && minutes) return hours + " h " + minutes + " min";
+    if (hours) return hours + " h";
+    return minutes + " min";
+  }
+
+  function tick() {
+    var now = Date.now();
+    var expired = false;
+    document.querySelectorAll("time[data-countdown]").forEach(function (el) {
+      var left = (Date.parse(el.getAttribute("datetime")) - now) / 1000;
+      if (left <= 0) {
+        el.textContent = "expired";
+        expired = true;
+      } else {
+        el.textContent = "expires in " + formatDuration(left);
+      }
+    });
+    return expired;
+  }
+
+  function isTyping() {
+    var el = document.activeElement;
+    return !!el && (el.tagName === "INPUT" || el.tagName === "SELECT" || el.tagName === "TEXTAREA");
+  }
+
+  function showNotice(changed) {
+    var notice = document.getElementById("changed-notice");
+    if (!notice) return;
+    var parts = changed.map(function (doc) {
+      return doc.name + " is now v" + doc.version + ": " + doc.preset + " by " + doc.updated_by;
+    });
+    notice.textContent = "Changed since this page was loaded: " + parts.join("; ") + ". ";
+    var link = document.createElement("a");
+    link.href = window.location.pathname;
+    link.textContent = "Reload to see it";
+    notice.appendChild(link);
+  }
+
+  var polling = false;
+  function poll() {
+    if (!url || !mode || polling) return;
+    polling = true;
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (data) {
+        if (!data || !data.chains) return;
+        var changed = data.chains.filter(function (doc) {
+          var shown = document.querySelector('[data-chain="' + CSS.escape(doc.name) + '"][data-version]');
+          return shown && shown.getAttribute("data-version") !== String(doc.version);
+        });
+        if (!changed.length) return;
+        if (mode === "reload" && !isTyping()) {
+          window.location.reload();
+        } else {
+          showNotice(changed);
+        }
+      })
+      .catch(function () { /* offline for a moment: try again at the next poll */ })
+      .then(function () { polling = false; });
+  }
+
+  var wasExpired = tick();
+  window.setInterval(function () {
+    var expired = tick();
+    // Reading the chains reverts an expired pin, so ask as soon as one runs out.
+    if (expired && !wasExpired) poll();
+    wasExpired = expired;
+  }, 1000);
+  if (url && mode) window.setInterval(poll, POLL_MS);
+})();

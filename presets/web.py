@@ -1,0 +1,448 @@
+"""The on-call pages (DESIGN §8): see what is live, pin a reviewed preset, revert, extend, restore.
+
+Views stay thin: they read through ``presets.services`` and ``audit.history``, call the
+service for every change, and render its refusals (``InvalidInput`` on the form field it names,
+``Conflict`` as "someone changed it meanwhile: here is what, confirm again"). A change is two
+POSTs to the same URL: the first shows what will happen and asks for confirmation, the second
+(``confirmed``) makes it; then POST-redirect-GET to the chain page with a success message.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from audit.history import entry, history_rows
+from presets import services
+from presets.authentication import actor_of
+from presets.display import compare_steps, format_clock, format_duration, live_state, preset_choices
+from presets.exceptions import Conflict, InvalidInput, NotFound
+from presets.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
+from presets.models import Preset, Selection
+from presets.roles import ONCALL_GROUP, can_change
+
+HISTORY_PAGE_SIZE = 25
+
+
+# --- reading pages ----------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Every chain as a card: what it serves, since when, why, until when."""
+    now = timezone.now()
+    selections = services.live_selections(now=now)
+    presets = _active_presets_by_chain()
+    cards = [
+        {"live": live_state(s, now=now, alert_after=_alert_after()),
+         "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live]}
+        for s in selections
+    ]
+    return _page(request, "presets/dashboard.html", {"cards": cards, "refresh": "reload"})
+
+
+@require_GET
+@login_required
+def chain_page(request: HttpRequest, name: str) -> HttpResponse:
+    """One chain: its live state, the reviewed presets to pin, revert and extend."""
+    return _chain_page(request, name)
+
+
+@require_GET
+@login_required
+def chain_history(request: HttpRequest, name: str) -> HttpResponse:
+    """Every change of one chain, newest first, each with a one-click restore."""
+    live = _live(name)
+    # Versions of one chain are its order (history_date follows the clock, which may jump).
+    rows = history_rows(chain=name).order_by("-version", "-history_id")
+    return _history_page(request, rows=rows, lives={name: live}, chain=live)
+
+
+@require_GET
+@login_required
+def all_history(request: HttpRequest) -> HttpResponse:
+    """Every change of every chain, newest first."""
+    lives = {s.chain.name: s for s in services.live_selections()}
+    return _history_page(request, rows=history_rows(), lives=lives, chain=None)
+
+
+@require_GET
+@login_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    """Open and recent alerts, when the audit app provides them."""
+    return _page(request, "audit/alerts.html", _alerts_context())
+
+
+# --- changes ----------------------------------------------------------------------------
+
+
+@require_POST
+@login_required
+def select(request: HttpRequest, name: str) -> HttpResponse:
+    """Pin a reviewed preset (review, then confirm)."""
+    _require_oncall(request)
+    form = SelectForm(request.POST)
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        preset = _active_presets(chain=live.chain_id).get(data["preset"])
+        if preset is None:
+            raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
+        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]),
+                                        now=timezone.now())
+        return {
+            "title": f"Pin {preset.name} on {name}?",
+            "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
+            "target": preset.name, "steps": preset.steps, "marking": preset.marking,
+            "change": compare_steps(live.steps, preset.steps), "until": until,
+            "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.select_preset(
+            chain=name, preset=data["preset"], actor=actor_of(request.user), reason=data["reason"],
+            expires_at=timedelta(minutes=data["duration_minutes"]),
+            expected_version=data["expected_version"],
+        )
+
+    return _change(request, name, form, describe=describe, apply=apply,
+                   origin=lambda f: _chain_page(request, name, select_form=f, status=400))
+
+
+@require_POST
+@login_required
+def revert(request: HttpRequest, name: str) -> HttpResponse:
+    """Serve the chain's default preset again (review, then confirm)."""
+    _require_oncall(request)
+    form = RevertForm(request.POST, auto_id="revert_%s")
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        default = live.chain.default_preset
+        assert default is not None  # every synced chain has one
+        return {
+            "title": f"Revert {name} to its default, {default.name}?",
+            "confirm_label": f"Revert to {default.name}",
+            "target": default.name, "steps": default.steps, "marking": default.marking,
+            "change": compare_steps(live.steps, default.steps), "until": None,
+            "hidden": {},
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.revert_to_default(chain=name, actor=actor_of(request.user),
+                                          reason=data["reason"],
+                                          expected_version=data["expected_version"])
+
+    return _change(request, name, form, describe=describe, apply=apply,
+                   origin=lambda f: _chain_page(request, name, revert_form=f, status=400))
+
+
+@require_POST
+@login_required
+def extend(request: HttpRequest, name: str) -> HttpResponse:
+    """Keep the live pin for longer, counted from now (review, then confirm)."""
+    _require_oncall(request)
+    form = ExtendForm(request.POST, auto_id="extend_%s")
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
+            return {"title": f"{name} has no pin to extend any more", "blocked": True}
+        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]),
+                                        now=timezone.now())
+        return {
+            "title": f"Extend the pin of {live.preset.name} on {name}?",
+            "confirm_label": f"Extend until {format_clock(until, now=timezone.now())}",
+            "target": live.preset.name, "steps": live.steps, "marking": live.marking,
+            "change": compare_steps(live.steps, live.steps), "until": until,
+            "hidden": {"duration_minutes": data["duration_minutes"]},
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.extend_pin(chain=name, actor=actor_of(request.user),
+                                   reason=data["reason"],
+                                   expires_at=timedelta(minutes=data["duration_minutes"]),
+                                   expected_version=data["expected_version"])
+
+    return _change(request, name, form, describe=describe, apply=apply,
+                   origin=lambda f: _chain_page(request, name, extend_form=f, status=400))
+
+
+@require_POST
+@login_required
+def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
+    """Undo one history entry: its previous value goes live again (review, then confirm)."""
+    _require_oncall(request)
+    form = RestoreForm(request.POST, auto_id="restore_%s")
+    row = history_rows(chain=name).filter(version=version).first()
+    if row is None:
+        raise Http404(f"{name} has no version {version}")
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        previous = row.previous_preset
+        if previous is None:
+            raise InvalidInput("version", f"v{version} created {name}; it has nothing to undo")
+        until = None if previous.is_default else services.resolve_expiry(None, now=timezone.now())
+        return {
+            "title": f"Undo v{version} on {name}: serve {previous.name} again?",
+            "confirm_label": f"Restore {previous.name}",
+            "undo": entry(row),
+            "target": previous.name, "steps": previous.steps, "marking": previous.marking,
+            "change": compare_steps(live.steps, previous.steps), "until": until,
+            "hidden": {},
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.restore(chain=name, version=version, actor=actor_of(request.user),
+                                reason=data["reason"], expected_version=data["expected_version"])
+
+    def origin(bound: ChangeForm) -> HttpResponse:
+        # The reason was typed on the history page: ask for it again on the confirmation page.
+        live = _live(name)
+        try:
+            summary = describe(live, {})
+        except InvalidInput as error:
+            bound.add_service_error(error)
+            summary = {"title": f"Undo v{version} on {name}?", "blocked": True}
+        return _confirm_page(request, name, bound, live=live, summary=summary, status=400,
+                             cancel=reverse("chain-history", args=[name]))
+
+    return _change(request, name, form, describe=describe, apply=apply, origin=origin,
+                   cancel=reverse("chain-history", args=[name]))
+
+
+# --- the review -> confirm -> apply flow shared by every change --------------------------
+
+
+def _change(
+    request: HttpRequest,
+    name: str,
+    form: ChangeForm,
+    *,
+    describe: Callable[[Selection, dict[str, Any]], dict[str, Any]],
+    apply: Callable[[dict[str, Any]], Selection],
+    origin: Callable[[ChangeForm], HttpResponse],
+    cancel: str | None = None,
+) -> HttpResponse:
+    if not form.is_valid():
+        if "reason" not in form.errors:  # report a blank reason too, not one error at a time
+            try:
+                services.clean_reason(form.data.get("reason", ""))
+            except InvalidInput as error:
+                form.add_service_error(error)
+        return origin(form)
+    data = form.cleaned_data
+    live = _live(name)
+    cancel = cancel or reverse("chain", args=[name])
+    try:
+        if not data["confirmed"]:
+            services.clean_reason(data["reason"])  # a blank reason is refused before confirming
+            conflict = None
+            # Shown before confirming; the service checks the version again when it writes.
+            if live.version != data["expected_version"]:
+                conflict = {"current": live.to_document(), "action": live.action}
+            return _confirm_page(request, name, form, live=live, summary=describe(live, data),
+                                 conflict=conflict, cancel=cancel)
+        selection = apply(data)
+    except InvalidInput as error:
+        form.add_service_error(error)
+        return origin(form)
+    except Conflict as error:
+        # Someone changed the chain since this person looked: nothing was written. Show what
+        # happened and ask again, against the version that is live now.
+        live = _live(name)
+        try:
+            summary = describe(live, data)
+        except InvalidInput as invalid:
+            form.add_service_error(invalid)
+            return origin(form)
+        return _confirm_page(request, name, form, live=live, summary=summary,
+                             conflict=error.details, cancel=cancel, status=409)
+    messages.success(request, _changed_message(selection))
+    return redirect("chain", name=name)
+
+
+def _confirm_page(
+    request: HttpRequest,
+    name: str,
+    form: ChangeForm,
+    *,
+    live: Selection,
+    summary: dict[str, Any],
+    cancel: str,
+    conflict: dict[str, Any] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    return _page(request, "presets/confirm.html", {
+        "chain_name": name,
+        "live": live_state(live, now=timezone.now(), alert_after=_alert_after()),
+        "summary": summary,
+        "form": form,
+        "reason": form.data.get("reason", ""),
+        # The page asks about the version live now; confirming sends that version back.
+        "expected_version": live.version,
+        "hidden": summary.get("hidden", {}),
+        "conflict": conflict,
+        "action_url": request.path,
+        "cancel_url": cancel,
+    }, status=status)
+
+
+def _changed_message(selection: Selection) -> str:
+    chain = selection.chain.name
+    if selection.expires_at is None:
+        return f"{chain} is now v{selection.version}: {selection.preset.name} (default, no expiry)."
+    now = timezone.now()
+    return (f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
+            f"{format_clock(selection.expires_at, now=now)} "
+            f"(expires in {format_duration(selection.expires_at - now)}).")
+
+
+# --- page helpers -----------------------------------------------------------------------
+
+
+def _chain_page(
+    request: HttpRequest,
+    name: str,
+    *,
+    select_form: ChangeForm | None = None,
+    revert_form: ChangeForm | None = None,
+    extend_form: ChangeForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    now = timezone.now()
+    selection = _live(name, now=now)
+    live = live_state(selection, now=now, alert_after=_alert_after())
+    version = selection.version
+    chosen = request.GET.get("preset", "")
+    if select_form is None:
+        select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
+    if revert_form is None:
+        revert_form = RevertForm(auto_id="revert_%s", initial={
+            "expected_version": version,
+            "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
+        })
+    if extend_form is None:
+        extend_form = ExtendForm(auto_id="extend_%s", initial={"expected_version": version})
+    # The reason box takes the focus when the person came to pin (a preset chosen on the
+    # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
+    if chosen or select_form.is_bound or not live.is_pinned:
+        select_form.fields["reason"].widget.attrs["autofocus"] = True
+    choices = preset_choices(list(_active_presets(chain=selection.chain_id).values()), selection)
+    context = {
+        "live": live,
+        "choices": choices,
+        "pinnable": any(not c.is_live for c in choices),
+        "default_preset": selection.chain.default_preset,
+        "select_form": select_form,
+        "revert_form": revert_form,
+        "extend_form": extend_form,
+        "chosen": select_form["preset"].value() or "",
+        "refresh": "notice",
+    }
+    return _page(request, "presets/chain.html", context, status=status)
+
+
+def _history_page(request: HttpRequest, *, rows: Any, lives: dict[str, Selection],
+                  chain: Selection | None) -> HttpResponse:
+    page = Paginator(rows, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    items = [_history_item(row, lives.get(row.chain.name)) for row in page]
+    return _page(request, "audit/history.html", {
+        "page": page, "items": items, "chain": chain,
+        "lives": [live_state(s, now=timezone.now(), alert_after=_alert_after())
+                  for s in lives.values()],
+        "refresh": "notice",
+    })
+
+
+def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
+    """One history row with what its Restore button would do (the service decides if it may)."""
+    item = entry(row)
+    previous: Preset | None = row.previous_preset
+    restore_block = None
+    if previous is None:
+        restore_block = "first version: nothing to undo"
+    elif live is not None and previous.pk == live.preset_id:
+        restore_block = f"{previous.name} is live now"
+    elif previous.is_retired:
+        restore_block = f"{previous.name} was retired"
+    return {
+        "entry": item,
+        "restore_block": restore_block,
+        "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by "
+                          f"{row.updated_by})",
+        "expected_version": live.version if live is not None else None,
+        "is_live": live is not None and live.version == row.version,
+    }
+
+
+def _alerts_context() -> dict[str, Any]:
+    """Alerts come from ``audit.alerts_view_data()`` once the alerts work provides it: a list
+    of alerts (objects or dicts with kind, chain, version, message, created_at, resolved_at),
+    or a dict of template context holding such a list under "alerts"."""
+    provider = None
+    for module in ("audit", "audit.alerts"):
+        try:
+            provider = getattr(importlib.import_module(module), "alerts_view_data", None)
+        except ImportError:
+            continue
+        if callable(provider):
+            break
+    if not callable(provider):
+        return {"alerts": [], "alerts_available": False}
+    data = provider()
+    if isinstance(data, dict):
+        return {"alerts_available": True, **data, "alerts": list(data.get("alerts", []))}
+    return {"alerts": list(data), "alerts_available": True}
+
+
+def _page(request: HttpRequest, template: str, context: dict[str, Any],
+          status: int = 200) -> HttpResponse:
+    user = request.user
+    roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
+    context = {"can_change": can_change(user), "role": " · ".join(roles),
+               "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES, **context}
+    return render(request, template, context, status=status)
+
+
+def _require_oncall(request: HttpRequest) -> None:
+    if not can_change(request.user):
+        raise PermissionDenied(f"changing a selection needs the {ONCALL_GROUP} role")
+
+
+def _live(name: str, now: Any = None) -> Selection:
+    try:
+        return services.live_selection(chain=name, now=now)
+    except NotFound:
+        raise Http404(f"unknown chain {name!r}") from None
+
+
+def _active_presets(*, chain: int) -> dict[str, Preset]:
+    """One chain's non-retired presets by name."""
+    presets = Preset.objects.filter(chain_id=chain, retired_at__isnull=True)
+    return {p.name: p for p in presets.select_related("chain")}
+
+
+def _active_presets_by_chain() -> dict[int, list[Preset]]:
+    """Every chain's non-retired presets, by chain id (one query for the dashboard)."""
+    grouped: dict[int, list[Preset]] = {}
+    for preset in Preset.objects.filter(retired_at__isnull=True).select_related("chain"):
+        grouped.setdefault(preset.chain_id, []).append(preset)
+    return grouped
+
+
+def _alert_after() -> timedelta:
+    return timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES)
+
+

@@ -1,0 +1,148 @@
+"""The real chainclient SDK against a real running control plane."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from chainclient import ChainClient, Provider, Registry, Step
+from django.conf import settings
+from django.db import connection
+
+from presets.registry import PROVIDERS
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
+
+# The service's own compiled-in registry: here, the same providers the control plane knows.
+REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models))
+                     for name, p in PROVIDERS.items()})
+DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def select(base_url: str, token: str, preset: str, reason: str) -> dict:
+    request = urllib.request.Request(
+        f"{base_url}/api/v1/chains/chat/select",
+        data=json.dumps({"preset": preset, "reason": reason}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def test_a_select_reaches_a_polling_sdk_within_the_poll_interval(live_server, read_token, write_token,
+                                                                tmp_path: Path) -> None:
+    poll_interval = 1.0
+    client = ChainClient(live_server.url, chain="chat", token=read_token, registry=REGISTRY,
+                         default=DEFAULT, state_dir=tmp_path, poll_interval=poll_interval,
+                         long_poll=False, service="integration")
+    with client:
+        assert wait_for(lambda: client.current().source == "live", 5)
+        assert client.current().version == 1
+        changed_at = time.monotonic()
+        select(live_server.url, write_token, "pin_secondary", "INC-7 vendor_a degraded")
+        assert wait_for(lambda: client.current().version == 2, poll_interval + 1.0 + 1.0)
+        applied_after = time.monotonic() - changed_at
+    document = client.current()
+    assert (document.preset, document.updated_by, document.reason) == (
+        "pin_secondary", "token:deployer", "INC-7 vendor_a degraded")
+    assert document.chain[0] == Step("vendor_b", "large", 20000)
+    assert applied_after <= poll_interval + 1.0 + 1.0  # the bar is interval + 1 s; 1 s of slack for a noisy CI
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert json.dumps(saved).count('"pin_secondary"') >= 1
+    assert saved.get("version", saved.get("document", {}).get("version")) == 2
+
+
+def test_a_restarted_sdk_starts_from_its_last_known_good_file_while_the_server_is_down(
+    live_server, read_token, write_token, tmp_path: Path
+) -> None:
+    select(live_server.url, write_token, "local_only", "both vendors down")
+    with ChainClient(live_server.url, chain="chat", token=read_token, registry=REGISTRY,
+                     default=DEFAULT, state_dir=tmp_path, poll_interval=0.2, long_poll=False) as client:
+        assert wait_for(lambda: client.current().version == 2, 5)
+    # The control plane is gone: a port where nothing listens.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    restarted = ChainClient(dead_url, chain="chat", token=read_token, registry=REGISTRY,
+                            default=DEFAULT, state_dir=tmp_path, poll_interval=0.2, long_poll=False)
+    with restarted:
+        document = restarted.current()
+        assert (document.source, document.version, document.preset) == ("disk", 2, "local_only")
+        assert document.marking["degraded"] is True
+        time.sleep(0.5)  # several failed polls: nothing changes
+        assert restarted.current() is document
+
+
+@pytest.fixture
+def production_server(write_token) -> Iterator[str]:
+    """The production web process (granian, 2 workers) on the test database."""
+    db = connection.settings_dict
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+           "DJANGO_SETTINGS_MODULE": "controlplane.settings", "LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--workers", "2",
+         "--host", "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
+         "controlplane.asgi:application"],
+        cwd=settings.BASE_DIR, env=env, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: _up(url), 30), "the web process did not start"
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+
+
+def _up(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/healthz", timeout=1).read()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.postgres
+def test_a_long_polling_sdk_applies_a_change_without_waiting_for_its_poll_interval(
+    production_server: str, read_token, write_token, tmp_path: Path
+) -> None:
+    clients = [
+        ChainClient(production_server, chain="chat", token=read_token, registry=REGISTRY,
+                    default=DEFAULT, state_dir=None, poll_interval=60.0, long_poll=True,
+                    service="integration", instance=f"i{n}")
+        for n in range(4)  # spread over both web processes
+    ]
+    for client in clients:
+        client.start()
+    try:
+        assert wait_for(lambda: all(c.current().version == 1 for c in clients), 10)
+        time.sleep(0.5)  # every client is now holding a long poll
+        select(production_server, write_token, "drop_vendor_b", "vendor_b leaking data")
+        # A 60 s poll interval: only the long poll can deliver this within the bound.
+        assert wait_for(lambda: all(c.current().version == 2 for c in clients), 10)
+        assert all(c.current().preset == "drop_vendor_b" for c in clients)
+    finally:
+        for client in clients:
+            client.stop()

@@ -1,0 +1,454 @@
+"""The on-call pages in a real Chromium (Playwright), against a live server and database.
+
+Needs Debian's chromium at /usr/bin/chromium (Playwright cannot download its own browser here)
+and axe-core from npm (``npm ci``). Without them these tests are skipped on a developer's
+machine and fail in CI (CI=true), where both must be installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.utils import timezone
+
+from presets import services
+from presets.models import Selection
+
+# Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
+# plain synchronous code, so Django's "called from an async context" guard must stand aside.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
+IN_CI = os.environ.get("CI") == "true"
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 860}
+REASON = "INC-4411 vendor_a returns 200s with garbage"
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -r requirements-dev.txt)"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    if not AXE.exists():
+        return f"{AXE} is missing (npm ci)"
+    return None
+
+
+MISSING = _missing()
+
+
+def require_browser() -> None:
+    """Skip without Chromium, Playwright or axe-core; in CI, where they must be, fail."""
+    if MISSING:
+        if IN_CI:
+            pytest.fail(f"browser tests must run in CI: {MISSING}")
+        pytest.skip(MISSING)
+
+
+@pytest.fixture(autouse=True)
+def _browser_requirements() -> None:
+    require_browser()
+
+
+@pytest.fixture(autouse=True)
+def _roles(transactional_db: Any) -> None:
+    # A transactional test empties the tables afterwards, including the role groups that a
+    # data migration created; put them back for alice and bob.
+    for name in ("viewer", "oncall"):
+        Group.objects.get_or_create(name=name)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    require_browser()  # session fixtures run before the autouse check above
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def open_page(browser: Any, live_server: Any, synced: None) -> Iterator[Callable[..., Any]]:
+    """open_page(user=None, path="/", color_scheme="light", viewport=PHONE, javascript=True,
+    fake_clock=False): a new browser context, signed in as ``user``, showing ``path``."""
+    contexts: list[Any] = []
+
+    def open_(
+        user: User | None = None,
+        path: str = "/",
+        *,
+        color_scheme: str = "light",
+        viewport: dict[str, int] = PHONE,
+        javascript: bool = True,
+        fake_clock: bool = False,
+    ) -> Any:
+        context = browser.new_context(
+            base_url=live_server.url,
+            color_scheme=color_scheme,
+            viewport=viewport,
+            java_script_enabled=javascript,
+        )
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        if user is not None:
+            client = Client()
+            client.force_login(user)
+            context.add_cookies(
+                [
+                    {
+                        "name": settings.SESSION_COOKIE_NAME,
+                        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                        "url": live_server.url,
+                    }
+                ]
+            )
+        page = context.new_page()
+        if fake_clock:
+            page.clock.install()  # timers then run when the test says (page.clock.run_for)
+        page.goto(path)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+def live(chain: str = "chat") -> Selection:
+    return Selection.objects.select_related("preset").get(chain__name=chain)
+
+
+def pin(
+    preset: str = "pin_secondary",
+    *,
+    chain: str = "chat",
+    actor: str = "carol",
+    reason: str = REASON,
+) -> Selection:
+    return services.select_preset(chain=chain, preset=preset, actor=actor, reason=reason)
+
+
+class Clicks:
+    """Counts the clicks a person makes; typing is not a click."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, locator: Any) -> None:
+        locator.click()
+        self.count += 1
+
+
+def api_document(live_server: Any, token: str, chain: str = "chat") -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{live_server.url}/api/v1/chains/{chain}", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+# --- the on-call flows ------------------------------------------------------------------------
+
+
+def test_signing_in_with_the_form_lands_on_the_dashboard(
+    open_page: Callable[..., Any], alice: User
+) -> None:
+    page = open_page(None, "/")
+    assert "/accounts/login/" in page.url
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("alice-pass-123")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/$"))
+    assert page.get_by_role("heading", name="What is live").is_visible()
+    assert page.locator("section[data-chain=chat] .preset-name").inner_text() == "normal"
+
+
+def test_pinning_from_the_dashboard_takes_three_clicks_and_the_api_serves_it(
+    open_page: Callable[..., Any],
+    alice: User,
+    live_server: Any,
+    read_token: str,
+) -> None:
+    page = open_page(alice, "/")
+    click = Clicks()
+    click(page.locator("section[data-chain=chat]").get_by_role("link", name="pin_secondary"))
+    assert page.get_by_role("radio", name="pin_secondary").is_checked()
+    page.keyboard.type(REASON)  # the reason box has the focus: no click needed
+    click(page.get_by_role("button", name="Review and pin…"))
+    click(page.get_by_role("button", name="Pin pin_secondary for 4 h"))
+
+    assert click.count == 3
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert "chat is now v2: pin_secondary" in page.get_by_role("status").first.inner_text()
+    assert page.locator("[data-chain=chat] .badge-pinned").inner_text().lower() == "pinned"
+    document = api_document(live_server, read_token)
+    assert (document["version"], document["preset"], document["updated_by"]) == (
+        2,
+        "pin_secondary",
+        "alice",
+    )
+    assert document["reason"] == REASON
+
+
+def test_a_change_between_page_load_and_submit_is_shown_and_asked_again(
+    open_page: Callable[..., Any],
+    alice: User,
+) -> None:
+    page = open_page(alice, "/chains/chat/")
+    page.get_by_role("radio", name="pin_secondary").check()
+    page.locator("#id_reason").fill(REASON)
+    page.get_by_role("button", name="Review and pin…").click()
+    pin("local_only", actor="carol", reason="INC-9 both vendors down")  # meanwhile
+    page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
+
+    alert = page.get_by_role("alert")
+    assert "chat changed since you loaded the page" in alert.inner_text()
+    assert "carol" in alert.inner_text() and "local_only" in alert.inner_text()
+    assert "INC-9 both vendors down" in alert.inner_text()
+    assert (live().version, live().preset.name) == (2, "local_only"), "nothing overwritten"
+    page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert (live().version, live().preset.name) == (3, "pin_secondary")
+
+
+def test_revert_to_default_from_the_dashboard(open_page: Callable[..., Any], alice: User) -> None:
+    pin()
+    page = open_page(alice, "/")
+    page.locator("section[data-chain=chat]").get_by_role("link", name="Revert or extend…").click()
+    page.get_by_role("button", name="Revert to default (normal)…").click()
+    page.get_by_role("button", name="Revert to normal").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert (
+        "chat is now v3: normal (default, no expiry)"
+        in page.get_by_role("status").first.inner_text()
+    )
+    assert (live().version, live().preset.name, live().action) == (3, "normal", "revert")
+
+
+def test_extend_keeps_the_pin_longer(open_page: Callable[..., Any], alice: User) -> None:
+    pin()
+    page = open_page(alice, "/chains/chat/")
+    page.get_by_label("Keep it pinned for").select_option("480")
+    page.locator("#extend_reason").fill("vendor_a still flaky")
+    page.get_by_role("button", name="Extend pin…").click()
+    page.get_by_role("button", name=re.compile(r"^Extend until ")).click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert "expires in 8 h" in page.locator("[data-chain=chat] .countdown").inner_text()
+    assert (live().version, live().action, live().preset.name) == (3, "extend", "pin_secondary")
+
+
+def test_restore_from_history_with_the_prefilled_reason(
+    open_page: Callable[..., Any], alice: User
+) -> None:
+    pin()
+    services.revert_to_default(chain="chat", actor="carol", reason="looked fine")
+    page = open_page(alice, "/chains/chat/history/")
+    row = page.locator("#chat-v3")
+    assert row.get_by_label("Reason for restoring pin_secondary").input_value() == (
+        "undo v3 (revert of normal by carol)"
+    )
+    row.get_by_role("button", name="Restore pin_secondary…").click()
+    page.get_by_role("button", name="Restore pin_secondary").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    selection = live()
+    assert (selection.version, selection.preset.name, selection.action) == (
+        4,
+        "pin_secondary",
+        "restore",
+    )
+    assert selection.reason == "undo v3 (revert of normal by carol)"
+
+
+def test_a_blank_reason_shows_a_form_error_and_writes_nothing(
+    open_page: Callable[..., Any], alice: User
+) -> None:
+    page = open_page(alice, "/chains/chat/?preset=pin_secondary")
+    page.keyboard.type("   ")
+    page.get_by_role("button", name="Review and pin…").click()
+    alert = page.get_by_role("alert")
+    assert "Reason: is required" in alert.inner_text()
+    assert page.locator("#id_reason").get_attribute("aria-invalid") == "true"
+    assert page.get_by_role("radio", name="pin_secondary").is_checked(), "the choice is kept"
+    assert (live().version, Selection.history.count()) == (1, 2)  # chat and incident-summary
+
+
+def test_a_viewer_sees_no_change_buttons_and_a_forged_post_is_forbidden(
+    open_page: Callable[..., Any],
+    bob: User,
+) -> None:
+    pin()
+    page = open_page(bob, "/")
+    assert page.locator(".card-actions").count() == 0
+    for path in ("/chains/chat/", "/chains/chat/history/"):
+        page.goto(path)
+        assert page.locator("form[action^='/chains/']").count() == 0
+        assert (
+            page.get_by_role("button", name=re.compile("Revert|Restore|Review|Extend")).count() == 0
+        )
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    response = page.request.post(
+        "/chains/chat/revert",
+        headers={"X-CSRFToken": token},
+        form={"reason": "forged", "expected_version": "2", "confirmed": "yes"},
+    )
+    assert response.status == 403
+    assert "Not allowed" in response.text()
+    assert live().version == 2
+
+
+def test_a_post_without_the_csrf_token_fails(open_page: Callable[..., Any], alice: User) -> None:
+    page = open_page(alice, "/chains/chat/?preset=pin_secondary")
+    page.keyboard.type(REASON)
+    page.eval_on_selector_all(
+        "#choose input[name=csrfmiddlewaretoken]", "els => els.forEach(e => e.remove())"
+    )
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.get_by_role("button", name="Review and pin…").click()
+    assert posted.value.status == 403
+    assert "CSRF" in page.content()
+    assert live().version == 1
+
+
+def test_the_pages_work_without_javascript(open_page: Callable[..., Any], alice: User) -> None:
+    page = open_page(alice, "/chains/chat/", javascript=False, viewport=LAPTOP)
+    page.get_by_role("radio", name="local_only").check()
+    page.get_by_label("Pin for").select_option("60")
+    page.locator("#id_reason").fill("INC-12 both vendors down")
+    page.get_by_role("button", name="Review and pin…").click()
+    page.get_by_role("button", name="Pin local_only for 1 h").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert "expires in 1 h" in page.locator("[data-chain=chat] .countdown").inner_text()
+    assert live().preset.name == "local_only"
+
+
+def test_countdowns_tick_and_the_dashboard_follows_changes_made_elsewhere(
+    open_page: Callable[..., Any],
+    alice: User,
+) -> None:
+    pin()
+    page = open_page(alice, "/", fake_clock=True)
+    countdown = page.locator("section[data-chain=chat] .countdown")
+    assert countdown.inner_text() == "expires in 4 h"
+    # the script counts down to the datetime it is given, every second
+    page.evaluate("""() => document.querySelector('section[data-chain=chat] .countdown')
+        .setAttribute('datetime', new Date(Date.now() + 100_000).toISOString())""")
+    page.clock.run_for(1_000)
+    assert countdown.inner_text() == "expires in 2 min"
+    page.clock.run_for(50_000)
+    assert re.fullmatch(r"expires in [34]\d s", countdown.inner_text())
+    # a change made elsewhere shows up without touching the page (it polls every 10 s)
+    services.revert_to_default(chain="chat", actor="carol", reason="done")
+    page.clock.run_for(10_000)
+    page.wait_for_selector("section[data-chain=chat][data-version='3']")
+    assert page.locator("section[data-chain=chat] .badge-default").is_visible()
+
+
+def test_a_page_with_a_form_says_the_chain_changed_instead_of_reloading(
+    open_page: Callable[..., Any],
+    alice: User,
+) -> None:
+    page = open_page(alice, "/chains/chat/", fake_clock=True)
+    page.locator("#id_reason").fill("half typed")
+    pin("local_only", actor="carol", reason="INC-9")
+    page.clock.run_for(10_000)
+    notice = page.locator("#changed-notice")
+    notice.filter(has_text="chat is now v2: local_only by carol").wait_for()
+    assert page.locator("#id_reason").input_value() == "half typed"
+
+
+# --- accessibility, themes, phone width -----------------------------------------------------
+
+
+def axe_violations(page: Any) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+@pytest.mark.parametrize("color_scheme", ["light", "dark"])
+def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
+    open_page: Callable[..., Any],
+    alice: User,
+    color_scheme: str,
+    settings: Any,
+) -> None:
+    settings.PIN_ALERT_AFTER_MINUTES = 1
+    page = open_page(None, "/accounts/login/", color_scheme=color_scheme)
+    checked: dict[str, list[str]] = {"login": axe_violations(page)}
+    page = open_page(alice, "/", color_scheme=color_scheme)
+    checked["dashboard, all default"] = axe_violations(page)
+
+    pin("local_only", chain="incident-summary")  # a degraded pin
+    with time_machine.travel(timezone.now() - timedelta(minutes=5)):
+        pin()  # older than the alert threshold: a stale pin
+    pages = {
+        "dashboard, pinned and stale": "/",
+        "chain": "/chains/chat/",
+        "chain history": "/chains/chat/history/",
+        "all history": "/history/",
+        "alerts": "/alerts/",
+    }
+    for name, path in pages.items():
+        page.goto(path)
+        checked[name] = axe_violations(page)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"{name} is {width}px wide"
+    page.goto("/chains/chat/")
+    page.get_by_role("button", name="Review and pin…").click()  # no preset, no reason
+    checked["chain with errors"] = axe_violations(page)
+    page.get_by_role("radio", name="drop_vendor_b").check()
+    page.locator("#id_reason").fill("INC-7")
+    page.get_by_role("button", name="Review and pin…").click()
+    checked["confirmation"] = axe_violations(page)
+    services.revert_to_default(chain="chat", actor="carol", reason="meanwhile")
+    page.get_by_role("button", name="Pin drop_vendor_b for 4 h").click()
+    assert page.get_by_role("alert").is_visible()
+    checked["conflict"] = axe_violations(page)
+
+    assert {name: found for name, found in checked.items() if found} == {}
+
+
+def test_the_dashboard_screenshot(
+    open_page: Callable[..., Any], alice: User, tmp_path: Path
+) -> None:
+    """Takes the README's picture; UPDATE_SCREENSHOT=1 writes it to docs/screenshot.png."""
+    pin(actor="alice")
+    page = open_page(alice, "/", viewport=LAPTOP)
+    target = tmp_path / "dashboard.png"
+    page.screenshot(path=str(target), full_page=True)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("UPDATE_SCREENSHOT") == "1":
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(target, SCREENSHOT)
