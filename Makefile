@@ -23,10 +23,11 @@ node_modules/.installed: package.json package-lock.json
 install: $(VENV)/.installed $(if $(wildcard package.json),node_modules/.installed)
 
 run: install
-	mkdir -p var
+	mkdir -p $${VAR_DIR:-var}
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py sync_presets
 	$(PY) manage.py ensure_local_admin
+	$(PY) manage.py collectstatic --no-input -v0
 	$(PY) -m controlplane.run_local 127.0.0.1:$(PORT)  # web + Celery worker with beat
 
 # The production web process: the ASGI read front plus Django under granian (chosen by

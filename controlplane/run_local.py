@@ -11,23 +11,38 @@ still reverts expired pins by itself).
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import FrameType
+
+from django.conf import settings
 
 WORKER_STOP_SECONDS = 10
 
 
 def main(argv: list[str]) -> int:
     address = argv[0] if argv else "127.0.0.1:8000"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     python = sys.executable
     worker = subprocess.Popen(
         [python, "-m", "celery", "-A", "controlplane", "worker", "--beat", "--loglevel=info",
          "--concurrency=2"],
     )
-    web = subprocess.Popen([python, "manage.py", "runserver", "--noreload", address])
+    # The same web stack as production (the ASGI read front and Django under granian), with
+    # one worker; static files collected under VAR_DIR and served by granian.
+    host, _, port = address.rpartition(":")
+    web = subprocess.Popen(
+        [str(Path(python).parent / "granian"), "--interface", "asgi", "--host", host or "127.0.0.1",
+         "--port", port, "--workers", "1", "--no-ws", "--log-level", "warning",
+         "--static-path-route", "/static", "--static-path-mount", str(settings.STATIC_ROOT),
+         "controlplane.asgi:application"],
+    )
+    print(f"Serving on http://{host or '127.0.0.1'}:{port}/ (Ctrl-C stops web, worker and beat)",
+          flush=True)
 
     stopping: list[int] = []
 

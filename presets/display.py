@@ -5,6 +5,7 @@ read: nothing here queries the database or decides whether a change is allowed (
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -91,15 +92,18 @@ class LiveState:
     is_stale: bool  # pinned for longer than the alert threshold
     pinned_for: timedelta | None
     expires_in: timedelta | None
+    fleet_summary: str = ""
 
     @property
     def chain(self) -> str:
         return self.selection.chain.name
 
 
-def live_state(selection: Selection, *, now: datetime, alert_after: timedelta) -> LiveState:
-    """The card facts of one live selection at ``now``."""
-    pinned_for = now - selection.updated_at if selection.is_pinned else None
+def live_state(selection: Selection, *, now: datetime, alert_after: timedelta,
+               pinned_since: datetime | None = None, fleet_summary: str = "") -> LiveState:
+    """The card facts of one live selection at ``now``. A pin's age counts from the change
+    that started it (``pinned_since``; extending a pin does not make it younger)."""
+    pinned_for = now - (pinned_since or selection.updated_at) if selection.is_pinned else None
     return LiveState(
         selection=selection,
         is_default=selection.preset_id == selection.chain.default_preset_id,
@@ -107,6 +111,7 @@ def live_state(selection: Selection, *, now: datetime, alert_after: timedelta) -
         is_stale=pinned_for is not None and pinned_for > alert_after,
         pinned_for=pinned_for,
         expires_in=selection.expires_at - now if selection.expires_at else None,
+        fleet_summary=fleet_summary,
     )
 
 
@@ -117,6 +122,7 @@ class PresetChoice:
     preset: Preset
     is_live: bool
     change: ChainChange
+    warning: str | None = None  # e.g. its head has not served a request lately
 
     @property
     def name(self) -> str:
@@ -131,11 +137,13 @@ class PresetChoice:
         return str((self.preset.marking or {}).get("note") or "")
 
 
-def preset_choices(presets: list[Preset], selection: Selection) -> list[PresetChoice]:
+def preset_choices(presets: list[Preset], selection: Selection,
+                   warn: Callable[[list[dict[str, Any]]], str | None] | None = None) -> list[PresetChoice]:
     """The presets one can pin (the default is reached with "Revert to default")."""
     return [
         PresetChoice(preset=p, is_live=p.pk == selection.preset_id,
-                     change=compare_steps(selection.steps, p.steps))
+                     change=compare_steps(selection.steps, p.steps),
+                     warning=warn(p.steps) if warn and p.pk != selection.preset_id else None)
         for p in presets
         if p.pk != selection.chain.default_preset_id
     ]

@@ -9,7 +9,6 @@ POSTs to the same URL: the first shows what will happen and asks for confirmatio
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -28,13 +27,23 @@ from django.views.decorators.http import require_GET, require_POST
 from audit.history import entry, history_rows
 from presets import services
 from presets.authentication import actor_of
-from presets.display import compare_steps, format_clock, format_duration, live_state, preset_choices
+from audit.alerts import pin_start, recent_alerts
+from audit.fleet import chain_fleet, fleet_summary, idle_head_warning
+from presets.display import (
+    LiveState,
+    compare_steps,
+    format_clock,
+    format_duration,
+    live_state,
+    preset_choices,
+)
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
 from presets.models import Preset, Selection
 from presets.roles import ONCALL_GROUP, can_change
 
 HISTORY_PAGE_SIZE = 25
+ALERTS_PAGE_SIZE = 100
 
 
 # --- reading pages ----------------------------------------------------------------------
@@ -48,7 +57,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     selections = services.live_selections(now=now)
     presets = _active_presets_by_chain()
     cards = [
-        {"live": live_state(s, now=now, alert_after=_alert_after()),
+        {"live": _live_state(s, now=now),
          "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live]}
         for s in selections
     ]
@@ -109,6 +118,7 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
             "target": preset.name, "steps": preset.steps, "marking": preset.marking,
             "change": compare_steps(live.steps, preset.steps), "until": until,
             "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+            "warning": idle_head_warning(live.chain, preset.steps),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
@@ -286,7 +296,7 @@ def _confirm_page(
 ) -> HttpResponse:
     return _page(request, "presets/confirm.html", {
         "chain_name": name,
-        "live": live_state(live, now=timezone.now(), alert_after=_alert_after()),
+        "live": _live_state(live, now=timezone.now()),
         "summary": summary,
         "form": form,
         "reason": form.data.get("reason", ""),
@@ -323,7 +333,7 @@ def _chain_page(
 ) -> HttpResponse:
     now = timezone.now()
     selection = _live(name, now=now)
-    live = live_state(selection, now=now, alert_after=_alert_after())
+    live = _live_state(selection, now=now)
     version = selection.version
     chosen = request.GET.get("preset", "")
     if select_form is None:
@@ -339,7 +349,8 @@ def _chain_page(
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
     if chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
-    choices = preset_choices(list(_active_presets(chain=selection.chain_id).values()), selection)
+    choices = preset_choices(list(_active_presets(chain=selection.chain_id).values()), selection,
+                             warn=lambda steps: idle_head_warning(selection.chain, steps))
     context = {
         "live": live,
         "choices": choices,
@@ -360,7 +371,7 @@ def _history_page(request: HttpRequest, *, rows: Any, lives: dict[str, Selection
     items = [_history_item(row, lives.get(row.chain.name)) for row in page]
     return _page(request, "audit/history.html", {
         "page": page, "items": items, "chain": chain,
-        "lives": [live_state(s, now=timezone.now(), alert_after=_alert_after())
+        "lives": [_live_state(s, now=timezone.now())
                   for s in lives.values()],
         "refresh": "notice",
     })
@@ -388,23 +399,15 @@ def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
 
 
 def _alerts_context() -> dict[str, Any]:
-    """Alerts come from ``audit.alerts_view_data()`` once the alerts work provides it: a list
-    of alerts (objects or dicts with kind, chain, version, message, created_at, resolved_at),
-    or a dict of template context holding such a list under "alerts"."""
-    provider = None
-    for module in ("audit", "audit.alerts"):
-        try:
-            provider = getattr(importlib.import_module(module), "alerts_view_data", None)
-        except ImportError:
-            continue
-        if callable(provider):
-            break
-    if not callable(provider):
-        return {"alerts": [], "alerts_available": False}
-    data = provider()
-    if isinstance(data, dict):
-        return {"alerts_available": True, **data, "alerts": list(data.get("alerts", []))}
-    return {"alerts": list(data), "alerts_available": True}
+    return {"alerts": recent_alerts(limit=ALERTS_PAGE_SIZE)}
+
+
+def _live_state(selection: Selection, *, now: Any) -> LiveState:
+    """A chain's card facts, with the pin's true start and how far the fleet has got."""
+    start = pin_start(chain=selection.chain, version=selection.version) if selection.is_pinned else None
+    return live_state(selection, now=now, alert_after=_alert_after(),
+                      pinned_since=start.at if start else None,
+                      fleet_summary=fleet_summary(chain_fleet(selection, now)))
 
 
 def _page(request: HttpRequest, template: str, context: dict[str, Any],

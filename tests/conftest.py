@@ -30,6 +30,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Tests sign people in many times; a slow hasher is a production concern only."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def example_file() -> Path:
     return Path(settings.BASE_DIR) / "presets" / "presets.example.json"
@@ -44,14 +50,14 @@ def synced(db: Any, example_file: Path) -> None:
 @pytest.fixture
 def alice(db: Any) -> User:
     user = User.objects.create_user("alice", password="alice-pass-123")
-    user.groups.add(Group.objects.get(name="oncall"))
+    user.groups.add(Group.objects.get_or_create(name="oncall")[0])
     return user
 
 
 @pytest.fixture
 def bob(db: Any) -> User:
     user = User.objects.create_user("bob", password="bob-pass-123")
-    user.groups.add(Group.objects.get(name="viewer"))
+    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
     return user
 
 

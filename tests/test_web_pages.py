@@ -13,7 +13,6 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-import audit
 from presets import services
 from presets.models import Selection
 
@@ -525,23 +524,28 @@ def test_pages_have_no_inline_scripts_or_handlers(oncall: Client) -> None:
 # --- alerts ---------------------------------------------------------------------------------
 
 
-def test_the_alerts_page_says_no_alerts_when_there_are_none(oncall: Client, monkeypatch) -> None:
-    monkeypatch.setattr(audit, "alerts_view_data", lambda: [], raising=False)
+def test_the_alerts_page_says_no_alerts_when_there_are_none(oncall: Client) -> None:
     assert "No alerts" in page(oncall, "/alerts/")
 
 
-def test_the_alerts_page_lists_what_the_audit_app_provides(oncall: Client, monkeypatch) -> None:
-    now = timezone.now()
-    alerts = [
-        {
-            "kind": "stale_pin",
-            "chain": "chat",
-            "version": 2,
-            "message": "pinned 61 min <b>",
-            "created_at": now,
-            "resolved_at": None,
-        }
-    ]
-    monkeypatch.setattr(audit, "alerts_view_data", lambda: {"alerts": alerts}, raising=False)
-    html = page(oncall, "/alerts/")
-    assert "stale_pin" in html and "pinned 61 min &lt;b&gt;" in html and "Open" in html
+def test_the_alerts_page_lists_raised_alerts_escaped(oncall: Client) -> None:
+    from audit.alerts import sweep_stale_pins
+
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
+                           reason="pinned <b>bold</b>")
+    with time_machine.travel(timezone.now() + timedelta(minutes=61)):
+        sweep_stale_pins()
+        html = page(oncall, "/alerts/")
+    assert "stale_pin" in html and "Open" in html
+    assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold</b>" not in html
+
+
+def test_the_chain_page_shows_fleet_convergence_and_warns_about_an_idle_head(oncall: Client, reader) -> None:
+    reader.get("/api/v1/chains/chat", headers={"X-Chain-Client": "checkout/a", "X-Chain-Applied-Version": "1"})
+    html = page(oncall, "/chains/chat/")
+    assert "1 of 1 instances on v1" in html
+    assert "vendor_b has not served a chat request in the last 24 h" in html
+    reader.post("/api/v1/chains/chat/usage", {"client": "checkout/a", "providers": {
+        "vendor_b": {"requests": 1, "last_served_at": timezone.now().isoformat()}}},
+        content_type="application/json")
+    assert "vendor_b has not served" not in page(oncall, "/chains/chat/")

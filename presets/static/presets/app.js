@@ -77,6 +77,28 @@
       .then(function () { polling = false; });
   }
 
+  // How far each chain's live version has reached the fleet, refreshed every few seconds
+  // while such a line is on the page (it moves fastest right after a change).
+  var FLEET_MS = 3000;
+  var fleetUrl = body.getAttribute("data-fleet-url");
+  function refreshFleet() {
+    if (!fleetUrl || !document.querySelector("[data-fleet]")) return;
+    fetch(fleetUrl, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (data) {
+        if (!data || !data.chains) return;
+        data.chains.forEach(function (status) {
+          document.querySelectorAll('[data-fleet="' + CSS.escape(status.name) + '"]').forEach(function (el) {
+            var shown = el.closest("[data-version]");
+            if (shown && shown.getAttribute("data-version") !== String(status.version)) return;
+            if (el.textContent !== status.summary) el.textContent = status.summary;
+          });
+        });
+      })
+      .catch(function () { /* try again at the next refresh */ });
+  }
+  if (fleetUrl) window.setInterval(refreshFleet, FLEET_MS);
+
   var wasExpired = tick();
   window.setInterval(function () {
     var expired = tick();
