@@ -42,8 +42,10 @@ serve: install
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
+BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py
 bench: install
-	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
+	$(PY) bench/propagation.py --mode poll
 
 clean:
 	rm -rf $(VENV) var
