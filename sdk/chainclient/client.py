@@ -5,6 +5,11 @@ the last-known-good file in ``state_dir`` (read at construction, before any netw
 the live document fetched from the control plane. ``current()`` only reads one immutable
 reference; a daemon thread does all the I/O and swaps that reference when a newer, valid
 document arrives.
+
+With ``report_usage=True`` a second small daemon thread sends the control plane a usage
+report every ``usage_interval`` seconds: requests served per provider (``record_served``,
+which the Router calls on every success) and the documents this client refused, and why.
+A report that fails is merged into the next one; nothing is lost and no caller waits.
 """
 
 from __future__ import annotations
@@ -37,6 +42,18 @@ MAX_WAIT_S = 60.0
 MAX_DOCUMENT_BYTES = 1 << 20
 # Below this a 304 to a long poll was not held: the server ignores ``wait``.
 _HELD_AT_LEAST_S = 1.0
+# After a change every instance of a fleet would re-ask at the same moment, while the
+# server is still answering the rest of the fleet; a random pause up to this long spreads
+# those requests out (bench/propagation.py: it halves the tail at 1,000 instances).
+REPOLL_SPREAD_S = 1.0
+# A usage report carries at most this many refused documents (the newest ones).
+MAX_REPORTED_REJECTIONS = 20
+# The control plane accepts at most 50 providers per report and 500 characters of reason;
+# a report it refuses would be retried forever, so never build one.
+_MAX_REPORTED_PROVIDERS = 50
+_MAX_REASON_CHARS = 500
+# stop() keeps this much of its budget for joining the usage thread after its last report.
+_FLUSH_MARGIN_S = 0.05
 
 OnChange = Callable[[ChainDocument], object]
 
@@ -65,6 +82,8 @@ class ChainClient:
         wait_s: float = 30.0,
         timeout: float = 10.0,
         max_backoff: float = 60.0,
+        report_usage: bool = True,
+        usage_interval: float = 60.0,
     ) -> None:
         if not isinstance(chain, str) or not chain.strip():
             raise ValueError("chain must be a non-empty string")
@@ -72,6 +91,7 @@ class ChainClient:
             ("poll_interval", poll_interval),
             ("timeout", timeout),
             ("max_backoff", max_backoff),
+            ("usage_interval", usage_interval),
         ):
             if not (math.isfinite(seconds) and seconds > 0):
                 raise ValueError(f"{label} must be a positive number of seconds")
@@ -131,6 +151,20 @@ class ChainClient:
         self._stop_event = threading.Event()
         self._transport: _Transport | None = None
 
+        # Usage since the last accepted report; record_served is on the request hot path,
+        # so it is one dict lookup and an increment under a lock that nothing holds long.
+        self._report_usage = bool(report_usage)
+        self._usage_interval = float(usage_interval)
+        self._usage_path = f"{self._path}/usage"
+        self._usage_lock = threading.Lock()
+        self._served: dict[str, list[float]] = {}  # provider -> [requests, last served at]
+        self._refusals: list[_Refusal] = []
+        self._usage_thread: threading.Thread | None = None
+        self._usage_transport: _Transport | None = None
+        self._flush_by = 0.0  # monotonic deadline of the last report, set by stop()
+        self._last_report_at: float | None = None
+        self._report_failures = 0
+
         # The only shared mutable state the read path sees: one reference to a frozen value.
         self._current: ChainDocument = self._load_state() or ChainDocument.compiled_default(
             chain, steps
@@ -146,6 +180,8 @@ class ChainClient:
         """A snapshot for health endpoints and logs; never does I/O."""
         document = self._current
         thread = self._thread
+        with self._usage_lock:
+            unreported = sum(int(count) for count, _ in self._served.values())
         with self._stats_lock:
             return {
                 "chain": self._chain,
@@ -162,7 +198,29 @@ class ChainClient:
                 "long_poll": self._long_poll,
                 "running": thread is not None and thread.is_alive(),
                 "state_file": str(self._state_path) if self._state_path else None,
+                "unreported_requests": unreported,
+                "last_usage_report_at": self._last_report_at,
+                "usage_report_failures": self._report_failures,
             }
+
+    # -- usage ----------------------------------------------------------------------------
+
+    def record_served(self, provider: str) -> None:
+        """Count one request served by ``provider`` for the next usage report.
+
+        The Router calls this on every successful result. Cheap and thread-safe; a no-op
+        with ``report_usage=False``.
+        """
+        if not self._report_usage:
+            return
+        now = time.time()
+        with self._usage_lock:
+            entry = self._served.get(provider)
+            if entry is not None:
+                entry[0] += 1
+                entry[1] = now
+            elif len(self._served) < _MAX_REPORTED_PROVIDERS:
+                self._served[provider] = [1, now]
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -182,22 +240,45 @@ class ChainClient:
             )
             self._stop_event, self._transport, self._thread = stop_event, transport, thread
             thread.start()
+            if self._report_usage:
+                # Its own thread and connection: the poller's is held by long polls.
+                usage_transport = _Transport(self._scheme, self._host, self._port, self._timeout)
+                usage_thread = threading.Thread(
+                    target=self._run_usage,
+                    args=(stop_event, usage_transport),
+                    name=f"chainclient-{self._chain}-usage",
+                    daemon=True,
+                )
+                self._usage_transport, self._usage_thread = usage_transport, usage_thread
+                usage_thread.start()
         return self
 
     def stop(self, timeout: float = 0.5) -> None:
         """Stop polling; returns within ``timeout`` even if a request is in flight.
 
-        The in-flight socket is shut down, which wakes a blocked read at once. Only a
-        connect or DNS lookup still in progress can outlive ``stop()``; the thread is a
-        daemon and applies nothing after it is told to stop.
+        The in-flight poll's socket is shut down, which wakes a blocked read at once. Only
+        a connect or DNS lookup still in progress can outlive ``stop()``; the thread is a
+        daemon and applies nothing after it is told to stop. Meanwhile the usage thread
+        sends a last report of what is pending, within the same ``timeout``; if it cannot,
+        the counts stay for the next ``start()``.
         """
+        deadline = time.monotonic() + timeout
         with self._lifecycle_lock:
             thread, transport = self._thread, self._transport
+            usage_thread, usage_transport = self._usage_thread, self._usage_transport
+            self._flush_by = deadline
             self._stop_event.set()
             if transport is not None:
                 transport.interrupt()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        me = threading.current_thread()
+        if thread is not None and thread is not me:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if usage_thread is not None and usage_thread is not me:
+            usage_thread.join(max(0.0, deadline - time.monotonic()))
+            if usage_thread.is_alive() and usage_transport is not None:
+                # A report still in flight at the deadline: give up on it; its counts are
+                # put back for the next report.
+                usage_transport.interrupt()
 
     def __enter__(self) -> ChainClient:
         return self.start()
@@ -280,10 +361,10 @@ class ChainClient:
         if status == 200:
             self._succeeded()
             applied = self._apply_body(body, response_headers.get("ETag"))
-            # After a change, the next long poll holds until the one after it; anything
-            # else (stale or refused) waits an interval so a server ignoring If-None-Match
-            # is not hammered.
-            return 0.0 if applied and long_poll else self._interval()
+            # After a change, the next long poll holds until the one after it (after a short
+            # random pause); anything else (stale or refused) waits an interval so a server
+            # ignoring If-None-Match is not hammered.
+            return self._repoll_pause() if applied and long_poll else self._interval()
 
         if status == 400 and long_poll:
             self._long_poll = False
@@ -301,6 +382,117 @@ class ChainClient:
         if retry_after is not None and status in (429, 503):
             delay = max(delay, min(retry_after, max(self._max_backoff, self._poll_interval)))
         return delay
+
+    # -- the usage thread ---------------------------------------------------------------
+
+    def _run_usage(self, stop_event: threading.Event, transport: _Transport) -> None:
+        try:
+            while not stop_event.wait(self._usage_interval * self._random.uniform(0.9, 1.1)):
+                self._report(transport, self._timeout, stop_event)
+            # Stopping: one last best-effort report within what is left of stop()'s budget.
+            left = self._flush_by - time.monotonic() - _FLUSH_MARGIN_S
+            if left > 0:
+                self._report(transport, left, stop_event)
+        finally:
+            transport.close()
+
+    def _report(self, transport: _Transport, timeout: float, stop_event: threading.Event) -> None:
+        """Send what was served and refused since the last accepted report, if anything."""
+        with self._usage_lock:
+            served, self._served = self._served, {}
+            refusals, self._refusals = self._refusals, []
+        if not served and not refusals:
+            return  # no empty reports
+        try:
+            body = json.dumps({
+                "client": self._client_id,
+                "applied_version": self._current.version,
+                "providers": {
+                    provider: {"requests": int(count), "last_served_at": _utc(last)}
+                    for provider, (count, last) in served.items()
+                },
+                # Version 0 (never a live document's) stands for "no usable version": a
+                # body that was not JSON, or whose version was missing or not a number.
+                "rejected": [
+                    {"version": version or 0, "reason": reason, "at": _utc(at)}
+                    for version, reason, at in refusals
+                ],
+            }).encode("utf-8")
+            headers = {
+                "Authorization": f"Bearer {self._token}",
+                "X-Chain-Client": self._client_id,
+                "X-Chain-Applied-Version": str(self._current.version),
+                "User-Agent": self._user_agent,
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "Connection": "close",
+            }
+            status, _, response = transport.request(
+                "POST", self._usage_path, headers, timeout, body=body, connect_timeout=timeout
+            )
+            error = None if 200 <= status < 300 else f"HTTP {status}: {_error_message(response)}"
+        except (OSError, http.client.HTTPException, _StoppedError) as exc:
+            error = _describe(exc)
+        except Exception as exc:  # a bug here must not lose the counts or end reporting
+            logger.exception("chain %s: unexpected error while reporting usage", self._chain)
+            error = f"unexpected {type(exc).__name__}: {exc}"
+        finally:
+            # Reports are a minute apart: never send one on a connection the server may
+            # have closed meanwhile (a report is not resent, so that would fail it).
+            transport.close()
+        if error is None:
+            self._report_accepted()
+        else:
+            self._put_back(served, refusals)
+            if not stop_event.is_set() or self._flush_by > time.monotonic():
+                self._report_failed(error, served, refusals)
+
+    def _put_back(self, served: dict[str, list[float]], refusals: list[_Refusal]) -> None:
+        """Merge an unsent report into what has been recorded since it was taken."""
+        with self._usage_lock:
+            for provider, (count, last) in served.items():
+                entry = self._served.get(provider)
+                if entry is None:
+                    self._served[provider] = [count, last]
+                else:
+                    entry[0] += count
+                    entry[1] = max(entry[1], last)
+            merged = refusals
+            for refusal in self._refusals:
+                _add_refusal(merged, refusal)
+            self._refusals = merged
+
+    def _report_accepted(self) -> None:
+        with self._stats_lock:
+            failures = self._report_failures
+            self._report_failures = 0
+            self._last_report_at = time.time()
+        if failures:
+            logger.info(
+                "chain %s: usage report accepted after %d failed attempt%s",
+                self._chain,
+                failures,
+                "" if failures == 1 else "s",
+            )
+
+    def _report_failed(
+        self, why: str, served: dict[str, list[float]], refusals: list[_Refusal]
+    ) -> None:
+        with self._stats_lock:
+            self._report_failures += 1
+            failures = self._report_failures
+        if failures == 1:
+            # One line per outage, like polls; the "accepted after" line closes it.
+            logger.warning(
+                "chain %s: usage report failed (%s); keeping its %d request(s) and %d refused "
+                "document(s) for the next one",
+                self._chain,
+                why,
+                sum(int(count) for count, _ in served.values()),
+                len(refusals),
+            )
+        else:
+            logger.debug("chain %s: usage report failed again (%d): %s", self._chain, failures, why)
 
     # -- applying documents -------------------------------------------------------------
 
@@ -367,6 +559,14 @@ class ChainClient:
     def _reject(self, version: object, etag: str | None, why: str) -> None:
         with self._stats_lock:
             self._rejected += 1
+        if self._report_usage:
+            number = (
+                version
+                if isinstance(version, int) and not isinstance(version, bool) and version > 0
+                else None
+            )
+            with self._usage_lock:
+                _add_refusal(self._refusals, (number, why[:_MAX_REASON_CHARS], time.time()))
         # Remember the refused document's ETag so the server does not resend it every poll.
         if etag:
             self._etag = etag
@@ -434,6 +634,11 @@ class ChainClient:
     def _interval(self) -> float:
         return self._poll_interval * self._random.uniform(0.9, 1.1)
 
+    def _repoll_pause(self) -> float:
+        """Before the long poll that follows a change; a change made meanwhile is fetched
+        as soon as it ends (If-None-Match no longer matches), so nothing is missed."""
+        return self._random.uniform(0.0, min(REPOLL_SPREAD_S, self._wait_s))
+
     def _backoff(self, failures: int) -> float:
         """Exponential backoff with full jitter, never shorter than a fraction of a poll."""
         ceiling = max(self._max_backoff, self._poll_interval)
@@ -498,6 +703,28 @@ class _StoppedError(Exception):
     """The transport was interrupted by ``stop()``."""
 
 
+_Refusal = tuple[int | None, str, float]
+"""A refused document for the usage report: (version or None, reason, epoch seconds)."""
+
+
+def _add_refusal(refusals: list[_Refusal], refusal: _Refusal) -> None:
+    """Append ``refusal`` unless the same document is already listed; keep the newest few.
+
+    The same version refused again (each poll can bring it back) is one entry; a document
+    without a usable version is told apart by its reason.
+    """
+    version, reason, _ = refusal
+    for listed_version, listed_reason, _ in refusals:
+        if listed_version == version and (version is not None or listed_reason == reason):
+            return
+    refusals.append(refusal)
+    del refusals[:-MAX_REPORTED_REJECTIONS]
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
 class _Transport:
     """One keep-alive HTTP(S) connection whose blocked read another thread can cut short."""
 
@@ -514,30 +741,43 @@ class _Transport:
     def get(
         self, path: str, headers: dict[str, str], read_timeout: float
     ) -> tuple[int, Message, bytes]:
+        return self.request("GET", path, headers, read_timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        read_timeout: float,
+        *,
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> tuple[int, Message, bytes]:
         for attempt in (1, 2):
-            connection, fresh = self._connect()
+            connection, fresh = self._connect(connect_timeout)
             try:
                 assert connection.sock is not None
                 connection.sock.settimeout(read_timeout)
-                connection.request("GET", path, headers=headers)
+                connection.request(method, path, body=body, headers=headers)
                 response = connection.getresponse()
-                body = response.read(MAX_DOCUMENT_BYTES + 1)
+                answer = response.read(MAX_DOCUMENT_BYTES + 1)
             except (ConnectionError, http.client.BadStatusLine):
                 self._drop()
                 # Servers and load balancers close idle keep-alive connections; that is
-                # not an outage, so a reused connection gets one fresh retry.
-                if fresh or attempt == 2:
+                # not an outage, so a reused connection gets one fresh retry. A request
+                # with a body is never resent: the server may have acted on it.
+                if fresh or attempt == 2 or body is not None:
                     raise
                 continue
             except BaseException:
                 self._drop()
                 raise
-            if len(body) > MAX_DOCUMENT_BYTES:
+            if len(answer) > MAX_DOCUMENT_BYTES:
                 self._drop()
                 raise http.client.HTTPException(f"response larger than {MAX_DOCUMENT_BYTES} bytes")
             if response.will_close or not response.isclosed():
                 self._drop()
-            return response.status, response.headers, body
+            return response.status, response.headers, answer
         raise AssertionError("unreachable")
 
     def interrupt(self) -> None:
@@ -554,21 +794,18 @@ class _Transport:
     def close(self) -> None:
         self._drop()
 
-    def _connect(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _connect(self, timeout: float | None = None) -> tuple[http.client.HTTPConnection, bool]:
         with self._lock:
             if self._interrupted:
                 raise _StoppedError()
             if self._connection is not None:
                 return self._connection, False
+        timeout = self._connect_timeout if timeout is None else timeout
         connection: http.client.HTTPConnection
         if self._scheme == "https":
-            connection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._connect_timeout
-            )
+            connection = http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
         else:
-            connection = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._connect_timeout
-            )
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
         connection.connect()
         with self._lock:
             if self._interrupted:

@@ -77,7 +77,11 @@ class Clock(Protocol):
 
 
 class ChainSource(Protocol):
-    """Anything with a non-blocking ``current()`` returning the live chain (a ChainClient)."""
+    """Anything with a non-blocking ``current()`` returning the live chain (a ChainClient).
+
+    If it also has ``record_served(provider)`` (a ChainClient does), the router calls it
+    on every successful result, for the client's usage reports.
+    """
 
     def current(self) -> ChainDocument: ...
 
@@ -320,7 +324,8 @@ class Router:
     """Route requests along a chain with fallback, deadlines, admission and breakers.
 
     ``source`` is a ChainClient-like object (anything with ``current()``; read once per
-    request), a fixed ``ChainDocument``, or a list of ``Step`` (marking: not degraded).
+    request; its ``record_served(provider)``, if it has one, is told who served each
+    success), a fixed ``ChainDocument``, or a list of ``Step`` (marking: not degraded).
     ``transports`` maps provider name to ``call(step, request, timeout_s) -> value``.
     ``breaker=None`` disables circuit breakers.
     """
@@ -340,6 +345,10 @@ class Router:
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
         self._snapshot = _snapshot_reader(source)
+        record_served = getattr(source, "record_served", None)
+        self._record_served: Callable[[str], object] | None = (
+            record_served if callable(record_served) else None
+        )
         self._transports: dict[str, Transport] = dict(transports)
         self._registry = registry
         self._deadline_s = float(deadline_s)
@@ -421,6 +430,8 @@ class Router:
             attempts.append(attempt)
             if action == _SERVED:
                 self._count("recovered_success" if len(attempts) > 1 else "first_attempt_success")
+                if self._record_served is not None:
+                    self._served(step.provider)
                 return RouteResult(
                     value=value,
                     provider=step.provider,
@@ -682,6 +693,14 @@ class Router:
     def _count(self, key: str) -> None:
         with self._counts_lock:
             self._counts[key] += 1
+
+    def _served(self, provider: str) -> None:
+        assert self._record_served is not None
+        try:
+            self._record_served(provider)
+        except Exception:
+            # Usage accounting must never cost a request its answer.
+            logger.exception("chainclient: record_served(%r) raised", provider)
 
 
 _UNCACHED: Any = object()

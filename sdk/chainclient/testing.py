@@ -266,13 +266,26 @@ class FakeProviders:
 
 
 class FakeChainClient:
-    """A stand-in for ``ChainClient``: ``current()`` returns whatever was last ``set()``."""
+    """A stand-in for ``ChainClient``: ``current()`` returns whatever was last ``set()``;
+    ``served`` counts, per provider, the successes a Router recorded (``record_served``)."""
 
     def __init__(self, chain: ChainDocument | Sequence[Step]) -> None:
         self._document = _as_document(chain)
+        self._lock = threading.Lock()
+        self._served: dict[str, int] = {}
 
     def current(self) -> ChainDocument:
         return self._document
+
+    def record_served(self, provider: str) -> None:
+        with self._lock:
+            self._served[provider] = self._served.get(provider, 0) + 1
+
+    @property
+    def served(self) -> dict[str, int]:
+        """Requests served per provider, as ``ChainClient`` would report them."""
+        with self._lock:
+            return dict(self._served)
 
     def set(self, chain: ChainDocument | Sequence[Step]) -> None:
         """Make ``chain`` live, as a selection reaching the poller would."""

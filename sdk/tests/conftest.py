@@ -65,7 +65,8 @@ class Reply:
     """One scripted answer: a status, a body (dict/list as JSON, str/bytes raw), a delay.
 
     ``hang`` accepts the request and never answers (until the test ends); ``drop`` answers
-    and then closes the connection without saying so, like an idle-timeout on a balancer.
+    and then closes the connection without saying so, like an idle-timeout on a balancer;
+    ``hang_up`` closes the connection without answering at all.
     """
 
     status: int = 200
@@ -74,6 +75,7 @@ class Reply:
     delay: float = 0.0
     hang: bool = False
     drop: bool = False
+    hang_up: bool = False
 
     @classmethod
     def document(cls, document: dict[str, Any], **kwargs: Any) -> Reply:
@@ -93,6 +95,17 @@ class Recorded:
     at: float
 
 
+@dataclass
+class Report:
+    """A usage report the control plane received: its headers and its parsed JSON body."""
+
+    path: str
+    headers: Message
+    body: Any
+    at: float
+    accepted: bool = False
+
+
 class ControlPlane(ThreadingHTTPServer):
     """A local server answering ``GET /api/v1/chains/chat`` from a script.
 
@@ -100,6 +113,9 @@ class ControlPlane(ThreadingHTTPServer):
     the published document (``publish``), served like the real API: ETag, 304 on a
     matching If-None-Match, and ``?wait=`` held until the version changes when
     ``honour_wait`` is true.
+
+    ``POST /api/v1/chains/chat/usage`` is recorded in ``reports`` (every attempt, accepted
+    or not) and answered from its own queue (``reply_usage``), else ``202 {"accepted": true}``.
     """
 
     daemon_threads = True
@@ -115,6 +131,8 @@ class ControlPlane(ThreadingHTTPServer):
         self._queue: list[Reply] = []
         self._always: Reply | None = None
         self._document: dict[str, Any] | None = None
+        self.reports: list[Report] = []
+        self._usage_queue: list[Reply] = []
 
     def reply(self, status: int = 200, body: Any = None, *, times: int = 1, **kwargs: Any) -> None:
         """Queue ``times`` identical answers, consumed one per request."""
@@ -142,6 +160,32 @@ class ControlPlane(ThreadingHTTPServer):
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
+
+    def reply_usage(self, status: int = 202, body: Any = None, *, times: int = 1,
+                    **kwargs: Any) -> None:
+        """Queue ``times`` answers to usage reports (``hang=True``, ``drop=True`` work too)."""
+        with self._lock:
+            self._usage_queue.extend(Reply(status, body, **kwargs) for _ in range(times))
+
+    def report_count(self) -> int:
+        with self._lock:
+            return len(self.reports)
+
+    def accepted_reports(self) -> list[Any]:
+        """Bodies of the reports answered with a 2xx, in arrival order."""
+        with self._lock:
+            return [report.body for report in self.reports if report.accepted]
+
+    def _record_report(self, report: Report) -> Reply:
+        with self._lock:
+            self.reports.append(report)
+            reply = (
+                self._usage_queue.pop(0)
+                if self._usage_queue
+                else Reply(202, {"accepted": True}, headers={"Content-Type": "application/json"})
+            )
+            report.accepted = 200 <= reply.status < 300 and not (reply.hang or reply.hang_up)
+            return reply
 
     def release(self) -> None:
         self.released.set()
@@ -178,6 +222,9 @@ class ControlPlane(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 10
+    # Headers and body go out in two writes: without this, Nagle's algorithm and delayed
+    # ACKs add ~40 ms to every keep-alive answer, which slows every polling test.
+    disable_nagle_algorithm = True
     server: ControlPlane
 
     def do_GET(self) -> None:
@@ -186,6 +233,25 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.server._record(request)
         if reply is None:
             reply = self.server._answer_from_document(request)
+        self._send(reply)
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if urlsplit(self.path).path != "/api/v1/chains/chat/usage":
+            self._send(Reply(404, {"error": {"code": "not_found", "message": "no such path"}}))
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw
+        self._send(self.server._record_report(
+            Report(self.path, self.headers, body, time.monotonic())
+        ))
+
+    def _send(self, reply: Reply) -> None:
+        if reply.hang_up:
+            self.close_connection = True
+            return
         if reply.hang:
             self.server.released.wait(30)
             self.close_connection = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+import chainclient.client
+
 
 def test_a_long_poll_sends_wait_with_if_none_match(
     make_client, control_plane, eventually, document
@@ -54,6 +56,7 @@ def test_against_a_server_ignoring_wait_it_polls_at_the_interval_instead_of_spin
     control_plane.publish(document(1))
     client = make_client(long_poll=True, wait_s=5, poll_interval=0.05).start()
     eventually(lambda: client.current().version == 1)
+    eventually(lambda: control_plane.count() >= 2)  # past the pause that follows a change
     first = control_plane.count()
 
     time.sleep(0.5)
@@ -139,3 +142,35 @@ def test_a_stopped_client_keeps_serving_its_last_value_and_can_start_again(
     client.start()
     control_plane.publish(document(2))
     eventually(lambda: client.current().version == 2)
+
+
+def test_after_a_change_a_fleet_spreads_its_next_long_polls_over_a_short_pause(
+    make_client, control_plane, eventually, document
+):
+    control_plane.publish(document(1))
+    clients = [make_client(long_poll=True, wait_s=20, instance=f"web-{i}", state_dir=None)
+               for i in range(8)]
+    published = time.monotonic()
+    for client in clients:
+        client.start()
+    eventually(lambda: control_plane.count() >= 16)  # each applied v1 and asked again
+
+    repolls = [r.at for r in control_plane.requests if r.headers["If-None-Match"] == '"1"']
+    assert len(repolls) == 8
+    # Without the pause all eight would re-ask within a few milliseconds of each other.
+    assert max(repolls) - min(repolls) > 0.1
+    assert max(repolls) - published < chainclient.client.REPOLL_SPREAD_S + 1.0
+
+
+def test_a_change_made_during_the_pause_after_a_change_is_fetched_when_it_ends(
+    make_client, control_plane, eventually, document
+):
+    control_plane.publish(document(1))
+    client = make_client(long_poll=True, wait_s=20, poll_interval=30).start()
+    eventually(lambda: client.current().version == 1)
+
+    control_plane.publish(document(2, "pin_secondary"))
+
+    eventually(lambda: client.current().version == 2,
+               timeout=chainclient.client.REPOLL_SPREAD_S + 1.0)
+    assert control_plane.requests[1].headers["If-None-Match"] == '"1"'
