@@ -33,10 +33,14 @@ run: install
 # The production web process: the ASGI read front plus Django under granian (chosen by
 # measurement, bench/README.md); static files served by granian from var/static.
 WEB_WORKERS ?= 2
+# Every held long poll is a request in progress: size these for the fleet (granian's default
+# backpressure, backlog / workers, would cap a 2-worker server near 1,000 SDK instances).
+WEB_MAX_REQUESTS ?= 4096
 serve: install
 	$(PY) manage.py collectstatic --no-input -v0
 	$(VENV)/bin/granian --interface asgi --host 0.0.0.0 --port $(PORT) --workers $(WEB_WORKERS) \
-		--no-ws --respawn-failed-workers --static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
+		--no-ws --respawn-failed-workers --backlog $(WEB_MAX_REQUESTS) --backpressure $(WEB_MAX_REQUESTS) \
+		--static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
 		controlplane.asgi:application
 
 test: install

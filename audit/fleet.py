@@ -134,27 +134,34 @@ class FleetRecorder:
         if not pending:
             return 0
         chains = dict(Chain.objects.filter(name__in={c for c, _ in pending}).values_list("name", "id"))
-        written = 0
+        pending = {key: seen for key, seen in pending.items() if key[0] in chains}
+        existing = {
+            (i.chain_id, i.client): i
+            for i in FleetInstance.objects.filter(
+                chain_id__in=set(chains.values()), client__in={c for _, c in pending})
+        }
+        created, updated = [], []
         for (chain, client), seen in pending.items():
-            chain_id = chains.get(chain)
-            if chain_id is None:
-                continue
-            instance = FleetInstance.objects.filter(chain_id=chain_id, client=client).first()
+            instance = existing.get((chains[chain], client))
             if instance is None:
-                FleetInstance.objects.create(
-                    chain_id=chain_id, client=client, applied_version=seen.version,
+                created.append(FleetInstance(
+                    chain_id=chains[chain], client=client, applied_version=seen.version,
                     version_seen_at=seen.version_seen_at, first_seen_at=seen.version_seen_at,
-                    last_seen_at=seen.last_seen_at)
-            else:
-                if instance.applied_version != seen.version:
-                    instance.applied_version = seen.version
-                    instance.version_seen_at = seen.version_seen_at
-                instance.last_seen_at = max(instance.last_seen_at, seen.last_seen_at)
-                instance.save()
-            written += 1
-            with self._lock:
-                self._written[(chain, client)] = (seen.version, seen.last_seen_at)
-        return written
+                    last_seen_at=seen.last_seen_at))
+                continue
+            if instance.applied_version != seen.version:
+                instance.applied_version = seen.version
+                instance.version_seen_at = seen.version_seen_at
+            instance.last_seen_at = max(instance.last_seen_at, seen.last_seen_at)
+            updated.append(instance)
+        # Two web processes may both create the same new instance: the loser's row is skipped.
+        FleetInstance.objects.bulk_create(created, ignore_conflicts=True)
+        FleetInstance.objects.bulk_update(
+            updated, ["applied_version", "version_seen_at", "last_seen_at"])
+        with self._lock:
+            for key, seen in pending.items():
+                self._written[key] = (seen.version, seen.last_seen_at)
+        return len(created) + len(updated)
 
 
 recorder = FleetRecorder()

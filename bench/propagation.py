@@ -340,7 +340,8 @@ def main() -> None:
         window_ms = (time.time() - before) * 1000
         cpu_web = cpu_ms(workers) - cpu_before[0]
         cpu_clients = cpu_ms(client_pids) - cpu_before[1]
-        notified = [at for at, payload in listener.received if payload.endswith(f":{version}")]
+        notified = [at for at, payload in listener.received
+                    if json.loads(payload).get("version") == version]
     finally:
         if pipes:
             try:

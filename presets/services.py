@@ -7,6 +7,7 @@ and each historical row's previous value is the row before it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -200,14 +201,21 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
 CHANGE_CHANNEL = "chain_changed"
 
 
-def announce_change(*, chain: str, version: int) -> None:
+def announce_change(selection: Selection) -> None:
     """Tell every web process that a chain changed, so long polls wake and snapshots refresh.
 
     On PostgreSQL this is a NOTIFY inside the change's transaction: it is delivered when
-    (and only if) the change commits. Other databases are polled by the web processes."""
+    (and only if) the change commits. It carries the new document (well under NOTIFY's
+    8,000 bytes), so no web process has to read it back. Other databases are polled."""
     if connection.vendor == "postgresql":
+        payload = json.dumps({
+            "chain": selection.chain.name,
+            "version": selection.version,
+            "document": selection.to_document(),
+            "expires_at_ts": selection.expires_at.timestamp() if selection.expires_at else None,
+        }, separators=(",", ":"))
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, f"{chain}:{version}"])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, payload])
 
 
 def clean_reason(reason: Any) -> str:
@@ -318,7 +326,7 @@ def _apply(
     selection.expires_at = expires_at
     selection.action = action
     selection.save()
-    announce_change(chain=selection.chain.name, version=selection.version)
+    announce_change(selection)
     log.info("chain %s: %s -> v%d %s (%s by %s): %s", selection.chain.name, before,
              selection.version, preset.name, action, actor, reason)
     return selection
@@ -427,13 +435,13 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
             if old is not None:
                 report.add(f"~ chain {spec.name}: default {old} -> {spec.default}")
         if selection is None:
-            Selection.objects.create(
+            created_selection = Selection.objects.create(
                 chain=chain, version=1, preset=default, steps=default.steps,
                 marking=default.marking, updated_by=SYNC_ACTOR,
                 reason=f"chain created from {reason}", updated_at=now, expires_at=None,
                 action=Action.SYNC,
             )
-            announce_change(chain=spec.name, version=1)
+            announce_change(created_selection)
             report.add(f"+ {spec.name} v1 serves {spec.default}")
             continue
         _sync_live(selection, chain, reason=reason, now=now, report=report)

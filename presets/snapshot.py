@@ -45,13 +45,21 @@ class Entry:
 
 
 def entry_for(selection: Selection) -> Entry:
-    document = selection.to_document()
-    return Entry(
-        name=selection.chain.name,
-        version=selection.version,
-        etag=f'"{selection.version}"',
-        body=json.dumps(document, separators=(",", ":")).encode(),
+    return entry_from_document(
+        selection.to_document(),
         expires_at=selection.expires_at.timestamp() if selection.expires_at else None,
+    )
+
+
+def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
+    """An entry from a chain document (and the pin's exact expiry, which the document
+    rounds to the second)."""
+    return Entry(
+        name=document["name"],
+        version=document["version"],
+        etag=f'"{document["version"]}"',
+        body=json.dumps(document, separators=(",", ":")).encode(),
+        expires_at=expires_at,
     )
 
 
@@ -187,6 +195,19 @@ class Snapshot:
         if entry is not None:
             self._put(entry)
 
+    async def _notified(self, payload: str) -> None:
+        """Apply the document a change announced; read it back only if the payload is odd."""
+        try:
+            change = json.loads(payload)
+            entry = entry_from_document(change["document"], expires_at=change["expires_at_ts"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("chain snapshot: unreadable change notification (%s); reloading", exc)
+            name = payload.partition('"chain":"')[2].partition('"')[0]
+            if name:
+                await self._reload(name)
+            return
+        self._put(entry)
+
     async def _poll_versions(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
@@ -221,10 +242,7 @@ class Snapshot:
                         if current is None or current.version < version:
                             await self._reload(name)
                     async for note in conn.notifies():
-                        name, _, raw_version = note.payload.rpartition(":")
-                        current = self.entries.get(name)
-                        if current is None or current.version < int(raw_version or 0):
-                            await self._reload(name)
+                        await self._notified(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - reconnect with backoff
