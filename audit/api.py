@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from audit.alerts import alert_entry, recent_alerts
 from audit.models import AlertKind, DeliveryState
-from presets.api import ERROR_RESPONSE
+from presets.api import ERROR_RESPONSE, int_param
 from presets.exceptions import InvalidInput
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 500
@@ -72,7 +72,7 @@ class AlertsView(APIView):
         ],
         responses={200: inline_serializer("AlertList", {"alerts": OutputSerializer(many=True)}),
                    400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
-                   404: ERROR_RESPONSE},
+                   404: ERROR_RESPONSE, 503: ERROR_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         """Alerts, newest first."""
@@ -95,13 +95,4 @@ def _open(request: Request) -> bool:
 
 
 def _limit(request: Request) -> int:
-    raw = request.query_params.get("limit")
-    if raw is None:
-        return LIMIT_DEFAULT
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput("limit", f"{raw!r} is not a whole number") from None
-    if not 1 <= value <= LIMIT_MAX:
-        raise InvalidInput("limit", f"must be 1..{LIMIT_MAX}")
-    return value
+    return int_param(request, "limit", LIMIT_DEFAULT, 1, LIMIT_MAX)  # type: ignore[return-value]

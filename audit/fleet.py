@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from presets.models import Chain, Selection, format_time
@@ -173,6 +173,12 @@ recorder = FleetRecorder()
 def record_usage(*, chain: Chain, client: str, providers: dict[str, dict[str, Any]],
                  rejected: list[dict[str, Any]]) -> None:
     """Add an instance's batched usage report (counts since its last accepted report)."""
+    with transaction.atomic():
+        _record_usage(chain=chain, client=client, providers=providers, rejected=rejected)
+
+
+def _record_usage(*, chain: Chain, client: str, providers: dict[str, dict[str, Any]],
+                  rejected: list[dict[str, Any]]) -> None:
     for provider, usage in providers.items():
         row, created = ProviderUsage.objects.get_or_create(
             chain=chain, client=client, provider=provider,

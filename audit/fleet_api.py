@@ -26,7 +26,8 @@ class FleetView(APIView):
         detail = serializers.ListField(child=serializers.DictField())
 
     @extend_schema(operation_id="fleet", responses={
-        200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}), 401: ERROR_RESPONSE})
+        200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}), 401: ERROR_RESPONSE,
+        503: ERROR_RESPONSE})
     def get(self, request: Request) -> Response:
         fleet.recorder.flush()  # this process's latest reads count too
         chains = []
@@ -34,6 +35,10 @@ class FleetView(APIView):
             status = fleet.chain_fleet(selection)
             chains.append({**status, "summary": fleet.fleet_summary(status)})
         return Response({"chains": chains})
+
+
+# Versions are stored as PostgreSQL integers: a larger one is a client error, not a 503.
+MAX_VERSION = 2**31 - 1
 
 
 class UsageView(APIView):
@@ -44,13 +49,14 @@ class UsageView(APIView):
         last_served_at = serializers.DateTimeField()
 
     class RejectionSerializer(serializers.Serializer):
-        version = StrictIntegerField(min_value=0)
+        version = StrictIntegerField(min_value=0, max_value=MAX_VERSION)
         reason = StrictCharField(max_length=2000)
         at = serializers.DateTimeField()
 
     class InputSerializer(serializers.Serializer):
         client = StrictCharField(max_length=fleet.MAX_CLIENT_LENGTH)
-        applied_version = StrictIntegerField(min_value=0, required=False)
+        applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION,
+                                             required=False)
         providers = serializers.DictField(required=False, default=dict)
         rejected = serializers.ListField(required=False, default=list, max_length=100)
 
@@ -59,6 +65,8 @@ class UsageView(APIView):
                 raise serializers.ValidationError("at most 50 providers per report")
             parsed = {}
             for name, usage in value.items():
+                if "\x00" in name:
+                    raise serializers.ValidationError("provider names cannot contain NUL characters")
                 serializer = UsageView.ProviderUsageSerializer(data=usage)
                 if not serializer.is_valid():
                     raise serializers.ValidationError({name: serializer.errors})
@@ -72,7 +80,7 @@ class UsageView(APIView):
 
     @extend_schema(operation_id="chains_usage", request=InputSerializer, responses={
         202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
-        400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE})
+        400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE, 503: ERROR_RESPONSE})
     def post(self, request: Request, name: str) -> Response:
         chain = services.live_selection(chain=name).chain
         serializer = self.InputSerializer(data=request.data)

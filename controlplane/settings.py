@@ -6,6 +6,7 @@ Bad values fail at start with a message naming the variable and what it accepts.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -73,18 +74,23 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "simple_history",
+    "axes",
     "presets",
     "audit",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "controlplane.database_outage.DatabaseOutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.security_headers.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes requires: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -107,7 +113,8 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}")
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60,
+                                                conn_health_checks=True)}
 except ValueError as exc:
     raise ImproperlyConfigured(
         f"DATABASE_URL is not a database URL ({exc}); "
@@ -118,6 +125,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
+    # libpq and psycopg treat a connect_timeout below 2 as 2: a database host that accepts
+    # connections but never answers costs a request 2 s before its 503; a stopped server or
+    # a refused port answers at once.
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int(
         "DATABASE_CONNECT_TIMEOUT", 1, minimum=1
     )
@@ -130,6 +140,57 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+
+# --- Sign-in throttling (django-axes) ----------------------------------------------------
+# Failures are counted per (username, client address) in the database, so every web process
+# sees the same count, and one attacker cannot lock a person out from everywhere. The lock
+# lifts by itself after LOGIN_LOCKOUT_MINUTES; an admin can lift it at once with
+# `manage.py axes_reset_username NAME`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# A fixed window the lockout page can state; retrying while locked does not extend it.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "controlplane.login_lockout.lockout_response"
+
+# --- HTTPS and browser protections -------------------------------------------------------
+# HTTPS=true (set in docker-compose.yml) is for a deployment behind a TLS-terminating proxy
+# that sets X-Forwarded-Proto: it redirects plain http to https, marks cookies Secure and
+# sends HSTS. The default (false) keeps `make run` working on plain http://localhost.
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
+# Probes and the scraper talk plain http to the container from inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# includeSubDomains and preload bind every other host of the domain, which this service does
+# not own: they are the operator's decision, so their deploy-check warnings are silenced
+# unless the operator turns them on.
+SILENCED_SYSTEM_CHECKS = [
+    *([] if SECURE_HSTS_INCLUDE_SUBDOMAINS else ["security.W005"]),
+    *([] if SECURE_HSTS_PRELOAD else ["security.W021"]),
+]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# The pages load their one script and one stylesheet from /static and have no inline code.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -215,7 +276,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "presets.api_errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "presets.schema.ViewSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -227,14 +288,32 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
 }
 
+# LOG_FORMAT=json: one JSON object per line (time, level, logger, message, exception).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain").strip().lower() or "plain"
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} must be plain or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "controlplane.logging_json.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
 # History is append-only: the admin shows it but offers no "revert to this" form.
 SIMPLE_HISTORY_REVERT_DISABLED = True
+
+# --- Metrics (/metrics) -----------------------------------------------------------------
+# Per-process counters (read requests, long-poll waiters) are shared between the web
+# processes of one host through prometheus_client's multiprocess files in this directory;
+# everything about chains is computed from the database at scrape time. Open by default
+# (Prometheus scrapes from inside the network; no reasons or names of people are exposed);
+# set METRICS_TOKEN to require `Authorization: Bearer <METRICS_TOKEN>`.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus"))
+# prometheus_client reads the variable when it is imported and when a metric is created.
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")

@@ -1,5 +1,8 @@
+import sys
+
 from django.contrib import admin
 from django.contrib.auth.views import LogoutView
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views import defaults
@@ -7,7 +10,8 @@ from drf_spectacular.views import SpectacularAPIView
 
 from audit import api as audit_api
 from audit import fleet_api
-from controlplane import health
+from controlplane import health, metrics
+from controlplane.database_outage import database_unavailable
 from presets import api, web
 from presets.api_errors import api_not_found, api_server_error
 
@@ -30,6 +34,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     # Logout is a POST (a form button); it lands on the login page.
     path("accounts/logout/", LogoutView.as_view(next_page="login"), name="logout"),
@@ -54,6 +59,10 @@ def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
+    # A database outage raised outside a view (e.g. a middleware saving the session) is a
+    # 503 too; views' outages are answered by DatabaseOutageMiddleware.
+    if isinstance(sys.exc_info()[1], (OperationalError, InterfaceError)):
+        return database_unavailable(request)
     if request.path.startswith("/api/"):
         return api_server_error(request)
     return defaults.server_error(request)

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.fleet import parse_identity, recorder
+from controlplane.metrics import count_read
 from presets import services
 from presets.authentication import CanWrite, actor_of
 from presets.exceptions import InvalidInput
@@ -130,16 +131,26 @@ def document_response(selection: Selection, status: int = 200) -> Response:
 # --- reads ------------------------------------------------------------------------------
 
 
-class ChainListView(APIView):
+class CountedReadView(APIView):
+    """Chain reads answered by Django (sessions, no token, WSGI) count in /metrics too."""
+
+    def finalize_response(self, request: Request, response: Response, *args: Any,
+                          **kwargs: Any) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        count_read(response.status_code)
+        return response
+
+
+class ChainListView(CountedReadView):
     @extend_schema(operation_id="chains_list", responses={
         200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
-        401: ERROR_RESPONSE})
+        401: ERROR_RESPONSE, 503: ERROR_RESPONSE})
     def get(self, request: Request) -> Response:
         return Response({"chains": [s.to_document() for s in services.live_selections()]},
                         headers={"Cache-Control": "no-cache"})
 
 
-class ChainDetailView(APIView):
+class ChainDetailView(CountedReadView):
     @extend_schema(
         operation_id="chains_read",
         parameters=[
@@ -148,7 +159,7 @@ class ChainDetailView(APIView):
                              "request up to this many seconds (0..60) until the version changes"),
         ],
         responses={200: DocumentSerializer, 304: None, 400: ERROR_RESPONSE, 401: ERROR_RESPONSE,
-                   404: ERROR_RESPONSE},
+                   404: ERROR_RESPONSE, 503: ERROR_RESPONSE},
     )
     def get(self, request: Request, name: str) -> Response:
         # Long polls are held by the ASGI read front (presets/read_front.py); a request that
@@ -189,18 +200,20 @@ class HistoryView(APIView):
             OpenApiParameter("before", int, description="only versions below this one"),
         ],
         responses={200: inline_serializer("History", {"entries": OutputSerializer(many=True)}),
-                   400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE},
+                   400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE,
+                   503: ERROR_RESPONSE},
     )
     def get(self, request: Request, name: str) -> Response:
         services.live_selection(chain=name)  # 404 for an unknown chain; expiry applied
-        limit = _int_param(request, "limit", 100, 1, 500)
-        before = _int_param(request, "before", None, 1, None)
+        limit = int_param(request, "limit", 100, 1, 500)
+        before = int_param(request, "before", None, 1, None)
         from audit.history import history_entries
 
         return Response({"entries": history_entries(chain=name, limit=limit, before=before)})
 
 
-def _int_param(request: Request, name: str, default: int | None, low: int, high: int | None) -> int | None:
+def int_param(request: Request, name: str, default: int | None, low: int, high: int | None) -> int | None:
+    """A whole-number query parameter within bounds (``default`` when absent)."""
     raw = request.query_params.get(name)
     if raw is None:
         return default

@@ -117,6 +117,26 @@ def _json_path(parts: Any) -> str:
     return path
 
 
+def _nul_characters(value: Any, parts: tuple[Any, ...] = ()) -> list[Problem]:
+    """Strings holding NUL (\\u0000): PostgreSQL cannot store them, so the file is refused here
+    rather than failing halfway through a sync."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [Problem(_json_path(parts), "contains a NUL character (\\u0000): remove it")]
+        return []
+    found: list[Problem] = []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if "\x00" in key:
+                found.append(Problem(_json_path((*parts, key)),
+                                     "the key contains a NUL character (\\u0000): remove it"))
+            found += _nul_characters(child, (*parts, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _nul_characters(child, (*parts, index))
+    return found
+
+
 def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<text>") -> PresetsFile:
     """Validate the presets file's text against its schema and the provider registry."""
     try:
@@ -129,6 +149,7 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
         Problem(_json_path(e.absolute_path), _describe(e))
         for e in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     ]
+    problems += _nul_characters(data)
     if problems:
         raise PresetsFileError(problems)
 

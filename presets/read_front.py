@@ -15,11 +15,13 @@ import asyncio
 import json
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
 from audit.fleet import FleetRecorder, parse_identity, recorder
+from controlplane import metrics
 from presets.api import matches, wait_seconds
 from presets.api_errors import error_body
 from presets.authentication import find_token
@@ -40,12 +42,22 @@ TOKEN_CACHE_S = 5.0
 TOKEN_CACHE_MAX = 10_000
 FLEET_FLUSH_S = 1.0
 
+_EXPIRY_UNAVAILABLE = ("this chain's pin has expired and the control plane's database is "
+                       "unavailable to revert it; retry shortly")
 _JSON = (b"content-type", b"application/json")
 _NO_CACHE = (b"cache-control", b"no-cache")
+# Answers by status since the last flush to the metrics files (controlplane/metrics.py): a
+# dict update per read here, the file write once a second off the request path.
+read_counts: defaultdict[int, int] = defaultdict(int)
 
 
 class TokenCache:
-    """Raw bearer token -> whether it is a live token, for a few seconds."""
+    """Raw bearer token -> whether it is a live token, for a few seconds.
+
+    While the database is down, a token this process has already checked keeps its last
+    answer (no token can be revoked meanwhile: revoking needs the database), so warm reads go
+    on; a token it has never seen raises, and the front answers 503.
+    """
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[bool, float]] = {}
@@ -55,7 +67,12 @@ class TokenCache:
         hit = self._known.get(raw)
         if hit is not None and hit[1] > now:
             return hit[0]
-        token = await in_worker_thread(find_token)(raw)
+        try:
+            token = await in_worker_thread(find_token)(raw)
+        except Exception:
+            if hit is not None:
+                return hit[0]
+            raise
         if len(self._known) >= TOKEN_CACHE_MAX:
             self._known.clear()  # bounded memory against floods of random tokens
         self._known[raw] = (token is not None, now + TOKEN_CACHE_S)
@@ -82,6 +99,10 @@ class ReadFront:
         """Write who read what, off the request path (at most once a second)."""
         while True:
             await asyncio.sleep(FLEET_FLUSH_S)
+            try:
+                metrics.flush_front(read_counts, waiters=self.snapshot.waiters)
+            except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
+                log.warning("metrics: flush failed: %s", exc)
             if self.fleet.has_pending:
                 try:
                     await in_worker_thread(self.fleet.flush)()
@@ -134,6 +155,11 @@ class ReadFront:
             return
         await self._start()
         if not name:
+            try:
+                await self._expire_due(time.time())
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
             await _respond(send, 200, self.snapshot.list_body)
             return
 
@@ -143,13 +169,21 @@ class ReadFront:
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
-        entry = await self._live(name)
+        try:
+            entry = await self._live(name)
+        except Exception:  # noqa: BLE001 - the database is down: see _live
+            await _error(send, 503, _EXPIRY_UNAVAILABLE)
+            return
         if entry is None:
             await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
             return
         if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
         if matches(if_none_match, entry.version) and wait:
-            entry = await self._wait(name, entry, wait)
+            try:
+                entry = await self._wait(name, entry, wait)
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
         status = 304 if matches(if_none_match, entry.version) else 200
         identity = parse_identity(headers.get(b"x-chain-client", b"").decode("latin-1"),
                                   headers.get(b"x-chain-applied-version", b"").decode("latin-1"))
@@ -161,10 +195,23 @@ class ReadFront:
             await _respond(send, 200, entry.body, entry.etag)
 
     async def _live(self, name: str) -> Entry | None:
+        """The chain's entry, its pin reverted if it has expired. Raises when the revert cannot
+        reach the database: an expired pin is never served, not even during an outage."""
         entry = self.snapshot.get(name)
         if entry is not None and entry.is_expired(time.time()):
-            entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
+            try:
+                entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
+            except Exception as exc:
+                log.warning("chain %s: its pin expired and the revert failed (%s); answering 503",
+                            name, exc.__class__.__name__)
+                raise
         return entry
+
+    async def _expire_due(self, now: float) -> None:
+        """Revert every expired pin in the snapshot (raises like ``_live``)."""
+        expired = [name for name, entry in self.snapshot.entries.items() if entry.is_expired(now)]
+        for name in expired:
+            await self._live(name)
 
     async def _wait(self, name: str, entry: Entry, wait: float) -> Entry:
         deadline = time.monotonic() + wait
@@ -184,6 +231,7 @@ class ReadFront:
 
 async def _respond(send: Send, status: int, body: bytes, etag: str | None = None,
                    extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    read_counts[status] += 1
     headers = [_NO_CACHE]
     if status != 304:
         headers.append(_JSON)

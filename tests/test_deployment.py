@@ -58,3 +58,9 @@ def test_the_containers_run_the_processes_the_suite_tests(service, expected) -> 
 def test_the_compose_file_requires_a_secret_key() -> None:
     environment = compose()["services"]["web"]["environment"]
     assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?")
+
+
+def test_the_web_health_check_asks_with_an_allowed_host(client) -> None:
+    # Django answers 400 to a Host outside ALLOWED_HOSTS, so probing 127.0.0.1 would fail.
+    probe = " ".join(compose()["services"]["web"]["healthcheck"]["test"])
+    assert "/readyz" in probe and "ALLOWED_HOSTS" in probe
