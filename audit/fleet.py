@@ -248,10 +248,13 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
 def fleet_summary(fleet: dict[str, Any]) -> str:
     """One line for people: '38 of 40 instances on v18; p50 applied 0.3 s after the change'."""
     if not fleet["instances"]:
-        return "no service instance has reported in the last minutes"
+        return (f"no service instance has read this chain in the last "
+                f"{settings.FLEET_INSTANCE_TTL_MINUTES} min")
     line = f"{fleet['on_version']} of {fleet['instances']} instances on v{fleet['version']}"
     if fleet["applied_p50_s"] is not None:
-        line += f"; p50 applied {fleet['applied_p50_s']:.1f} s after the change"
+        p50 = fleet["applied_p50_s"]
+        took = f"{p50 * 1000:.0f} ms" if p50 < 1 else f"{p50:.1f} s"
+        line += f"; p50 applied {took} after the change"
     if fleet["rejected"]:
         line += f"; {len(fleet['rejected'])} refused it"
     return line

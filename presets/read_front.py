@@ -93,10 +93,11 @@ class ReadFront:
     async def _start(self) -> None:
         await self.snapshot.start()
         if self._flusher is None:
-            self._flusher = asyncio.ensure_future(self._flush_fleet())
+            self._flusher = asyncio.ensure_future(self._flush_periodically())
 
-    async def _flush_fleet(self) -> None:
-        """Write who read what, off the request path (at most once a second)."""
+    async def _flush_periodically(self) -> None:
+        """Once a second, off the request path: read counts to the metrics files and who
+        read what to fleet status."""
         while True:
             await asyncio.sleep(FLEET_FLUSH_S)
             try:

@@ -38,7 +38,7 @@ def test_the_fleet_view_counts_instances_and_versions(reader: Client) -> None:
     assert fleet["applied_p50_s"] is not None and fleet["applied_p50_s"] >= 0
     assert sorted(d["client"] for d in fleet["detail"]) == ["checkout/i0", "checkout/i1", "checkout/i2"]
     other = fleet_of(reader, "incident-summary")
-    assert (other["instances"], other["summary"]) == (0, "no service instance has reported in the last minutes")
+    assert (other["instances"], other["summary"]) == (0, "no service instance has read this chain in the last 10 min")
 
 
 def test_reads_without_identity_headers_are_not_counted(reader: Client) -> None:

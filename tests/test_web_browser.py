@@ -442,11 +442,21 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
 
 
 def test_the_dashboard_screenshot(
-    open_page: Callable[..., Any], alice: User, tmp_path: Path
+    open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path
 ) -> None:
     """Takes the README's picture; UPDATE_SCREENSHOT=1 writes it to docs/screenshot.png."""
+
+    def read_as(instance: str, version: int) -> None:
+        reader.get("/api/v1/chains/chat", headers={
+            "X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)})
+
+    for n in range(3):
+        read_as(f"pod-{n}", 1)
     pin(actor="alice")
+    read_as("pod-0", 2)
+    read_as("pod-1", 2)
     page = open_page(alice, "/", viewport=LAPTOP)
+    assert "2 of 3 instances on v2" in page.inner_text("body")
     target = tmp_path / "dashboard.png"
     page.screenshot(path=str(target), full_page=True)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
