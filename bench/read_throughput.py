@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +60,43 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(10)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextmanager
+def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iterator[ScratchPlane]:
+    """A migrated control plane with the example presets on a scratch PostgreSQL database
+    (``admin_url`` may create and drop databases); the database is dropped at exit."""
+    import psycopg
+
+    name = f"{prefix}_{os.getpid()}"
+    base = admin_url.rsplit("/", 1)[0]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    env = {**os.environ, "DATABASE_URL": f"{base}/{name}", "VAR_DIR": str(workdir),
+           "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT), **extra_env}
+    try:
+        manage = [sys.executable, "manage.py"]
+        subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
+
+        def token(scope: str) -> str:
+            return subprocess.run(manage + ["create_token", f"{prefix}-{scope}", "--scope", scope],
+                                  cwd=ROOT, env=env, check=True, capture_output=True,
+                                  text=True).stdout.strip()
+
+        yield ScratchPlane(env=env, database_url=env["DATABASE_URL"], token=token)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass
+class ScratchPlane:
+    env: dict[str, str]
+    database_url: str
+    token: Callable[[str], str]
 
 
 def wrk(url: str, headers: dict[str, str], duration: int, connections: int) -> float:

@@ -17,11 +17,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -30,7 +27,15 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_throughput import BIN, ROOT, free_port, start, stop, wait_until_up  # noqa: E402
+from read_throughput import (  # noqa: E402
+    BIN,
+    ScratchPlane,
+    free_port,
+    scratch_control_plane,
+    start,
+    stop,
+    wait_until_up,
+)
 
 READERS = 8
 
@@ -61,26 +66,16 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     args = parser.parse_args()
 
-    name = f"bench_soak_{os.getpid()}"
-    base = args.admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(args.admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    workdir = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    env = {**os.environ, "DATABASE_URL": f"{base}/{name}", "VAR_DIR": str(workdir),
-           "CELERY_BROKER_URL": args.redis_url, "DEBUG": "false", "LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(ROOT)}
+    with scratch_control_plane("bench_soak", args.admin_url,
+                               CELERY_BROKER_URL=args.redis_url) as plane:
+        run(args, plane)
+
+
+def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
+    env = plane.env
+    read_token, write_token = plane.token("read"), plane.token("write")
     web = worker = None
     try:
-        manage = [sys.executable, "manage.py"]
-        subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
-
-        def token(scope: str) -> str:
-            return subprocess.run(manage + ["create_token", f"soak-{scope}", "--scope", scope],
-                                  cwd=ROOT, env=env, check=True, capture_output=True,
-                                  text=True).stdout.strip()
-
-        read_token, write_token = token("read"), token("write")
         port = free_port()
         web = start([str(BIN / "granian"), "--interface", "asgi", "--workers", "2", "--host",
                      "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-ws",
@@ -168,7 +163,7 @@ def main() -> None:
             thread.join()
         time.sleep(1)
 
-        with psycopg.connect(f"{base}/{name}", autocommit=True) as conn:
+        with psycopg.connect(plane.database_url, autocommit=True) as conn:
             rows = dict(conn.execute(
                 "SELECT action, count(*) FROM presets_historicalselection h "
                 "JOIN presets_chain c ON c.id = h.chain_id WHERE c.name = 'chat' GROUP BY action"
@@ -180,8 +175,6 @@ def main() -> None:
         for process in (web, worker):
             if process is not None:
                 stop(process)
-        with psycopg.connect(args.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     reads = sum(statuses.values())
     read_errors = sum(n for status, n in statuses.items() if status not in ("200", "304"))

@@ -13,7 +13,9 @@ from simple_history.admin import SimpleHistoryAdmin
 from presets.models import Chain, Preset, Selection, ServiceToken
 
 
-class ReadOnlyAdmin(SimpleHistoryAdmin):
+class ReadOnlyAdminMixin:
+    """Shown, never changed here: these rows change only through the services."""
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -22,6 +24,10 @@ class ReadOnlyAdmin(SimpleHistoryAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ReadOnlyAdminMixin, SimpleHistoryAdmin):
+    pass
 
 
 @admin.register(Chain)
