@@ -99,7 +99,7 @@ def run_clients(conn: Connection, base_url: str, token: str, names: list[str], m
         for name in names
     ]
     began = time.monotonic()
-    for client, offset in sorted(zip(clients, offsets), key=lambda pair: pair[1]):
+    for client, offset in sorted(zip(clients, offsets, strict=True), key=lambda pair: pair[1]):
         time.sleep(max(0.0, began + offset - time.monotonic()))
         client.start()
     conn.send(("started", len(clients)))

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from read_throughput import BIN, free_port, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
 

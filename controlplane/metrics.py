@@ -66,8 +66,9 @@ def prepare_multiprocess_dir(path: str | None = None) -> Path:
 
     Called by every web worker at start. Workers of one server share a parent process, so the
     first worker of a new server (a different parent than the one recorded) removes the files
-    of processes that are gone; its siblings and respawned workers keep their counts. Live gauges of workers that died are removed
-    either way, or a crashed worker's waiters would be counted for ever.
+    of processes that are gone; its siblings and respawned workers keep their counts. Live
+    gauges of workers that died are removed either way, or a crashed worker's waiters would
+    be counted for ever.
     """
     directory = Path(path or settings.PROMETHEUS_MULTIPROC_DIR)
     directory.mkdir(parents=True, exist_ok=True)

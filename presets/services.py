@@ -11,8 +11,8 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings

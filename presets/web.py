@@ -24,11 +24,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from audit.alerts import pin_start, recent_alerts
+from audit.fleet import chain_fleet, fleet_summary, idle_head_warning
 from audit.history import entry, history_rows
 from presets import services
 from presets.authentication import actor_of
-from audit.alerts import pin_start, recent_alerts
-from audit.fleet import chain_fleet, fleet_summary, idle_head_warning
 from presets.display import (
     LiveState,
     compare_steps,

@@ -86,7 +86,7 @@ def test_200_changes_from_8_threads_leave_a_gapless_consistent_history(synced) -
     rows = list(Selection.history.filter(chain__name="chat").order_by("version"))
     assert len(rows) == 2 + 200
     assert [r.version for r in rows] == list(range(1, 203))
-    for before, row in zip(rows, rows[1:]):
+    for before, row in zip(rows, rows[1:], strict=False):
         assert row.previous_version == before.version
         assert row.previous_preset_id == before.preset_id
         assert row.previous_steps == before.steps

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -22,8 +24,6 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from controlplane.wsgi import application
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 
 pytestmark = pytest.mark.usefixtures("synced")
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from chainclient import ChainClient, Provider, Registry, Step
 from django.conf import settings
 from django.db import connection
 
+from chainclient import ChainClient, Provider, Registry, Step
 from presets.registry import PROVIDERS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]

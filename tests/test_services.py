@@ -199,7 +199,7 @@ def test_each_change_is_one_version_and_one_self_contained_history_row() -> None
     assert [r.version for r in rows] == [1, 2, 3, 4, 5]
     assert [r.action for r in rows] == ["sync", "select", "extend", "select", "revert"]
     assert [r.updated_by for r in rows] == ["system:sync", "alice", "bob", "carol", "alice"]
-    for before, row in zip(rows, rows[1:]):
+    for before, row in zip(rows, rows[1:], strict=False):
         assert row.previous_version == before.version
         assert row.previous_preset_id == before.preset_id
         assert row.previous_steps == before.steps

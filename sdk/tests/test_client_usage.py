@@ -10,8 +10,9 @@ import time
 from collections import Counter
 from typing import Any
 
-import chainclient
 import pytest
+
+import chainclient
 from chainclient import RequestRejected, Router
 from chainclient.client import MAX_REPORTED_REJECTIONS
 from chainclient.testing import FakeChainClient, FakeProviders, fake_chain, fake_registry

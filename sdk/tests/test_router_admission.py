@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import (
     AllProvidersFailed,
     BreakerSettings,
@@ -13,7 +15,6 @@ from chainclient import (
     Step,
 )
 from chainclient.testing import FakeProviders, fake_chain, fake_registry
-from router_fixtures import fakes_for, make_router, tried
 
 # alpha: eligible; beta: lacks "images"; gamma: sends data to a destination not allowed.
 REGISTRY = fake_registry(

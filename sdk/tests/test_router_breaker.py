@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import (
     AllProvidersFailed,
     BreakerSettings,
@@ -14,7 +16,6 @@ from chainclient import (
     Step,
 )
 from chainclient.testing import FakeClock, FakeProviders
-from router_fixtures import fakes_for, make_router, tried
 
 BREAKER = BreakerSettings(failure_threshold=2, window_s=60.0, cooldown_s=30.0)
 

@@ -6,9 +6,10 @@ Every test here runs on a FakeClock advanced by the fakes; nothing sleeps.
 from __future__ import annotations
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import AllProvidersFailed, DeadlineExceeded, Step
 from chainclient.testing import FakeClock, FakeProviders, fake_chain
-from router_fixtures import fakes_for, make_router, tried
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import (
     AllProvidersFailed,
     ContentPolicyRejected,
@@ -19,7 +21,6 @@ from chainclient import (
     Step,
 )
 from chainclient.testing import Spec
-from router_fixtures import fakes_for, make_router, tried
 
 # (failure pattern, content policy falls through?, providers called in order, how it ends:
 #  the provider that served the request, or the error raised)

@@ -6,6 +6,8 @@ import contextlib
 from typing import Any
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import (
     AllProvidersFailed,
     ChainDocument,
@@ -18,7 +20,6 @@ from chainclient import (
     Step,
 )
 from chainclient.testing import FakeChainClient, FakeClock, fake_chain, fake_document
-from router_fixtures import fakes_for, make_router, tried
 
 
 def test_verify_rejecting_the_head_s_answer_falls_through() -> None:

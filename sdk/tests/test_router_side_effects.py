@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from router_fixtures import fakes_for, make_router, tried
+
 from chainclient import OutcomeUnknown
 from chainclient.testing import Spec
-from router_fixtures import fakes_for, make_router, tried
 
 UNKNOWN_OUTCOMES: list[Spec] = ["timeout", "unknown", "error"]
 UNKNOWN_IDS = ["timeout-after-dispatch", "dispatched-without-status", "transport-bug"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from router_fixtures import make_router
+
 from chainclient import (
     ContentPolicyRefusal,
     ProviderError,
@@ -12,7 +14,6 @@ from chainclient import (
     TransportError,
 )
 from chainclient.testing import FakeChainClient, FakeClock, FakeProviders, Spec, fake_chain
-from router_fixtures import make_router
 
 STEP = Step("alpha", "chat", 10_000)
 
