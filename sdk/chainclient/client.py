@@ -45,7 +45,7 @@ _HELD_AT_LEAST_S = 1.0
 # After a change every instance of a fleet would re-ask at the same moment, while the
 # server is still answering the rest of the fleet; a random pause up to this long spreads
 # those requests out (bench/propagation.py: it halves the tail at 1,000 instances).
-REPOLL_SPREAD_S = 1.0
+REPOLL_SPREAD_S = 0.25
 # A usage report carries at most this many refused documents (the newest ones).
 MAX_REPORTED_REJECTIONS = 20
 # The control plane accepts at most 50 providers per report and 500 characters of reason;
