@@ -85,13 +85,10 @@ class ContentPolicyRefusal(TransportError):
 # --- What the router raises ------------------------------------------------------------
 
 
-class RoutingError(ChainClientError):
-    """A request could not be served; ``str()`` is a headline plus the recovery receipt."""
+class CarriesReceipt:
+    """What results and routing errors share: the request's recovery receipt."""
 
-    def __init__(self, message: str, *, receipt: Receipt) -> None:
-        super().__init__(message)
-        self.message = message
-        self.receipt = receipt
+    receipt: Receipt
 
     @property
     def attempts(self) -> tuple[Attempt, ...]:
@@ -101,6 +98,15 @@ class RoutingError(ChainClientError):
     @property
     def task_id(self) -> str:
         return self.receipt.task_id
+
+
+class RoutingError(CarriesReceipt, ChainClientError):
+    """A request could not be served; ``str()`` is a headline plus the recovery receipt."""
+
+    def __init__(self, message: str, *, receipt: Receipt) -> None:
+        super().__init__(message)
+        self.message = message
+        self.receipt = receipt
 
     @property
     def refused(self) -> dict[Step, str]:

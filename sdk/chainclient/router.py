@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol
 
 from chainclient.errors import (
     AllProvidersFailed,
+    CarriesReceipt,
     ContentPolicyRefusal,
     ContentPolicyRejected,
     DeadlineExceeded,
@@ -262,7 +263,7 @@ class Receipt:
 
 
 @dataclass(frozen=True)
-class RouteResult:
+class RouteResult(CarriesReceipt):
     """A served request: the value and where it came from, with its recovery receipt."""
 
     value: Any
@@ -270,14 +271,6 @@ class RouteResult:
     model: str
     marking: Mapping[str, Any]
     receipt: Receipt = field(repr=False)
-
-    @property
-    def attempts(self) -> tuple[Attempt, ...]:
-        return self.receipt.attempts
-
-    @property
-    def task_id(self) -> str:
-        return self.receipt.task_id
 
     @property
     def recovered(self) -> bool:
