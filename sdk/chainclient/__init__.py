@@ -25,9 +25,16 @@ from chainclient.router import (
     Router,
     RouteResult,
 )
-from chainclient.types import ChainDocument, DocumentInvalid, Provider, Registry, Step
+from chainclient.types import (
+    ChainDocument,
+    DefaultChain,
+    DocumentInvalid,
+    Provider,
+    Registry,
+    Step,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AllProvidersFailed",
@@ -41,6 +48,7 @@ __all__ = [
     "Contract",
     "CredentialAlert",
     "DeadlineExceeded",
+    "DefaultChain",
     "DocumentInvalid",
     "NoEligibleRoute",
     "OutcomeUnknown",

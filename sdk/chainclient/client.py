@@ -10,11 +10,17 @@ With ``report_usage=True`` a second small daemon thread sends the control plane 
 report every ``usage_interval`` seconds: requests served per provider (``record_served``,
 which the Router calls on every success) and the documents this client refused, and why.
 A report that fails is merged into the next one; nothing is lost and no caller waits.
+
+Documents are ordered by (epoch, version): the epoch is raised after the control plane's
+database was restored, which took its versions back. A pin carries its expiry and the
+chain's default, so ``current()`` switches to the default at the expiry by itself, even
+when the control plane is out of reach then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import logging
@@ -26,14 +32,19 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from email.message import Message
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from chainclient.types import ChainDocument, DocumentInvalid, Registry, Step
+from chainclient.types import ChainDocument, DefaultChain, DocumentInvalid, Registry, Step
+
+try:
+    import fcntl
+except ImportError:  # Windows: the state file is written without a lock there
+    fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +67,25 @@ _MAX_REASON_CHARS = 500
 _FLUSH_MARGIN_S = 0.05
 
 OnChange = Callable[[ChainDocument], object]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """What ``current()`` reads, swapped as one reference: the held document and what
+    replaces it from ``expires_at`` on (the document itself when it has no expiry)."""
+
+    document: ChainDocument
+    expires_at: float  # epoch seconds; math.inf without an expiry, so one comparison does
+    expired: ChainDocument
+
+
+@dataclasses.dataclass(frozen=True)
+class _OlderAnswer:
+    """The control plane answered with a document older than the one held, since ``since``."""
+
+    epoch: int
+    version: int
+    since: float
 
 
 class ChainClient:
@@ -84,6 +114,7 @@ class ChainClient:
         max_backoff: float = 60.0,
         report_usage: bool = True,
         usage_interval: float = 60.0,
+        ahead_after_s: float = 30.0,
     ) -> None:
         if not isinstance(chain, str) or not chain.strip():
             raise ValueError("chain must be a non-empty string")
@@ -92,6 +123,7 @@ class ChainClient:
             ("timeout", timeout),
             ("max_backoff", max_backoff),
             ("usage_interval", usage_interval),
+            ("ahead_after_s", ahead_after_s),
         ):
             if not (math.isfinite(seconds) and seconds > 0):
                 raise ValueError(f"{label} must be a positive number of seconds")
@@ -122,6 +154,10 @@ class ChainClient:
         self._wait_s = float(wait_s)
         self._timeout = float(timeout)
         self._max_backoff = float(max_backoff)
+        self._ahead_after_s = float(ahead_after_s)
+        self._default_steps = steps
+        # Wall-clock time, because a pin's expiry is a wall-clock instant; tests replace it.
+        self._clock: Callable[[], float] = time.time
         self._client_id = f"{service}/{instance}"
         self._user_agent = _user_agent()
         self._on_change = on_change
@@ -144,6 +180,11 @@ class ChainClient:
         self._rejected = 0
         self._changes = 0
         self._polls = 0
+        self._last_save_error: str | None = None
+        self._last_save_error_at: float | None = None
+        self._older_answer: _OlderAnswer | None = None
+        self._ahead_noted = False
+        self._expiry_noted: _Snapshot | None = None
 
         self._apply_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
@@ -166,19 +207,39 @@ class ChainClient:
         self._report_failures = 0
 
         # The only shared mutable state the read path sees: one reference to a frozen value.
-        self._current: ChainDocument = self._load_state() or ChainDocument.compiled_default(
-            chain, steps
+        self._snapshot: _Snapshot = self._snapshot_of(
+            self._load_state() or ChainDocument.compiled_default(chain, steps)
         )
 
     # -- the read path ------------------------------------------------------------------
 
     def current(self) -> ChainDocument:
-        """The chain to use now: live, else last-known-good from disk, else the default."""
-        return self._current
+        """The chain to use now: live, else last-known-good from disk, else the default.
+
+        A pin is never served past its expiry: from that instant this is the chain's
+        default (derived when the pin arrived), until the control plane's revert replaces
+        both. One reference read, one clock read, one comparison.
+        """
+        snapshot = self._snapshot
+        if self._clock() >= snapshot.expires_at:
+            return snapshot.expired
+        return snapshot.document
+
+    @property
+    def _current(self) -> ChainDocument:
+        """The document held (a pin past its expiry included): what newer is measured against."""
+        return self._snapshot.document
 
     def health(self) -> dict[str, Any]:
         """A snapshot for health endpoints and logs; never does I/O."""
-        document = self._current
+        now = self._clock()
+        snapshot = self._snapshot
+        expired = now >= snapshot.expires_at
+        if expired:
+            self._note_expired(snapshot)
+        document = snapshot.expired if expired else snapshot.document
+        held = snapshot.document
+        ahead = self._ahead_of_server(now)
         thread = self._thread
         with self._usage_lock:
             unreported = sum(int(count) for count, _ in self._served.values())
@@ -186,8 +247,19 @@ class ChainClient:
             return {
                 "chain": self._chain,
                 "source": document.source,
+                "epoch": document.epoch,
                 "version": document.version,
                 "preset": document.preset,
+                "expired_pin": {
+                    "preset": held.preset,
+                    "version": held.version,
+                    "expires_at": held.expires_at_s,
+                } if expired else None,
+                "ahead_of_server": {
+                    "server_epoch": ahead.epoch,
+                    "server_version": ahead.version,
+                    "since": ahead.since,
+                } if ahead is not None else None,
                 "last_success_at": self._last_success_at,
                 "last_failure_at": self._last_failure_at,
                 "last_error": self._last_error,
@@ -201,7 +273,93 @@ class ChainClient:
                 "unreported_requests": unreported,
                 "last_usage_report_at": self._last_report_at,
                 "usage_report_failures": self._report_failures,
+                "last_save_error": self._last_save_error,
+                "last_save_error_at": self._last_save_error_at,
             }
+
+    # -- expiry and ordering --------------------------------------------------------------
+
+    def _snapshot_of(self, document: ChainDocument) -> _Snapshot:
+        """Precompute, off the read path, what ``current()`` serves before and after expiry."""
+        if document.expires_at_s is None:
+            return _Snapshot(document, math.inf, document)
+        return _Snapshot(document, document.expires_at_s, self._expired_pin(document))
+
+    def _expired_pin(self, pin: ChainDocument) -> ChainDocument:
+        """The pin's chain default, as served from its expiry until the revert arrives."""
+        # Older servers send no default: the compiled-in steps are the fallback then.
+        default = pin.default or DefaultChain("compiled-default", self._default_steps)
+        return dataclasses.replace(
+            pin,
+            preset=default.preset,
+            is_default=True,
+            chain=default.chain,
+            marking=dict(default.marking),
+            updated_by="chainclient",
+            reason=(
+                f"pin {pin.preset} (v{pin.version}) expired at {pin.expires_at}; serving the "
+                f"default {default.preset} until the control plane's revert arrives"
+            ),
+            expires_at=None,
+        )
+
+    def _note_expired(self, snapshot: _Snapshot) -> None:
+        """Log once per pin that its expiry passed; never called from ``current()``."""
+        with self._stats_lock:
+            if self._expiry_noted is snapshot:
+                return
+            self._expiry_noted = snapshot
+        logger.warning("chain %s: %s", self._chain, snapshot.expired.reason)
+
+    def _server_behind(self, answer: ChainDocument) -> None:
+        """A valid answer older than the held document: start (or keep) the timer."""
+        now = self._clock()
+        with self._stats_lock:
+            seen = self._older_answer
+            self._older_answer = _OlderAnswer(
+                answer.epoch, answer.version, seen.since if seen is not None else now
+            )
+        self._ahead_of_server(now)
+
+    def _server_caught_up(self) -> None:
+        """The control plane serves the held document or a newer one: not ahead any more."""
+        with self._stats_lock:
+            was_ahead, seen = self._ahead_noted, self._older_answer
+            self._older_answer, self._ahead_noted = None, False
+        if was_ahead and seen is not None:
+            current = self._current
+            logger.info(
+                "chain %s: the control plane serves %s again; no longer ahead of it",
+                self._chain,
+                _label(current),
+            )
+
+    def _ahead_of_server(self, now: float) -> _OlderAnswer | None:
+        """The older answer once it has lasted ``ahead_after_s`` (logged once), else None.
+
+        After a database restore the control plane serves lower versions than this
+        instance saved, and every change made there is ignored here until an operator
+        raises the epoch; this is how that becomes visible instead of silent.
+        """
+        with self._stats_lock:
+            seen = self._older_answer
+            if seen is None or now - seen.since < self._ahead_after_s:
+                return None
+            first = not self._ahead_noted
+            self._ahead_noted = True
+        if first:
+            held = self._current
+            logger.warning(
+                "chain %s: the control plane serves v%d but this instance holds v%d (epoch %d); "
+                "restored database? keeping v%d until an operator raises the epoch "
+                "(manage.py raise_epoch)",
+                self._chain,
+                seen.version,
+                held.version,
+                held.epoch,
+                held.version,
+            )
+        return seen
 
     # -- usage ----------------------------------------------------------------------------
 
@@ -316,16 +474,22 @@ class ChainClient:
 
     def _poll_once(self, stop_event: threading.Event, transport: _Transport) -> float:
         """Fetch once, apply what came back, and return how long to wait before the next poll."""
-        current = self._current
+        now = self._clock()
+        snapshot = self._snapshot
+        if now >= snapshot.expires_at:
+            self._note_expired(snapshot)
+        self._ahead_of_server(now)
+        current = snapshot.document
         long_poll = self._long_poll
         path = self._path
         read_timeout = self._timeout
         if long_poll:
             path += f"?wait={self._wait_s:g}"
             read_timeout += self._wait_s
+        if_none_match = self._etag or _entity_tag(current)
         headers = {
             "Authorization": f"Bearer {self._token}",
-            "If-None-Match": self._etag or f'"{current.version}"',
+            "If-None-Match": if_none_match,
             "X-Chain-Client": self._client_id,
             "X-Chain-Applied-Version": str(current.version),
             "User-Agent": self._user_agent,
@@ -345,6 +509,8 @@ class ChainClient:
         if status == 304:
             self._succeeded()
             self._etag = response_headers.get("ETag") or self._etag
+            if if_none_match == _entity_tag(current):
+                self._server_caught_up()  # it serves what this instance holds
             if long_poll and elapsed < min(_HELD_AT_LEAST_S, self._wait_s / 2):
                 # The server ignores ``wait``: re-asking at once would spin, so poll instead.
                 if not self._noted_unheld_long_poll:
@@ -398,13 +564,15 @@ class ChainClient:
 
     def _report(self, transport: _Transport, timeout: float, stop_event: threading.Event) -> None:
         """Send what was served and refused since the last accepted report, if anything."""
+        ahead = self._ahead_of_server(self._clock())
         with self._usage_lock:
             served, self._served = self._served, {}
             refusals, self._refusals = self._refusals, []
-        if not served and not refusals:
-            return  # no empty reports
+        # No empty reports, except while ahead: the fleet page must keep showing that.
+        if not served and not refusals and ahead is None:
+            return
         try:
-            body = json.dumps({
+            report: dict[str, Any] = {
                 "client": self._client_id,
                 "applied_version": self._current.version,
                 "providers": {
@@ -417,7 +585,14 @@ class ChainClient:
                     {"version": version or 0, "reason": reason, "at": _utc(at)}
                     for version, reason, at in refusals
                 ],
-            }).encode("utf-8")
+            }
+            if ahead is not None:
+                report["ahead_of_server"] = {
+                    "server_epoch": ahead.epoch,
+                    "server_version": ahead.version,
+                    "since": _utc(ahead.since),
+                }
+            body = json.dumps(report).encode("utf-8")
             headers = {
                 "Authorization": f"Bearer {self._token}",
                 "X-Chain-Client": self._client_id,
@@ -516,16 +691,22 @@ class ChainClient:
         # thread could otherwise race the new one and move the version backwards.
         with self._apply_lock:
             previous = self._current
-            if document.version <= previous.version:
-                # Replicas can answer out of order; versions never go down, so older is stale.
+            if document.order <= previous.order:
+                # Replicas can answer out of order; (epoch, version) never goes down, so an
+                # older answer is stale, unless it lasts: then the server is behind us.
+                if document.order < previous.order:
+                    self._server_behind(document)
+                else:
+                    self._server_caught_up()
                 logger.debug(
-                    "chain %s: ignoring v%d, already at v%d",
+                    "chain %s: ignoring %s, already at %s",
                     self._chain,
-                    document.version,
-                    previous.version,
+                    _label(document),
+                    _label(previous),
                 )
                 return False
             self._swap(previous, document, etag)
+        self._server_caught_up()
         if self._on_change is not None:
             try:
                 self._on_change(document)
@@ -540,17 +721,17 @@ class ChainClient:
     def _swap(self, previous: ChainDocument, document: ChainDocument, etag: str | None) -> None:
         """Make ``document`` current: one log line, one reference swap, then the file."""
         logger.info(
-            "chain %s: v%d %s -> v%d %s by %s: %s",
+            "chain %s: %s %s -> %s %s by %s: %s",
             self._chain,
-            previous.version,
+            _label(previous),
             previous.preset,
-            document.version,
+            _label(document),
             document.preset,
             document.updated_by,
             document.reason,
         )
-        self._current = document
-        self._etag = etag or f'"{document.version}"'
+        self._snapshot = self._snapshot_of(document)
+        self._etag = etag or _entity_tag(document)
         with self._stats_lock:
             self._changes += 1
         # Saved after the swap: a slow disk must not delay the change reaching requests.
@@ -575,7 +756,7 @@ class ChainClient:
             logger.debug("chain %s: refused the same document again: %s", self._chain, why)
             return
         self._last_rejection = key
-        current = self._current
+        current = self.current()
         logger.warning(
             "chain %s: refused document%s from the control plane: %s; keeping v%d %s",
             self._chain,
@@ -614,7 +795,7 @@ class ChainClient:
             self._last_error = why
             if failures == 1:
                 self._outage_started = time.monotonic()
-        current = self._current
+        current = self.current()
         if failures == 1:
             # One line per outage, not per poll; the recovery line closes it.
             logger.warning(
@@ -652,33 +833,33 @@ class ChainClient:
         if path is None:
             return None
         try:
-            raw = path.read_bytes()
+            document = self._read_state(path)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            logger.warning("chain %s: ignoring state file %s: %s", self._chain, path, exc)
-            return None
-        try:
-            payload = json.loads(raw)
-            if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
-                raise DocumentInvalid(f"not a {STATE_FORMAT} file")
-            if payload.get("chain") != self._chain:
-                raise DocumentInvalid(f"it belongs to chain {payload.get('chain')!r}")
-            document = ChainDocument.from_json(
-                payload.get("document"), registry=self._registry, source="disk"
-            )
-            if document.name != self._chain:
-                raise DocumentInvalid(f"its document is for chain {document.name!r}")
-        except (ValueError, RecursionError) as exc:  # DocumentInvalid is a ValueError
+        except (OSError, ValueError, RecursionError) as exc:  # DocumentInvalid is a ValueError
             logger.warning("chain %s: ignoring state file %s: %s", self._chain, path, exc)
             return None
         logger.info(
-            "chain %s: starting from v%d %s saved in %s",
+            "chain %s: starting from %s %s saved in %s",
             self._chain,
-            document.version,
+            _label(document),
             document.preset,
             path,
         )
+        return document
+
+    def _read_state(self, path: Path) -> ChainDocument:
+        """The document saved in ``path``; raises OSError or ValueError saying why not."""
+        payload = json.loads(path.read_bytes())
+        if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
+            raise DocumentInvalid(f"not a {STATE_FORMAT} file")
+        if payload.get("chain") != self._chain:
+            raise DocumentInvalid(f"it belongs to chain {payload.get('chain')!r}")
+        document = ChainDocument.from_json(
+            payload.get("document"), registry=self._registry, source="disk"
+        )
+        if document.name != self._chain:
+            raise DocumentInvalid(f"its document is for chain {document.name!r}")
         return document
 
     def _persist(self, document: ChainDocument) -> None:
@@ -692,11 +873,47 @@ class ChainClient:
             "document": document.to_json(),
         }
         try:
-            _write_atomically(path, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            on_disk = self._save_if_newer(path, document, data)
         except (OSError, TypeError, ValueError) as exc:
+            why = _describe(exc)
+            with self._stats_lock:
+                self._last_save_error, self._last_save_error_at = why, time.time()
             logger.warning(
-                "chain %s: could not save v%d to %s: %s", self._chain, document.version, path, exc
+                "chain %s: could not save v%d to %s: %s", self._chain, document.version, path, why
             )
+            return
+        if on_disk is not None:
+            logger.debug(
+                "chain %s: %s already holds %s; not saving %s",
+                self._chain,
+                path,
+                _label(on_disk),
+                _label(document),
+            )
+            return
+        with self._stats_lock:
+            self._last_save_error, self._last_save_error_at = None, None
+
+    def _save_if_newer(
+        self, path: Path, document: ChainDocument, data: bytes
+    ) -> ChainDocument | None:
+        """Write ``data`` unless the file already holds ``document`` or a newer one; return
+        that one when it does.
+
+        Processes sharing a ``state_dir`` can each get answers from a lagging replica, so
+        the compare and the write happen under one lock: the file never goes back.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive_lock(path.with_suffix(".lock")):
+            try:
+                on_disk = self._read_state(path)
+            except (OSError, ValueError, RecursionError):
+                on_disk = None  # missing or unusable: _load_state would ignore it too
+            if on_disk is not None and on_disk.order >= document.order:
+                return on_disk
+            _write_atomically(path, data)
+        return None
 
 
 class _StoppedError(Exception):
@@ -719,6 +936,21 @@ def _add_refusal(refusals: list[_Refusal], refusal: _Refusal) -> None:
             return
     refusals.append(refusal)
     del refusals[:-MAX_REPORTED_REJECTIONS]
+
+
+def _entity_tag(document: ChainDocument) -> str:
+    """The ETag the control plane sends for ``document``: the version, prefixed by the
+    epoch once one was raised (so the same version from before a restore differs)."""
+    if document.epoch == 0:
+        return f'"{document.version}"'
+    return f'"{document.epoch}.{document.version}"'
+
+
+def _label(document: ChainDocument) -> str:
+    """``v7``, or ``v7 (epoch 2)`` once an epoch was raised, for log lines."""
+    if document.epoch == 0:
+        return f"v{document.version}"
+    return f"v{document.version} (epoch {document.epoch})"
 
 
 def _utc(epoch: float) -> str:
@@ -819,6 +1051,20 @@ class _Transport:
             connection, self._connection, self._socket = self._connection, None, None
         if connection is not None:
             connection.close()
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

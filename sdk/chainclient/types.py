@@ -7,13 +7,24 @@ the service's own compiled-in provider registry.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 MIN_TIMEOUT_MS = 500
 MAX_TIMEOUT_MS = 120_000
 MAX_STEPS = 4
+NO_MARKING: Mapping[str, Any] = {"degraded": False, "note": ""}
+
+# RFC 3339 as the control plane writes it ("2026-11-29T06:03:04.123Z"; older servers omit
+# the milliseconds). Parsed by hand: Python 3.10's fromisoformat refuses the "Z", and 3.11
+# accepts forms 3.10 does not, so a document must not be valid on one and not the other.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
 
 
 class DocumentInvalid(ValueError):
@@ -93,12 +104,49 @@ class Registry:
             seen.add(key)
 
 
+def parse_time(text: str) -> float:
+    """Epoch seconds of an RFC 3339 time with a zone; ValueError if it is not one."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not an RFC 3339 time with a time zone")
+    year, month, day, hour, minute, second, fraction, zulu, sign, zone_h, zone_m = match.groups()
+    offset = timedelta(0)
+    if not zulu:
+        offset = timedelta(hours=int(zone_h), minutes=int(zone_m))
+        if sign == "-":
+            offset = -offset
+    moment = datetime(
+        int(year), int(month), int(day), int(hour), int(minute), int(second),
+        int((fraction or "0").ljust(6, "0")), tzinfo=timezone(offset),
+    )
+    return moment.timestamp()
+
+
+@dataclass(frozen=True)
+class DefaultChain:
+    """The chain's default preset, carried by every document: what a pin falls back to
+    at its expiry, even when the control plane cannot be reached then."""
+
+    preset: str
+    chain: tuple[Step, ...]
+    marking: Mapping[str, Any] = field(default_factory=lambda: dict(NO_MARKING))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "chain": [s.to_json() for s in self.chain],
+            "marking": dict(self.marking),
+        }
+
+
 @dataclass(frozen=True)
 class ChainDocument:
     """The live chain as served by the control plane, plus where this copy came from.
 
     ``source`` is ``default`` (compiled in, version 0), ``disk`` (last-known-good file)
-    or ``live`` (fetched from the control plane).
+    or ``live`` (fetched from the control plane). Documents are ordered by ``order``,
+    (epoch, version): the epoch is raised after a database restore took versions back.
+    ``expires_at_s`` is ``expires_at`` in epoch seconds (None without an expiry).
     """
 
     name: str
@@ -112,6 +160,24 @@ class ChainDocument:
     updated_at: str | None
     expires_at: str | None
     source: str = "live"
+    epoch: int = 0
+    default: DefaultChain | None = None
+    expires_at_s: float | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Parsed once here, not per request: current() compares it with the clock.
+        expires_at_s = None
+        if self.expires_at is not None:
+            try:
+                expires_at_s = parse_time(self.expires_at)
+            except (ValueError, OverflowError) as exc:
+                raise DocumentInvalid(f"'expires_at': {exc}") from None
+        object.__setattr__(self, "expires_at_s", expires_at_s)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """What "newer" means: a higher epoch wins even with a lower version."""
+        return (self.epoch, self.version)
 
     @classmethod
     def compiled_default(cls, name: str, steps: Iterable[Step]) -> ChainDocument:
@@ -154,48 +220,30 @@ class ChainDocument:
         version = data.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise DocumentInvalid("'version' must be a non-negative integer")
+        # Older servers send no epoch: their documents are all in epoch 0.
+        epoch = data.get("epoch", 0)
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise DocumentInvalid("'epoch' must be a non-negative integer")
         is_default = data.get("is_default")
         if not isinstance(is_default, bool):
             raise DocumentInvalid("'is_default' must be a boolean")
-        raw_chain = data.get("chain")
-        if not isinstance(raw_chain, list):
-            raise DocumentInvalid("'chain' must be a list of steps")
-        steps = []
-        for i, raw in enumerate(raw_chain):
-            if not isinstance(raw, dict):
-                raise DocumentInvalid(f"chain[{i}] must be an object")
-            provider, model, timeout = raw.get("provider"), raw.get("model"), raw.get("timeout_ms")
-            if not isinstance(provider, str) or not isinstance(model, str):
-                raise DocumentInvalid(f"chain[{i}]: provider and model must be strings")
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise DocumentInvalid(f"chain[{i}]: timeout_ms must be an integer")
-            if isinstance(timeout, float):
-                if not math.isfinite(timeout) or timeout != int(timeout):
-                    raise DocumentInvalid(f"chain[{i}]: timeout_ms must be an integer")
-                timeout = int(timeout)
-            steps.append(Step(provider, model, timeout))
-        marking = data.get("marking", {"degraded": False, "note": ""})
-        if marking is None:
-            marking = {"degraded": False, "note": ""}
-        if not isinstance(marking, dict) or not isinstance(marking.get("degraded", False), bool):
-            raise DocumentInvalid("'marking' must be an object with a boolean 'degraded'")
+        steps = _parse_steps(data.get("chain"))
+        _validate_steps(steps, registry)
         doc = cls(
             name=text("name"),
             version=version,
             preset=text("preset"),
             is_default=is_default,
-            chain=tuple(steps),
-            marking=dict(marking),
+            chain=steps,
+            marking=_parse_marking(data.get("marking"), "'marking'"),
             updated_by=text("updated_by"),
             reason=text("reason"),
             updated_at=optional_text("updated_at"),
             expires_at=optional_text("expires_at"),
             source=source,
+            epoch=epoch,
+            default=_parse_default(data.get("default"), registry),
         )
-        if registry is not None:
-            registry.validate_steps(doc.chain)
-        else:
-            _check_shape(doc.chain)
         return doc
 
     def to_json(self) -> dict[str, Any]:
@@ -211,11 +259,77 @@ class ChainDocument:
             "reason": self.reason,
             "updated_at": self.updated_at,
             "expires_at": self.expires_at,
+            "epoch": self.epoch,
+            "default": self.default.to_json() if self.default is not None else None,
         }
 
     @property
     def degraded(self) -> bool:
         return bool(self.marking.get("degraded", False))
+
+
+def _parse_steps(raw_chain: Any, where: str = "") -> tuple[Step, ...]:
+    """The steps of a JSON chain; ``where`` prefixes messages (``default.``)."""
+    if not isinstance(raw_chain, list):
+        raise DocumentInvalid(f"{where}chain must be a list of steps" if where
+                              else "'chain' must be a list of steps")
+    steps = []
+    for i, raw in enumerate(raw_chain):
+        if not isinstance(raw, dict):
+            raise DocumentInvalid(f"{where}chain[{i}] must be an object")
+        provider, model, timeout = raw.get("provider"), raw.get("model"), raw.get("timeout_ms")
+        if not isinstance(provider, str) or not isinstance(model, str):
+            raise DocumentInvalid(f"{where}chain[{i}]: provider and model must be strings")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise DocumentInvalid(f"{where}chain[{i}]: timeout_ms must be an integer")
+        if isinstance(timeout, float):
+            if not math.isfinite(timeout) or timeout != int(timeout):
+                raise DocumentInvalid(f"{where}chain[{i}]: timeout_ms must be an integer")
+            timeout = int(timeout)
+        steps.append(Step(provider, model, timeout))
+    return tuple(steps)
+
+
+def _validate_steps(steps: tuple[Step, ...], registry: Registry | None) -> None:
+    if registry is not None:
+        registry.validate_steps(steps)
+    else:
+        _check_shape(steps)
+
+
+def _parse_marking(marking: Any, label: str) -> dict[str, Any]:
+    if marking is None:
+        return dict(NO_MARKING)
+    if not isinstance(marking, dict) or not isinstance(marking.get("degraded", False), bool):
+        raise DocumentInvalid(f"{label} must be an object with a boolean 'degraded'")
+    return dict(marking)
+
+
+def _parse_default(raw: Any, registry: Registry | None) -> DefaultChain | None:
+    """The document's default preset, validated exactly as its chain is.
+
+    A pin falls back to it when no server may be reachable, so a default this service
+    cannot route makes the whole document invalid rather than a surprise at expiry.
+    Missing (or null, for a chain without a default) from older servers: None.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise DocumentInvalid(
+            f"default.{{preset, chain, marking}}: an object is required, got {type(raw).__name__}"
+        )
+    preset = raw.get("preset")
+    if not isinstance(preset, str) or not preset.strip():
+        raise DocumentInvalid("default.preset must be a non-blank string")
+    steps = _parse_steps(raw.get("chain"), "default.")
+    try:
+        _validate_steps(steps, registry)
+    except DocumentInvalid as exc:
+        why = str(exc)
+        raise DocumentInvalid(
+            f"default.{why}" if why.startswith("chain") else f"default.chain: {why}"
+        ) from None
+    return DefaultChain(preset, steps, _parse_marking(raw.get("marking"), "default.marking"))
 
 
 def _check_shape(steps: tuple[Step, ...]) -> None:

@@ -60,6 +60,12 @@ def _make_document(version: int, preset: str = "normal", **overrides: Any) -> di
     return document
 
 
+def entity_tag(document: dict[str, Any]) -> str:
+    """The ETag the real API sends: the version, prefixed by the epoch once one was raised."""
+    epoch = document.get("epoch", 0)
+    return f'"{document["version"]}"' if epoch == 0 else f'"{epoch}.{document["version"]}"'
+
+
 @dataclass
 class Reply:
     """One scripted answer: a status, a body (dict/list as JSON, str/bytes raw), a delay.
@@ -79,7 +85,7 @@ class Reply:
 
     @classmethod
     def document(cls, document: dict[str, Any], **kwargs: Any) -> Reply:
-        headers = {"ETag": f'"{document["version"]}"', "Content-Type": "application/json"}
+        headers = {"ETag": entity_tag(document), "Content-Type": "application/json"}
         return cls(200, document, headers=headers, **kwargs)
 
     @classmethod
@@ -131,6 +137,7 @@ class ControlPlane(ThreadingHTTPServer):
         self._queue: list[Reply] = []
         self._always: Reply | None = None
         self._document: dict[str, Any] | None = None
+        self._script: Callable[[Recorded], Reply] | None = None
         self.reports: list[Report] = []
         self._usage_queue: list[Reply] = []
 
@@ -151,6 +158,11 @@ class ControlPlane(ThreadingHTTPServer):
     def always_document(self, document: dict[str, Any], **kwargs: Any) -> None:
         with self._lock:
             self._always = Reply.document(document, **kwargs)
+
+    def script(self, answer: Callable[[Recorded], Reply]) -> None:
+        """Answer every request that finds the queue empty with ``answer(request)``."""
+        with self._lock:
+            self._script = answer
 
     def publish(self, document: dict[str, Any]) -> None:
         with self._lock:
@@ -200,6 +212,8 @@ class ControlPlane(ThreadingHTTPServer):
             self.requests.append(request)
             if self._queue:
                 return self._queue.pop(0)
+            if self._script is not None:
+                return self._script(request)
             return self._always
 
     def _answer_from_document(self, request: Recorded) -> Reply:
@@ -210,7 +224,7 @@ class ControlPlane(ThreadingHTTPServer):
                 document = self._document
                 if document is None:
                     return Reply(404, {"error": {"code": "not_found", "message": "no chain"}})
-                etag = f'"{document["version"]}"'
+                etag = entity_tag(document)
                 if request.headers.get("If-None-Match") != etag:
                     return Reply.document(document)
                 left = deadline - time.monotonic()

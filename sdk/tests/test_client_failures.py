@@ -7,36 +7,42 @@ import time
 
 import pytest
 
+# The client's timeout is part of each case. An answer that fails by its status gets a
+# timeout no busy machine can reach, so the first (good) answer can never time out instead
+# (that once made the http-401 case flaky at 0.2 s). A slow answer must outlast the timeout:
+# it is held until the test ends, so only the client's timeout decides, however loaded.
 FAILURES = [
     pytest.param(
         {"status": 500, "body": {"error": {"code": "x", "message": "boom"}}},
+        10.0,
         "HTTP 500: boom",
         id="http-500",
     ),
     pytest.param(
-        {"status": 503, "body": "<html>maintenance</html>"}, "HTTP 503", id="http-503-html"
+        {"status": 503, "body": "<html>maintenance</html>"}, 10.0, "HTTP 503", id="http-503-html"
     ),
     pytest.param(
         {"status": 401, "body": {"error": {"code": "unauthorized", "message": "bad token"}}},
+        10.0,
         "HTTP 401: bad token",
         id="http-401",
     ),
-    pytest.param({"status": 404}, "HTTP 404", id="http-404"),
-    pytest.param({"status": 200, "delay": 2.0}, "timed out", id="slow-answer"),
-    pytest.param({"hang": True}, "timed out", id="never-answers"),
+    pytest.param({"status": 404}, 10.0, "HTTP 404", id="http-404"),
+    pytest.param({"status": 200, "delay": 600.0}, 2.0, "timed out", id="slow-answer"),
+    pytest.param({"hang": True}, 2.0, "timed out", id="never-answers"),
 ]
 
 
-@pytest.mark.parametrize(("reply", "logged"), FAILURES)
+@pytest.mark.parametrize(("reply", "timeout", "logged"), FAILURES)
 def test_a_failing_control_plane_leaves_the_live_chain_in_place(
-    make_client, control_plane, eventually, document, caplog, reply, logged
+    make_client, control_plane, eventually, document, caplog, reply, timeout, logged
 ):
     caplog.set_level(logging.INFO, logger="chainclient")
     control_plane.reply_document(document(3, "pin_secondary"))
     control_plane.always(**reply)
-    client = make_client(timeout=0.2).start()
+    client = make_client(timeout=timeout).start()
 
-    eventually(lambda: client.health()["consecutive_failures"] >= 2)
+    eventually(lambda: client.health()["consecutive_failures"] >= 2, timeout=30.0)
 
     assert client.current().version == 3
     assert client.current().source == "live"
@@ -83,14 +89,16 @@ def test_current_answers_at_once_while_the_poller_is_stuck(
 
 
 def test_the_value_never_expires_during_an_outage(make_client, control_plane, eventually, document):
-    control_plane.reply_document(document(3, "pin_secondary", expires_at="2000-01-01T00:00:00Z"))
+    # Only a pin carries an expiry (test_client_expiry.py); any other value stays for good.
+    control_plane.reply_document(document(3, "local_only", is_default=False))
     control_plane.always(500)
     client = make_client().start()
 
     eventually(lambda: client.health()["consecutive_failures"] >= 5)
 
     assert client.current().version == 3
-    assert client.current().preset == "pin_secondary"
+    assert client.current().preset == "local_only"
+    assert client.health()["expired_pin"] is None
 
 
 def test_recovery_is_logged_once_and_resets_the_failure_count(

@@ -114,13 +114,24 @@ def test_a_change_is_saved_atomically_with_its_version(
     make_client, control_plane, state_dir, eventually, document, saved_version
 ):
     control_plane.reply_document(document(3))
-    served = document(4, "pin_secondary", expires_at="2026-11-29T06:03:04Z")
+    served = document(
+        4,
+        "pin_secondary",
+        epoch=2,
+        expires_at="2999-11-29T06:03:04.123Z",
+        default={
+            "preset": "normal",
+            "chain": [{"provider": "vendor_a", "model": "large", "timeout_ms": 20000}],
+            "marking": {"degraded": False, "note": ""},
+        },
+    )
     control_plane.always_document(served)
     make_client().start()
 
     eventually(lambda: saved_version() == 4)
 
-    assert os.listdir(state_dir) == ["chat.json"]  # no temp file left behind
+    # No temp file left behind; the lock file that orders writers stays, empty.
+    assert sorted(os.listdir(state_dir)) == ["chat.json", "chat.lock"]
     saved = json.loads((state_dir / "chat.json").read_text())
     assert saved["format"] == "chainclient-state/1"
     assert saved["chain"] == "chat"
