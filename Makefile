@@ -46,7 +46,7 @@ serve: install
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py
+BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py promises.py
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll

@@ -10,6 +10,7 @@ first seen (that time is how the dashboard knows how fast a change reached the f
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 from dataclasses import dataclass
@@ -17,10 +18,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 
 from presets.models import Chain, Selection, format_time
+
+log = logging.getLogger(__name__)
 
 WRITE_EVERY = timedelta(minutes=1)
 MAX_CLIENT_LENGTH = 200
@@ -91,14 +94,16 @@ class _Seen:
 
 
 def parse_identity(client: str | None, version: str | None) -> tuple[str, int] | None:
-    """The (client, applied version) a read identifies itself with, if it does."""
+    """The (client, applied version) a read identifies itself with, if it does.
+
+    Whatever the database cannot store is no identity: a client with a control character (a
+    NUL, a newline) or not valid UTF-8, a version outside PostgreSQL's integer (0..2**31-1)."""
     if not client or not version or len(client) > MAX_CLIENT_LENGTH or "/" not in client:
         return None
-    try:
-        applied = int(version)
-    except ValueError:
+    if not client.isprintable() or len(version) > 10 or not (version.isascii() and version.isdigit()):
         return None
-    return (client, applied) if applied >= 0 else None
+    applied = int(version)
+    return (client, applied) if applied <= 2**31 - 1 else None
 
 
 class FleetRecorder:
@@ -154,14 +159,34 @@ class FleetRecorder:
                 instance.version_seen_at = seen.version_seen_at
             instance.last_seen_at = max(instance.last_seen_at, seen.last_seen_at)
             updated.append(instance)
+        written = len(created) + len(updated)
+        try:
+            _write(created, updated)
+        except DatabaseError:
+            # One row the database refuses must not drop every honest instance's: write them
+            # one by one and leave out only the rows that fail.
+            written = 0
+            for instance in created + updated:
+                try:
+                    if instance.pk is None:
+                        _write([instance], [])
+                    else:
+                        _write([], [instance])
+                    written += 1
+                except DatabaseError as exc:
+                    log.warning("fleet status: dropped instance %r: %s", instance.client, exc)
+        with self._lock:
+            for key, seen in pending.items():
+                self._written[key] = (seen.version, seen.last_seen_at)
+        return written
+
+
+def _write(created: list[FleetInstance], updated: list[FleetInstance]) -> None:
+    with transaction.atomic():
         # Two web processes may both create the same new instance: the loser's row is skipped.
         FleetInstance.objects.bulk_create(created, ignore_conflicts=True)
         FleetInstance.objects.bulk_update(
             updated, ["applied_version", "version_seen_at", "last_seen_at"])
-        with self._lock:
-            for key, seen in pending.items():
-                self._written[key] = (seen.version, seen.last_seen_at)
-        return len(created) + len(updated)
 
 
 recorder = FleetRecorder()
@@ -191,6 +216,15 @@ def _record_usage(*, chain: Chain, client: str, providers: dict[str, dict[str, A
         RejectedVersion.objects.update_or_create(
             chain=chain, client=client, version=item["version"],
             defaults={"reason": item["reason"][:500], "at": item["at"]})
+
+
+def note_ahead(*, chain: Chain, client: str, server_epoch: int, server_version: int,
+               since: datetime) -> None:
+    """An instance reports holding a later document than this server serves: the database
+    was restored and the epoch not raised yet (the fleet page counts such instances)."""
+    log.warning("chain %s: instance %r holds a later document than this server's "
+                "v%d (epoch %d) since %s: restored database? run manage.py raise_epoch",
+                chain.name, client, server_version, server_epoch, format_time(since))
 
 
 def last_served(chain: Chain) -> dict[str, datetime]:
@@ -225,6 +259,8 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
     """How far the live version has reached: counts, apply delays, refusals."""
     instances = list(live_instances(selection.chain, now))
     on_version = [i for i in instances if i.applied_version == selection.version]
+    # Only a restored database (its versions went back) leaves instances on a later version.
+    ahead = [i for i in instances if i.applied_version > selection.version]
     delays = sorted(
         (i.version_seen_at - selection.updated_at).total_seconds()
         for i in on_version if i.first_seen_at < selection.updated_at <= i.version_seen_at
@@ -235,6 +271,7 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
         "version": selection.version,
         "instances": len(instances),
         "on_version": len(on_version),
+        "ahead": len(ahead),
         "applied_p50_s": round(statistics.median(delays), 3) if delays else None,
         "applied_max_s": round(delays[-1], 3) if delays else None,
         "rejected": [{"client": r.client, "reason": r.reason, "at": format_time(r.at)}
@@ -257,4 +294,7 @@ def fleet_summary(fleet: dict[str, Any]) -> str:
         line += f"; p50 applied {took} after the change"
     if fleet["rejected"]:
         line += f"; {len(fleet['rejected'])} refused it"
+    if fleet["ahead"]:
+        line += (f"; {fleet['ahead']} instance{'s' if fleet['ahead'] != 1 else ''} ahead of the "
+                 "server: restored database? run manage.py raise_epoch")
     return line

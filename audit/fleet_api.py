@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from audit import fleet
 from presets import services
-from presets.api import ERROR_RESPONSE, StrictCharField, StrictIntegerField
+from presets.api import ERROR_RESPONSE, AwareDateTimeField, StrictCharField, StrictIntegerField
 
 
 class FleetView(APIView):
@@ -19,6 +19,8 @@ class FleetView(APIView):
         version = serializers.IntegerField()
         instances = serializers.IntegerField()
         on_version = serializers.IntegerField()
+        ahead = serializers.IntegerField(help_text="instances on a later version than the "
+                                         "server's: a restored database whose epoch was not raised")
         applied_p50_s = serializers.FloatField(allow_null=True)
         applied_max_s = serializers.FloatField(allow_null=True)
         summary = serializers.CharField()
@@ -41,20 +43,29 @@ class FleetView(APIView):
 MAX_VERSION = 2**31 - 1
 
 
+class AheadSerializer(serializers.Serializer):
+    """What an instance holding a later document than the server's reports."""
+
+    server_epoch = StrictIntegerField(min_value=0, max_value=2**63 - 1)
+    server_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION)
+    since = AwareDateTimeField()
+
+
 class UsageView(APIView):
     """An SDK instance's batched report: requests served per provider, documents refused."""
 
     class ProviderUsageSerializer(serializers.Serializer):
         requests = StrictIntegerField(min_value=0, max_value=10**12)
-        last_served_at = serializers.DateTimeField()
+        last_served_at = AwareDateTimeField()
 
     class RejectionSerializer(serializers.Serializer):
         version = StrictIntegerField(min_value=0, max_value=MAX_VERSION)
         reason = StrictCharField(max_length=2000)
-        at = serializers.DateTimeField()
+        at = AwareDateTimeField()
 
     class InputSerializer(serializers.Serializer):
         client = StrictCharField(max_length=fleet.MAX_CLIENT_LENGTH)
+        ahead_of_server = AheadSerializer(required=False, allow_null=True)
         applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION,
                                              required=False)
         providers = serializers.DictField(required=False, default=dict)
@@ -86,6 +97,8 @@ class UsageView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        if data.get("ahead_of_server"):
+            fleet.note_ahead(chain=chain, client=data["client"], **data["ahead_of_server"])
         fleet.record_usage(chain=chain, client=data["client"], providers=data["providers"],
                            rejected=data["rejected"])
         return Response({"accepted": True}, status=202)

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "controlplane.database_outage.DatabaseOutageMiddleware",
+    "controlplane.query_string.RefuseUnstorableQueryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -113,8 +114,7 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}")
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60,
-                                                conn_health_checks=True)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 except ValueError as exc:
     raise ImproperlyConfigured(
         f"DATABASE_URL is not a database URL ({exc}); "
@@ -131,6 +131,26 @@ else:
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int(
         "DATABASE_CONNECT_TIMEOUT", 1, minimum=1
     )
+    # Each process holds at most DATABASE_POOL_MAX_SIZE connections (psycopg_pool through
+    # Django), whatever the number of concurrent requests: under ASGI every request runs in a
+    # thread of its own, and persistent per-thread connections ran PostgreSQL out of them.
+    # A request finding the pool busy waits up to DATABASE_POOL_TIMEOUT seconds for one.
+    # Connections at most = web processes x (pool + 1 LISTEN) + worker processes x pool
+    # (README: "Database connections"). 0 turns pooling off (a connection per request).
+    DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 8, minimum=0, maximum=1000)
+    if DATABASE_POOL_MAX_SIZE:
+        # Django's backend, with requests failing at once while PostgreSQL is down.
+        DATABASES["default"]["ENGINE"] = "controlplane.postgresql"
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 1, minimum=0),
+                            DATABASE_POOL_MAX_SIZE),
+            "max_size": DATABASE_POOL_MAX_SIZE,
+            "timeout": env_int("DATABASE_POOL_TIMEOUT", 5, minimum=1, maximum=600),
+        }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # With a pool this checks each connection as it is handed out, so a database restart
+    # costs no request an error (the pool replaces connections the server closed).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -274,7 +294,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["presets.authentication.CanRead"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's, plus: too deep, NUL and lone surrogates are a 400 naming where (not a 500).
+    "DEFAULT_PARSER_CLASSES": ["presets.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "presets.api_errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "presets.schema.ViewSchema",
     "UNAUTHENTICATED_USER": None,
@@ -296,7 +317,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        # One line per record: control characters in the message (a reason's newline) escaped.
+        "plain": {"()": "controlplane.logging_plain.PlainFormatter",
+                  "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "controlplane.logging_json.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},

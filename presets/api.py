@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -16,7 +17,7 @@ from controlplane.metrics import count_read
 from presets import services
 from presets.authentication import CanWrite, actor_of
 from presets.exceptions import InvalidInput
-from presets.models import Selection
+from presets.models import Selection, current_epoch, etag
 
 # --- strict input fields: a number sent as a string, or a list as a name, is a mistake -----
 
@@ -33,6 +34,20 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 instant with its time zone: "06:00" alone is a different instant in every
+    office, so it is refused rather than read as UTC."""
+
+    default_error_messages = {
+        "naive": "needs a time zone, e.g. 2026-11-29T06:00:00Z",
+    }
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)
 
 
 class ReasonField(StrictCharField):
@@ -64,10 +79,18 @@ class MarkingSerializer(serializers.Serializer):
     note = serializers.CharField(allow_blank=True)
 
 
+class DefaultChainSerializer(serializers.Serializer):
+    preset = serializers.CharField()
+    chain = StepSerializer(many=True)
+    marking = MarkingSerializer()
+
+
 class DocumentSerializer(serializers.Serializer):
     """The chain document: what the SDK applies. Field names are public contract."""
 
     name = serializers.CharField()
+    epoch = serializers.IntegerField(help_text="raised after a database restore; clients order "
+                                     "documents by (epoch, version)")
     version = serializers.IntegerField()
     preset = serializers.CharField()
     is_default = serializers.BooleanField()
@@ -76,7 +99,10 @@ class DocumentSerializer(serializers.Serializer):
     updated_by = serializers.CharField()
     reason = serializers.CharField()
     updated_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True, help_text="millisecond precision; "
+                                           "the pin is not served from this instant on")
+    default = DefaultChainSerializer(allow_null=True, help_text="what the chain falls back to "
+                                     "at expires_at")
 
 
 ERROR_RESPONSE = inline_serializer(
@@ -89,15 +115,11 @@ WRITE_ERRORS = {400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
                 404: ERROR_RESPONSE, 409: ERROR_RESPONSE, 503: ERROR_RESPONSE}
 
 
-def etag(version: int) -> str:
-    return f'"{version}"'
-
-
-def matches(if_none_match: str | None, version: int) -> bool:
-    """Whether the client already holds this version (weak or strong, any in a list)."""
+def matches(if_none_match: str | None, wanted: str) -> bool:
+    """Whether the client already holds the document with entity tag ``wanted`` (weak or
+    strong, any in a list)."""
     if not if_none_match:
         return False
-    wanted = etag(version)
     for candidate in if_none_match.split(","):
         candidate = candidate.strip()
         if candidate.startswith("W/"):
@@ -124,8 +146,9 @@ def wait_seconds(raw: str | None) -> float:
 
 
 def document_response(selection: Selection, status: int = 200) -> Response:
-    return Response(selection.to_document(), status=status,
-                    headers={"ETag": etag(selection.version), "Cache-Control": "no-cache"})
+    document = selection.to_document()
+    return Response(document, status=status, headers={
+        "ETag": etag(document["epoch"], selection.version), "Cache-Control": "no-cache"})
 
 
 # --- reads ------------------------------------------------------------------------------
@@ -146,7 +169,9 @@ class ChainListView(CountedReadView):
         200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
         401: ERROR_RESPONSE, 503: ERROR_RESPONSE})
     def get(self, request: Request) -> Response:
-        return Response({"chains": [s.to_document() for s in services.live_selections()]},
+        selections = services.live_selections()
+        epoch = current_epoch()
+        return Response({"chains": [s.to_document(epoch=epoch) for s in selections]},
                         headers={"Cache-Control": "no-cache"})
 
 
@@ -171,9 +196,9 @@ class ChainDetailView(CountedReadView):
         if identity is not None:
             recorder.seen(name, *identity)
             recorder.flush()
-        if matches(request.headers.get("If-None-Match"), selection.version):
-            return Response(status=304, headers={"ETag": etag(selection.version),
-                                                 "Cache-Control": "no-cache"})
+        tag = selection.etag
+        if matches(request.headers.get("If-None-Match"), tag):
+            return Response(status=304, headers={"ETag": tag, "Cache-Control": "no-cache"})
         return document_response(selection)
 
 
@@ -244,7 +269,7 @@ class SelectView(WriteView):
         preset = StrictCharField(max_length=100)
         reason = ReasonField()
         duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
-        expires_at = serializers.DateTimeField(required=False)
+        expires_at = AwareDateTimeField(required=False)
         expected_version = StrictIntegerField(required=False, min_value=0)
 
     @extend_schema(operation_id="chains_select", request=InputSerializer,
@@ -279,7 +304,7 @@ class ExtendView(WriteView):
     class InputSerializer(serializers.Serializer):
         reason = ReasonField()
         duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
-        expires_at = serializers.DateTimeField(required=False)
+        expires_at = AwareDateTimeField(required=False)
         expected_version = StrictIntegerField(required=False, min_value=0)
 
     @extend_schema(operation_id="chains_extend", request=InputSerializer,

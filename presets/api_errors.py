@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from presets.exceptions import ServiceError
+from presets.parsers import BodyRejected
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             error_body(503, "the control plane's database is unavailable; retry shortly"),
             status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
         )
+    if isinstance(exc, RequestDataTooBig):
+        return Response(error_body(400, f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes: "
+                                   "send a smaller JSON object"), status=400)
     if isinstance(exc, exceptions.APIException):
         headers = {}
         if getattr(exc, "auth_header", None):
@@ -72,6 +78,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             message = "; ".join(lines) or "invalid input"
             details = {"fields": exc.detail} if isinstance(exc.detail, dict) else {"errors": exc.detail}
             return Response(error_body(400, message, details), status=400, headers=headers)
+        if isinstance(exc, BodyRejected):
+            return Response(error_body(400, str(exc.detail), {"field": exc.field}), status=400)
         if isinstance(exc, exceptions.ParseError):
             message = "the body is not valid JSON: send a JSON object with Content-Type: application/json"
             return Response(error_body(400, message, {"parser": str(exc.detail)}), status=400)

@@ -47,7 +47,11 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request: Any) -> tuple[TokenPrincipal, ServiceToken] | None:
-        header = authentication.get_authorization_header(request).decode("latin-1")
+        # Not DRF's get_authorization_header: it encodes to latin-1 and raises (a 500) on
+        # anything else, which a test client or an ASGI server with a lenient decoder can send.
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if isinstance(header, bytes):
+            header = header.decode("latin-1")
         if not header:
             return None
         scheme, _, raw = header.partition(" ")
@@ -56,7 +60,8 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
                 "use the header 'Authorization: Bearer <token>' (create a token with "
                 "manage.py create_token NAME)"
             )
-        token = find_token(raw.strip())
+        # Tokens are ASCII: anything else (a lone surrogate cannot even be hashed) is unknown.
+        token = find_token(raw.strip()) if raw.isascii() else None
         if token is None:
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
         return TokenPrincipal(token), token

@@ -19,10 +19,53 @@ NO_MARKING: dict[str, Any] = {"degraded": False, "note": ""}
 
 
 def format_time(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC with a Z, as the chain document carries times."""
+    """RFC 3339 in UTC to the second with a Z, as messages, alerts and history show times."""
     if value is None:
         return None
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_instant(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC to the millisecond with a Z, as the chain document carries times.
+
+    A pin is not served from the instant its document states: expiries are stored truncated
+    to the millisecond (``to_millisecond``), so this is the exact instant."""
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def to_millisecond(value: datetime) -> datetime:
+    """``value`` truncated to the millisecond, the precision documents publish."""
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+def etag(epoch: int, version: int) -> str:
+    """A chain document's entity tag: its version, prefixed by the epoch once one was raised
+    (so a client holding the same version number from before a restore is told apart)."""
+    return f'"{version}"' if epoch == 0 else f'"{epoch}.{version}"'
+
+
+class Epoch(models.Model):
+    """The control plane's epoch: one row, raised after a database restore.
+
+    Clients order documents by (epoch, version). Restoring a backup takes versions back;
+    raising the epoch makes the restored documents newer than anything a client saved."""
+
+    value = models.PositiveBigIntegerField(default=0)
+    raised_at = models.DateTimeField(null=True, blank=True)
+    raised_by = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    def __str__(self) -> str:
+        return f"epoch {self.value}"
+
+
+def current_epoch() -> int:
+    """The epoch documents carry now (0 until one is raised)."""
+    value = Epoch.objects.values_list("value", flat=True).first()
+    return value or 0
 
 
 class Chain(models.Model):
@@ -121,10 +164,16 @@ class Selection(models.Model):
         """Whether this pin's time is up and it must not be served any more."""
         return self.expires_at is not None and self.expires_at <= now
 
-    def to_document(self) -> dict[str, Any]:
-        """The chain document of DESIGN §7, the SDK's input."""
+    def to_document(self, *, epoch: int | None = None) -> dict[str, Any]:
+        """The chain document of DESIGN §7 and §13, the SDK's input.
+
+        It carries the chain's default (what a pin falls back to at its expiry), so a
+        client switches to it by itself at ``expires_at`` even when this server is out of
+        reach. ``epoch`` is read from the database unless the caller already has it."""
+        default = self.chain.default_preset
         return {
             "name": self.chain.name,
+            "epoch": current_epoch() if epoch is None else epoch,
             "version": self.version,
             "preset": self.preset.name,
             "is_default": self.preset_id == self.chain.default_preset_id,
@@ -132,9 +181,19 @@ class Selection(models.Model):
             "marking": self.marking or dict(NO_MARKING),
             "updated_by": self.updated_by,
             "reason": self.reason,
-            "updated_at": format_time(self.updated_at),
-            "expires_at": format_time(self.expires_at),
+            "updated_at": format_instant(self.updated_at),
+            "expires_at": format_instant(self.expires_at),
+            "default": {
+                "preset": default.name,
+                "chain": default.steps,
+                "marking": default.marking or dict(NO_MARKING),
+            } if default is not None else None,
         }
+
+    @property
+    def etag(self) -> str:
+        """The entity tag of this selection's document (reads the epoch)."""
+        return etag(current_epoch(), self.version)
 
 
 class TokenScope(models.TextChoices):

@@ -178,19 +178,20 @@ class ReadFront:
         if entry is None:
             await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
             return
+        # Fleet status records the instance as its request arrives: a held long poll returns
+        # only at the next change, and the version it reports is the one it runs now.
+        identity = parse_identity(headers.get(b"x-chain-client", b"").decode("latin-1"),
+                                  headers.get(b"x-chain-applied-version", b"").decode("latin-1"))
+        if identity is not None:
+            self.fleet.seen(name, *identity)
         if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
-        if matches(if_none_match, entry.version) and wait:
+        if matches(if_none_match, entry.etag) and wait:
             try:
                 entry = await self._wait(name, entry, wait)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
-        status = 304 if matches(if_none_match, entry.version) else 200
-        identity = parse_identity(headers.get(b"x-chain-client", b"").decode("latin-1"),
-                                  headers.get(b"x-chain-applied-version", b"").decode("latin-1"))
-        if identity is not None:
-            self.fleet.seen(name, *identity)
-        if status == 304:
+        if matches(if_none_match, entry.etag):
             await _respond(send, 304, b"", entry.etag)
         else:
             await _respond(send, 200, entry.body, entry.etag)
@@ -214,19 +215,23 @@ class ReadFront:
         for name in expired:
             await self._live(name)
 
-    async def _wait(self, name: str, entry: Entry, wait: float) -> Entry:
+    async def _wait(self, name: str, held: Entry, wait: float) -> Entry:
+        """Hold a long poll for the document tagged ``held.etag`` until the chain's document
+        changes, its pin expires (answered at once with the revert, whoever writes it) or
+        ``wait`` seconds pass (then the held entry comes back: a 304)."""
         deadline = time.monotonic() + wait
+        entry = held
         while True:
             left = deadline - time.monotonic()
             if entry.expires_at is not None:
-                left = min(left, entry.expires_at - time.time() + 0.01)
+                left = min(left, entry.expires_at - time.time())
             if left <= 0:
                 return await self._live(name) or entry
-            changed = await self.snapshot.wait_for_change(name, entry.version, left)
+            changed = await self.snapshot.wait_for_change(name, held.etag, left)
             if changed is not None:
                 return changed
             entry = await self._live(name) or entry
-            if time.monotonic() >= deadline:
+            if entry.etag != held.etag or time.monotonic() >= deadline:
                 return entry
 
 

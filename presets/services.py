@@ -21,7 +21,15 @@ from django.utils import timezone
 
 from audit import alerts
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import Action, Chain, Preset, Selection, format_time
+from presets.models import (
+    Action,
+    Chain,
+    Epoch,
+    Preset,
+    Selection,
+    format_time,
+    to_millisecond,
+)
 from presets.presets_file import PresetsFile
 
 log = logging.getLogger(__name__)
@@ -39,7 +47,7 @@ Expiry = datetime | timedelta | None
 def live_selection(*, chain: str, now: datetime | None = None) -> Selection:
     """The selection a chain serves now. A pin past its expiry is reverted first, so an
     expired pin is never served even when no worker runs."""
-    now = now or timezone.now()
+    now = now or _now()
     selection = _selection_query().filter(chain__name=chain).first()
     if selection is None:
         raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
@@ -51,7 +59,7 @@ def live_selection(*, chain: str, now: datetime | None = None) -> Selection:
 
 def live_selections(*, now: datetime | None = None) -> list[Selection]:
     """Every chain's live selection (expired pins reverted first)."""
-    now = now or timezone.now()
+    now = now or _now()
     selections = list(_selection_query())
     expired = [s.chain.name for s in selections if s.is_expired(now)]
     if expired:
@@ -61,7 +69,8 @@ def live_selections(*, now: datetime | None = None) -> list[Selection]:
 
 
 def _selection_query():  # type: ignore[no-untyped-def]
-    return Selection.objects.select_related("chain", "preset").order_by("chain__name")
+    return Selection.objects.select_related("chain", "chain__default_preset", "preset").order_by(
+        "chain__name")
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -78,7 +87,7 @@ def select_preset(
 ) -> Selection:
     """Make a reviewed preset live. A non-default preset is a pin and always expires."""
     reason = clean_reason(reason)
-    now = timezone.now()
+    now = _now()
     with transaction.atomic():
         selection = _lock(chain, expected_version)
         target = _active_preset(selection.chain, preset)
@@ -107,7 +116,7 @@ def revert_to_default(
             raise InvalidInput("chain", f"{chain} already serves its default preset; "
                                "nothing to revert")
         return _apply(selection, preset=selection.chain.default_preset, action=Action.REVERT,
-                      actor=actor, reason=reason, expires_at=None, now=timezone.now())
+                      actor=actor, reason=reason, expires_at=None, now=_now())
 
 
 def extend_pin(
@@ -120,7 +129,7 @@ def extend_pin(
 ) -> Selection:
     """Keep the live pin for longer (a decision someone takes, with a reason)."""
     reason = clean_reason(reason)
-    now = timezone.now()
+    now = _now()
     with transaction.atomic():
         selection = _lock(chain, expected_version)
         if not selection.is_pinned:
@@ -137,7 +146,7 @@ def restore(
     version. The previous preset is served with its current reviewed definition; a restored
     pin gets a fresh expiry of the default duration."""
     reason = clean_reason(reason)
-    now = timezone.now()
+    now = _now()
     with transaction.atomic():
         selection = _lock(chain, expected_version)
         entry = (
@@ -170,7 +179,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
 
     Idempotent and safe with several workers: each pin is re-checked under its row lock, so
     only the first sweep to get the lock reverts it."""
-    now = now or timezone.now()
+    now = now or _now()
     due = Selection.objects.filter(expires_at__lte=now)
     if chains is not None:
         due = due.filter(chain__name__in=list(chains))
@@ -195,13 +204,36 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
     return reverted
 
 
+def raise_epoch(*, actor: str, reason: str, now: datetime | None = None) -> int:
+    """Raise the epoch after a database restore; returns the new one.
+
+    Clients order documents by (epoch, version). A restore takes versions back below what
+    running services hold, so they would ignore every change; a higher epoch makes this
+    database's documents newer again. The new epoch is at least the current Unix time, so
+    restoring the same backup twice and raising each time still moves it forward. Every
+    chain's document changes (it carries the epoch), so each is announced."""
+    reason = clean_reason(reason)
+    now = now or _now()
+    with transaction.atomic():
+        Epoch.objects.get_or_create(pk=1)
+        row = Epoch.objects.select_for_update().get(pk=1)
+        previous = row.value
+        row.value = max(previous + 1, int(now.timestamp()))
+        row.raised_at, row.raised_by, row.reason = now, actor, reason
+        row.save()
+        for selection in _selection_query():
+            announce_change(selection, epoch=row.value)
+    log.warning("epoch raised %d -> %d by %s: %s", previous, row.value, actor, reason)
+    return row.value
+
+
 # --- rules shared by the operations ---------------------------------------------------------
 
 
 CHANGE_CHANNEL = "chain_changed"
 
 
-def announce_change(selection: Selection) -> None:
+def announce_change(selection: Selection, *, epoch: int | None = None) -> None:
     """Tell every web process that a chain changed, so long polls wake and snapshots refresh.
 
     On PostgreSQL this is a NOTIFY inside the change's transaction: it is delivered when
@@ -211,7 +243,7 @@ def announce_change(selection: Selection) -> None:
         payload = json.dumps({
             "chain": selection.chain.name,
             "version": selection.version,
-            "document": selection.to_document(),
+            "document": selection.to_document(epoch=epoch),
             "expires_at_ts": selection.expires_at.timestamp() if selection.expires_at else None,
         }, separators=(",", ":"))
         with connection.cursor() as cursor:
@@ -233,7 +265,7 @@ def clean_reason(reason: Any) -> str:
 def resolve_expiry(expires_at: Expiry, *, now: datetime) -> datetime:
     """A pin's expiry: the default duration, a duration, or a time; future and within the max."""
     if expires_at is None:
-        return now + timedelta(minutes=settings.PIN_DEFAULT_MINUTES)
+        return to_millisecond(now + timedelta(minutes=settings.PIN_DEFAULT_MINUTES))
     if isinstance(expires_at, timedelta):
         if expires_at <= timedelta(0):
             raise InvalidInput("duration_minutes", "must be positive")
@@ -247,6 +279,8 @@ def resolve_expiry(expires_at: Expiry, *, now: datetime) -> datetime:
         expires_at = now + expires_at
     if timezone.is_naive(expires_at):
         raise InvalidInput("expires_at", "needs a time zone, e.g. 2026-11-29T06:00:00Z")
+    # Stored as published: the document states milliseconds, and the pin ends at that instant.
+    expires_at = to_millisecond(expires_at)
     latest = now + timedelta(minutes=settings.PIN_MAX_MINUTES)
     if expires_at <= now:
         raise InvalidInput("expires_at", f"{format_time(expires_at)} is not in the future")
@@ -258,6 +292,12 @@ def resolve_expiry(expires_at: Expiry, *, now: datetime) -> datetime:
             max_minutes=settings.PIN_MAX_MINUTES,
         )
     return expires_at
+
+
+def _now() -> datetime:
+    """The time a change is made, to the millisecond: documents publish times to the
+    millisecond, so a pin's stored expiry (now + its duration) is exactly the one stated."""
+    return to_millisecond(timezone.now())
 
 
 def _lock_row(selection_id: int) -> Selection:
@@ -379,7 +419,7 @@ def sync_presets(*, presets_file: PresetsFile, dry_run: bool = False) -> SyncRep
 
 
 def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
-    now = timezone.now()
+    now = _now()
     reason = f"presets file {Path(presets_file.path).name} sha256 {presets_file.sha256[:12]}"
     problems: list[str] = []
     missing_chains = Chain.objects.exclude(name__in=presets_file.chains).values_list("name", flat=True)

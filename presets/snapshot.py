@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from presets import services
-from presets.models import Selection
+from presets.models import Selection, current_epoch, etag
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +35,37 @@ class Entry:
     """One chain's document, pre-encoded for the wire."""
 
     name: str
+    epoch: int
     version: int
     etag: str
     body: bytes
-    expires_at: float | None  # epoch seconds; None for the default
+    expires_at: float | None  # Unix seconds; None for the default
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Documents are ordered by (epoch, version): a raised epoch makes a restored
+        database's lower versions the newer ones."""
+        return (self.epoch, self.version)
 
     def is_expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
 
 
-def entry_for(selection: Selection) -> Entry:
+def entry_for(selection: Selection, *, epoch: int) -> Entry:
     return entry_from_document(
-        selection.to_document(),
+        selection.to_document(epoch=epoch),
         expires_at=selection.expires_at.timestamp() if selection.expires_at else None,
     )
 
 
 def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
-    """An entry from a chain document (and the pin's exact expiry, which the document
-    rounds to the second)."""
+    """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
+    document states, to the millisecond)."""
     return Entry(
         name=document["name"],
+        epoch=document["epoch"],
         version=document["version"],
-        etag=f'"{document["version"]}"',
+        etag=etag(document["epoch"], document["version"]),
         body=json.dumps(document, separators=(",", ":")).encode(),
         expires_at=expires_at,
     )
@@ -83,18 +91,24 @@ def in_worker_thread(func):  # type: ignore[no-untyped-def]
 
 
 def _load_all() -> dict[str, Entry]:
-    return {s.chain.name: entry_for(s) for s in services.live_selections()}
+    selections = services.live_selections()
+    epoch = current_epoch()
+    return {s.chain.name: entry_for(s, epoch=epoch) for s in selections}
 
 
 def _load_one(name: str) -> Entry | None:
     try:
-        return entry_for(services.live_selection(chain=name))
+        selection = services.live_selection(chain=name)
     except services.NotFound:
         return None
+    return entry_for(selection, epoch=current_epoch())
 
 
-def _versions() -> dict[str, int]:
-    return dict(Selection.objects.values_list("chain__name", "version"))
+def _versions() -> dict[str, tuple[int, int]]:
+    """Every chain's (epoch, version), cheaply."""
+    epoch = current_epoch()
+    return {name: (epoch, version)
+            for name, version in Selection.objects.values_list("chain__name", "version")}
 
 
 class Snapshot:
@@ -105,6 +119,7 @@ class Snapshot:
         self.list_body: bytes = b'{"chains":[]}'
         self.waiters = 0
         self._events: dict[str, asyncio.Event] = {}
+        self._expiring: dict[str, asyncio.Future[Entry | None]] = {}
         self._started: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -146,16 +161,21 @@ class Snapshot:
         return self.entries.get(name)
 
     async def expire(self, name: str) -> Entry | None:
-        """The entry after reverting its expired pin (through the service function)."""
-        entry = await in_worker_thread(_load_one)(name)
-        if entry is not None:
-            self._put(entry)
-        return entry
+        """The entry after reverting its expired pin (through the service function).
 
-    async def wait_for_change(self, name: str, version: int, timeout: float) -> Entry | None:
-        """Wait until the chain moves past ``version``; None when ``timeout`` passes first."""
+        Every long poll held on a pin wakes at its expiry at once: they share one revert
+        instead of each taking a thread and a database connection."""
+        pending = self._expiring.get(name)
+        if pending is None:
+            pending = self._expiring[name] = asyncio.ensure_future(self._reload(name))
+            pending.add_done_callback(lambda _: self._expiring.pop(name, None))
+        return await asyncio.shield(pending)
+
+    async def wait_for_change(self, name: str, etag: str, timeout: float) -> Entry | None:
+        """Wait until the chain's document is no longer the one tagged ``etag``; None when
+        ``timeout`` passes first."""
         entry = self.entries.get(name)
-        if entry is not None and entry.version != version:
+        if entry is not None and entry.etag != etag:
             return entry
         event = self._events.get(name)
         if event is None:
@@ -168,14 +188,14 @@ class Snapshot:
         finally:
             self.waiters -= 1
         entry = self.entries.get(name)
-        return entry if entry is not None and entry.version != version else None
+        return entry if entry is not None and entry.etag != etag else None
 
     # --- updates --------------------------------------------------------------------
 
     def _put(self, entry: Entry) -> None:
         current = self.entries.get(entry.name)
-        if current is not None and current.version >= entry.version:
-            return  # notifications and polls can race; versions never go back
+        if current is not None and current.order >= entry.order:
+            return  # notifications and polls can race; documents never go back
         self.entries[entry.name] = entry
         self._rebuild_list()
         event = self._events.pop(entry.name, None)
@@ -190,10 +210,12 @@ class Snapshot:
         bodies = [self.entries[name].body for name in sorted(self.entries)]
         self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
 
-    async def _reload(self, name: str) -> None:
+    async def _reload(self, name: str) -> Entry | None:
+        """Read the chain's live document from the database (reverting an expired pin)."""
         entry = await in_worker_thread(_load_one)(name)
         if entry is not None:
             self._put(entry)
+        return self.entries.get(name) if entry is not None else None
 
     async def _notified(self, payload: str) -> None:
         """Apply the document a change announced; read it back only if the payload is odd."""
@@ -213,9 +235,9 @@ class Snapshot:
             await asyncio.sleep(interval)
             try:
                 versions = await in_worker_thread(_versions)()
-                for name, version in versions.items():
+                for name, order in versions.items():
                     current = self.entries.get(name)
-                    if current is None or current.version < version:
+                    if current is None or current.order < order:
                         await self._reload(name)
             except Exception as exc:  # noqa: BLE001 - keep serving the snapshot
                 log.warning("chain snapshot: version check failed: %s", exc)
@@ -237,9 +259,9 @@ class Snapshot:
                     await conn.execute(f"LISTEN {services.CHANGE_CHANNEL}")
                     delay = 0.5
                     # Changes made while we were not listening: catch up once.
-                    for name, version in (await in_worker_thread(_versions)()).items():
+                    for name, order in (await in_worker_thread(_versions)()).items():
                         current = self.entries.get(name)
-                        if current is None or current.version < version:
+                        if current is None or current.order < order:
                             await self._reload(name)
                     async for note in conn.notifies():
                         await self._notified(note.payload)

@@ -14,7 +14,7 @@ from presets.models import Selection
 pytestmark = pytest.mark.usefixtures("synced")
 
 DOCUMENT_FIELDS = {"name", "version", "preset", "is_default", "chain", "marking", "updated_by",
-                   "reason", "updated_at", "expires_at"}
+                   "reason", "updated_at", "expires_at", "epoch", "default"}
 
 
 def post(client: Client, url: str, body: object) -> object:
@@ -101,7 +101,7 @@ def test_select_accepts_an_explicit_expiry(writer: Client) -> None:
     document = post(writer, "/api/v1/chains/chat/select",
                     {"preset": "pin_secondary", "reason": "r",
                      "expires_at": expires.isoformat()}).json()
-    assert document["expires_at"] == expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert document["expires_at"] == expires.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def test_revert_extend_and_restore_through_the_api(writer: Client) -> None:

@@ -126,3 +126,24 @@ def test_a_bad_usage_report_is_a_json_400(reader: Client, body) -> None:
 def test_usage_for_an_unknown_chain_is_404_and_needs_a_token(client: Client, reader: Client) -> None:
     assert usage(reader, {"client": "a/b"}, chain="nope").status_code == 404
     assert usage(client, {"client": "a/b"}).status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_row_the_database_refuses_does_not_drop_the_others() -> None:
+    recorder = FleetRecorder()
+    recorder.seen("chat", "svc/honest-1", 1)
+    recorder.seen("chat", "svc/huge", 1099511627776)  # beyond the column: the database refuses it
+    recorder.seen("chat", "svc/honest-2", 1)
+    assert recorder.flush() == 2
+    assert sorted(FleetInstance.objects.values_list("client", flat=True)) == [
+        "svc/honest-1", "svc/honest-2"]
+
+
+def test_instances_ahead_of_the_server_are_counted_and_named_in_the_summary(reader: Client) -> None:
+    read_as(reader, "restored-1", 1)
+    read_as(reader, "restored-2", 1071)  # saved before the database was restored to v1
+    read_as(reader, "restored-3", 1071)
+    fleet = fleet_of(reader)
+    assert (fleet["instances"], fleet["on_version"], fleet["ahead"]) == (3, 1, 2)
+    assert fleet["summary"] == ("1 of 3 instances on v1; 2 instances ahead of the server: "
+                                "restored database? run manage.py raise_epoch")

@@ -45,7 +45,7 @@ def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
     assert value(text, "controlplane_chain_pinned", {"chain": "chat"}) == 0
     assert value(text, "controlplane_chain_pin_age_seconds", {"chain": "chat"}) == 0
 
-    with time_machine.travel(timezone.now(), tick=False) as clock:
+    with time_machine.travel(timezone.now().replace(microsecond=0), tick=False) as clock:
         services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
         clock.shift(timedelta(minutes=10))
         services.extend_pin(chain="chat", actor="alice", reason="still broken",

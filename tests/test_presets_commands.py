@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import time
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +235,28 @@ def test_removing_a_chain_from_the_file_is_refused(synced, tmp_path, example, ca
     with pytest.raises(CommandError):
         call_command("sync_presets", "--file", str(write(tmp_path, example)))
     assert "chains are never deleted" in capsys.readouterr().err
+
+
+def test_raise_epoch_raises_it_past_the_current_time_and_says_so(synced) -> None:
+    from presets.models import Epoch, current_epoch
+
+    out = StringIO()
+    call_command("raise_epoch", "--reason", "restored from the nightly backup", "--actor", "ops",
+                 stdout=out)
+    epoch = current_epoch()
+    assert epoch >= int(time.time()) - 5
+    assert f"epoch raised from 0 to {epoch}" in out.getvalue()
+    row = Epoch.objects.get()
+    assert (row.raised_by, row.reason) == ("ops", "restored from the nightly backup")
+    call_command("raise_epoch", stdout=StringIO())
+    assert current_epoch() > epoch  # always forward, even within the same second
+    document = Selection.objects.get(chain__name="chat").to_document()
+    assert document["epoch"] == current_epoch()
+
+
+def test_raise_epoch_refuses_a_blank_reason_and_changes_nothing(synced) -> None:
+    from presets.models import current_epoch
+
+    with pytest.raises(CommandError, match="reason"):
+        call_command("raise_epoch", "--reason", "  ", stdout=StringIO())
+    assert current_epoch() == 0

@@ -240,3 +240,64 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
     run(body)
     instance = FleetInstance.objects.get(client="checkout/pod-1")
     assert (instance.chain.name, instance.applied_version) == ("chat", 1)
+
+
+def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_token) -> None:
+    pinned = services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
+                                    reason="INC-1", expires_at=timedelta(minutes=5))
+    # No worker runs: the held poll itself must revert the pin at its expiry, and answer then
+    # with the revert, not wait for a version after it.
+    selection = type(pinned).objects.get(pk=pinned.pk)
+    selection.expires_at = timezone.now() + timedelta(seconds=1.5)
+    selection.save(update_fields=["expires_at"])
+
+    async def body(app):
+        warm = await call(app, "/api/v1/chains/chat", auth(read_token))
+        etag = dict(warm[1])[b"etag"].decode()
+        started = time.monotonic()
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": etag}),
+                            query="wait=30")
+        return result, time.monotonic() - started
+
+    (status, _, content), elapsed = run(body)
+    assert status == 200
+    document = json.loads(content)
+    assert (document["preset"], document["version"], document["is_default"]) == ("normal", 3, True)
+    assert 1.0 <= elapsed < 5  # at the expiry (1.5 s), not after the 30 s wait
+
+
+def test_the_front_records_a_held_long_poll_as_it_arrives(read_token) -> None:
+    from audit.fleet import FleetInstance
+    from presets.snapshot import in_worker_thread
+
+    async def body(app):
+        held = asyncio.ensure_future(call(app, "/api/v1/chains/chat", auth(read_token, **{
+            "If-None-Match": '"1"', "X-Chain-Client": "checkout/pod-2",
+            "X-Chain-Applied-Version": "1"}), query="wait=30"))
+        await asyncio.sleep(0.3)
+        await in_worker_thread(app.fleet.flush)()
+        recorded = await in_worker_thread(
+            lambda: list(FleetInstance.objects.values_list("client", "applied_version")))()
+        held.cancel()
+        return recorded
+
+    assert run(body) == [("checkout/pod-2", 1)]
+
+
+def test_documents_carry_the_epoch_and_their_etag_changes_when_it_is_raised(read_token) -> None:
+    async def body(app):
+        return await call(app, "/api/v1/chains/chat", auth(read_token))
+
+    status, headers, content = run(body)
+    assert (status, headers[b"etag"], json.loads(content)["epoch"]) == (200, b'"1"', 0)
+    epoch = services.raise_epoch(actor="ops", reason="restored from last night's backup")
+
+    async def after(app):
+        return (await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'})),
+                await call(app, "/api/v1/chains", auth(read_token)))
+
+    (status, headers, content), listing = run(after)
+    assert status == 200  # a client holding v1 of epoch 0 gets the document again
+    assert headers[b"etag"] == f'"{epoch}.1"'.encode()
+    assert (json.loads(content)["epoch"], json.loads(content)["version"]) == (epoch, 1)
+    assert {c["epoch"] for c in json.loads(listing[2])["chains"]} == {epoch}

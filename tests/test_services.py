@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import Preset, Selection
+from presets.models import Preset, Selection, to_millisecond
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -61,7 +61,7 @@ def test_the_reason_is_stored_stripped_and_500_chars_is_allowed() -> None:
 
 
 def test_a_pin_expires_after_the_default_four_hours() -> None:
-    before = timezone.now()
+    before = to_millisecond(timezone.now())
     selection = pin()
     assert before + timedelta(hours=4) <= selection.expires_at <= timezone.now() + timedelta(hours=4)
 

@@ -1,0 +1,311 @@
+"""Disposable real servers for system tests: a PostgreSQL cluster, a redis-server and the
+production web process (granian ASGI), on loopback ports, started and stopped by the tests.
+
+They never touch the shared PostgreSQL and Redis. They need initdb/pg_ctl, runuser and the
+postgres user, redis-server and granian: a test module calls ``require_tools()`` from an
+autouse fixture, which skips without them locally and fails in CI.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import IN_CI
+
+
+def _tool(path_glob: str) -> str | None:
+    found = sorted(glob.glob(path_glob))
+    return found[-1] if found else shutil.which(Path(path_glob).name)
+
+
+INITDB = _tool("/usr/lib/postgresql/*/bin/initdb")
+PG_CTL = str(Path(INITDB).parent / "pg_ctl") if INITDB else None
+PG_BIN = Path(INITDB).parent if INITDB else None
+REDIS_SERVER = shutil.which("redis-server")
+GRANIAN = str(Path(sys.executable).parent / "granian")
+
+
+def _missing() -> str | None:
+    if INITDB is None or not Path(str(PG_CTL)).exists():
+        return "PostgreSQL's initdb and pg_ctl (/usr/lib/postgresql/*/bin)"
+    if shutil.which("runuser") is None:
+        return "runuser"
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return "the postgres user"
+    if os.geteuid() != 0:
+        return "root (to run the cluster as postgres)"
+    if REDIS_SERVER is None:
+        return "redis-server"
+    if not Path(GRANIAN).exists():
+        return "granian in the virtualenv"
+    return None
+
+
+def require_tools(what: str) -> None:
+    missing = _missing()
+    if missing:
+        message = f"{what} need {missing}"
+        if IN_CI:
+            pytest.fail(message + " (CI must run them)")
+        pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(every)
+    return condition()
+
+
+# --- the disposable servers -------------------------------------------------------------
+
+
+class Postgres:
+    """A throwaway cluster in a temporary directory owned by postgres, trust auth, loopback."""
+
+    def __init__(self, root: Path, *, max_connections: int = 100) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.port = free_port()
+        self.max_connections = max_connections
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust",
+                         "--no-sync")
+
+    def as_postgres(self, *command: Any) -> str:
+        done = subprocess.run(["runuser", "-u", "postgres", "--", *map(str, command)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   f"-c max_connections={self.max_connections}")
+        self.as_postgres(PG_CTL, "-D", self.data, "-o", options, "-l", self.root / "log",
+                         "-w", "start")
+
+    def stop(self) -> None:
+        self.as_postgres(PG_CTL, "-D", self.data, "-m", "fast", "-w", "stop")
+
+    def stop_quietly(self) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_CTL), "-D", str(self.data),
+                        "-m", "immediate", "-w", "stop"], capture_output=True, timeout=60)
+
+    def tool(self, name: str) -> str:
+        """The path of one of PostgreSQL's programs (pg_dump, pg_restore, psql)."""
+        return str(PG_BIN / name)
+
+    def sql(self, statement: str) -> str:
+        """Run one statement with psql and return its unaligned output."""
+        return self.as_postgres(PG_BIN / "psql", "-h", "127.0.0.1", "-p", self.port, "-U",
+                                "postgres", "-d", "postgres", "-At", "-c", statement).strip()
+
+
+class Redis:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.root)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        assert wait_for(self._answers, 10), "redis-server did not start"
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@dataclass
+class Stack:
+    """The control plane under test (its web process) and the servers it depends on."""
+
+    root: Path
+    postgres: Postgres
+    redis: Redis
+    env: dict[str, str]
+    workers: int = 1
+    url: str = ""
+    read_token: str = ""
+    write_token: str = ""
+    session: str = ""
+    web: subprocess.Popen[bytes] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=settings.BASE_DIR,
+                              env=self.env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def start_web(self) -> None:
+        port = int(self.url.rsplit(":", 1)[1]) if self.url else free_port()
+        with open(self.root / "web.log", "ab") as log:
+            self.web = subprocess.Popen(
+                [GRANIAN, "--interface", "asgi", "--workers", str(self.workers), "--host",
+                 "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
+                 "--backlog", "4096", "--backpressure", "4096",
+                 "controlplane.asgi:application"],
+                cwd=settings.BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.url = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: get(self, "/healthz")[0] == 200, 30), "the web process did not start"
+
+    def kill_web(self, sig: int = signal.SIGTERM) -> None:
+        if self.web is None:
+            return
+        try:
+            os.killpg(self.web.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            self.web.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.web.pid, signal.SIGKILL)
+            self.web.wait(10)
+        self.web = None
+
+
+@contextmanager
+def running_stack(prefix: str, *, workers: int = 1, env: dict[str, str] | None = None,
+                  max_connections: int = 100) -> Iterator[Stack]:
+    """PostgreSQL and Redis of its own, migrated and synced, tokens and an on-call session
+    made, and the production web process (granian ASGI, ``workers`` processes) serving."""
+    root = Path(tempfile.mkdtemp(prefix=f"controlplane-{prefix}-"))
+    os.chmod(root, 0o755)
+    pg_root = root / "pg"
+    pg_root.mkdir()
+    postgres_user = pwd.getpwnam("postgres")
+    os.chown(pg_root, postgres_user.pw_uid, postgres_user.pw_gid)
+    postgres = Postgres(pg_root, max_connections=max_connections)
+    redis = Redis(root)
+    stack: Stack | None = None
+    try:
+        postgres.start()
+        redis.start()
+        base_env = {key: value for key, value in os.environ.items()
+                    if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))}
+        base_env.update({"DATABASE_URL": postgres.url, "CELERY_BROKER_URL": redis.url,
+                         "VAR_DIR": str(root / "var"),
+                         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+                         "LOG_LEVEL": "ERROR", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+        stack = Stack(root=root, postgres=postgres, redis=redis, env=base_env, workers=workers)
+        stack.manage("migrate", "--no-input", "-v0")
+        stack.manage("sync_presets")
+        stack.read_token = token_in(stack.manage("create_token", f"{prefix}-reader"))
+        stack.write_token = token_in(stack.manage("create_token", f"{prefix}-writer", "--scope",
+                                                  "write"))
+        stack.session = stack.manage("shell", "-c", SIGN_IN_ONCALL).strip().splitlines()[-1]
+        stack.start_web()
+        yield stack
+    finally:
+        if stack is not None:
+            stack.kill_web()
+        redis.stop()
+        postgres.stop_quietly()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+SIGN_IN_ONCALL = """
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+user = User.objects.create_superuser("oncall", password="oncall-pass-123")
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+print(session.session_key)
+"""
+
+
+def token_in(output: str) -> str:
+    return next(word for word in output.split() if word.startswith("cpt_"))
+
+
+# --- HTTP -------------------------------------------------------------------------------
+
+
+def request(stack: Stack, method: str, path: str, *, token: str | None = None,
+            body: dict[str, Any] | None = None, session: bool = False,
+            timeout: float = 15) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if session:
+        headers["Cookie"] = f"sessionid={stack.session}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(stack.url + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            return response.status, _lower(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, _lower(exc.headers), exc.read()
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def get(stack: Stack, path: str, **kwargs: Any) -> tuple[int, dict[str, str], bytes]:
+    try:
+        return request(stack, "GET", path, **kwargs)
+    except OSError:
+        return 0, {}, b""
+
+
+def read_version(stack: Stack, chain: str) -> int | None:
+    status, _, body = get(stack, f"/api/v1/chains/{chain}", token=stack.read_token)
+    return json.loads(body)["version"] if status == 200 else None
+
+
+def select(stack: Stack, chain: str, preset: str, **extra: Any) -> tuple[int, dict[str, str], bytes]:
+    return request(stack, "POST", f"/api/v1/chains/{chain}/select", token=stack.write_token,
+                   body={"preset": preset, "reason": "system test", **extra})
