@@ -549,3 +549,11 @@ def test_the_chain_page_shows_fleet_convergence_and_warns_about_an_idle_head(onc
         "vendor_b": {"requests": 1, "last_served_at": timezone.now().isoformat()}}},
         content_type="application/json")
     assert "vendor_b has not served" not in page(oncall, "/chains/chat/")
+
+
+def test_the_dashboard_says_when_instances_are_ahead_of_a_restored_server(oncall: Client, reader) -> None:
+    for instance in ("a", "b", "c"):
+        reader.get("/api/v1/chains/chat", headers={"X-Chain-Client": f"checkout/{instance}",
+                                                   "X-Chain-Applied-Version": "1071"})
+    html = page(oncall, "/")
+    assert "3 instances ahead of the server: restored database? run manage.py raise_epoch" in html
