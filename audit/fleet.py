@@ -128,6 +128,13 @@ class FleetRecorder:
             else:
                 self._pending[key] = _Seen(version, at, at)
 
+    def forget(self) -> None:
+        """Drop what this process noted and remembers writing, so the next read of every
+        instance is written (the database was emptied: tests, a restore)."""
+        with self._lock:
+            self._pending.clear()
+            self._written.clear()
+
     @property
     def has_pending(self) -> bool:
         return bool(self._pending)

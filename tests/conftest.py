@@ -36,6 +36,15 @@ def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def fresh_fleet_recorder() -> None:
+    """The process-wide fleet recorder remembers what it wrote (to write each instance once a
+    minute); each test starts with an empty database, so it must forget."""
+    from audit.fleet import recorder
+
+    recorder.forget()
+
+
 @pytest.fixture
 def example_file() -> Path:
     return Path(settings.BASE_DIR) / "presets" / "presets.example.json"

@@ -120,6 +120,8 @@ def test_report_failures_are_logged_once_per_outage(
 
     eventually(lambda: control_plane.accepted_reports())
     eventually(lambda: client.health()["usage_report_failures"] == 0)  # the client read the 202
+    # The recovery line is written just after the count is reset: wait for it too.
+    eventually(lambda: any("usage report accepted" in r.getMessage() for r in caplog.records))
 
     failed = [r for r in caplog.records if "usage report failed (" in r.getMessage()]
     recovered = [r for r in caplog.records if "usage report accepted" in r.getMessage()]
