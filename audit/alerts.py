@@ -32,7 +32,7 @@ from django.utils import timezone
 from audit.models import Alert, AlertKind, DeliveryState, format_age
 from audit.notifiers import LOG, NOTIFIERS, DeliveryFailed
 from presets.exceptions import NotFound
-from presets.models import Action, Chain, Selection, format_time
+from presets.models import Action, Chain, Selection, format_time, lock_selection
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +229,9 @@ def sweep_stale_pins(*, now: datetime | None = None) -> StaleSweep:
     raised = resolved = 0
     for selection_id in list(candidates.values_list("id", flat=True)):
         with transaction.atomic():
-            selection = (
-                Selection.objects.select_for_update(of=("self",))
-                .select_related("chain", "chain__default_preset", "preset")
-                .get(pk=selection_id)
-            )
+            # Locked without joins (see lock_selection): a select committing while this
+            # waits for the lock would otherwise make the row vanish.
+            selection = lock_selection(selection_id)
             start = None
             if selection.is_pinned:
                 start = pin_start(chain=selection.chain, version=selection.version) or PinStart(

@@ -196,6 +196,18 @@ class Selection(models.Model):
         return etag(current_epoch(), self.version)
 
 
+def lock_selection(selection_id: int) -> Selection:
+    """Lock one selection row, then load what it refers to (inside a transaction). The
+    services and the sweeps all lock a selection with this.
+
+    The lock query joins nothing: under READ COMMITTED, PostgreSQL re-checks a row that
+    changed while we waited for its lock against the *old* rows of any joined table, so a
+    join on ``preset`` (which the winner just changed) would make the row vanish."""
+    selection = Selection.objects.select_for_update().get(pk=selection_id)
+    selection.chain = Chain.objects.select_related("default_preset").get(pk=selection.chain_id)
+    return selection
+
+
 class TokenScope(models.TextChoices):
     READ = "read"
     WRITE = "write"

@@ -28,6 +28,7 @@ from presets.models import (
     Preset,
     Selection,
     format_time,
+    lock_selection,
     to_millisecond,
 )
 from presets.presets_file import PresetsFile
@@ -186,7 +187,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
     reverted = 0
     for selection_id in due.values_list("id", flat=True):
         with transaction.atomic():
-            selection = _lock_row(selection_id)
+            selection = lock_selection(selection_id)
             if not selection.is_expired(now):
                 continue  # another sweep, or a person, already ended or extended it
             ended = (
@@ -300,22 +301,11 @@ def _now() -> datetime:
     return to_millisecond(timezone.now())
 
 
-def _lock_row(selection_id: int) -> Selection:
-    """Lock one selection row, then load what it refers to.
-
-    The lock query joins nothing: under READ COMMITTED, PostgreSQL re-checks a row that
-    changed while we waited for its lock against the *old* rows of any joined table, so a
-    join on ``preset`` (which the winner just changed) would make the row vanish."""
-    selection = Selection.objects.select_for_update().get(pk=selection_id)
-    selection.chain = Chain.objects.select_related("default_preset").get(pk=selection.chain_id)
-    return selection
-
-
 def _lock(chain: str, expected_version: int | None) -> Selection:
     selection_id = Selection.objects.filter(chain__name=chain).values_list("id", flat=True).first()
     if selection_id is None:
         raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
-    selection = _lock_row(selection_id)
+    selection = lock_selection(selection_id)
     if expected_version is not None and expected_version != selection.version:
         raise Conflict(
             f"{chain} changed since v{expected_version}: it is now v{selection.version}, "
@@ -454,7 +444,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 report.add(f"~ preset {spec.name}/{preset_spec.name} ({was}definition changed) "
                            f"{_describe_steps(preset_spec.steps)}")
         selection_id = Selection.objects.filter(chain=chain).values_list("id", flat=True).first()
-        selection = _lock_row(selection_id) if selection_id is not None else None
+        selection = lock_selection(selection_id) if selection_id is not None else None
         for name, preset in existing.items():
             if name not in spec.presets and not preset.is_retired:
                 if selection is not None and selection.preset_id == preset.pk:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
+from django.utils import timezone
 
 from presets import services
 from presets.exceptions import InvalidInput
@@ -92,3 +93,50 @@ def test_200_changes_from_8_threads_leave_a_gapless_consistent_history(synced) -
         assert row.previous_steps == before.steps
         assert row.previous_expires_at == before.expires_at
     assert Selection.objects.get(chain__name="chat").version == 202
+
+
+def test_the_stale_pin_sweep_waiting_on_a_select_still_finds_the_row(synced) -> None:
+    from datetime import timedelta
+
+    from audit import alerts
+
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1")
+    changed = threading.Event()
+    sweep_waiting = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def select_held_open() -> None:
+        # Holds the row lock with the preset changed until the sweep waits for that lock.
+        try:
+            with transaction.atomic():
+                services.select_preset(chain="chat", preset="drop_vendor_b", actor="bob",
+                                       reason="INC-2")
+                changed.set()
+                sweep_waiting.wait(30)
+        finally:
+            connection.close()
+
+    def sweep() -> None:
+        changed.wait(30)
+        try:
+            outcome["sweep"] = alerts.sweep_stale_pins(now=timezone.now() + timedelta(hours=2))
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome["sweep"] = exc
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=select_held_open)
+    sweeper = threading.Thread(target=sweep)
+    writer.start()
+    sweeper.start()
+    with connection.cursor() as cursor:
+        for _ in range(600):  # until the sweep waits for the row lock (at most 30 s)
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                break
+            threading.Event().wait(0.05)
+    sweep_waiting.set()
+    writer.join(30)
+    sweeper.join(30)
+    assert not isinstance(outcome["sweep"], Exception), outcome["sweep"]
+    assert outcome["sweep"].raised == 1  # the pin that is live now (drop_vendor_b) is stale
