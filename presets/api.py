@@ -145,8 +145,9 @@ def wait_seconds(raw: str | None) -> float:
     return wait
 
 
-def document_response(selection: Selection, status: int = 200) -> Response:
-    document = selection.to_document()
+def document_response(selection: Selection, status: int = 200, *,
+                      epoch: int | None = None) -> Response:
+    document = selection.to_document(epoch=epoch)
     return Response(document, status=status, headers={
         "ETag": etag(document["epoch"], selection.version), "Cache-Control": "no-cache"})
 
@@ -196,10 +197,11 @@ class ChainDetailView(CountedReadView):
         if identity is not None:
             recorder.seen(name, *identity)
             recorder.flush()
-        tag = selection.etag
+        epoch = current_epoch()
+        tag = etag(epoch, selection.version)
         if matches(request.headers.get("If-None-Match"), tag):
             return Response(status=304, headers={"ETag": tag, "Cache-Control": "no-cache"})
-        return document_response(selection)
+        return document_response(selection, epoch=epoch)
 
 
 class HistoryView(APIView):

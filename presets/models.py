@@ -190,11 +190,6 @@ class Selection(models.Model):
             } if default is not None else None,
         }
 
-    @property
-    def etag(self) -> str:
-        """The entity tag of this selection's document (reads the epoch)."""
-        return etag(current_epoch(), self.version)
-
 
 def lock_selection(selection_id: int) -> Selection:
     """Lock one selection row, then load what it refers to (inside a transaction). The

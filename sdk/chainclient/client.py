@@ -218,12 +218,13 @@ class ChainClient:
 
         A pin is never served past its expiry: from that instant this is the chain's
         default (derived when the pin arrived), until the control plane's revert replaces
-        both. One reference read, one clock read, one comparison.
+        both. One reference read; for a pin, one clock read and one comparison.
         """
         snapshot = self._snapshot
-        if self._clock() >= snapshot.expires_at:
-            return snapshot.expired
-        return snapshot.document
+        document = snapshot.document
+        if document is snapshot.expired or self._clock() < snapshot.expires_at:
+            return document  # no expiry (no clock read needed), or not yet
+        return snapshot.expired
 
     @property
     def _current(self) -> ChainDocument:
