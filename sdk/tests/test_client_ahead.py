@@ -88,6 +88,8 @@ def test_being_ahead_is_cleared_with_a_log_line_when_the_server_catches_up(
     else:
         control_plane.always_document(document(answer["version"], epoch=answer["epoch"]))
     eventually(lambda: client.health()["ahead_of_server"] is None)
+    # The line is written just after the state is cleared (outside the lock): wait for it too.
+    eventually(lambda: any("no longer ahead" in r.getMessage() for r in caplog.records))
 
     assert client.current().version == version
     assert len([m for m in (r.getMessage() for r in caplog.records)
