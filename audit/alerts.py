@@ -1,5 +1,5 @@
-"""Alerts (DESIGN §9): raising and resolving them, the stale-pin sweep, delivery to the
-notifiers, and the read the API and the alerts page share (``recent_alerts``).
+"""Alerts (DESIGN §9): raising and resolving them, the stale-pin sweep, and the read the API
+and the alerts page share (``recent_alerts``). Delivery to the notifiers is ``audit.delivery``.
 
 Which pin an alert is about: a pin *episode* starts with the select or restore that made a
 non-default preset live and lasts through extensions (and syncs of its definition), which
@@ -7,19 +7,11 @@ are new versions of the same pin. It ends when the chain stops serving that pin:
 an expiry, another preset selected or restored over it, or a sync that made the preset the
 default. ``stale_pin`` is keyed by the version where the episode started, so it is raised once
 per pin however many sweeps run and however often the pin is extended.
-
-Delivery is at least once per notifier: each alert records, per notifier, ``pending``,
-``delivered`` or ``failed`` (after ``ALERT_DELIVERY_MAX_ATTEMPTS``) with the attempts and the
-last error. The log line is written when the alert commits; the webhook and email are sent
-by the ``audit.tasks.deliver_alert`` task, retried with exponential backoff and jitter. A
-broker that is down when a delivery is queued leaves the alert due (``delivery_due_at``), and
-the next stale-pin sweep queues it again; so does a delivery task that got lost.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,23 +21,16 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import Alert, AlertKind, DeliveryState, format_age
-from audit.notifiers import LOG, NOTIFIERS, DeliveryFailed
+from audit.delivery import queue_delivery
+from audit.models import Alert, AlertKind, DeliveryState
+from audit.notifiers import LOG, NOTIFIERS
+from presets.documents import format_duration, format_time
 from presets.exceptions import NotFound
-from presets.models import Action, Chain, Selection, format_time, lock_selection
+from presets.models import Action, Chain, Selection, lock_selection
+from presets.selectors import PinStart, live_pin_start, pin_start
 
 log = logging.getLogger(__name__)
 
-# How long a queued delivery task owns an alert's pending deliveries before a sweep assumes
-# it was lost and queues another (a worker that is merely slow may then deliver twice).
-DELIVERY_LEASE = timedelta(minutes=5)
-BACKOFF_CAP_SECONDS = 900
-SWEEP_BATCH = 100
-# Publishing to the broker retries briefly, then gives up: the alert stays due for the next
-# sweep instead of holding a sweep (or a web request that reverted an expired pin).
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
-                        "interval_max": 0.2}
-LAST_ERROR_MAX = 500
 
 
 # --- reads ------------------------------------------------------------------------------
@@ -68,32 +53,6 @@ def recent_alerts(*, limit: int = 100, open_only: bool = False, chain: str | Non
 def alert_entry(alert: Alert) -> dict[str, Any]:
     """One alert as the API shows it: its document and its delivery state per notifier."""
     return {**alert.to_document(), "deliveries": alert.deliveries}
-
-
-@dataclass(frozen=True)
-class PinStart:
-    """The change that started a pin episode."""
-
-    version: int
-    at: datetime
-    actor: str
-    reason: str
-
-
-def pin_start(*, chain: Chain, version: int) -> PinStart | None:
-    """The select or restore that started the pin live at ``version`` (extensions and syncs
-    keep a pin; any other change ends it, so the latest such change is where it began)."""
-    row = (
-        Selection.history.filter(chain_id=chain.pk, version__lte=version,
-                                 action__in=[Action.SELECT, Action.RESTORE])
-        .order_by("-version")
-        .values("version", "updated_at", "updated_by", "reason")
-        .first()
-    )
-    if row is None:
-        return None
-    return PinStart(version=row["version"], at=row["updated_at"], actor=row["updated_by"],
-                    reason=row["reason"])
 
 
 # --- raising and resolving ------------------------------------------------------------------
@@ -232,11 +191,7 @@ def sweep_stale_pins(*, now: datetime | None = None) -> StaleSweep:
             # Locked without joins (see lock_selection): a select committing while this
             # waits for the lock would otherwise make the row vanish.
             selection = lock_selection(selection_id)
-            start = None
-            if selection.is_pinned:
-                start = pin_start(chain=selection.chain, version=selection.version) or PinStart(
-                    version=selection.version, at=selection.updated_at,
-                    actor=selection.updated_by, reason=selection.reason)
+            start = live_pin_start(selection)
             resolved += _resolve_ended_stale_alerts(
                 chain=selection.chain, live_pin_version=start.version if start else None, now=now)
             # A pin past its expiry is about to be reverted (by the expiry sweep or the read
@@ -269,126 +224,6 @@ def _stale_details(selection: Selection, start: PinStart, *, age: timedelta) -> 
 def _stale_message(selection: Selection, start: PinStart, *, age: timedelta) -> str:
     default = selection.chain.default_preset.name if selection.chain.default_preset else "default"
     return (f"{selection.chain.name} has served pin {selection.preset.name} for "
-            f"{format_age(age.total_seconds())} (pinned at v{start.version} by {start.actor}: "
+            f"{format_duration(age)} (pinned at v{start.version} by {start.actor}: "
             f"{start.reason}); it expires at {format_time(selection.expires_at)}. Keep it on "
             f"purpose (extend) or revert to {default}.")
-
-
-# --- delivery ---------------------------------------------------------------------------
-
-
-def backoff_seconds(*, attempts: int) -> float:
-    """How long to wait after the ``attempts``-th failed attempt: exponential, capped, with
-    jitter (half to all of the step) so that many alerts failing together spread out."""
-    step = min(BACKOFF_CAP_SECONDS, settings.ALERT_DELIVERY_BACKOFF_SECONDS * 2 ** max(0, attempts - 1))
-    return step * random.uniform(0.5, 1.0)
-
-
-def deliver_alert(*, alert_id: int, now: datetime | None = None) -> float | None:
-    """Try each pending notifier of one alert once and record every outcome on the alert.
-
-    Returns the seconds to wait before the next attempt while a delivery is still pending
-    (and moves the alert's lease past it), or None when nothing is left to do. A notifier
-    that keeps failing is recorded as failed after ``ALERT_DELIVERY_MAX_ATTEMPTS``."""
-    now = now or timezone.now()
-    alert = Alert.objects.select_related("chain").filter(pk=alert_id).first()
-    if alert is None:
-        log.warning("alert %s to deliver does not exist", alert_id)
-        return None
-    outcomes: dict[str, str | None] = {}
-    for name in alert.pending_deliveries():
-        notifier = NOTIFIERS.get(name)
-        try:
-            if notifier is None:
-                raise DeliveryFailed(f"no notifier named {name!r}")
-            notifier.send(alert)
-        except DeliveryFailed as exc:
-            outcomes[name] = str(exc)
-        except Exception as exc:  # a notifier's bug must not cost the others or the alert
-            log.exception("notifier %s failed on alert %s", name, alert_id)
-            outcomes[name] = f"{exc.__class__.__name__}: {exc}"
-        else:
-            outcomes[name] = None
-    with transaction.atomic():
-        alert = Alert.objects.select_for_update().get(pk=alert_id)
-        for name, error in outcomes.items():
-            record = alert.deliveries[name]
-            if record["state"] != DeliveryState.PENDING:
-                continue  # another delivery task recorded this notifier meanwhile
-            record["attempts"] += 1
-            if error is None:
-                record.update(state=DeliveryState.DELIVERED, last_error="",
-                              delivered_at=format_time(now))
-                continue
-            record["last_error"] = error[:LAST_ERROR_MAX]
-            if record["attempts"] >= settings.ALERT_DELIVERY_MAX_ATTEMPTS:
-                record["state"] = DeliveryState.FAILED
-                log.error("alert %s on %s v%d: %s delivery failed for good after %d attempts: %s",
-                          alert.kind, alert.chain.name, alert.version, name, record["attempts"], error)
-            else:
-                log.warning("alert %s on %s v%d: %s delivery attempt %d failed: %s", alert.kind,
-                            alert.chain.name, alert.version, name, record["attempts"], error)
-        pending = alert.pending_deliveries()
-        retry_in = None
-        if pending:
-            retry_in = backoff_seconds(attempts=max(alert.deliveries[n]["attempts"] for n in pending))
-            alert.delivery_due_at = now + timedelta(seconds=retry_in) + DELIVERY_LEASE
-        else:
-            alert.delivery_due_at = None
-        alert.save(update_fields=["deliveries", "delivery_due_at"])
-    return retry_in
-
-
-def queue_delivery(*, alert_id: int, now: datetime | None = None) -> bool:
-    """Hand an alert's due deliveries to a worker. False when none is due, another task
-    holds them, or the broker refused (the alert then stays due for the next sweep)."""
-    now = now or timezone.now()
-    return _claim(alert_id, now) and _publish(alert_id, now)
-
-
-def queue_due_deliveries(*, now: datetime | None = None) -> int:
-    """Queue the deliveries that are due: never queued (the broker was down) or whose task
-    was lost. Returns how many were queued; stops at the first broker failure."""
-    now = now or timezone.now()
-    due = Alert.objects.filter(delivery_due_at__lte=now).order_by("delivery_due_at")
-    queued = 0
-    for alert_id in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
-        if not _claim(alert_id, now):
-            continue
-        if not _publish(alert_id, now):
-            break  # the broker is down: the rest stay due as they are
-        queued += 1
-    return queued
-
-
-def deliver_due_alerts(*, now: datetime | None = None) -> int:
-    """Deliver the due alerts in this process, one attempt each (for cron setups without a
-    worker). Returns how many alerts were attempted."""
-    now = now or timezone.now()
-    due = Alert.objects.filter(delivery_due_at__lte=now).order_by("delivery_due_at")
-    attempted = 0
-    for alert_id in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
-        if _claim(alert_id, now):
-            deliver_alert(alert_id=alert_id, now=now)
-            attempted += 1
-    return attempted
-
-
-def _claim(alert_id: int, now: datetime) -> bool:
-    # A conditional update: of two sweeps (or a sweep and a commit hook) only one takes it.
-    return bool(Alert.objects.filter(pk=alert_id, delivery_due_at__lte=now)
-                .update(delivery_due_at=now + DELIVERY_LEASE))
-
-
-def _publish(alert_id: int, now: datetime) -> bool:
-    from audit.tasks import deliver_alert as deliver_task  # the task module imports this one
-
-    try:
-        deliver_task.apply_async((alert_id,), retry=True, retry_policy=PUBLISH_RETRY_POLICY)
-    except Exception as exc:  # whatever the broker raises, the caller (a sweep) goes on
-        log.warning("could not queue delivery of alert %s (%s: %s); it stays due and the next "
-                    "sweep queues it", alert_id, exc.__class__.__name__, exc)
-        Alert.objects.filter(pk=alert_id, delivery_due_at=now + DELIVERY_LEASE).update(
-            delivery_due_at=now)
-        return False
-    return True

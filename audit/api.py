@@ -15,7 +15,8 @@ from rest_framework.views import APIView
 
 from audit.alerts import alert_entry, recent_alerts
 from audit.models import AlertKind, DeliveryState
-from presets.api import ERROR_RESPONSE, int_param
+from presets.api.fields import int_param
+from presets.api.schema import ERROR_RESPONSE
 from presets.exceptions import InvalidInput
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 500
@@ -51,7 +52,7 @@ class AlertsView(APIView):
         age_seconds = serializers.IntegerField(
             allow_null=True, help_text="how long the pin had been live (stale_pin) or lasted "
             "(pin_expired)")
-        age = serializers.CharField(help_text="age_seconds, readable: 1h 05m")
+        age = serializers.CharField(help_text="age_seconds, readable: 1 h 5 min")
         message = serializers.CharField()
         url = serializers.URLField(help_text="the chain's page in the web UI")
         created_at = serializers.DateTimeField()

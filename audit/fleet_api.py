@@ -9,8 +9,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit import fleet
+from audit import usage as usage_reports
+from audit.fleet_recorder import recorder
+from audit.models import MAX_CLIENT_LENGTH
 from presets import services
-from presets.api import ERROR_RESPONSE, AwareDateTimeField, StrictCharField, StrictIntegerField
+from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from presets.api.schema import ERROR_RESPONSE
 
 
 class FleetView(APIView):
@@ -31,9 +35,9 @@ class FleetView(APIView):
         200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}), 401: ERROR_RESPONSE,
         503: ERROR_RESPONSE})
     def get(self, request: Request) -> Response:
-        fleet.recorder.flush()  # this process's latest reads count too
+        recorder.flush()  # this process's latest reads count too
         chains = []
-        for selection in services.live_selections():
+        for selection in services.revert_expired_and_read_all():
             status = fleet.chain_fleet(selection)
             chains.append({**status, "summary": fleet.fleet_summary(status)})
         return Response({"chains": chains})
@@ -64,7 +68,7 @@ class UsageView(APIView):
         at = AwareDateTimeField()
 
     class InputSerializer(serializers.Serializer):
-        client = StrictCharField(max_length=fleet.MAX_CLIENT_LENGTH)
+        client = StrictCharField(max_length=MAX_CLIENT_LENGTH)
         ahead_of_server = AheadSerializer(required=False, allow_null=True)
         applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION,
                                              required=False)
@@ -93,12 +97,12 @@ class UsageView(APIView):
         202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
         400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE, 503: ERROR_RESPONSE})
     def post(self, request: Request, name: str) -> Response:
-        chain = services.live_selection(chain=name).chain
+        chain = services.revert_expired_and_read(chain=name).chain
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         if data.get("ahead_of_server"):
-            fleet.note_ahead(chain=chain, client=data["client"], **data["ahead_of_server"])
-        fleet.record_usage(chain=chain, client=data["client"], providers=data["providers"],
+            usage_reports.note_ahead(chain=chain, client=data["client"], **data["ahead_of_server"])
+        usage_reports.record_usage(chain=chain, client=data["client"], providers=data["providers"],
                            rejected=data["rejected"])
         return Response({"accepted": True}, status=202)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from presets.models import NO_MARKING, Selection, format_time
+from presets.documents import NO_MARKING, format_time
+from presets.models import Selection
 
 
 def history_rows(*, chain: str | None = None, before: int | None = None):  # type: ignore[no-untyped-def]
-    """Historical selection rows, newest first, with the presets they name."""
+    """Historical selection rows, newest first, with the presets they name. One chain's rows
+    are ordered by version (its own order: history_date follows the clock, which may jump);
+    all chains' rows by when they were written."""
     rows = Selection.history.select_related("chain", "preset", "previous_preset")
-    if chain is not None:
-        rows = rows.filter(chain__name=chain)
     if before is not None:
         rows = rows.filter(version__lt=before)
+    if chain is not None:
+        return rows.filter(chain__name=chain).order_by("-version", "-history_id")
     return rows.order_by("-history_date", "-history_id")
 
 
@@ -38,5 +41,5 @@ def entry(row: Any) -> dict[str, Any]:
 
 
 def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[dict[str, Any]]:
-    rows = history_rows(chain=chain, before=before).order_by("-version")[:limit]
+    rows = history_rows(chain=chain, before=before)[:limit]
     return [entry(row) for row in rows]

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from presets.models import Chain, format_time
+from presets.documents import format_duration, format_time
+from presets.models import Chain
 
 
 class AlertKind(models.TextChoices):
@@ -32,21 +33,6 @@ class DeliveryState(models.TextChoices):
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
-
-
-def format_age(seconds: float) -> str:
-    """A duration as an on-call person reads it: ``2d 3h``, ``1h 05m``, ``12m``, ``40s``."""
-    seconds = max(0, int(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
 
 
 class Alert(models.Model):
@@ -91,7 +77,7 @@ class Alert(models.Model):
     @property
     def age(self) -> str:
         """How long the pin had been live when the alert was raised, readable."""
-        return format_age(self.details.get("age_seconds") or 0)
+        return format_duration(self.details.get("age_seconds") or 0)
 
     @property
     def chain_url(self) -> str:
@@ -127,6 +113,57 @@ class Alert(models.Model):
         }
 
 
+# --- fleet status (audit.fleet_recorder writes instances, audit.usage the reports) --------
 
-# Fleet status models live with their recording code; importing them registers them here.
-from audit.fleet import FleetInstance, ProviderUsage, RejectedVersion  # noqa: E402, F401
+MAX_CLIENT_LENGTH = 200
+
+
+class FleetInstance(models.Model):
+    """One service instance following one chain."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="instances")
+    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    applied_version = models.PositiveIntegerField()
+    version_seen_at = models.DateTimeField(help_text="when this instance was first seen on it")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["chain", "client"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "client"], name="fleet_instance_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client} on {self.chain.name} v{self.applied_version}"
+
+
+class ProviderUsage(models.Model):
+    """Requests an instance reports a provider served for a chain."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="usage")
+    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    provider = models.CharField(max_length=100)
+    requests = models.PositiveBigIntegerField(default=0)
+    last_served_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "client", "provider"], name="usage_unique")
+        ]
+
+
+class RejectedVersion(models.Model):
+    """A chain version an instance refused to apply, and why."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="rejections")
+    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    version = models.PositiveIntegerField()
+    reason = models.CharField(max_length=500)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "client", "version"], name="rejection_unique")
+        ]

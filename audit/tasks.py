@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts
+from audit import alerts, delivery
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -14,7 +14,7 @@ def alert_stale_pins() -> int:
     """Raise and resolve stale-pin alerts, then queue deliveries that are due (beat: every
     ALERT_STALE_PINS_EVERY_SECONDS, 60 s). Returns how many alerts it raised."""
     sweep = alerts.sweep_stale_pins()
-    alerts.queue_due_deliveries()
+    delivery.queue_due_deliveries()
     return sweep.raised
 
 
@@ -23,6 +23,6 @@ def alert_stale_pins() -> int:
 @shared_task(bind=True, name="audit.tasks.deliver_alert", max_retries=None)
 def deliver_alert(self: Any, alert_id: int) -> None:
     """Deliver one alert to its pending notifiers; retry with backoff while any is pending."""
-    retry_in = alerts.deliver_alert(alert_id=alert_id)
+    retry_in = delivery.deliver_alert(alert_id=alert_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)

@@ -71,7 +71,7 @@ REGISTRY = Registry({
     "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
 })
 DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
-CHANGE_CHANNEL = "chain_changed"  # presets.services.CHANGE_CHANNEL
+CHANGE_CHANNEL = "chain_changed"  # presets.read_path.notifications.CHANGE_CHANNEL
 
 
 # --- the client processes ------------------------------------------------------------------

@@ -7,8 +7,8 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django_application = get_asgi_application()
 
-from controlplane.metrics import prepare_multiprocess_dir  # noqa: E402
-from presets.read_front import ReadFront  # noqa: E402 - needs Django set up first
+from presets.read_path.counters import prepare_multiprocess_dir  # noqa: E402
+from presets.read_path.front import ReadFront  # noqa: E402 - needs Django set up first
 
 prepare_multiprocess_dir()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
-from presets.api_errors import error_body
+from presets.read_path.http import error_body
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

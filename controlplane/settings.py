@@ -289,15 +289,15 @@ CELERY_BEAT_SCHEDULE = {
 # --- API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "presets.authentication.ServiceTokenAuthentication",
+        "presets.api.authentication.ServiceTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["presets.authentication.CanRead"],
+    "DEFAULT_PERMISSION_CLASSES": ["presets.api.authentication.CanRead"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # DRF's, plus: too deep, NUL and lone surrogates are a 400 naming where (not a 500).
-    "DEFAULT_PARSER_CLASSES": ["presets.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "presets.api_errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "presets.schema.ViewSchema",
+    "DEFAULT_PARSER_CLASSES": ["presets.api.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "presets.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "presets.api.schema.ViewSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

@@ -12,8 +12,9 @@ from audit import api as audit_api
 from audit import fleet_api
 from controlplane import health, metrics
 from controlplane.database_outage import database_unavailable
-from presets import api, web
-from presets.api_errors import api_not_found, api_server_error
+from presets.api import views as api
+from presets.api.errors import api_not_found, api_server_error
+from presets.web import views as web
 
 api_v1 = [
     path("chains", api.ChainListView.as_view(), name="api-chains"),

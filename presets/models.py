@@ -8,43 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-NO_MARKING: dict[str, Any] = {"degraded": False, "note": ""}
-
-
-def format_time(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC to the second with a Z, as messages, alerts and history show times."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_instant(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC to the millisecond with a Z, as the chain document carries times.
-
-    A pin is not served from the instant its document states: expiries are stored truncated
-    to the millisecond (``to_millisecond``), so this is the exact instant."""
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def to_millisecond(value: datetime) -> datetime:
-    """``value`` truncated to the millisecond, the precision documents publish."""
-    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
-
-
-def etag(epoch: int, version: int) -> str:
-    """A chain document's entity tag: its version, prefixed by the epoch once one was raised
-    (so a client holding the same version number from before a restore is told apart)."""
-    return f'"{version}"' if epoch == 0 else f'"{epoch}.{version}"'
+from presets.documents import NO_MARKING, ChainDocument, format_instant
 
 
 class Epoch(models.Model):
@@ -66,6 +36,9 @@ def current_epoch() -> int:
     """The epoch documents carry now (0 until one is raised)."""
     value = Epoch.objects.values_list("value", flat=True).first()
     return value or 0
+
+
+PRESET_NAME_MAX = 50
 
 
 class Chain(models.Model):
@@ -91,7 +64,7 @@ class Preset(models.Model):
     """A named, reviewed list of 1..4 distinct steps for one chain. Never deleted: retired."""
 
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="presets")
-    name = models.SlugField()
+    name = models.SlugField(max_length=PRESET_NAME_MAX)
     steps = models.JSONField()
     marking = models.JSONField(default=dict, blank=True)
     description = models.TextField(blank=True)
@@ -164,7 +137,18 @@ class Selection(models.Model):
         """Whether this pin's time is up and it must not be served any more."""
         return self.expires_at is not None and self.expires_at <= now
 
-    def to_document(self, *, epoch: int | None = None) -> dict[str, Any]:
+    @property
+    def is_default(self) -> bool:
+        """Whether the chain serves its default preset. The services keep a pin (a non-default
+        preset) always with an expiry and the default never, so this is ``not is_pinned``."""
+        return not self.is_pinned
+
+    @property
+    def expires_at_ts(self) -> float | None:
+        """The pin's expiry in Unix seconds (None for the default), as the read path keeps it."""
+        return self.expires_at.timestamp() if self.expires_at is not None else None
+
+    def to_document(self, *, epoch: int | None = None) -> ChainDocument:
         """The chain document of DESIGN §7 and §13, the SDK's input.
 
         It carries the chain's default (what a pin falls back to at its expiry), so a
@@ -176,7 +160,7 @@ class Selection(models.Model):
             "epoch": current_epoch() if epoch is None else epoch,
             "version": self.version,
             "preset": self.preset.name,
-            "is_default": self.preset_id == self.chain.default_preset_id,
+            "is_default": self.is_default,
             "chain": self.steps,
             "marking": self.marking or dict(NO_MARKING),
             "updated_by": self.updated_by,
@@ -254,3 +238,22 @@ class ServiceToken(models.Model):
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         self.token_hash = hash_token(raw)
         return raw
+
+
+# Writing last_used_at on every read would put a write on the hot path; a minute's
+# precision is what an operator auditing tokens needs.
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
+def use_token(raw: str) -> ServiceToken | None:
+    """The active token with this secret, *recording its use* (``last_used_at``, at most once
+    a minute): a read that writes. Tokens are ASCII; anything else is no token."""
+    if not raw.isascii():  # a lone surrogate cannot even be hashed
+        return None
+    token = ServiceToken.objects.active().filter(token_hash=hash_token(raw)).first()
+    if token is not None:
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
+            ServiceToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+    return token

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from presets.models import NO_MARKING
+from presets.documents import NO_MARKING
 from presets.providers import Provider
 
 SCHEMA_PATH = Path(__file__).with_name("presets.schema.json")

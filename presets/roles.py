@@ -24,3 +24,8 @@ def can_change(user: Any) -> bool:
         cached = user.groups.filter(name=ONCALL_GROUP).exists()
         user._can_change_cache = cached
     return bool(cached)
+
+
+def actor_of(user: Any) -> str:
+    """How a change by this principal (a person or a service token) is attributed."""
+    return str(user.username)

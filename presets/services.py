@@ -7,7 +7,6 @@ and each historical row's previous value is the row before it.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,21 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from audit import alerts
+from presets import events, selectors
+from presets.documents import format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import (
-    Action,
-    Chain,
-    Epoch,
-    Preset,
-    Selection,
-    format_time,
-    lock_selection,
-    to_millisecond,
-)
+from presets.models import Action, Chain, Epoch, Preset, Selection, lock_selection
 from presets.presets_file import PresetsFile
 
 log = logging.getLogger(__name__)
@@ -42,36 +33,31 @@ SYNC_ACTOR = "system:sync"
 Expiry = datetime | timedelta | None
 
 
-# --- reads ------------------------------------------------------------------------------
+# --- reads that may write ------------------------------------------------------------
 
 
-def live_selection(*, chain: str, now: datetime | None = None) -> Selection:
-    """The selection a chain serves now. A pin past its expiry is reverted first, so an
-    expired pin is never served even when no worker runs."""
+def revert_expired_and_read(*, chain: str, now: datetime | None = None) -> Selection:
+    """The selection a chain serves now, *reverting its pin first if it has expired* (a read
+    that may write), so an expired pin is never served even when no worker runs."""
     now = now or _now()
-    selection = _selection_query().filter(chain__name=chain).first()
+    selection = selectors.selections().filter(chain__name=chain).first()
     if selection is None:
         raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
     if selection.is_expired(now):
         expire_pins(now=now, chains=[chain])
-        selection = _selection_query().get(pk=selection.pk)
+        selection = selectors.selections().get(pk=selection.pk)
     return selection
 
 
-def live_selections(*, now: datetime | None = None) -> list[Selection]:
-    """Every chain's live selection (expired pins reverted first)."""
+def revert_expired_and_read_all(*, now: datetime | None = None) -> list[Selection]:
+    """Every chain's live selection, *reverting expired pins first* (a read that may write)."""
     now = now or _now()
-    selections = list(_selection_query())
+    selections = list(selectors.selections())
     expired = [s.chain.name for s in selections if s.is_expired(now)]
     if expired:
         expire_pins(now=now, chains=expired)
-        selections = list(_selection_query())
+        selections = list(selectors.selections())
     return selections
-
-
-def _selection_query():  # type: ignore[no-untyped-def]
-    return Selection.objects.select_related("chain", "chain__default_preset", "preset").order_by(
-        "chain__name")
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -95,13 +81,12 @@ def select_preset(
         if target.pk == selection.preset_id:
             hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
             raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
-        is_default = target.pk == selection.chain.default_preset_id
-        if is_default and expires_at is not None:
+        if target.is_default and expires_at is not None:
             raise InvalidInput(
                 "expires_at", f"{preset!r} is the default preset, which never expires: "
                 "leave the duration out",
             )
-        expiry = None if is_default else resolve_expiry(expires_at, now=now)
+        expiry = None if target.is_default else resolve_expiry(expires_at, now=now)
         return _apply(selection, preset=target, action=Action.SELECT, actor=actor,
                       reason=reason, expires_at=expiry, now=now)
 
@@ -113,7 +98,7 @@ def revert_to_default(
     reason = clean_reason(reason)
     with transaction.atomic():
         selection = _lock(chain, expected_version)
-        if not selection.is_pinned and selection.preset_id == selection.chain.default_preset_id:
+        if selection.is_default:
             raise InvalidInput("chain", f"{chain} already serves its default preset; "
                                "nothing to revert")
         return _apply(selection, preset=selection.chain.default_preset, action=Action.REVERT,
@@ -159,19 +144,31 @@ def restore(
             raise NotFound(f"{chain} has no version {version}",
                            details={"chain": chain, "version": version})
         previous = entry.previous_preset
-        if previous is None:
-            raise InvalidInput("version", f"v{version} created {chain}; it has no previous "
-                               "value to restore")
-        if previous.is_retired:
-            raise InvalidInput("version", f"v{version} replaced preset {previous.name!r}, which "
-                               "has been retired from the presets file; select an active preset")
-        if previous.pk == selection.preset_id:
-            raise InvalidInput("version", f"{previous.name!r} (the value before v{version}) is "
-                               "already live; use extend to keep a pin longer")
-        is_default = previous.pk == selection.chain.default_preset_id
-        expiry = None if is_default else resolve_expiry(None, now=now)
+        refusal = restore_refusal(chain=chain, version=version, previous=previous,
+                                  live_preset_id=selection.preset_id)
+        if refusal is not None:
+            raise refusal
+        assert previous is not None  # refused above
+        expiry = None if previous.is_default else resolve_expiry(None, now=now)
         return _apply(selection, preset=previous, action=Action.RESTORE, actor=actor,
                       reason=reason, expires_at=expiry, now=now)
+
+
+def restore_refusal(*, chain: str, version: int, previous: Preset | None,
+                    live_preset_id: int | None) -> InvalidInput | None:
+    """Why undoing ``version`` (whose previous value was ``previous``) is refused while
+    ``live_preset_id`` is live, or None. ``restore`` raises it; the history page shows it
+    beside the Restore button instead of offering one."""
+    if previous is None:
+        return InvalidInput("version", f"v{version} created {chain}; it has no previous value "
+                            "to restore")
+    if previous.is_retired:
+        return InvalidInput("version", f"v{version} replaced preset {previous.name!r}, which has "
+                            "been retired from the presets file; select an active preset")
+    if previous.pk == live_preset_id:
+        return InvalidInput("version", f"{previous.name!r} (the value before v{version}) is "
+                            "already live; use extend to keep a pin longer")
+    return None
 
 
 def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = None) -> int:
@@ -200,7 +197,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
                 reason = reason[: REASON_MAX - 1] + "…"
             _apply(selection, preset=selection.chain.default_preset, action=Action.EXPIRE,
                    actor=EXPIRY_ACTOR, reason=reason, expires_at=None, now=now)
-            alerts.alert_pin_expired(selection=selection, now=now)
+            events.pin_expired.send(sender=Selection, selection=selection, now=now)
             reverted += 1
     return reverted
 
@@ -222,33 +219,13 @@ def raise_epoch(*, actor: str, reason: str, now: datetime | None = None) -> int:
         row.value = max(previous + 1, int(now.timestamp()))
         row.raised_at, row.raised_by, row.reason = now, actor, reason
         row.save()
-        for selection in _selection_query():
-            announce_change(selection, epoch=row.value)
+        for selection in selectors.selections():
+            events.selection_changed.send(sender=Selection, selection=selection, epoch=row.value)
     log.warning("epoch raised %d -> %d by %s: %s", previous, row.value, actor, reason)
     return row.value
 
 
 # --- rules shared by the operations ---------------------------------------------------------
-
-
-CHANGE_CHANNEL = "chain_changed"
-
-
-def announce_change(selection: Selection, *, epoch: int | None = None) -> None:
-    """Tell every web process that a chain changed, so long polls wake and snapshots refresh.
-
-    On PostgreSQL this is a NOTIFY inside the change's transaction: it is delivered when
-    (and only if) the change commits. It carries the new document (well under NOTIFY's
-    8,000 bytes), so no web process has to read it back. Other databases are polled."""
-    if connection.vendor == "postgresql":
-        payload = json.dumps({
-            "chain": selection.chain.name,
-            "version": selection.version,
-            "document": selection.to_document(epoch=epoch),
-            "expires_at_ts": selection.expires_at.timestamp() if selection.expires_at else None,
-        }, separators=(",", ":"))
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, payload])
 
 
 def clean_reason(reason: Any) -> str:
@@ -356,7 +333,7 @@ def _apply(
     selection.expires_at = expires_at
     selection.action = action
     selection.save()
-    announce_change(selection)
+    events.selection_changed.send(sender=Selection, selection=selection, epoch=None)
     log.info("chain %s: %s -> v%d %s (%s by %s): %s", selection.chain.name, before,
              selection.version, preset.name, action, actor, reason)
     return selection
@@ -471,7 +448,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 reason=f"chain created from {reason}", updated_at=now, expires_at=None,
                 action=Action.SYNC,
             )
-            announce_change(created_selection)
+            events.selection_changed.send(sender=Selection, selection=created_selection, epoch=None)
             report.add(f"+ {spec.name} v1 serves {spec.default}")
             continue
         _sync_live(selection, chain, reason=reason, now=now, report=report)
@@ -483,12 +460,12 @@ def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime
                report: SyncReport) -> None:
     """Apply reviewed changes to what the chain serves now, as one new version."""
     selection.chain = chain
-    live = Preset.objects.get(pk=selection.preset_id)
-    was_default = selection.expires_at is None
+    live = chain.presets.get(pk=selection.preset_id)
+    was_default = selection.is_default
     target, expiry = live, selection.expires_at
-    if was_default and live.pk != chain.default_preset_id:
+    if was_default and not live.is_default:
         target = chain.default_preset  # the chain serves its default, and the default moved
-    elif live.pk == chain.default_preset_id:
+    elif live.is_default:
         expiry = None  # the pinned preset became the default: nothing left to expire
     if (target.pk, target.steps, target.marking, expiry) == (
         selection.preset_id, selection.steps, selection.marking, selection.expires_at

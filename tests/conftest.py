@@ -40,7 +40,7 @@ def fast_password_hashing(settings: Any) -> None:
 def fresh_fleet_recorder() -> None:
     """The process-wide fleet recorder remembers what it wrote (to write each instance once a
     minute); each test starts with an empty database, so it must forget."""
-    from audit.fleet import recorder
+    from audit.fleet_recorder import recorder
 
     recorder.forget()
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from audit import alerts, tasks
+from audit import delivery as alert_delivery
 from audit.models import Alert
 from controlplane.celery import app
 from presets import services
@@ -79,13 +80,13 @@ def test_the_webhook_receives_the_documented_json(synced, settings, webhook) -> 
     settings.PUBLIC_BASE_URL = "https://cp.example.com/"
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)
-        assert alerts.deliver_alert(alert_id=alert.pk) is None
+        assert alert_delivery.deliver_alert(alert_id=alert.pk) is None
 
     assert webhook.bodies == [{
         "id": alert.pk, "kind": "stale_pin", "chain": "chat", "version": 2,
         "preset": "pin_secondary", "actor": "alice", "reason": "INC-7 vendor_a returns garbage",
         "pin_version": 2, "pinned_by": "alice", "pinned_at": "2026-11-29T02:00:00Z",
-        "expires_at": "2026-11-29T06:00:00Z", "age_seconds": 3660, "age": "1h 01m",
+        "expires_at": "2026-11-29T06:00:00Z", "age_seconds": 3660, "age": "1 h 1 min",
         "message": alert.message, "url": "https://cp.example.com/chains/chat/",
         "created_at": "2026-11-29T03:01:00Z", "resolved_at": None, "resolution": "",
     }]
@@ -101,14 +102,14 @@ def test_a_pin_expired_alert_names_the_pin_and_the_revert(synced, settings, webh
                                reason="INC-9 both vendors down", expires_at=timedelta(minutes=30))
         clock.shift(timedelta(minutes=31))
         services.expire_pins()
-        alerts.deliver_alert(alert_id=Alert.objects.get().pk)
+        alert_delivery.deliver_alert(alert_id=Alert.objects.get().pk)
 
     [body] = webhook.bodies
     assert {key: body[key] for key in ("kind", "chain", "version", "preset", "actor",
                                         "pin_version", "pinned_by", "expires_at", "age")} == {
         "kind": "pin_expired", "chain": "chat", "version": 3, "preset": "local_only",
         "actor": "system:expiry", "pin_version": 2, "pinned_by": "alice",
-        "expires_at": "2026-11-29T02:30:00Z", "age": "30m"}
+        "expires_at": "2026-11-29T02:30:00Z", "age": "30 min"}
     assert "INC-9" in body["reason"] and "local_only" in body["reason"]
     assert body["url"] == "http://localhost:8000/chains/chat/"
 
@@ -122,22 +123,22 @@ def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)
 
-        first = alerts.deliver_alert(alert_id=alert.pk)
+        first = alert_delivery.deliver_alert(alert_id=alert.pk)
         assert 5 <= first <= 10
         assert delivery(alert, "webhook") == {
             "state": "pending", "attempts": 1, "delivered_at": None,
             "last_error": "webhook answered HTTP 500 Internal Server Error"}
         # A sweep leaves it to the task that will retry it: the lease covers the backoff.
-        assert alert.delivery_due_at == timezone.now() + timedelta(seconds=first) + alerts.DELIVERY_LEASE
-        assert alerts.queue_due_deliveries() == 0
+        assert alert.delivery_due_at == timezone.now() + timedelta(seconds=first) + alert_delivery.DELIVERY_LEASE
+        assert alert_delivery.queue_due_deliveries() == 0
 
         clock.shift(timedelta(seconds=first))
-        second = alerts.deliver_alert(alert_id=alert.pk)
+        second = alert_delivery.deliver_alert(alert_id=alert.pk)
         assert 10 <= second <= 20
         assert delivery(alert, "webhook")["attempts"] == 2
 
         clock.shift(timedelta(seconds=second))
-        assert alerts.deliver_alert(alert_id=alert.pk) is None
+        assert alert_delivery.deliver_alert(alert_id=alert.pk) is None
 
     assert len(webhook.bodies) == 3
     record = delivery(alert, "webhook")
@@ -148,7 +149,7 @@ def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(
 def test_the_backoff_doubles_up_to_a_cap_with_jitter(settings) -> None:
     settings.ALERT_DELIVERY_BACKOFF_SECONDS = 10
     for attempts, step in [(1, 10), (2, 20), (3, 40), (7, 640), (8, 900), (30, 900)]:
-        delays = {alerts.backoff_seconds(attempts=attempts) for _ in range(50)}
+        delays = {alert_delivery.backoff_seconds(attempts=attempts) for _ in range(50)}
         assert all(step / 2 <= delay <= step for delay in delays)
         assert len(delays) > 1  # jittered
 
@@ -181,11 +182,11 @@ def test_email_goes_to_every_address_through_django_mail(synced, settings, mailo
     settings.ALERT_EMAILS = ["oncall@example.com", "platform@example.com"]
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)
-        assert alerts.deliver_alert(alert_id=alert.pk) is None
+        assert alert_delivery.deliver_alert(alert_id=alert.pk) is None
 
     [mail] = mailoutbox
     assert mail.to == ["oncall@example.com", "platform@example.com"]
-    assert mail.subject == "[stale_pin] chat pinned to pin_secondary for 1h 01m"
+    assert mail.subject == "[stale_pin] chat pinned to pin_secondary for 1 h 1 min"
     assert alert.message in mail.body
     assert "http://localhost:8000/chains/chat/" in mail.body
     assert "reason: INC-7 vendor_a returns garbage" in mail.body
@@ -201,13 +202,13 @@ def test_a_failing_notifier_does_not_hold_back_the_others(
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)
         with mock.patch("audit.notifiers.send_mail", side_effect=ValueError("bad header")):
-            assert alerts.deliver_alert(alert_id=alert.pk) is not None
+            assert alert_delivery.deliver_alert(alert_id=alert.pk) is not None
         assert delivery(alert, "webhook")["state"] == "delivered"
         assert delivery(alert, "email")["state"] == "pending"
         assert delivery(alert, "email")["last_error"] == "ValueError: bad header"
 
         clock.shift(timedelta(minutes=1))
-        assert alerts.deliver_alert(alert_id=alert.pk) is None  # only email is tried again
+        assert alert_delivery.deliver_alert(alert_id=alert.pk) is None  # only email is tried again
     assert len(webhook.bodies) == 1 and len(mailoutbox) == 1
     assert delivery(alert, "email")["attempts"] == 2
 
@@ -227,7 +228,7 @@ def test_the_log_line_is_written_when_the_alert_commits(
                 assert not notifier_lines()  # nothing is said about an alert that may roll back
     [record] = notifier_lines()
     assert record.getMessage().startswith("alert stale_pin on chat v2: chat has served pin "
-                                          "pin_secondary for 1h 01m")
+                                          "pin_secondary for 1 h 1 min")
 
 
 # --- queuing deliveries: the broker ------------------------------------------------------------
@@ -242,8 +243,8 @@ def test_a_new_alert_is_queued_for_delivery_when_it_commits(
             alert = stale_alert(clock)
         assert queued() == [alert.pk]
         alert.refresh_from_db()
-        assert alert.delivery_due_at == timezone.now() + alerts.DELIVERY_LEASE
-        assert alerts.queue_due_deliveries() == 0  # a task holds it: no second one
+        assert alert.delivery_due_at == timezone.now() + alert_delivery.DELIVERY_LEASE
+        assert alert_delivery.queue_due_deliveries() == 0  # a task holds it: no second one
 
         tasks.deliver_alert.apply(args=[alert.pk])  # what the worker runs
     assert [body["id"] for body in webhook.bodies] == [alert.pk]
@@ -278,10 +279,10 @@ def test_a_lost_delivery_task_is_queued_again_once_its_lease_runs_out(
         with django_capture_on_commit_callbacks(execute=True):
             alert = stale_alert(clock)
         assert queued() == [alert.pk]  # ...and the worker holding it dies
-        clock.shift(alerts.DELIVERY_LEASE - timedelta(seconds=1))
-        assert alerts.queue_due_deliveries() == 0
+        clock.shift(alert_delivery.DELIVERY_LEASE - timedelta(seconds=1))
+        assert alert_delivery.queue_due_deliveries() == 0
         clock.shift(timedelta(seconds=1))
-        assert alerts.queue_due_deliveries() == 1
+        assert alert_delivery.queue_due_deliveries() == 1
         assert queued() == [alert.pk]
 
 
@@ -317,5 +318,5 @@ def test_an_unreachable_broker_does_not_fail_the_expiry_and_the_alert_stays_due(
     alert = Alert.objects.get(kind="pin_expired")
     assert alert.delivery_due_at <= timezone.now()
     assert alert.deliveries["webhook"]["state"] == "pending"
-    assert alerts.queue_due_deliveries() == 1
+    assert alert_delivery.queue_due_deliveries() == 1
     assert queued() == [alert.pk]

@@ -17,8 +17,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.fleet import FleetInstance, parse_identity, recorder
-from audit.models import ProviderUsage, RejectedVersion
+from audit.fleet_recorder import parse_identity, recorder
+from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from controlplane.logging_plain import PlainFormatter
 from presets.models import Selection
 

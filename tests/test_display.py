@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from presets.display import compare_steps, format_clock, format_duration
+from presets.documents import format_duration
+from presets.web.display import compare_steps, format_clock
 
 
 def step(provider: str, model: str = "large") -> dict:

@@ -68,7 +68,7 @@ def test_the_task_reverts_a_due_pin_with_a_reason_naming_it_and_raises_pin_expir
                                             "pinned_at", "expires_at", "age")} == {
         "preset": "pin_secondary", "actor": "system:expiry", "pin_version": 2,
         "pinned_by": "alice", "pinned_at": "2026-11-29T02:00:00Z",
-        "expires_at": "2026-11-29T02:10:00Z", "age": "10m"}
+        "expires_at": "2026-11-29T02:10:00Z", "age": "10 min"}
     assert document["reason"] == selection.reason
     assert alert.resolved_at is not None  # an event: nothing stays open
     assert alert.deliveries == {"log": {"state": "delivered", "attempts": 1, "last_error": "",
@@ -79,7 +79,7 @@ def test_the_read_path_reverting_an_expired_pin_raises_the_same_alert(synced) ->
     with time_machine.travel(T0, tick=False) as clock:
         pin(minutes=10)
         clock.shift(timedelta(minutes=10, seconds=1))
-        assert services.live_selection(chain="chat").preset.name == "normal"
+        assert services.revert_expired_and_read(chain="chat").preset.name == "normal"
         assert tasks.expire_pins() == 0
     assert list(Alert.objects.values_list("kind", "version")) == [("pin_expired", 3)]
 

@@ -9,7 +9,9 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
-from audit.fleet import FleetInstance, FleetRecorder, idle_head_warning
+from audit.fleet import idle_head_warning
+from audit.fleet_recorder import FleetRecorder
+from audit.models import FleetInstance
 from presets import services
 from presets.models import Chain
 
@@ -97,7 +99,7 @@ def test_usage_reports_add_up_and_rejections_show_in_the_fleet(reader: Client) -
     for _ in range(2):
         usage(reader, {"client": "checkout/i1", "providers": {
             "vendor_a": {"requests": 5, "last_served_at": now}}})
-    from audit.fleet import ProviderUsage
+    from audit.models import ProviderUsage
 
     assert ProviderUsage.objects.get(client="checkout/i1", provider="vendor_a").requests == 10
     usage(reader, {"client": "checkout/i2", "rejected": [

@@ -19,10 +19,11 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.alerts import sweep_stale_pins
-from controlplane import metrics
-from controlplane.metrics import prepare_multiprocess_dir, value
-from presets import read_front, services
-from presets.read_front import ReadFront
+from presets import services
+from presets.read_path import counters
+from presets.read_path.counters import prepare_multiprocess_dir
+from presets.read_path.front import ReadFront
+from tests.metrics_text import value
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 
@@ -112,12 +113,12 @@ def test_reads_answered_by_the_read_front_are_counted_once_flushed(read_token: s
         finally:
             await app.stop()
 
-    metrics.flush_front(read_front.read_counts, waiters=0)  # what earlier tests left
+    counters.flush_front(counters.read_counts, waiters=0)  # what earlier tests left
     before = scrape()
     asyncio.run(main())
-    assert read_front.read_counts[200] >= 1  # counted in memory on the hot path ...
-    metrics.flush_front(read_front.read_counts, waiters=0)  # ... handed over once a second
-    assert not any(read_front.read_counts.values())
+    assert counters.read_counts[200] >= 1  # counted in memory on the hot path ...
+    counters.flush_front(counters.read_counts, waiters=0)  # ... handed over once a second
+    assert not any(counters.read_counts.values())
     after = scrape()
     assert reads(after, 200) - reads(before, 200) == 1
     assert reads(after, 304) - reads(before, 304) == 1
@@ -126,11 +127,11 @@ def test_reads_answered_by_the_read_front_are_counted_once_flushed(read_token: s
 
 @pytest.mark.django_db
 def test_long_poll_waiters_of_this_process_are_in_the_sum() -> None:
-    metrics.flush_front({}, waiters=3)
+    counters.flush_front({}, waiters=3)
     three = value(scrape(), "controlplane_long_poll_waiters")
-    metrics.flush_front({}, waiters=5)
+    counters.flush_front({}, waiters=5)
     five = value(scrape(), "controlplane_long_poll_waiters")
-    metrics.flush_front({}, waiters=0)
+    counters.flush_front({}, waiters=0)
     assert three is not None and five is not None and five - three == 2
 
 
@@ -139,8 +140,8 @@ def test_counts_of_another_web_process_are_summed_into_the_scrape() -> None:
     """Another process writing into the same directory (as a second granian worker does)."""
     before = reads(scrape(), 418)
     code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'controlplane.settings'; "
-            "django.setup(); from controlplane import metrics; "
-            "metrics.flush_front({418: 4}, waiters=0)")
+            "django.setup(); from presets.read_path import counters; "
+            "counters.flush_front({418: 4}, waiters=0)")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": settings.PROMETHEUS_MULTIPROC_DIR}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=settings.BASE_DIR)
     assert reads(scrape(), 418) - before == 4

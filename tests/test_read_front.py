@@ -21,7 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from presets import services
-from presets.read_front import ReadFront
+from presets.read_path.front import ReadFront
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
@@ -229,8 +229,8 @@ def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token)
 
 
 def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> None:
-    from audit.fleet import FleetInstance
-    from presets.snapshot import in_worker_thread
+    from audit.models import FleetInstance
+    from presets.read_path.snapshot import in_worker_thread
 
     async def body(app):
         await call(app, "/api/v1/chains/chat", auth(read_token, **{
@@ -267,8 +267,8 @@ def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_to
 
 
 def test_the_front_records_a_held_long_poll_as_it_arrives(read_token) -> None:
-    from audit.fleet import FleetInstance
-    from presets.snapshot import in_worker_thread
+    from audit.models import FleetInstance
+    from presets.read_path.snapshot import in_worker_thread
 
     async def body(app):
         held = asyncio.ensure_future(call(app, "/api/v1/chains/chat", auth(read_token, **{

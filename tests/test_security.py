@@ -215,7 +215,7 @@ def test_no_log_line_ever_contains_a_raw_token(caplog: pytest.LogCaptureFixture,
                                                writer: Client) -> None:
     from django.core.asgi import get_asgi_application
 
-    from presets.read_front import ReadFront
+    from presets.read_path.front import ReadFront
     from tests.test_read_front import call
 
     caplog.set_level(logging.DEBUG)

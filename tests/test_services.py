@@ -10,8 +10,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from presets import services
+from presets.documents import to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import Preset, Selection, to_millisecond
+from presets.models import Preset, Selection
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -176,7 +177,7 @@ def test_an_unknown_chain_is_not_found() -> None:
     with pytest.raises(NotFound):
         services.select_preset(chain="nope", preset="normal", actor="a", reason="r")
     with pytest.raises(NotFound):
-        services.live_selection(chain="nope")
+        services.revert_expired_and_read(chain="nope")
 
 
 def test_selecting_what_is_already_live_is_refused() -> None:
@@ -252,8 +253,8 @@ def test_expire_pins_reverts_due_pins_once_with_a_reason_naming_the_pin() -> Non
 def test_the_read_path_never_serves_an_expired_pin_even_without_a_worker() -> None:
     pin(expires_at=timedelta(minutes=10))
     with time_machine.travel(timezone.now() + timedelta(minutes=10, seconds=1)):
-        document = services.live_selection(chain="chat").to_document()
+        document = services.revert_expired_and_read(chain="chat").to_document()
         assert (document["preset"], document["version"], document["expires_at"]) == ("normal", 3, None)
-        assert [s.chain.name for s in services.live_selections()] == ["chat", "incident-summary"]
+        assert [s.chain.name for s in services.revert_expired_and_read_all()] == ["chat", "incident-summary"]
     assert history()[-1].action == "expire"
     assert len(history()) == 3

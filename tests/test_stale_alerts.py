@@ -49,8 +49,8 @@ def test_a_pin_past_the_threshold_raises_one_alert_however_many_sweeps_run(synce
                                             "expires_at", "age_seconds", "age", "url")} == {
         "preset": "pin_secondary", "actor": "alice", "reason": "INC-7 vendor_a returns garbage",
         "pinned_at": "2026-11-29T02:00:00Z", "expires_at": "2026-11-29T06:00:00Z",
-        "age_seconds": 3660, "age": "1h 01m", "url": "http://localhost:8000/chains/chat/"}
-    for fact in ("chat", "pin_secondary", "1h 01m", "v2", "alice", "INC-7", "06:00:00Z", "normal"):
+        "age_seconds": 3660, "age": "1 h 1 min", "url": "http://localhost:8000/chains/chat/"}
+    for fact in ("chat", "pin_secondary", "1 h 1 min", "v2", "alice", "INC-7", "06:00:00Z", "normal"):
         assert fact in alert.message
 
 

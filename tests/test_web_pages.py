@@ -407,7 +407,8 @@ def test_a_blank_restore_reason_is_asked_for_again_on_the_confirmation(oncall: C
 def test_history_rows_say_why_they_cannot_be_restored(oncall: Client) -> None:
     pin()
     html = page(oncall, "/chains/chat/history/")
-    assert "Restore: first version: nothing to undo" in html
+    # The restore service's own refusal, shown instead of a button that would fail.
+    assert "Restore: v1 created chat; it has no previous value to restore" in html
     assert "Restore normal…" in html  # v2 replaced normal, which is not live
 
 

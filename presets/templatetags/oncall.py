@@ -10,8 +10,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from presets import display
-from presets.models import format_time
+from presets.documents import format_duration, format_time
+from presets.web import display
 
 register = template.Library()
 
@@ -34,7 +34,7 @@ def time_left(value: datetime | None) -> str:
     left = value - timezone.now()
     if left <= timedelta(0):
         return "expired"
-    return f"expires in {display.format_duration(left)}"
+    return f"expires in {format_duration(left)}"
 
 
 @register.filter
@@ -42,13 +42,13 @@ def time_since(value: datetime | None) -> str:
     """'12 min ago'."""
     if value is None:
         return ""
-    return f"{display.format_duration(timezone.now() - value)} ago"
+    return f"{format_duration(timezone.now() - value)} ago"
 
 
 @register.filter
 def duration(value: timedelta | None) -> str:
     """'2 h 5 min'."""
-    return "" if value is None else display.format_duration(value)
+    return "" if value is None else format_duration(value)
 
 
 @register.filter

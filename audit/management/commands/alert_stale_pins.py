@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from audit import alerts
+from audit import alerts, delivery
 
 
 class Command(BaseCommand):
@@ -18,6 +18,6 @@ class Command(BaseCommand):
         sweep = alerts.sweep_stale_pins()
         # Cron setups may run no worker, so due deliveries are attempted here rather than
         # queued; with a worker running too, each alert is claimed by one of them.
-        attempted = alerts.deliver_due_alerts()
+        attempted = delivery.deliver_due_alerts()
         self.stdout.write(f"raised {sweep.raised} stale-pin alert(s), resolved {sweep.resolved}, "
                           f"attempted delivery of {attempted}")

@@ -9,9 +9,10 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from presets.display import format_minutes
 from presets.exceptions import InvalidInput
+from presets.models import PRESET_NAME_MAX
 from presets.services import REASON_MAX
+from presets.web.display import format_minutes
 
 # Offered pin lengths; the configured default and maximum are always among them.
 DURATION_STEPS = (30, 60, 120, 240, 480, 720, 1440)
@@ -77,7 +78,7 @@ class DurationMixin(forms.Form):
 class SelectForm(DurationMixin, ChangeForm):
     """Pin one of the chain's reviewed presets."""
 
-    preset = forms.SlugField(max_length=50, label="Preset",
+    preset = forms.SlugField(max_length=PRESET_NAME_MAX, label="Preset",
                              error_messages={"required": "choose one of the presets"})
     field_order = ["preset", "duration_minutes", "reason"]
 

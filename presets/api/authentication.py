@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
-from presets.models import ServiceToken, hash_token
+from presets.models import ServiceToken, use_token
+from presets.read_path.http import BEARER_HELP, bearer_token
 from presets.roles import can_change, can_view
-
-# Writing last_used_at on every read would put a write on the hot path; a minute's
-# precision is what an operator auditing tokens needs.
-LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 class TokenPrincipal:
@@ -32,17 +27,6 @@ class TokenPrincipal:
         return self.username
 
 
-def find_token(raw: str) -> ServiceToken | None:
-    """The active token with this secret, with its last use recorded (at most once a minute)."""
-    token = ServiceToken.objects.active().filter(token_hash=hash_token(raw)).first()
-    if token is not None:
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
-            ServiceToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now
-    return token
-
-
 class ServiceTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -50,29 +34,18 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
         # Not DRF's get_authorization_header: it encodes to latin-1 and raises (a 500) on
         # anything else, which a test client or an ASGI server with a lenient decoder can send.
         header = request.META.get("HTTP_AUTHORIZATION", "")
-        if isinstance(header, bytes):
-            header = header.decode("latin-1")
         if not header:
             return None
-        scheme, _, raw = header.partition(" ")
-        if scheme.lower() != "bearer" or not raw.strip():
-            raise exceptions.AuthenticationFailed(
-                "use the header 'Authorization: Bearer <token>' (create a token with "
-                "manage.py create_token NAME)"
-            )
-        # Tokens are ASCII: anything else (a lone surrogate cannot even be hashed) is unknown.
-        token = find_token(raw.strip()) if raw.isascii() else None
+        raw = bearer_token(header)
+        if raw is None:
+            raise exceptions.AuthenticationFailed(BEARER_HELP)
+        token = use_token(raw)
         if token is None:
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
         return TokenPrincipal(token), token
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
-
-
-def actor_of(user: Any) -> str:
-    """How a change by this principal is attributed in the history."""
-    return user.username
 
 
 class CanRead(permissions.BasePermission):

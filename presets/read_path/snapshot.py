@@ -4,17 +4,16 @@ The read front answers 200 and 304 from here without touching the database, and 
 wait here on an asyncio event (no thread, no connection held). Freshness:
 
 - PostgreSQL: one LISTEN connection per process; each change NOTIFYs in its own transaction
-  (``services.announce_change``), so every web process reloads that chain as it commits.
+  (``notifications``), so every web process applies that chain's document as it commits.
   A cheap version check every few seconds backs the listener up across reconnects.
 - other databases (SQLite for local runs): the version check runs every quarter second.
 
-An expired pin is never served: the front asks ``services.live_selection``, which reverts it.
+An expired pin is never served: the front asks ``services.revert_expired_and_read``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 
@@ -22,7 +21,10 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from presets import services
-from presets.models import Selection, current_epoch, etag
+from presets.documents import encode_document, etag
+from presets.exceptions import NotFound
+from presets.models import Selection, current_epoch
+from presets.read_path.notifications import decode_payload, listen
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +54,7 @@ class Entry:
 
 
 def entry_for(selection: Selection, *, epoch: int) -> Entry:
-    return entry_from_document(
-        selection.to_document(epoch=epoch),
-        expires_at=selection.expires_at.timestamp() if selection.expires_at else None,
-    )
+    return entry_from_document(selection.to_document(epoch=epoch), expires_at=selection.expires_at_ts)
 
 
 def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
@@ -66,7 +65,7 @@ def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
         epoch=document["epoch"],
         version=document["version"],
         etag=etag(document["epoch"], document["version"]),
-        body=json.dumps(document, separators=(",", ":")).encode(),
+        body=encode_document(document),
         expires_at=expires_at,
     )
 
@@ -91,15 +90,15 @@ def in_worker_thread(func):  # type: ignore[no-untyped-def]
 
 
 def _load_all() -> dict[str, Entry]:
-    selections = services.live_selections()
+    selections = services.revert_expired_and_read_all()
     epoch = current_epoch()
     return {s.chain.name: entry_for(s, epoch=epoch) for s in selections}
 
 
 def _load_one(name: str) -> Entry | None:
     try:
-        selection = services.live_selection(chain=name)
-    except services.NotFound:
+        selection = services.revert_expired_and_read(chain=name)
+    except NotFound:
         return None
     return entry_for(selection, epoch=current_epoch())
 
@@ -141,7 +140,7 @@ class Snapshot:
                 await asyncio.sleep(1.0)
         vendor = connections["default"].vendor
         if vendor == "postgresql":
-            self._tasks.append(asyncio.ensure_future(self._listen_postgres()))
+            self._tasks.append(asyncio.ensure_future(listen(self)))
         interval = PG_SAFETY_POLL_S if vendor == "postgresql" else FALLBACK_POLL_S
         self._tasks.append(asyncio.ensure_future(self._poll_versions(interval)))
 
@@ -167,7 +166,7 @@ class Snapshot:
         instead of each taking a thread and a database connection."""
         pending = self._expiring.get(name)
         if pending is None:
-            pending = self._expiring[name] = asyncio.ensure_future(self._reload(name))
+            pending = self._expiring[name] = asyncio.ensure_future(self.reload(name))
             pending.add_done_callback(lambda _: self._expiring.pop(name, None))
         return await asyncio.shield(pending)
 
@@ -192,7 +191,7 @@ class Snapshot:
 
     # --- updates --------------------------------------------------------------------
 
-    def _put(self, entry: Entry) -> None:
+    def put(self, entry: Entry) -> None:
         current = self.entries.get(entry.name)
         if current is not None and current.order >= entry.order:
             return  # notifications and polls can race; documents never go back
@@ -204,70 +203,43 @@ class Snapshot:
 
     def _replace_all(self, entries: dict[str, Entry]) -> None:
         for entry in entries.values():
-            self._put(entry)
+            self.put(entry)
 
     def _rebuild_list(self) -> None:
         bodies = [self.entries[name].body for name in sorted(self.entries)]
         self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
 
-    async def _reload(self, name: str) -> Entry | None:
+    async def reload(self, name: str) -> Entry | None:
         """Read the chain's live document from the database (reverting an expired pin)."""
         entry = await in_worker_thread(_load_one)(name)
         if entry is not None:
-            self._put(entry)
+            self.put(entry)
         return self.entries.get(name) if entry is not None else None
 
-    async def _notified(self, payload: str) -> None:
+    async def notified(self, payload: str) -> None:
         """Apply the document a change announced; read it back only if the payload is odd."""
         try:
-            change = json.loads(payload)
-            entry = entry_from_document(change["document"], expires_at=change["expires_at_ts"])
+            document, expires_at = decode_payload(payload)
+            entry = entry_from_document(document, expires_at=expires_at)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("chain snapshot: unreadable change notification (%s); reloading", exc)
             name = payload.partition('"chain":"')[2].partition('"')[0]
             if name:
-                await self._reload(name)
+                await self.reload(name)
             return
-        self._put(entry)
+        self.put(entry)
+
+    async def catch_up(self) -> None:
+        """Reload every chain whose (epoch, version) in the database is ahead of ours."""
+        for name, order in (await in_worker_thread(_versions)()).items():
+            current = self.entries.get(name)
+            if current is None or current.order < order:
+                await self.reload(name)
 
     async def _poll_versions(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
-                versions = await in_worker_thread(_versions)()
-                for name, order in versions.items():
-                    current = self.entries.get(name)
-                    if current is None or current.order < order:
-                        await self._reload(name)
+                await self.catch_up()
             except Exception as exc:  # noqa: BLE001 - keep serving the snapshot
                 log.warning("chain snapshot: version check failed: %s", exc)
-
-    async def _listen_postgres(self) -> None:
-        import psycopg
-
-        settings = connections["default"].settings_dict
-        conninfo = psycopg.conninfo.make_conninfo(
-            dbname=settings["NAME"], user=settings.get("USER") or None,
-            password=settings.get("PASSWORD") or None, host=settings.get("HOST") or None,
-            port=str(settings["PORT"]) if settings.get("PORT") else None, connect_timeout=2,
-        )
-        delay = 0.5
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {services.CHANGE_CHANNEL}")
-                    delay = 0.5
-                    # Changes made while we were not listening: catch up once.
-                    for name, order in (await in_worker_thread(_versions)()).items():
-                        current = self.entries.get(name)
-                        if current is None or current.order < order:
-                            await self._reload(name)
-                    async for note in conn.notifies():
-                        await self._notified(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - reconnect with backoff
-                log.warning("chain snapshot: LISTEN connection lost (%s); reconnecting", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)

@@ -2,147 +2,38 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.fleet import parse_identity, recorder
-from controlplane.metrics import count_read
+from audit.fleet_recorder import parse_identity, recorder
+from audit.history import history_entries
 from presets import services
-from presets.authentication import CanWrite, actor_of
-from presets.exceptions import InvalidInput
-from presets.models import Selection, current_epoch, etag
-
-# --- strict input fields: a number sent as a string, or a list as a name, is a mistake -----
-
-
-class StrictCharField(serializers.CharField):
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 instant with its time zone: "06:00" alone is a different instant in every
-    office, so it is refused rather than read as UTC."""
-
-    default_error_messages = {
-        "naive": "needs a time zone, e.g. 2026-11-29T06:00:00Z",
-    }
-
-    def enforce_timezone(self, value: datetime) -> datetime:
-        if timezone.is_naive(value):
-            self.fail("naive")
-        return super().enforce_timezone(value)
-
-
-class ReasonField(StrictCharField):
-    """Type check only: the rule (stripped, 1..500 characters) lives in the services."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
-
-
-def expiry_from(data: dict[str, Any]) -> services.Expiry:
-    if "duration_minutes" in data and "expires_at" in data:
-        raise InvalidInput("duration_minutes", "send either duration_minutes or expires_at, not both")
-    if "duration_minutes" in data:
-        return timedelta(minutes=data["duration_minutes"])
-    return data.get("expires_at")
-
-
-# --- the chain document -----------------------------------------------------------------
-
-
-class StepSerializer(serializers.Serializer):
-    provider = serializers.CharField()
-    model = serializers.CharField()
-    timeout_ms = serializers.IntegerField()
-
-
-class MarkingSerializer(serializers.Serializer):
-    degraded = serializers.BooleanField()
-    note = serializers.CharField(allow_blank=True)
-
-
-class DefaultChainSerializer(serializers.Serializer):
-    preset = serializers.CharField()
-    chain = StepSerializer(many=True)
-    marking = MarkingSerializer()
-
-
-class DocumentSerializer(serializers.Serializer):
-    """The chain document: what the SDK applies. Field names are public contract."""
-
-    name = serializers.CharField()
-    epoch = serializers.IntegerField(help_text="raised after a database restore; clients order "
-                                     "documents by (epoch, version)")
-    version = serializers.IntegerField()
-    preset = serializers.CharField()
-    is_default = serializers.BooleanField()
-    chain = StepSerializer(many=True)
-    marking = MarkingSerializer()
-    updated_by = serializers.CharField()
-    reason = serializers.CharField()
-    updated_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True, help_text="millisecond precision; "
-                                           "the pin is not served from this instant on")
-    default = DefaultChainSerializer(allow_null=True, help_text="what the chain falls back to "
-                                     "at expires_at")
-
-
-ERROR_RESPONSE = inline_serializer(
-    "Error",
-    {"error": inline_serializer("ErrorBody", {
-        "code": serializers.CharField(), "message": serializers.CharField(),
-        "details": serializers.DictField()})},
+from presets.api.authentication import CanWrite
+from presets.api.fields import (
+    AwareDateTimeField,
+    ReasonField,
+    StrictCharField,
+    StrictIntegerField,
+    expiry_from,
+    int_param,
 )
-WRITE_ERRORS = {400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
-                404: ERROR_RESPONSE, 409: ERROR_RESPONSE, 503: ERROR_RESPONSE}
-
-
-def matches(if_none_match: str | None, wanted: str) -> bool:
-    """Whether the client already holds the document with entity tag ``wanted`` (weak or
-    strong, any in a list)."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        candidate = candidate.strip()
-        if candidate.startswith("W/"):
-            candidate = candidate[2:]
-        if candidate == wanted or candidate == "*":
-            return True
-    return False
-
-
-MAX_WAIT_S = 60
-
-
-def wait_seconds(raw: str | None) -> float:
-    """The long-poll ``wait`` parameter in seconds (0 when absent)."""
-    if raw is None:
-        return 0.0
-    try:
-        wait = float(raw)
-    except ValueError:
-        raise InvalidInput("wait", f"{raw!r} is not a number of seconds; use 0..{MAX_WAIT_S}") from None
-    if not 0 <= wait <= MAX_WAIT_S:
-        raise InvalidInput("wait", f"must be 0..{MAX_WAIT_S} seconds, got {raw}")
-    return wait
+from presets.api.schema import (
+    ERROR_RESPONSE,
+    WRITE_ERRORS,
+    DocumentSerializer,
+    MarkingSerializer,
+    StepSerializer,
+)
+from presets.documents import etag
+from presets.models import PRESET_NAME_MAX, Selection, current_epoch
+from presets.read_path.counters import count_read
+from presets.read_path.http import matches, wait_seconds
+from presets.roles import actor_of
 
 
 def document_response(selection: Selection, status: int = 200, *,
@@ -170,7 +61,7 @@ class ChainListView(CountedReadView):
         200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
         401: ERROR_RESPONSE, 503: ERROR_RESPONSE})
     def get(self, request: Request) -> Response:
-        selections = services.live_selections()
+        selections = services.revert_expired_and_read_all()
         epoch = current_epoch()
         return Response({"chains": [s.to_document(epoch=epoch) for s in selections]},
                         headers={"Cache-Control": "no-cache"})
@@ -188,10 +79,10 @@ class ChainDetailView(CountedReadView):
                    404: ERROR_RESPONSE, 503: ERROR_RESPONSE},
     )
     def get(self, request: Request, name: str) -> Response:
-        # Long polls are held by the ASGI read front (presets/read_front.py); a request that
+        # Long polls are held by the ASGI read front (presets/read_path/front.py); a request that
         # reaches Django (a session, or a WSGI deployment) is answered at once.
         wait_seconds(request.query_params.get("wait"))
-        selection = services.live_selection(chain=name)
+        selection = services.revert_expired_and_read(chain=name)
         identity = parse_identity(request.headers.get("X-Chain-Client"),
                                   request.headers.get("X-Chain-Applied-Version"))
         if identity is not None:
@@ -231,27 +122,10 @@ class HistoryView(APIView):
                    503: ERROR_RESPONSE},
     )
     def get(self, request: Request, name: str) -> Response:
-        services.live_selection(chain=name)  # 404 for an unknown chain; expiry applied
+        services.revert_expired_and_read(chain=name)  # 404 for an unknown chain; expiry applied
         limit = int_param(request, "limit", 100, 1, 500)
         before = int_param(request, "before", None, 1, None)
-        from audit.history import history_entries
-
         return Response({"entries": history_entries(chain=name, limit=limit, before=before)})
-
-
-def int_param(request: Request, name: str, default: int | None, low: int, high: int | None) -> int | None:
-    """A whole-number query parameter within bounds (``default`` when absent)."""
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput(name, f"{raw!r} is not a whole number") from None
-    if value < low or (high is not None and value > high):
-        bounds = f"{low}..{high}" if high is not None else f"at least {low}"
-        raise InvalidInput(name, f"must be {bounds}")
-    return value
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -268,7 +142,7 @@ class WriteView(APIView):
 
 class SelectView(WriteView):
     class InputSerializer(serializers.Serializer):
-        preset = StrictCharField(max_length=100)
+        preset = StrictCharField(max_length=PRESET_NAME_MAX)
         reason = ReasonField()
         duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
         expires_at = AwareDateTimeField(required=False)

@@ -1,4 +1,4 @@
-"""One error shape for every API failure: {"error": {"code", "message", "details"}}."""
+"""DRF's exception handler: every API failure in the one error shape (``read_path.http.error_body``)."""
 
 from __future__ import annotations
 
@@ -13,30 +13,11 @@ from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from presets.api.parsers import BodyRejected
 from presets.exceptions import ServiceError
-from presets.parsers import BodyRejected
+from presets.read_path.http import error_body
 
 log = logging.getLogger(__name__)
-
-_CODES = {
-    400: "validation_error",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    415: "unsupported_media_type",
-    429: "throttled",
-    503: "unavailable",
-}
-
-
-def error_body(status_code: int, message: str, details: dict[str, Any] | None = None,
-               code: str | None = None) -> dict[str, Any]:
-    return {"error": {"code": code or _CODES.get(status_code, "error"), "message": message,
-                      "details": details or {}}}
-
 
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
     """DRF's nested validation detail as 'field: message' lines."""

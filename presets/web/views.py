@@ -1,6 +1,6 @@
 """The on-call pages (DESIGN §8): see what is live, pin a reviewed preset, revert, extend, restore.
 
-Views stay thin: they read through ``presets.services`` and ``audit.history``, call the
+Views stay thin: they read through ``presets.selectors``, ``presets.services`` and ``audit.history``, call the
 service for every change, and render its refusals (``InvalidInput`` on the form field it names,
 ``Conflict`` as "someone changed it meanwhile: here is what, confirm again"). A change is two
 POSTs to the same URL: the first shows what will happen and asks for confirmation, the second
@@ -24,23 +24,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from audit.alerts import pin_start, recent_alerts
+from audit.alerts import recent_alerts
 from audit.fleet import chain_fleet, fleet_summary, idle_head_warning
 from audit.history import entry, history_rows
-from presets import services
-from presets.authentication import actor_of
-from presets.display import (
-    LiveState,
-    compare_steps,
-    format_clock,
-    format_duration,
-    live_state,
-    preset_choices,
-)
+from presets import selectors, services
+from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
-from presets.models import Preset, Selection
-from presets.roles import ONCALL_GROUP, can_change
+from presets.models import Selection
+from presets.roles import ONCALL_GROUP, actor_of, can_change
+from presets.web.display import LiveState, compare_steps, format_clock, live_state, preset_choices
+from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
 
 HISTORY_PAGE_SIZE = 25
 ALERTS_PAGE_SIZE = 100
@@ -54,8 +47,8 @@ ALERTS_PAGE_SIZE = 100
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every chain as a card: what it serves, since when, why, until when."""
     now = timezone.now()
-    selections = services.live_selections(now=now)
-    presets = _active_presets_by_chain()
+    selections = services.revert_expired_and_read_all(now=now)
+    presets = selectors.active_presets_by_chain()
     cards = [
         {"live": _live_state(s, now=now),
          "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live]}
@@ -76,16 +69,14 @@ def chain_page(request: HttpRequest, name: str) -> HttpResponse:
 def chain_history(request: HttpRequest, name: str) -> HttpResponse:
     """Every change of one chain, newest first, each with a one-click restore."""
     live = _live(name)
-    # Versions of one chain are its order (history_date follows the clock, which may jump).
-    rows = history_rows(chain=name).order_by("-version", "-history_id")
-    return _history_page(request, rows=rows, lives={name: live}, chain=live)
+    return _history_page(request, rows=history_rows(chain=name), lives={name: live}, chain=live)
 
 
 @require_GET
 @login_required
 def all_history(request: HttpRequest) -> HttpResponse:
     """Every change of every chain, newest first."""
-    lives = {s.chain.name: s for s in services.live_selections()}
+    lives = {s.chain.name: s for s in services.revert_expired_and_read_all()}
     return _history_page(request, rows=history_rows(), lives=lives, chain=None)
 
 
@@ -93,7 +84,7 @@ def all_history(request: HttpRequest) -> HttpResponse:
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Open and recent alerts, when the audit app provides them."""
-    return _page(request, "audit/alerts.html", _alerts_context())
+    return _page(request, "presets/alerts.html", _alerts_context())
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -107,7 +98,7 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
     form = SelectForm(request.POST)
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
-        preset = _active_presets(chain=live.chain_id).get(data["preset"])
+        preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
         if preset is None:
             raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
         until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]),
@@ -201,8 +192,10 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         previous = row.previous_preset
-        if previous is None:
-            raise InvalidInput("version", f"v{version} created {name}; it has nothing to undo")
+        refusal = services.restore_refusal(chain=name, version=version, previous=previous,
+                                           live_preset_id=None)
+        if refusal is not None:
+            raise refusal
         until = None if previous.is_default else services.resolve_expiry(None, now=timezone.now())
         return {
             "title": f"Undo v{version} on {name}: serve {previous.name} again?",
@@ -311,7 +304,7 @@ def _confirm_page(
 
 def _changed_message(selection: Selection) -> str:
     chain = selection.chain.name
-    if selection.expires_at is None:
+    if selection.is_default or selection.expires_at is None:
         return f"{chain} is now v{selection.version}: {selection.preset.name} (default, no expiry)."
     now = timezone.now()
     return (f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
@@ -349,7 +342,7 @@ def _chain_page(
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
     if chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
-    choices = preset_choices(list(_active_presets(chain=selection.chain_id).values()), selection,
+    choices = preset_choices(list(selectors.active_presets(chain=selection.chain_id).values()), selection,
                              warn=lambda steps: idle_head_warning(selection.chain, steps))
     context = {
         "live": live,
@@ -369,7 +362,7 @@ def _history_page(request: HttpRequest, *, rows: Any, lives: dict[str, Selection
                   chain: Selection | None) -> HttpResponse:
     page = Paginator(rows, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
     items = [_history_item(row, lives.get(row.chain.name)) for row in page]
-    return _page(request, "audit/history.html", {
+    return _page(request, "presets/history.html", {
         "page": page, "items": items, "chain": chain,
         "lives": [_live_state(s, now=timezone.now())
                   for s in lives.values()],
@@ -379,18 +372,12 @@ def _history_page(request: HttpRequest, *, rows: Any, lives: dict[str, Selection
 
 def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
     """One history row with what its Restore button would do (the service decides if it may)."""
-    item = entry(row)
-    previous: Preset | None = row.previous_preset
-    restore_block = None
-    if previous is None:
-        restore_block = "first version: nothing to undo"
-    elif live is not None and previous.pk == live.preset_id:
-        restore_block = f"{previous.name} is live now"
-    elif previous.is_retired:
-        restore_block = f"{previous.name} was retired"
+    refusal = services.restore_refusal(chain=row.chain.name, version=row.version,
+                                       previous=row.previous_preset,
+                                       live_preset_id=live.preset_id if live is not None else None)
     return {
-        "entry": item,
-        "restore_block": restore_block,
+        "entry": entry(row),
+        "restore_block": refusal.field_message if refusal is not None else None,
         "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by "
                           f"{row.updated_by})",
         "expected_version": live.version if live is not None else None,
@@ -404,9 +391,8 @@ def _alerts_context() -> dict[str, Any]:
 
 def _live_state(selection: Selection, *, now: Any) -> LiveState:
     """A chain's card facts, with the pin's true start and how far the fleet has got."""
-    start = pin_start(chain=selection.chain, version=selection.version) if selection.is_pinned else None
     return live_state(selection, now=now, alert_after=_alert_after(),
-                      pinned_since=start.at if start else None,
+                      pinned_for=selectors.pin_age(selection, now=now),
                       fleet_summary=fleet_summary(chain_fleet(selection, now)))
 
 
@@ -426,23 +412,9 @@ def _require_oncall(request: HttpRequest) -> None:
 
 def _live(name: str, now: Any = None) -> Selection:
     try:
-        return services.live_selection(chain=name, now=now)
+        return services.revert_expired_and_read(chain=name, now=now)
     except NotFound:
         raise Http404(f"unknown chain {name!r}") from None
-
-
-def _active_presets(*, chain: int) -> dict[str, Preset]:
-    """One chain's non-retired presets by name."""
-    presets = Preset.objects.filter(chain_id=chain, retired_at__isnull=True)
-    return {p.name: p for p in presets.select_related("chain")}
-
-
-def _active_presets_by_chain() -> dict[int, list[Preset]]:
-    """Every chain's non-retired presets, by chain id (one query for the dashboard)."""
-    grouped: dict[int, list[Preset]] = {}
-    for preset in Preset.objects.filter(retired_at__isnull=True).select_related("chain"):
-        grouped.setdefault(preset.chain_id, []).append(preset)
-    return grouped
 
 
 def _alert_after() -> timedelta:

@@ -4,9 +4,9 @@ Django's ASGI handler costs about 7x a raw ASGI callable per request (bench/READ
 every SDK instance polls this path. So token-authenticated reads of chain documents, long
 polls included, are answered here from the per-process ``Snapshot``; everything else (writes,
 history, sessions, the UI, the admin) goes to Django unchanged. The front shares Django's
-code for what matters: tokens are looked up by ``authentication.find_token``, documents come
-from ``Selection.to_document``, expiry from ``services.live_selection``, errors from
-``api_errors.error_body``, and ETag matching from ``api.matches``.
+code for what matters: tokens are looked up by ``models.use_token``, documents come from
+``Selection.to_document``, expiry from ``services.revert_expired_and_read``, and errors, ETag
+matching and the bearer header from ``read_path.http`` (which the DRF API uses too).
 """
 
 from __future__ import annotations
@@ -15,18 +15,16 @@ import asyncio
 import json
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from audit.fleet import FleetRecorder, parse_identity, recorder
-from controlplane import metrics
-from presets.api import matches, wait_seconds
-from presets.api_errors import error_body
-from presets.authentication import find_token
+from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
-from presets.snapshot import Entry, Snapshot, in_worker_thread
+from presets.read_path import counters
+from presets.read_path.http import BEARER_HELP, bearer_token, error_body, matches, wait_seconds
+from presets.read_path.snapshot import Entry, Snapshot, in_worker_thread
+from presets.read_path.tokens import TokenCache
 
 log = logging.getLogger(__name__)
 
@@ -36,47 +34,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PREFIX = "/api/v1/chains"
-# A revoked token stops working on the hot path within this time; a token's use is still
-# recorded (last_used_at) at most once a minute by find_token.
-TOKEN_CACHE_S = 5.0
-TOKEN_CACHE_MAX = 10_000
 FLEET_FLUSH_S = 1.0
 
 _EXPIRY_UNAVAILABLE = ("this chain's pin has expired and the control plane's database is "
                        "unavailable to revert it; retry shortly")
 _JSON = (b"content-type", b"application/json")
 _NO_CACHE = (b"cache-control", b"no-cache")
-# Answers by status since the last flush to the metrics files (controlplane/metrics.py): a
-# dict update per read here, the file write once a second off the request path.
-read_counts: defaultdict[int, int] = defaultdict(int)
-
-
-class TokenCache:
-    """Raw bearer token -> whether it is a live token, for a few seconds.
-
-    While the database is down, a token this process has already checked keeps its last
-    answer (no token can be revoked meanwhile: revoking needs the database), so warm reads go
-    on; a token it has never seen raises, and the front answers 503.
-    """
-
-    def __init__(self) -> None:
-        self._known: dict[str, tuple[bool, float]] = {}
-
-    async def is_valid(self, raw: str) -> bool:
-        now = time.monotonic()
-        hit = self._known.get(raw)
-        if hit is not None and hit[1] > now:
-            return hit[0]
-        try:
-            token = await in_worker_thread(find_token)(raw)
-        except Exception:
-            if hit is not None:
-                return hit[0]
-            raise
-        if len(self._known) >= TOKEN_CACHE_MAX:
-            self._known.clear()  # bounded memory against floods of random tokens
-        self._known[raw] = (token is not None, now + TOKEN_CACHE_S)
-        return token is not None
 
 
 class ReadFront:
@@ -101,7 +64,7 @@ class ReadFront:
         while True:
             await asyncio.sleep(FLEET_FLUSH_S)
             try:
-                metrics.flush_front(read_counts, waiters=self.snapshot.waiters)
+                counters.flush_front(counters.read_counts, waiters=self.snapshot.waiters)
             except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
                 log.warning("metrics: flush failed: %s", exc)
             if self.fleet.has_pending:
@@ -141,13 +104,12 @@ class ReadFront:
                 return
 
     async def _read(self, scope: Scope, send: Send, name: str, headers: dict[bytes, bytes]) -> None:
-        scheme, _, raw = headers[b"authorization"].decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not raw.strip():
-            await _error(send, 401, "use the header 'Authorization: Bearer <token>' (create a token "
-                         "with manage.py create_token NAME)", auth=True)
+        raw = bearer_token(headers[b"authorization"])
+        if raw is None:
+            await _error(send, 401, BEARER_HELP, auth=True)
             return
         try:
-            valid = await self.tokens.is_valid(raw.strip())
+            valid = await self.tokens.is_valid(raw)
         except Exception:  # noqa: BLE001 - the database is down and the token is not cached
             await _error(send, 503, "the control plane's database is unavailable; retry shortly")
             return
@@ -237,7 +199,7 @@ class ReadFront:
 
 async def _respond(send: Send, status: int, body: bytes, etag: str | None = None,
                    extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    read_counts[status] += 1
+    counters.read_counts[status] += 1
     headers = [_NO_CACHE]
     if status != 304:
         headers.append(_JSON)

@@ -4,27 +4,13 @@ read: nothing here queries the database or decides whether a change is allowed (
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from presets.documents import format_duration
 from presets.models import Preset, Selection
-
-
-def format_duration(value: timedelta) -> str:
-    """A span as a tired person reads it: "3 h 12 min", "45 min", "40 s"."""
-    seconds = max(0, math.floor(value.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = round(seconds / 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours and minutes:
-        return f"{hours} h {minutes} min"
-    if hours:
-        return f"{hours} h"
-    return f"{minutes} min"
 
 
 def format_clock(value: datetime, *, now: datetime) -> str:
@@ -100,13 +86,12 @@ class LiveState:
 
 
 def live_state(selection: Selection, *, now: datetime, alert_after: timedelta,
-               pinned_since: datetime | None = None, fleet_summary: str = "") -> LiveState:
-    """The card facts of one live selection at ``now``. A pin's age counts from the change
-    that started it (``pinned_since``; extending a pin does not make it younger)."""
-    pinned_for = now - (pinned_since or selection.updated_at) if selection.is_pinned else None
+               pinned_for: timedelta | None = None, fleet_summary: str = "") -> LiveState:
+    """The card facts of one live selection at ``now``; ``pinned_for`` is the live pin's age
+    (``selectors.pin_age``)."""
     return LiveState(
         selection=selection,
-        is_default=selection.preset_id == selection.chain.default_preset_id,
+        is_default=selection.is_default,
         is_pinned=selection.is_pinned,
         is_stale=pinned_for is not None and pinned_for > alert_after,
         pinned_for=pinned_for,
@@ -145,5 +130,5 @@ def preset_choices(presets: list[Preset], selection: Selection,
                      change=compare_steps(selection.steps, p.steps),
                      warning=warn(p.steps) if warn and p.pk != selection.preset_id else None)
         for p in presets
-        if p.pk != selection.chain.default_preset_id
+        if not p.is_default
     ]

@@ -1,0 +1,140 @@
+"""Recording which service instance read which chain version, off the hot path.
+
+Reads carry ``X-Chain-Client: {service}/{instance}`` and ``X-Chain-Applied-Version: {n}``.
+Recording them must cost the hot path nothing, so a read only notes them in memory
+(``FleetRecorder.seen``); a flush writes an instance at most once a minute unless its version
+changed, in which case it is written at the next flush with the time the new version was
+first seen (that time is how the dashboard knows how fast a change reached the fleet).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from audit.models import MAX_CLIENT_LENGTH, FleetInstance
+from presets.models import Chain
+
+log = logging.getLogger(__name__)
+
+WRITE_EVERY = timedelta(minutes=1)
+
+
+@dataclass
+class _Seen:
+    version: int
+    version_seen_at: datetime
+    last_seen_at: datetime
+
+
+def parse_identity(client: str | None, version: str | None) -> tuple[str, int] | None:
+    """The (client, applied version) a read identifies itself with, if it does.
+
+    Whatever the database cannot store is no identity: a client with a control character (a
+    NUL, a newline) or not valid UTF-8, a version outside PostgreSQL's integer (0..2**31-1)."""
+    if not client or not version or len(client) > MAX_CLIENT_LENGTH or "/" not in client:
+        return None
+    if not client.isprintable() or len(version) > 10 or not (version.isascii() and version.isdigit()):
+        return None
+    applied = int(version)
+    return (client, applied) if applied <= 2**31 - 1 else None
+
+
+class FleetRecorder:
+    """Per-process buffer of who read what; ``flush`` writes what is worth writing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], _Seen] = {}
+        self._written: dict[tuple[str, str], tuple[int, datetime]] = {}
+
+    def seen(self, chain: str, client: str, version: int, at: datetime | None = None) -> None:
+        """Note a read (no I/O). Cheap enough for every request on the hot path."""
+        at = at or timezone.now()
+        key = (chain, client)
+        with self._lock:
+            written = self._written.get(key)
+            if written is not None and written[0] == version and at - written[1] < WRITE_EVERY:
+                return
+            pending = self._pending.get(key)
+            if pending is not None and pending.version == version:
+                pending.last_seen_at = at
+            else:
+                self._pending[key] = _Seen(version, at, at)
+
+    def forget(self) -> None:
+        """Drop what this process noted and remembers writing, so the next read of every
+        instance is written (the database was emptied: tests, a restore)."""
+        with self._lock:
+            self._pending.clear()
+            self._written.clear()
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> int:
+        """Write the noted reads; returns how many instances were written."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return 0
+        chains = dict(Chain.objects.filter(name__in={c for c, _ in pending}).values_list("name", "id"))
+        pending = {key: seen for key, seen in pending.items() if key[0] in chains}
+        existing = {
+            (i.chain_id, i.client): i
+            for i in FleetInstance.objects.filter(
+                chain_id__in=set(chains.values()), client__in={c for _, c in pending})
+        }
+        created, updated = [], []
+        for (chain, client), seen in pending.items():
+            instance = existing.get((chains[chain], client))
+            if instance is None:
+                created.append(FleetInstance(
+                    chain_id=chains[chain], client=client, applied_version=seen.version,
+                    version_seen_at=seen.version_seen_at, first_seen_at=seen.version_seen_at,
+                    last_seen_at=seen.last_seen_at))
+                continue
+            if instance.applied_version != seen.version:
+                instance.applied_version = seen.version
+                instance.version_seen_at = seen.version_seen_at
+            instance.last_seen_at = max(instance.last_seen_at, seen.last_seen_at)
+            updated.append(instance)
+        written = len(created) + len(updated)
+        try:
+            _write(created, updated)
+        except DatabaseError:
+            # One row the database refuses must not drop every honest instance's: write them
+            # one by one and leave out only the rows that fail.
+            written = 0
+            for instance in created + updated:
+                try:
+                    if instance.pk is None:
+                        _write([instance], [])
+                    else:
+                        _write([], [instance])
+                    written += 1
+                except DatabaseError as exc:
+                    log.warning("fleet status: dropped instance %r: %s", instance.client, exc)
+        with self._lock:
+            for key, seen in pending.items():
+                self._written[key] = (seen.version, seen.last_seen_at)
+        return written
+
+
+def _write(created: list[FleetInstance], updated: list[FleetInstance]) -> None:
+    with transaction.atomic():
+        # Two web processes may both create the same new instance: the loser's row is skipped.
+        FleetInstance.objects.bulk_create(created, ignore_conflicts=True)
+        FleetInstance.objects.bulk_update(
+            updated, ["applied_version", "version_seen_at", "last_seen_at"])
+
+
+recorder = FleetRecorder()
+
+

@@ -1,0 +1,112 @@
+"""The chain document (DESIGN §7 and §13), the SDK's input, and how times read everywhere.
+
+``ChainDocument`` is the document's one schema: ``Selection.to_document`` builds it (mypy
+checks the builder against it), the read path encodes it (``encode_document``) and the
+OpenAPI schema is generated from it (``presets.api.schema``). Field names are public contract.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any, NewType, TypedDict
+
+# An RFC 3339 instant in UTC to the millisecond with a Z (``format_instant``).
+Instant = NewType("Instant", str)
+
+
+class StepDocument(TypedDict):
+    provider: str
+    model: str
+    timeout_ms: int
+
+
+class MarkingDocument(TypedDict):
+    degraded: bool
+    note: str
+
+
+class DefaultChainDocument(TypedDict):
+    """What the chain falls back to at the pin's ``expires_at``."""
+
+    preset: str
+    chain: list[StepDocument]
+    marking: MarkingDocument
+
+
+class ChainDocument(TypedDict):
+    """What the SDK applies."""
+
+    name: str
+    epoch: int
+    version: int
+    preset: str
+    is_default: bool
+    chain: list[StepDocument]
+    marking: MarkingDocument
+    updated_by: str
+    reason: str
+    updated_at: Instant
+    expires_at: Instant | None
+    default: DefaultChainDocument | None
+
+
+# Descriptions the OpenAPI schema shows beside the fields.
+FIELD_HELP = {
+    "epoch": "raised after a database restore; clients order documents by (epoch, version)",
+    "expires_at": "millisecond precision; the pin is not served from this instant on",
+    "default": "what the chain falls back to at expires_at",
+}
+
+NO_MARKING: dict[str, Any] = {"degraded": False, "note": ""}
+
+
+def encode_document(document: ChainDocument) -> bytes:
+    """The document as the read path sends it: compact JSON."""
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def etag(epoch: int, version: int) -> str:
+    """A chain document's entity tag: its version, prefixed by the epoch once one was raised
+    (so a client holding the same version number from before a restore is told apart)."""
+    return f'"{version}"' if epoch == 0 else f'"{epoch}.{version}"'
+
+
+def format_time(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC to the second with a Z, as messages, alerts and history show times."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_instant(value: datetime | None) -> Instant | None:
+    """RFC 3339 in UTC to the millisecond with a Z, as the chain document carries times.
+
+    A pin is not served from the instant its document states: expiries are stored truncated
+    to the millisecond (``to_millisecond``), so this is the exact instant."""
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    return Instant(value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z")
+
+
+def to_millisecond(value: datetime) -> datetime:
+    """``value`` truncated to the millisecond, the precision documents publish."""
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+def format_duration(value: timedelta | float) -> str:
+    """A span as a tired person reads it: "3 h 12 min", "45 min", "40 s" (timedelta or
+    seconds). Pages, messages and alerts all write durations this way."""
+    total = value.total_seconds() if isinstance(value, timedelta) else value
+    seconds = max(0, math.floor(total))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours and minutes:
+        return f"{hours} h {minutes} min"
+    if hours:
+        return f"{hours} h"
+    return f"{minutes} min"

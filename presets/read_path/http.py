@@ -1,0 +1,74 @@
+"""The HTTP rules every interface shares: the read front applies them without Django's request
+machinery, and the DRF API, the health checks and the middleware import them from here.
+
+One error shape for every API failure (``{"error": {"code", "message", "details"}}``), ETag
+matching, the long-poll ``wait`` parameter and the bearer header.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from presets.exceptions import InvalidInput
+
+_CODES = {
+    400: "validation_error",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    415: "unsupported_media_type",
+    429: "throttled",
+    503: "unavailable",
+}
+
+MAX_WAIT_S = 60
+BEARER_HELP = ("use the header 'Authorization: Bearer <token>' (create a token with "
+               "manage.py create_token NAME)")
+
+
+def error_body(status_code: int, message: str, details: dict[str, Any] | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """The body of every API error."""
+    return {"error": {"code": code or _CODES.get(status_code, "error"), "message": message,
+                      "details": details or {}}}
+
+
+def matches(if_none_match: str | None, wanted: str) -> bool:
+    """Whether the client already holds the document with entity tag ``wanted`` (weak or
+    strong, any in a list)."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate.startswith("W/"):
+            candidate = candidate[2:]
+        if candidate == wanted or candidate == "*":
+            return True
+    return False
+
+
+def wait_seconds(raw: str | None) -> float:
+    """The long-poll ``wait`` parameter in seconds (0 when absent)."""
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise InvalidInput("wait", f"{raw!r} is not a number of seconds; use 0..{MAX_WAIT_S}") from None
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise InvalidInput("wait", f"must be 0..{MAX_WAIT_S} seconds, got {raw}")
+    return wait
+
+
+def bearer_token(header: str | bytes | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for any other scheme or
+    an empty token. Bytes are read as latin-1, as ASGI servers pass headers."""
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    scheme, _, raw = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        return None
+    return raw.strip()
