@@ -7,7 +7,7 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: install run serve test bench clean
+.PHONY: install run serve test lint bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ serve: install
 
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff (lint and format), mypy (mypy.ini: django-stubs for the apps, strict for the SDK) and
+# import-linter (.importlinter: the layers of docs/ARCHITECTURE.md). .ci/run runs it.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy controlplane presets audit sdk/chainclient
+	$(VENV)/bin/lint-imports --no-cache
 
 BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py promises.py
 bench: install

@@ -96,4 +96,4 @@ def _open(request: Request) -> bool:
 
 
 def _limit(request: Request) -> int:
-    return int_param(request, "limit", LIMIT_DEFAULT, 1, LIMIT_MAX)  # type: ignore[return-value]
+    return int_param(request, "limit", LIMIT_DEFAULT, 1, LIMIT_MAX)

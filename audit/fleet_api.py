@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -75,10 +77,10 @@ class UsageView(APIView):
         providers = serializers.DictField(required=False, default=dict)
         rejected = serializers.ListField(required=False, default=list, max_length=100)
 
-        def validate_providers(self, value):  # type: ignore[no-untyped-def]
+        def validate_providers(self, value: dict[str, Any]) -> dict[str, Any]:
             if len(value) > 50:
                 raise serializers.ValidationError("at most 50 providers per report")
-            parsed = {}
+            parsed: dict[str, Any] = {}
             for name, usage in value.items():
                 if "\x00" in name:
                     raise serializers.ValidationError("provider names cannot contain NUL characters")
@@ -88,7 +90,7 @@ class UsageView(APIView):
                 parsed[str(name)[:100]] = serializer.validated_data
             return parsed
 
-        def validate_rejected(self, value):  # type: ignore[no-untyped-def]
+        def validate_rejected(self, value: list[Any]) -> list[Any]:
             serializer = UsageView.RejectionSerializer(data=value, many=True)
             serializer.is_valid(raise_exception=True)
             return serializer.validated_data

@@ -8,7 +8,7 @@ from presets.documents import NO_MARKING, format_time
 from presets.models import Selection
 
 
-def history_rows(*, chain: str | None = None, before: int | None = None):  # type: ignore[no-untyped-def]
+def history_rows(*, chain: str | None = None, before: int | None = None) -> Any:
     """Historical selection rows, newest first, with the presets they name. One chain's rows
     are ordered by version (its own order: history_date follows the clock, which may jump);
     all chains' rows by when they were written."""
@@ -31,7 +31,7 @@ def entry(row: Any) -> dict[str, Any]:
         "at": format_time(row.updated_at),
         "preset": row.preset.name,
         "chain": row.steps,
-        "marking": row.marking or dict(NO_MARKING),
+        "marking": row.marking or NO_MARKING.copy(),
         "expires_at": format_time(row.expires_at),
         "previous_version": row.previous_version,
         "previous_preset": row.previous_preset.name if row.previous_preset else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any, NewType, TypedDict
+from typing import NewType, TypedDict, overload
 
 # An RFC 3339 instant in UTC to the millisecond with a Z (``format_instant``).
 Instant = NewType("Instant", str)
@@ -59,7 +59,7 @@ FIELD_HELP = {
     "default": "what the chain falls back to at expires_at",
 }
 
-NO_MARKING: dict[str, Any] = {"degraded": False, "note": ""}
+NO_MARKING: MarkingDocument = {"degraded": False, "note": ""}
 
 
 def encode_document(document: ChainDocument) -> bytes:
@@ -73,6 +73,12 @@ def etag(epoch: int, version: int) -> str:
     return f'"{version}"' if epoch == 0 else f'"{epoch}.{version}"'
 
 
+@overload
+def format_time(value: datetime) -> str: ...
+@overload
+def format_time(value: None) -> None: ...
+@overload
+def format_time(value: datetime | None) -> str | None: ...
 def format_time(value: datetime | None) -> str | None:
     """RFC 3339 in UTC to the second with a Z, as messages, alerts and history show times."""
     if value is None:
@@ -80,6 +86,10 @@ def format_time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@overload
+def format_instant(value: datetime) -> Instant: ...
+@overload
+def format_instant(value: datetime | None) -> Instant | None: ...
 def format_instant(value: datetime | None) -> Instant | None:
     """RFC 3339 in UTC to the millisecond with a Z, as the chain document carries times.
 

@@ -14,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-from presets.documents import NO_MARKING, ChainDocument, format_instant
+from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, format_instant
 
 
 class Epoch(models.Model):
@@ -58,6 +58,15 @@ class Chain(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def default(self) -> Preset:
+        """The default preset: what the chain serves when nothing is pinned (every synced
+        chain has one; the column is nullable only because chains are created first)."""
+        if self.default_preset is None:
+            raise LookupError(f"chain {self.name} has no default preset: run manage.py sync_presets")
+        return self.default_preset
+
 
 
 class Preset(models.Model):
@@ -162,16 +171,14 @@ class Selection(models.Model):
             "preset": self.preset.name,
             "is_default": self.is_default,
             "chain": self.steps,
-            "marking": self.marking or dict(NO_MARKING),
+            "marking": self.marking or NO_MARKING.copy(),
             "updated_by": self.updated_by,
             "reason": self.reason,
             "updated_at": format_instant(self.updated_at),
             "expires_at": format_instant(self.expires_at),
-            "default": {
-                "preset": default.name,
-                "chain": default.steps,
-                "marking": default.marking or dict(NO_MARKING),
-            } if default is not None else None,
+            "default": DefaultChainDocument(
+                preset=default.name, chain=default.steps, marking=default.marking or NO_MARKING.copy(),
+            ) if default is not None else None,
         }
 
 

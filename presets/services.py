@@ -101,7 +101,7 @@ def revert_to_default(
         if selection.is_default:
             raise InvalidInput("chain", f"{chain} already serves its default preset; "
                                "nothing to revert")
-        return _apply(selection, preset=selection.chain.default_preset, action=Action.REVERT,
+        return _apply(selection, preset=selection.chain.default, action=Action.REVERT,
                       actor=actor, reason=reason, expires_at=None, now=_now())
 
 
@@ -195,7 +195,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
             reason = ended + selection.reason
             if len(reason) > REASON_MAX:
                 reason = reason[: REASON_MAX - 1] + "…"
-            _apply(selection, preset=selection.chain.default_preset, action=Action.EXPIRE,
+            _apply(selection, preset=selection.chain.default, action=Action.EXPIRE,
                    actor=EXPIRY_ACTOR, reason=reason, expires_at=None, now=now)
             events.pin_expired.send(sender=Selection, selection=selection, now=now)
             reverted += 1
@@ -464,7 +464,7 @@ def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime
     was_default = selection.is_default
     target, expiry = live, selection.expires_at
     if was_default and not live.is_default:
-        target = chain.default_preset  # the chain serves its default, and the default moved
+        target = chain.default  # the chain serves its default, and the default moved
     elif live.is_default:
         expiry = None  # the pinned preset became the default: nothing left to expire
     if (target.pk, target.steps, target.marking, expiry) == (

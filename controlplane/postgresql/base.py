@@ -30,7 +30,7 @@ RECONNECT_TIMEOUT_S = 2.0
 class DatabaseWrapper(base.DatabaseWrapper):
     @property
     def pool(self) -> ConnectionPool | None:
-        pool = super().pool
+        pool: ConnectionPool | None = super().pool  # type: ignore[misc]  # not in django-stubs
         if pool is not None and "getconn" not in vars(pool):
             pool.reconnect_timeout = RECONNECT_TIMEOUT_S
             pool.getconn = _failing_fast(pool, self.settings_dict)  # type: ignore[method-assign]

@@ -57,7 +57,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if isinstance(exc, exceptions.ValidationError):
             lines = _flatten(exc.detail)
             message = "; ".join(lines) or "invalid input"
-            details = {"fields": exc.detail} if isinstance(exc.detail, dict) else {"errors": exc.detail}
+            details: dict[str, Any] = {"fields": exc.detail} if isinstance(exc.detail, dict) else {"errors": exc.detail}
             return Response(error_body(400, message, details), status=400, headers=headers)
         if isinstance(exc, BodyRejected):
             return Response(error_body(400, str(exc.detail), {"field": exc.field}), status=400)

@@ -5,7 +5,7 @@ services; these check shape only."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from django.utils import timezone
 from rest_framework import serializers
@@ -58,6 +58,10 @@ def expiry_from(data: dict[str, Any]) -> services.Expiry:
     return data.get("expires_at")
 
 
+@overload
+def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int: ...
+@overload
+def int_param(request: Request, name: str, default: None, low: int, high: int | None) -> int | None: ...
 def int_param(request: Request, name: str, default: int | None, low: int, high: int | None) -> int | None:
     """A whole-number query parameter within bounds (``default`` when absent)."""
     raw = request.query_params.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import exceptions, parsers
@@ -94,7 +95,7 @@ class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, plus the checks of ``check_body``."""
 
     def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
+              parser_context: Mapping[str, Any] | None = None) -> Any:
         encoding = (parser_context or {}).get("encoding") or "utf-8"
         try:
             data = json.loads(stream.read().decode(encoding), parse_float=_finite_float,

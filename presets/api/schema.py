@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from typing import Any
+from typing import Any, Literal
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
-from presets.documents import FIELD_HELP, ChainDocument, Instant
+from presets.documents import FIELD_HELP, ChainDocument, Instant, MarkingDocument, StepDocument
 
 
 @functools.cache
@@ -53,8 +53,8 @@ def _field_for(hint: Any, help_text: str | None, *, allow_null: bool = False) ->
 
 
 DocumentSerializer = serializer_for(ChainDocument, "DocumentSerializer")
-StepSerializer = DocumentSerializer().fields["chain"].child.__class__
-MarkingSerializer = DocumentSerializer().fields["marking"].__class__
+StepSerializer = serializer_for(StepDocument, "StepSerializer")
+MarkingSerializer = serializer_for(MarkingDocument, "MarkingSerializer")
 
 ERROR_RESPONSE = inline_serializer(
     "Error",
@@ -72,7 +72,7 @@ class ViewSchema(AutoSchema):
     and an ``OutputSerializer`` (STYLE.md), which would otherwise all become ``Input`` and
     ``Output`` and overwrite each other in the schema's components."""
 
-    def get_serializer_name(self, serializer: Any, direction: str) -> str:
+    def get_serializer_name(self, serializer: Any, direction: Literal["request", "response"]) -> str:
         outer, _, inner = type(serializer).__qualname__.rpartition(".")
         if outer and "<" not in outer:
             return outer.removesuffix("View") + inner

@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+# Django's ASGIHandler types its arguments more narrowly than the ASGI spec: any callable.
+ASGIApp = Callable[..., Awaitable[None]]
 
 PREFIX = "/api/v1/chains"
 FLEET_FLUSH_S = 1.0

@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from presets import services
-from presets.documents import encode_document, etag
+from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
 from presets.read_path.notifications import decode_payload, listen
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PG_SAFETY_POLL_S = 5.0
 FALLBACK_POLL_S = 0.25
@@ -57,7 +62,7 @@ def entry_for(selection: Selection, *, epoch: int) -> Entry:
     return entry_from_document(selection.to_document(epoch=epoch), expires_at=selection.expires_at_ts)
 
 
-def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
+def entry_from_document(document: ChainDocument, *, expires_at: float | None) -> Entry:
     """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
     document states, to the millisecond)."""
     return Entry(
@@ -70,11 +75,11 @@ def entry_from_document(document: dict, *, expires_at: float | None) -> Entry:
     )
 
 
-def _with_fresh_connection(func):  # type: ignore[no-untyped-def]
+def _with_fresh_connection(func: Callable[P, R]) -> Callable[P, R]:
     """Database work done for the front runs in a worker thread outside any request: open a
     connection for it and close it after, so no idle connection is left per thread."""
 
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         close_old_connections()
         try:
             return func(*args, **kwargs)
@@ -84,7 +89,7 @@ def _with_fresh_connection(func):  # type: ignore[no-untyped-def]
     return wrapper
 
 
-def in_worker_thread(func):  # type: ignore[no-untyped-def]
+def in_worker_thread(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """``func`` as an awaitable run in a worker thread with its own short-lived connection."""
     return sync_to_async(_with_fresh_connection(func), thread_sensitive=False)
 

@@ -29,8 +29,8 @@ class Command(BaseCommand):
                 self.stderr.write(str(problem))
             raise CommandError(f"{path}: rejected, nothing changed") from None
         except services.SyncRefused as exc:
-            for problem in exc.problems:
-                self.stderr.write(problem)
+            for refusal in exc.problems:
+                self.stderr.write(refusal)
             raise CommandError(f"{path}: rejected, nothing changed") from None
         for line in report.lines:
             self.stdout.write(line)

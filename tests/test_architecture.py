@@ -1,0 +1,59 @@
+"""The layers of docs/ARCHITECTURE.md hold: import-linter's contracts (.importlinter) pass on
+the code as it is, and fail, naming the contract, when a module imports the wrong way."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(settings.BASE_DIR)
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PACKAGES = ("controlplane", "presets", "audit")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'sdk'}"}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(root / ".importlinter")],
+                          cwd=root, env=env, capture_output=True, text=True)
+
+
+def test_the_code_keeps_every_import_contract() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BROKEN" not in result.stdout
+
+
+WRONG_IMPORTS = [
+    # (module that imports, what it imports, the contract that must break)
+    ("presets/services.py", "presets.web.views", "interfaces above audit above the presets domain"),
+    ("presets/models.py", "audit.alerts", "interfaces above audit above the presets domain"),
+    ("audit/alerts.py", "controlplane.metrics", "interfaces above audit above the presets domain"),
+    ("presets/read_path/snapshot.py", "presets.api.views", "The read path imports no DRF"),
+    ("audit/fleet.py", "rest_framework.serializers", "The domain (presets and audit) speaks no HTTP"),
+    ("presets/read_path/http.py", "presets.read_path.front", "No import circles"),
+]
+
+
+@pytest.mark.parametrize(("module", "imported", "contract"), WRONG_IMPORTS,
+                         ids=[f"{m} imports {i}" for m, i, _ in WRONG_IMPORTS])
+def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, imported: str,
+                                            contract: str) -> None:
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copytree(ROOT / "sdk" / "chainclient", tmp_path / "sdk" / "chainclient",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    assert lint_imports(tmp_path).returncode == 0  # the copy is as clean as the original
+    with open(tmp_path / module, "a") as source:
+        source.write(f"\nimport {imported}  # the deliberate mistake\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts")[-1]
+    assert contract in broken, result.stdout
