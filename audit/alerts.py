@@ -32,7 +32,6 @@ from presets.selectors import PinStart, live_pin_start, pin_start
 log = logging.getLogger(__name__)
 
 
-
 # --- reads ------------------------------------------------------------------------------
 
 
@@ -74,22 +73,30 @@ def raise_alert(
     caller's transaction commits its log line is written and its delivery is queued. An
     event that leaves nothing open is raised with its ``resolution``."""
     deliveries = {
-        LOG.name: {"state": DeliveryState.DELIVERED, "attempts": 1, "last_error": "",
-                   "delivered_at": format_time(now)},
+        LOG.name: {"state": DeliveryState.DELIVERED, "attempts": 1, "last_error": "", "delivered_at": format_time(now)},
     }
     for notifier in NOTIFIERS.values():
         if notifier is not LOG and notifier.is_configured():
-            deliveries[notifier.name] = {"state": DeliveryState.PENDING, "attempts": 0,
-                                         "last_error": "", "delivered_at": None}
+            deliveries[notifier.name] = {
+                "state": DeliveryState.PENDING,
+                "attempts": 0,
+                "last_error": "",
+                "delivered_at": None,
+            }
     pending = len(deliveries) > 1
     # The unique constraint makes this a conditional insert: of two sweeps racing, one
     # creates the alert and the other gets it back.
     alert, created = Alert.objects.get_or_create(
-        kind=kind, chain=chain, version=version,
+        kind=kind,
+        chain=chain,
+        version=version,
         defaults={
-            "message": message, "details": details, "created_at": now,
+            "message": message,
+            "details": details,
+            "created_at": now,
             "resolved_at": now if resolution is not None else None,
-            "resolution": resolution or "", "deliveries": deliveries,
+            "resolution": resolution or "",
+            "deliveries": deliveries,
             "delivery_due_at": now if pending else None,
         },
     )
@@ -114,7 +121,7 @@ def alert_pin_expired(*, selection: Selection, now: datetime) -> Alert:
     pin_version = selection.previous_version or selection.version
     start = pin_start(chain=chain, version=pin_version)
     expired_at = selection.previous_expires_at or now
-    pinned = (f"v{start.version} by {start.actor}" if start else f"v{pin_version}")
+    pinned = f"v{start.version} by {start.actor}" if start else f"v{pin_version}"
     details = {
         "preset": preset,
         "actor": selection.updated_by,
@@ -126,11 +133,17 @@ def alert_pin_expired(*, selection: Selection, now: datetime) -> Alert:
         "age_seconds": int((expired_at - start.at).total_seconds()) if start else None,
         "reverted_to": selection.preset.name,
     }
-    message = (f"{chain.name}: pin {preset} ({pinned}) expired at {format_time(expired_at)}; "
-               f"reverted to {selection.preset.name} as v{selection.version}.")
+    message = (
+        f"{chain.name}: pin {preset} ({pinned}) expired at {format_time(expired_at)}; "
+        f"reverted to {selection.preset.name} as v{selection.version}."
+    )
     alert, _ = raise_alert(
-        kind=AlertKind.PIN_EXPIRED, chain=chain, version=selection.version, message=message,
-        details=details, now=now,
+        kind=AlertKind.PIN_EXPIRED,
+        chain=chain,
+        version=selection.version,
+        message=message,
+        details=details,
+        now=now,
         resolution=f"reported: reverted to {selection.preset.name} as v{selection.version}",
     )
     _resolve_ended_stale_alerts(chain=chain, live_pin_version=None, now=now)
@@ -156,12 +169,13 @@ def _resolve_ended_stale_alerts(*, chain: Chain, live_pin_version: int | None, n
             alert.resolution = "the pin is no longer live"
             alert.resolved_at = now
         else:
-            alert.resolution = (f"pin ended by v{ended.version}: {ended.action} to "
-                                f"{ended.preset.name} by {ended.updated_by}: {ended.reason}")[:600]
+            alert.resolution = (
+                f"pin ended by v{ended.version}: {ended.action} to "
+                f"{ended.preset.name} by {ended.updated_by}: {ended.reason}"
+            )[:600]
             alert.resolved_at = ended.updated_at
         alert.save(update_fields=["resolution", "resolved_at"])
-        log.info("alert %s on %s v%d resolved: %s", alert.kind, chain.name, alert.version,
-                 alert.resolution)
+        log.info("alert %s on %s v%d resolved: %s", alert.kind, chain.name, alert.version, alert.resolution)
         resolved += 1
     return resolved
 
@@ -182,8 +196,7 @@ def sweep_stale_pins(*, now: datetime | None = None) -> StaleSweep:
     check and the alert, and the alert's unique constraint settles any remaining race."""
     now = now or timezone.now()
     alert_after = timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES)
-    open_chains = Alert.objects.filter(kind=AlertKind.STALE_PIN,
-                                       resolved_at__isnull=True).values("chain_id")
+    open_chains = Alert.objects.filter(kind=AlertKind.STALE_PIN, resolved_at__isnull=True).values("chain_id")
     candidates = Selection.objects.filter(Q(expires_at__isnull=False) | Q(chain_id__in=open_chains))
     raised = resolved = 0
     for selection_id in list(candidates.values_list("id", flat=True)):
@@ -193,15 +206,19 @@ def sweep_stale_pins(*, now: datetime | None = None) -> StaleSweep:
             selection = lock_selection(selection_id)
             start = live_pin_start(selection)
             resolved += _resolve_ended_stale_alerts(
-                chain=selection.chain, live_pin_version=start.version if start else None, now=now)
+                chain=selection.chain, live_pin_version=start.version if start else None, now=now
+            )
             # A pin past its expiry is about to be reverted (by the expiry sweep or the read
             # path), which reports it; it is not "kept".
             if start is None or selection.is_expired(now) or now - start.at <= alert_after:
                 continue
             _, created = raise_alert(
-                kind=AlertKind.STALE_PIN, chain=selection.chain, version=start.version,
+                kind=AlertKind.STALE_PIN,
+                chain=selection.chain,
+                version=start.version,
                 message=_stale_message(selection, start, age=now - start.at),
-                details=_stale_details(selection, start, age=now - start.at), now=now,
+                details=_stale_details(selection, start, age=now - start.at),
+                now=now,
             )
             raised += created
     return StaleSweep(raised=raised, resolved=resolved)
@@ -223,7 +240,9 @@ def _stale_details(selection: Selection, start: PinStart, *, age: timedelta) -> 
 
 def _stale_message(selection: Selection, start: PinStart, *, age: timedelta) -> str:
     default = selection.chain.default_preset.name if selection.chain.default_preset else "default"
-    return (f"{selection.chain.name} has served pin {selection.preset.name} for "
-            f"{format_duration(age)} (pinned at v{start.version} by {start.actor}: "
-            f"{start.reason}); it expires at {format_time(selection.expires_at)}. Keep it on "
-            f"purpose (extend) or revert to {default}.")
+    return (
+        f"{selection.chain.name} has served pin {selection.preset.name} for "
+        f"{format_duration(age)} (pinned at v{start.version} by {start.actor}: "
+        f"{start.reason}); it expires at {format_time(selection.expires_at)}. Keep it on "
+        f"purpose (extend) or revert to {default}."
+    )

@@ -40,47 +40,50 @@ class AlertsView(APIView):
         chain = serializers.CharField(help_text="the chain's name")
         version = serializers.IntegerField(
             help_text="stale_pin: the version where the pin started; pin_expired: the version "
-            "the automatic revert created")
+            "the automatic revert created"
+        )
         preset = serializers.CharField(allow_null=True, help_text="the pinned preset")
-        actor = serializers.CharField(
-            allow_null=True, help_text="stale_pin: who pinned; pin_expired: system:expiry")
+        actor = serializers.CharField(allow_null=True, help_text="stale_pin: who pinned; pin_expired: system:expiry")
         reason = serializers.CharField(allow_null=True)
         pin_version = serializers.IntegerField(allow_null=True)
         pinned_by = serializers.CharField(allow_null=True)
         pinned_at = serializers.DateTimeField(allow_null=True)
         expires_at = serializers.DateTimeField(allow_null=True)
         age_seconds = serializers.IntegerField(
-            allow_null=True, help_text="how long the pin had been live (stale_pin) or lasted "
-            "(pin_expired)")
+            allow_null=True, help_text="how long the pin had been live (stale_pin) or lasted (pin_expired)"
+        )
         age = serializers.CharField(help_text="age_seconds, readable: 1 h 5 min")
         message = serializers.CharField()
         url = serializers.URLField(help_text="the chain's page in the web UI")
         created_at = serializers.DateTimeField()
         resolved_at = serializers.DateTimeField(
-            allow_null=True, help_text="null while open; pin_expired is born resolved")
+            allow_null=True, help_text="null while open; pin_expired is born resolved"
+        )
         resolution = serializers.CharField(allow_blank=True, help_text="how it ended")
         deliveries = serializers.DictField(
-            child=DeliverySerializer(),
-            help_text="per notifier (log, webhook, email): its delivery state")
+            child=DeliverySerializer(), help_text="per notifier (log, webhook, email): its delivery state"
+        )
 
     @extend_schema(
         operation_id="alerts_list",
         parameters=[
             OpenApiParameter("open", bool, description="true: only alerts still open"),
             OpenApiParameter("chain", str, description="only this chain's alerts"),
-            OpenApiParameter("limit", int, description=f"at most this many, 1..{LIMIT_MAX} "
-                             f"(default {LIMIT_DEFAULT})"),
+            OpenApiParameter("limit", int, description=f"at most this many, 1..{LIMIT_MAX} (default {LIMIT_DEFAULT})"),
         ],
-        responses={200: inline_serializer("AlertList", {"alerts": OutputSerializer(many=True)}),
-                   400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
-                   404: ERROR_RESPONSE, 503: ERROR_RESPONSE},
+        responses={
+            200: inline_serializer("AlertList", {"alerts": OutputSerializer(many=True)}),
+            400: ERROR_RESPONSE,
+            401: ERROR_RESPONSE,
+            403: ERROR_RESPONSE,
+            404: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
     )
     def get(self, request: Request) -> Response:
         """Alerts, newest first."""
-        alerts = recent_alerts(limit=_limit(request), open_only=_open(request),
-                               chain=request.query_params.get("chain"))
-        return Response({"alerts": [alert_entry(alert) for alert in alerts]},
-                        headers={"Cache-Control": "no-cache"})
+        alerts = recent_alerts(limit=_limit(request), open_only=_open(request), chain=request.query_params.get("chain"))
+        return Response({"alerts": [alert_entry(alert) for alert in alerts]}, headers={"Cache-Control": "no-cache"})
 
 
 def _open(request: Request) -> bool:

@@ -33,8 +33,7 @@ BACKOFF_CAP_SECONDS = 900
 SWEEP_BATCH = 100
 # Publishing to the broker retries briefly, then gives up: the alert stays due for the next
 # sweep instead of holding a sweep (or a web request that reverted an expired pin).
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
-                        "interval_max": 0.2}
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 LAST_ERROR_MAX = 500
 
 
@@ -78,17 +77,30 @@ def deliver_alert(*, alert_id: int, now: datetime | None = None) -> float | None
                 continue  # another delivery task recorded this notifier meanwhile
             record["attempts"] += 1
             if error is None:
-                record.update(state=DeliveryState.DELIVERED, last_error="",
-                              delivered_at=format_time(now))
+                record.update(state=DeliveryState.DELIVERED, last_error="", delivered_at=format_time(now))
                 continue
             record["last_error"] = error[:LAST_ERROR_MAX]
             if record["attempts"] >= settings.ALERT_DELIVERY_MAX_ATTEMPTS:
                 record["state"] = DeliveryState.FAILED
-                log.error("alert %s on %s v%d: %s delivery failed for good after %d attempts: %s",
-                          alert.kind, alert.chain.name, alert.version, name, record["attempts"], error)
+                log.error(
+                    "alert %s on %s v%d: %s delivery failed for good after %d attempts: %s",
+                    alert.kind,
+                    alert.chain.name,
+                    alert.version,
+                    name,
+                    record["attempts"],
+                    error,
+                )
             else:
-                log.warning("alert %s on %s v%d: %s delivery attempt %d failed: %s", alert.kind,
-                            alert.chain.name, alert.version, name, record["attempts"], error)
+                log.warning(
+                    "alert %s on %s v%d: %s delivery attempt %d failed: %s",
+                    alert.kind,
+                    alert.chain.name,
+                    alert.version,
+                    name,
+                    record["attempts"],
+                    error,
+                )
         pending = alert.pending_deliveries()
         retry_in = None
         if pending:
@@ -137,19 +149,22 @@ def deliver_due_alerts(*, now: datetime | None = None) -> int:
 
 def _claim(alert_id: int, now: datetime) -> bool:
     # A conditional update: of two sweeps (or a sweep and a commit hook) only one takes it.
-    return bool(Alert.objects.filter(pk=alert_id, delivery_due_at__lte=now)
-                .update(delivery_due_at=now + DELIVERY_LEASE))
+    return bool(
+        Alert.objects.filter(pk=alert_id, delivery_due_at__lte=now).update(delivery_due_at=now + DELIVERY_LEASE)
+    )
 
 
 def _publish(alert_id: int, now: datetime) -> bool:
     try:
         # Looked up by name: the task module (an interface) calls into this one, not back.
-        current_app.tasks[DELIVER_TASK].apply_async((alert_id,), retry=True,
-                                                    retry_policy=PUBLISH_RETRY_POLICY)
+        current_app.tasks[DELIVER_TASK].apply_async((alert_id,), retry=True, retry_policy=PUBLISH_RETRY_POLICY)
     except Exception as exc:  # whatever the broker raises, the caller (a sweep) goes on
-        log.warning("could not queue delivery of alert %s (%s: %s); it stays due and the next "
-                    "sweep queues it", alert_id, exc.__class__.__name__, exc)
-        Alert.objects.filter(pk=alert_id, delivery_due_at=now + DELIVERY_LEASE).update(
-            delivery_due_at=now)
+        log.warning(
+            "could not queue delivery of alert %s (%s: %s); it stays due and the next sweep queues it",
+            alert_id,
+            exc.__class__.__name__,
+            exc,
+        )
+        Alert.objects.filter(pk=alert_id, delivery_due_at=now + DELIVERY_LEASE).update(delivery_due_at=now)
         return False
     return True

@@ -21,8 +21,7 @@ from presets.models import Chain, Selection
 
 def last_served(chain: Chain) -> dict[str, datetime]:
     """When each provider last served a request of this chain, across the fleet."""
-    rows = ProviderUsage.objects.filter(chain=chain).values("provider").annotate(
-        last=models.Max("last_served_at"))
+    rows = ProviderUsage.objects.filter(chain=chain).values("provider").annotate(last=models.Max("last_served_at"))
     return {row["provider"]: row["last"] for row in rows}
 
 
@@ -34,8 +33,10 @@ def idle_head_warning(chain: Chain, steps: list[dict[str, Any]], now: datetime |
     if served is not None and now - served <= timedelta(hours=24):
         return None
     when = f"since {format_time(served)}" if served else "in the usage reports"
-    return (f"{head} has not served a {chain.name} request in the last 24 h ({when} none "
-            f"reported): check it is reachable before pinning it first")
+    return (
+        f"{head} has not served a {chain.name} request in the last 24 h ({when} none "
+        f"reported): check it is reachable before pinning it first"
+    )
 
 
 def live_instances(chain: Chain, now: datetime | None = None) -> QuerySet[FleetInstance]:
@@ -52,7 +53,8 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
     ahead = [i for i in instances if i.applied_version > selection.version]
     delays = sorted(
         (i.version_seen_at - selection.updated_at).total_seconds()
-        for i in on_version if i.first_seen_at < selection.updated_at <= i.version_seen_at
+        for i in on_version
+        if i.first_seen_at < selection.updated_at <= i.version_seen_at
     )
     rejections = RejectedVersion.objects.filter(chain=selection.chain, version=selection.version)
     return {
@@ -63,19 +65,23 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
         "ahead": len(ahead),
         "applied_p50_s": round(statistics.median(delays), 3) if delays else None,
         "applied_max_s": round(delays[-1], 3) if delays else None,
-        "rejected": [{"client": r.client, "reason": r.reason, "at": format_time(r.at)}
-                     for r in rejections],
-        "detail": [{"client": i.client, "applied_version": i.applied_version,
-                    "version_seen_at": format_time(i.version_seen_at),
-                    "last_seen_at": format_time(i.last_seen_at)} for i in instances],
+        "rejected": [{"client": r.client, "reason": r.reason, "at": format_time(r.at)} for r in rejections],
+        "detail": [
+            {
+                "client": i.client,
+                "applied_version": i.applied_version,
+                "version_seen_at": format_time(i.version_seen_at),
+                "last_seen_at": format_time(i.last_seen_at),
+            }
+            for i in instances
+        ],
     }
 
 
 def fleet_summary(fleet: dict[str, Any]) -> str:
     """One line for people: '38 of 40 instances on v18; p50 applied 0.3 s after the change'."""
     if not fleet["instances"]:
-        return (f"no service instance has read this chain in the last "
-                f"{settings.FLEET_INSTANCE_TTL_MINUTES} min")
+        return f"no service instance has read this chain in the last {settings.FLEET_INSTANCE_TTL_MINUTES} min"
     line = f"{fleet['on_version']} of {fleet['instances']} instances on v{fleet['version']}"
     if fleet["applied_p50_s"] is not None:
         p50 = fleet["applied_p50_s"]
@@ -84,6 +90,8 @@ def fleet_summary(fleet: dict[str, Any]) -> str:
     if fleet["rejected"]:
         line += f"; {len(fleet['rejected'])} refused it"
     if fleet["ahead"]:
-        line += (f"; {fleet['ahead']} instance{'s' if fleet['ahead'] != 1 else ''} ahead of the "
-                 "server: restored database? run manage.py raise_epoch")
+        line += (
+            f"; {fleet['ahead']} instance{'s' if fleet['ahead'] != 1 else ''} ahead of the "
+            "server: restored database? run manage.py raise_epoch"
+        )
     return line

@@ -25,17 +25,23 @@ class FleetView(APIView):
         version = serializers.IntegerField()
         instances = serializers.IntegerField()
         on_version = serializers.IntegerField()
-        ahead = serializers.IntegerField(help_text="instances on a later version than the "
-                                         "server's: a restored database whose epoch was not raised")
+        ahead = serializers.IntegerField(
+            help_text="instances on a later version than the server's: a restored database whose epoch was not raised"
+        )
         applied_p50_s = serializers.FloatField(allow_null=True)
         applied_max_s = serializers.FloatField(allow_null=True)
         summary = serializers.CharField()
         rejected = serializers.ListField(child=serializers.DictField())
         detail = serializers.ListField(child=serializers.DictField())
 
-    @extend_schema(operation_id="fleet", responses={
-        200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}), 401: ERROR_RESPONSE,
-        503: ERROR_RESPONSE})
+    @extend_schema(
+        operation_id="fleet",
+        responses={
+            200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}),
+            401: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
+    )
     def get(self, request: Request) -> Response:
         recorder.flush()  # this process's latest reads count too
         chains = []
@@ -72,8 +78,7 @@ class UsageView(APIView):
     class InputSerializer(serializers.Serializer):
         client = StrictCharField(max_length=MAX_CLIENT_LENGTH)
         ahead_of_server = AheadSerializer(required=False, allow_null=True)
-        applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION,
-                                             required=False)
+        applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION, required=False)
         providers = serializers.DictField(required=False, default=dict)
         rejected = serializers.ListField(required=False, default=list, max_length=100)
 
@@ -95,9 +100,17 @@ class UsageView(APIView):
             serializer.is_valid(raise_exception=True)
             return serializer.validated_data
 
-    @extend_schema(operation_id="chains_usage", request=InputSerializer, responses={
-        202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
-        400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE, 503: ERROR_RESPONSE})
+    @extend_schema(
+        operation_id="chains_usage",
+        request=InputSerializer,
+        responses={
+            202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
+            400: ERROR_RESPONSE,
+            401: ERROR_RESPONSE,
+            404: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
+    )
     def post(self, request: Request, name: str) -> Response:
         chain = services.revert_expired_and_read(chain=name).chain
         serializer = self.InputSerializer(data=request.data)
@@ -105,6 +118,7 @@ class UsageView(APIView):
         data = serializer.validated_data
         if data.get("ahead_of_server"):
             usage_reports.note_ahead(chain=chain, client=data["client"], **data["ahead_of_server"])
-        usage_reports.record_usage(chain=chain, client=data["client"], providers=data["providers"],
-                           rejected=data["rejected"])
+        usage_reports.record_usage(
+            chain=chain, client=data["client"], providers=data["providers"], rejected=data["rejected"]
+        )
         return Response({"accepted": True}, status=202)

@@ -88,17 +88,22 @@ class FleetRecorder:
         pending = {key: seen for key, seen in pending.items() if key[0] in chains}
         existing = {
             (i.chain_id, i.client): i
-            for i in FleetInstance.objects.filter(
-                chain_id__in=set(chains.values()), client__in={c for _, c in pending})
+            for i in FleetInstance.objects.filter(chain_id__in=set(chains.values()), client__in={c for _, c in pending})
         }
         created, updated = [], []
         for (chain, client), seen in pending.items():
             instance = existing.get((chains[chain], client))
             if instance is None:
-                created.append(FleetInstance(
-                    chain_id=chains[chain], client=client, applied_version=seen.version,
-                    version_seen_at=seen.version_seen_at, first_seen_at=seen.version_seen_at,
-                    last_seen_at=seen.last_seen_at))
+                created.append(
+                    FleetInstance(
+                        chain_id=chains[chain],
+                        client=client,
+                        applied_version=seen.version,
+                        version_seen_at=seen.version_seen_at,
+                        first_seen_at=seen.version_seen_at,
+                        last_seen_at=seen.last_seen_at,
+                    )
+                )
                 continue
             if instance.applied_version != seen.version:
                 instance.applied_version = seen.version
@@ -131,10 +136,7 @@ def _write(created: list[FleetInstance], updated: list[FleetInstance]) -> None:
     with transaction.atomic():
         # Two web processes may both create the same new instance: the loser's row is skipped.
         FleetInstance.objects.bulk_create(created, ignore_conflicts=True)
-        FleetInstance.objects.bulk_update(
-            updated, ["applied_version", "version_seen_at", "last_seen_at"])
+        FleetInstance.objects.bulk_update(updated, ["applied_version", "version_seen_at", "last_seen_at"])
 
 
 recorder = FleetRecorder()
-
-

@@ -62,8 +62,7 @@ class Alert(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["kind", "chain", "version"],
-                                    name="alert_once_per_kind_chain_version"),
+            models.UniqueConstraint(fields=["kind", "chain", "version"], name="alert_once_per_kind_chain_version"),
         ]
 
     def __str__(self) -> str:
@@ -130,9 +129,7 @@ class FleetInstance(models.Model):
 
     class Meta:
         ordering = ["chain", "client"]
-        constraints = [
-            models.UniqueConstraint(fields=["chain", "client"], name="fleet_instance_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["chain", "client"], name="fleet_instance_unique")]
 
     def __str__(self) -> str:
         return f"{self.client} on {self.chain.name} v{self.applied_version}"
@@ -148,9 +145,7 @@ class ProviderUsage(models.Model):
     last_served_at = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["chain", "client", "provider"], name="usage_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["chain", "client", "provider"], name="usage_unique")]
 
 
 class RejectedVersion(models.Model):
@@ -164,6 +159,4 @@ class RejectedVersion(models.Model):
 
     class Meta:
         ordering = ["-at"]
-        constraints = [
-            models.UniqueConstraint(fields=["chain", "client", "version"], name="rejection_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["chain", "client", "version"], name="rejection_unique")]

@@ -52,8 +52,9 @@ class LogNotifier:
         return True
 
     def send(self, alert: Alert) -> None:
-        log.warning("alert %s on %s v%d: %s (%s)", alert.kind, alert.chain.name, alert.version,
-                    alert.message, alert.chain_url)
+        log.warning(
+            "alert %s on %s v%d: %s (%s)", alert.kind, alert.chain.name, alert.version, alert.message, alert.chain_url
+        )
 
 
 class WebhookNotifier:
@@ -70,7 +71,9 @@ class WebhookNotifier:
         if not url:
             raise DeliveryFailed("ALERT_WEBHOOK_URL is no longer set")
         request = urllib.request.Request(
-            url, data=json.dumps(alert.to_document()).encode(), method="POST",
+            url,
+            data=json.dumps(alert.to_document()).encode(),
+            method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "controlplane-alerts/1"},
         )
         # Errors name the status or the network failure, never the URL: it may carry a secret.
@@ -101,9 +104,22 @@ class EmailNotifier:
         if not recipients:
             raise DeliveryFailed("ALERT_EMAILS is no longer set")
         document = alert.to_document()
-        facts = "\n".join(f"{key}: {document[key]}" for key in (
-            "chain", "preset", "version", "actor", "reason", "pinned_by", "pinned_at",
-            "expires_at", "age", "created_at") if document.get(key) is not None)
+        facts = "\n".join(
+            f"{key}: {document[key]}"
+            for key in (
+                "chain",
+                "preset",
+                "version",
+                "actor",
+                "reason",
+                "pinned_by",
+                "pinned_at",
+                "expires_at",
+                "age",
+                "created_at",
+            )
+            if document.get(key) is not None
+        )
         body = f"{alert.message}\n\n{facts}\n\nOpen the chain: {alert.chain_url}\n"
         try:
             send_mail(f"[{alert.kind}] {title_of(alert)}", body, None, recipients)

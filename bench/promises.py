@@ -22,12 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    env = {**os.environ, "CI": "true",
-           "DATABASE_URL": os.environ.get("TEST_DATABASE_URL",
-                                          "postgres://postgres@127.0.0.1:5432/test")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly",
-                           "tests/test_promises.py"], cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+    env = {
+        **os.environ,
+        "CI": "true",
+        "DATABASE_URL": os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly", "tests/test_promises.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     figures: dict[str, str] = {}
     for line in done.stdout.splitlines():
         if line.startswith(("figures:", "load detail:")):

@@ -65,11 +65,13 @@ except ImportError:  # not installed: use the source tree
 from chainclient import ChainClient, ChainDocument, Provider, Registry, Step  # noqa: E402
 
 # The services' compiled-in registry: the providers and models of the example presets.
-REGISTRY = Registry({
-    "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}}),
-    "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text", "images"}}),
-    "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
-})
+REGISTRY = Registry(
+    {
+        "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}}),
+        "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text", "images"}}),
+        "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
+    }
+)
 DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
 CHANGE_CHANNEL = "chain_changed"  # presets.read_path.notifications.CHANGE_CHANNEL
 
@@ -77,8 +79,16 @@ CHANGE_CHANNEL = "chain_changed"  # presets.read_path.notifications.CHANGE_CHANN
 # --- the client processes ------------------------------------------------------------------
 
 
-def run_clients(conn: Connection, base_url: str, token: str, names: list[str], mode: str,
-                poll_interval: float, wait_s: float, offsets: list[float]) -> None:
+def run_clients(
+    conn: Connection,
+    base_url: str,
+    token: str,
+    names: list[str],
+    mode: str,
+    poll_interval: float,
+    wait_s: float,
+    offsets: list[float],
+) -> None:
     """One client process: start a ChainClient per name (each ``offsets[i]`` seconds after
     the first), then answer the parent's commands."""
     applied: dict[str, dict[int, float]] = {name: {} for name in names}
@@ -92,10 +102,23 @@ def run_clients(conn: Connection, base_url: str, token: str, names: list[str], m
         return on_change
 
     clients = [
-        ChainClient(base_url, chain="chat", token=token, registry=REGISTRY, default=DEFAULT,
-                    state_dir=None, poll_interval=poll_interval, long_poll=mode == "longpoll",
-                    wait_s=wait_s, service="bench", instance=name, on_change=on_change_for(name),
-                    report_usage=False, timeout=10.0, max_backoff=2.0)
+        ChainClient(
+            base_url,
+            chain="chat",
+            token=token,
+            registry=REGISTRY,
+            default=DEFAULT,
+            state_dir=None,
+            poll_interval=poll_interval,
+            long_poll=mode == "longpoll",
+            wait_s=wait_s,
+            service="bench",
+            instance=name,
+            on_change=on_change_for(name),
+            report_usage=False,
+            timeout=10.0,
+            max_backoff=2.0,
+        )
         for name in names
     ]
     began = time.monotonic()
@@ -111,8 +134,7 @@ def run_clients(conn: Connection, base_url: str, token: str, names: list[str], m
             conn.send(sum(client.health()["consecutive_failures"] > 0 for client in clients))
         elif command == "collect":
             version, deadline = argument
-            while time.time() < deadline and any(
-                    client.current().version < version for client in clients):
+            while time.time() < deadline and any(client.current().version < version for client in clients):
                 time.sleep(0.02)
             conn.send([applied[name].get(version) for name in names])
         elif command == "stop":
@@ -138,8 +160,7 @@ def raise_open_files_limit(needed: int) -> int:
 
 def children_of(pid: int) -> list[int]:
     try:
-        return [int(child) for child in
-                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except (OSError, ValueError):
         return []
 
@@ -159,12 +180,16 @@ def cpu_ms(pids: list[int]) -> float:
 def connections_per_process(port: int) -> list[int]:
     """Established connections to ``port`` per server process (via ss), most first."""
     try:
-        out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
-                             capture_output=True, text=True, timeout=10, check=False).stdout
+        out = subprocess.run(
+            ["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    owners = Counter(line.split("pid=")[1].split(",")[0] for line in out.splitlines()
-                     if "pid=" in line)
+    owners = Counter(line.split("pid=")[1].split(",")[0] for line in out.splitlines() if "pid=" in line)
     return sorted(owners.values(), reverse=True)
 
 
@@ -196,8 +221,7 @@ class NotifyListener(threading.Thread):
         self.conn.close()
 
 
-def command(pipes: list[Connection], name: str, argument: Any = None,
-            timeout: float = 60.0) -> list[Any]:
+def command(pipes: list[Connection], name: str, argument: Any = None, timeout: float = 60.0) -> list[Any]:
     for pipe in pipes:
         pipe.send((name, argument))
     answers = []
@@ -212,21 +236,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--mode", choices=("longpoll", "poll"), default="longpoll")
-    parser.add_argument("--processes", type=int, default=0,
-                        help="client processes (default: one per 250 clients, at least 2)")
+    parser.add_argument(
+        "--processes", type=int, default=0, help="client processes (default: one per 250 clients, at least 2)"
+    )
     parser.add_argument("--web-workers", type=int, default=2)
-    parser.add_argument("--poll-interval", type=float, default=2.0,
-                        help="plain polling interval in seconds (--mode poll)")
+    parser.add_argument(
+        "--poll-interval", type=float, default=2.0, help="plain polling interval in seconds (--mode poll)"
+    )
     parser.add_argument("--wait", type=float, default=30.0, help="long poll wait (s)")
-    parser.add_argument("--settle", type=float, default=5.0,
-                        help="seconds between every client holding v1 and the select")
-    parser.add_argument("--backlog", type=int, default=0,
-                        help="granian --backlog (default: 2 x clients, within somaxconn)")
-    parser.add_argument("--backpressure", type=int, default=0,
-                        help="granian --backpressure per worker (default: clients + 256; "
-                             "granian's own default, backlog/workers, caps held long polls)")
-    parser.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres",
-                        help="a PostgreSQL URL allowed to create and drop databases")
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="seconds between every client holding v1 and the select"
+    )
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="granian --backlog (default: 2 x clients, within somaxconn)"
+    )
+    parser.add_argument(
+        "--backpressure",
+        type=int,
+        default=0,
+        help="granian --backpressure per worker (default: clients + 256; "
+        "granian's own default, backlog/workers, caps held long polls)",
+    )
+    parser.add_argument(
+        "--admin-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL allowed to create and drop databases",
+    )
     args = parser.parse_args()
 
     clients = args.clients
@@ -243,8 +278,14 @@ def main() -> None:
     with psycopg.connect(args.admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     workdir = Path(tempfile.mkdtemp(prefix="bench-propagation-"))
-    env = {**os.environ, "DATABASE_URL": database_url, "VAR_DIR": str(workdir),
-           "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "VAR_DIR": str(workdir),
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+    }
     server = None
     children: list[Any] = []  # multiprocessing processes of the fork context
     pipes: list[Connection] = []
@@ -252,19 +293,38 @@ def main() -> None:
     try:
         manage = [sys.executable, "manage.py"]
         subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
+        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
         read_token, write_token = (
-            subprocess.run(manage + ["create_token", f"bench-{scope}", "--scope", scope],
-                           cwd=ROOT, env=env, check=True, capture_output=True,
-                           text=True).stdout.strip()
+            subprocess.run(
+                manage + ["create_token", f"bench-{scope}", "--scope", scope],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             for scope in ("read", "write")
         )
         port = free_port()
-        server_command = [str(BIN / "granian"), "--interface", "asgi", "--workers",
-                          str(args.web_workers), "--host", "127.0.0.1", "--port", str(port),
-                          "--log-level", "warning", "--no-ws", "--backlog", str(backlog),
-                          "--backpressure", str(backpressure), "controlplane.asgi:application"]
+        server_command = [
+            str(BIN / "granian"),
+            "--interface",
+            "asgi",
+            "--workers",
+            str(args.web_workers),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-ws",
+            "--backlog",
+            str(backlog),
+            "--backpressure",
+            str(backpressure),
+            "controlplane.asgi:application",
+        ]
         server = start(server_command, env)
         base_url = f"http://127.0.0.1:{port}"
         wait_until_up(f"{base_url}/healthz")
@@ -281,10 +341,19 @@ def main() -> None:
         for index in range(processes):
             parent_end, child_end = context.Pipe()
             child = context.Process(
-                target=run_clients, daemon=True,
-                args=(child_end, base_url, read_token, names[index::processes], args.mode,
-                      args.poll_interval if args.mode == "poll" else 60.0, args.wait,
-                      offsets[index::processes]))
+                target=run_clients,
+                daemon=True,
+                args=(
+                    child_end,
+                    base_url,
+                    read_token,
+                    names[index::processes],
+                    args.mode,
+                    args.poll_interval if args.mode == "poll" else 60.0,
+                    args.wait,
+                    offsets[index::processes],
+                ),
+            )
             child.start()
             children.append(child)
             pipes.append(parent_end)
@@ -301,16 +370,17 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"not every client reached version 1 in time: {dict(versions)}")
             time.sleep(0.2)
-        print(f"{clients} clients in {processes} processes hold version 1 "
-              f"({time.monotonic() - started:.1f} s after starting)")
+        print(
+            f"{clients} clients in {processes} processes hold version 1 "
+            f"({time.monotonic() - started:.1f} s after starting)"
+        )
         # Each long poll is re-issued right after applying v1; this leaves time for all of
         # them to be parked on the server again, and for the web workers to finish what the
         # first reads set off (writing every new instance's fleet status).
         workers = children_of(server.pid)
         settling = cpu_ms(workers)
         time.sleep(args.settle)
-        print(f"web workers used {cpu_ms(workers) - settling:.0f} ms of CPU in the "
-              f"{args.settle:g} s before the select")
+        print(f"web workers used {cpu_ms(workers) - settling:.0f} ms of CPU in the {args.settle:g} s before the select")
         failing = sum(command(pipes, "failures"))
         if failing:
             print(f"  warning: {failing} clients report failed polls before the select")
@@ -335,13 +405,13 @@ def main() -> None:
         version = json.loads(answer)["version"]
 
         limit = 10.0 if args.mode == "longpoll" else args.poll_interval * 1.1 + 5.0
-        applied_at = [t for times in command(pipes, "collect", (version, returned + limit),
-                                             timeout=limit + 30) for t in times]
+        applied_at = [
+            t for times in command(pipes, "collect", (version, returned + limit), timeout=limit + 30) for t in times
+        ]
         window_ms = (time.time() - before) * 1000
         cpu_web = cpu_ms(workers) - cpu_before[0]
         cpu_clients = cpu_ms(client_pids) - cpu_before[1]
-        notified = [at for at, payload in listener.received
-                    if json.loads(payload).get("version") == version]
+        notified = [at for at, payload in listener.received if json.loads(payload).get("version") == version]
     finally:
         if pipes:
             try:
@@ -364,19 +434,24 @@ def main() -> None:
     missing = clients - len(delays)
     select_ms = (returned - before) * 1000
     notify = f"{(notified[0] - before) * 1000:.1f} ms" if notified else "never"
-    print(f"select POST returned after {select_ms:.1f} ms, its NOTIFY arrived after {notify}; "
-          f"t0 = {(t0 - before) * 1000:.1f} ms after the POST was sent")
-    print(f"CPU from the POST until every client applied ({window_ms:.0f} ms of wall time, "
-          f"{os.cpu_count()} cores): web workers {cpu_web:.0f} ms, client processes "
-          f"{cpu_clients:.0f} ms")
+    print(
+        f"select POST returned after {select_ms:.1f} ms, its NOTIFY arrived after {notify}; "
+        f"t0 = {(t0 - before) * 1000:.1f} ms after the POST was sent"
+    )
+    print(
+        f"CPU from the POST until every client applied ({window_ms:.0f} ms of wall time, "
+        f"{os.cpu_count()} cores): web workers {cpu_web:.0f} ms, client processes "
+        f"{cpu_clients:.0f} ms"
+    )
     if not delays:
         print(f"mode={args.mode} clients={clients} applied=0")
         raise SystemExit(1)
     p50, p99, worst = statistics.median(delays), percentile(delays, 0.99), delays[-1]
-    print(f"applied v{version}: {len(delays)} of {clients}; min {delays[0]:.1f} ms, "
-          f"p50 {p50:.1f} ms, p90 {percentile(delays, 0.90):.1f} ms, p99 {p99:.1f} ms, "
-          f"max {worst:.1f} ms" + (f"; {missing} never applied within {limit:g} s" if missing
-                                   else ""))
+    print(
+        f"applied v{version}: {len(delays)} of {clients}; min {delays[0]:.1f} ms, "
+        f"p50 {p50:.1f} ms, p90 {percentile(delays, 0.90):.1f} ms, p99 {p99:.1f} ms, "
+        f"max {worst:.1f} ms" + (f"; {missing} never applied within {limit:g} s" if missing else "")
+    )
     if args.mode == "longpoll":
         bar_ms = 250.0
         met = missing == 0 and p99 <= bar_ms
@@ -384,11 +459,12 @@ def main() -> None:
     else:
         bar_ms = (args.poll_interval + 1.0) * 1000
         met = missing == 0 and worst <= bar_ms
-        print(f"bar: every client within poll interval + 1 s = {bar_ms:.0f} ms: "
-              f"{'met' if met else 'NOT met'}")
-    print(f"mode={args.mode} clients={clients} applied={len(delays)} p50_ms={p50:.0f} "
-          f"p99_ms={p99:.0f} max_ms={worst:.0f} processes={processes} "
-          f"web_workers={args.web_workers} select_ms={select_ms:.0f} bar_met={str(met).lower()}")
+        print(f"bar: every client within poll interval + 1 s = {bar_ms:.0f} ms: {'met' if met else 'NOT met'}")
+    print(
+        f"mode={args.mode} clients={clients} applied={len(delays)} p50_ms={p50:.0f} "
+        f"p99_ms={p99:.0f} max_ms={worst:.0f} processes={processes} "
+        f"web_workers={args.web_workers} select_ms={select_ms:.0f} bar_met={str(met).lower()}"
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ def wait_until_up(url: str, timeout: float = 30.0) -> None:
 
 
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -73,17 +74,29 @@ def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iter
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
-    env = {**os.environ, "DATABASE_URL": f"{base}/{name}", "VAR_DIR": str(workdir),
-           "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT), **extra_env}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{base}/{name}",
+        "VAR_DIR": str(workdir),
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+        **extra_env,
+    }
     try:
         manage = [sys.executable, "manage.py"]
         subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
         subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
 
         def token(scope: str) -> str:
-            return subprocess.run(manage + ["create_token", f"{prefix}-{scope}", "--scope", scope],
-                                  cwd=ROOT, env=env, check=True, capture_output=True,
-                                  text=True).stdout.strip()
+            return subprocess.run(
+                manage + ["create_token", f"{prefix}-{scope}", "--scope", scope],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
 
         yield ScratchPlane(env=env, database_url=env["DATABASE_URL"], token=token)
     finally:
@@ -122,24 +135,50 @@ def main() -> None:
         raise SystemExit("wrk is missing: apt-get install wrk")
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-read-"))
-    env = {**os.environ, "VAR_DIR": str(workdir), "DEBUG": "false", "LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "VAR_DIR": str(workdir), "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
     env.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
     manage = [sys.executable, "manage.py"]
     subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
-    token = subprocess.run(manage + ["create_token", f"bench-{os.getpid()}"], cwd=ROOT, env=env,
-                           check=True, capture_output=True, text=True).stdout.strip()
+    token = subprocess.run(
+        manage + ["create_token", f"bench-{os.getpid()}"], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     version = 1
     auth = {"Authorization": f"Bearer {token}"}
 
     servers = {
-        "granian": [str(BIN / "granian"), "--interface", "asgi", "--workers", "2", "--host",
-                    "127.0.0.1", "--port", "{port}", "--log-level", "warning", "--no-ws",
-                    "controlplane.asgi:application"],
-        "uvicorn": [str(BIN / "uvicorn"), "controlplane.asgi:application", "--workers", "2",
-                    "--host", "127.0.0.1", "--port", "{port}", "--no-access-log",
-                    "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"],
+        "granian": [
+            str(BIN / "granian"),
+            "--interface",
+            "asgi",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--log-level",
+            "warning",
+            "--no-ws",
+            "controlplane.asgi:application",
+        ],
+        "uvicorn": [
+            str(BIN / "uvicorn"),
+            "controlplane.asgi:application",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+        ],
     }
     results: dict[str, float] = {}
     for name in args.servers.split(","):
@@ -150,17 +189,34 @@ def main() -> None:
             wait_until_up(f"http://127.0.0.1:{port}/healthz")
             wrk(url, auth, 2, args.connections)  # warm every worker's snapshot and token cache
             results[f"{name}_200"] = wrk(url, auth, args.duration, args.connections)
-            results[f"{name}_304"] = wrk(url, {**auth, "If-None-Match": f'"{version}"'},
-                                         args.duration, args.connections)
+            results[f"{name}_304"] = wrk(
+                url, {**auth, "If-None-Match": f'"{version}"'}, args.duration, args.connections
+            )
         finally:
             stop(process)
-        print(f"{name:8} ASGI x2: 200 {results[f'{name}_200']:>9,.0f} req/s   "
-              f"304 {results[f'{name}_304']:>9,.0f} req/s")
+        print(
+            f"{name:8} ASGI x2: 200 {results[f'{name}_200']:>9,.0f} req/s   304 {results[f'{name}_304']:>9,.0f} req/s"
+        )
 
     port = free_port()
-    process = start([str(BIN / "granian"), "--interface", "wsgi", "--workers", "2", "--host",
-                     "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-ws",
-                     "bench.bare_django:application"], env)
+    process = start(
+        [
+            str(BIN / "granian"),
+            "--interface",
+            "wsgi",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-ws",
+            "bench.bare_django:application",
+        ],
+        env,
+    )
     try:
         url = f"http://127.0.0.1:{port}/api/v1/chains/chat"
         wait_until_up(url)

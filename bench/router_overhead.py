@@ -24,13 +24,14 @@ except ImportError:  # not installed: use the source tree next to this script
 
 from chainclient import Contract, Provider, ProviderError, Registry, Router, Step
 
-REGISTRY = Registry({
-    "vendor_a": Provider(destination="vendor_a-eu", models={"large": {"text", "images"}}),
-    "vendor_b": Provider(destination="vendor_b-eu", models={"medium": {"text", "images"}}),
-    "local": Provider(destination="self-hosted", models={"small": {"text"}}),
-})
-CHAIN = [Step("vendor_a", "large", 20_000), Step("vendor_b", "medium", 20_000),
-         Step("local", "small", 30_000)]
+REGISTRY = Registry(
+    {
+        "vendor_a": Provider(destination="vendor_a-eu", models={"large": {"text", "images"}}),
+        "vendor_b": Provider(destination="vendor_b-eu", models={"medium": {"text", "images"}}),
+        "local": Provider(destination="self-hosted", models={"small": {"text"}}),
+    }
+)
+CHAIN = [Step("vendor_a", "large", 20_000), Step("vendor_b", "medium", 20_000), Step("local", "small", 30_000)]
 CONTRACT = Contract(requires={"images"}, destinations={"vendor_a-eu", "vendor_b-eu"})
 
 
@@ -60,23 +61,24 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     args = parser.parse_args()
 
-    healthy = Router(CHAIN, transports={"vendor_a": answer, "vendor_b": answer,
-                                        "local": answer}, registry=REGISTRY)
-    failing_head = Router(CHAIN, transports={"vendor_a": overloaded, "vendor_b": answer,
-                                             "local": answer}, registry=REGISTRY, breaker=None)
+    healthy = Router(CHAIN, transports={"vendor_a": answer, "vendor_b": answer, "local": answer}, registry=REGISTRY)
+    failing_head = Router(
+        CHAIN, transports={"vendor_a": overloaded, "vendor_b": answer, "local": answer}, registry=REGISTRY, breaker=None
+    )
     baseline = per_request_us(lambda: answer(CHAIN[0], "hello", 20.0), args.requests)
     router_us = per_request_us(lambda: healthy.complete("hello"), args.requests)
     fallback_us = per_request_us(lambda: failing_head.complete("hello"), args.requests)
-    contract_us = per_request_us(lambda: healthy.complete("hello", contract=CONTRACT),
-                                 args.requests)
+    contract_us = per_request_us(lambda: healthy.complete("hello", contract=CONTRACT), args.requests)
     assert failing_head.complete("hello").provider == "vendor_b"
 
     print(f"no-op transport call alone:        {baseline:6.2f} us")
     print(f"head succeeds:                     {router_us:6.2f} us/request")
     print(f"head fails (503), second serves:   {fallback_us:6.2f} us/request")
     print(f"head succeeds, with a contract:    {contract_us:6.2f} us/request")
-    print(f"requests={args.requests} router_us={router_us:.1f} fallback_us={fallback_us:.1f} "
-          f"contract_us={contract_us:.1f}")
+    print(
+        f"requests={args.requests} router_us={router_us:.1f} fallback_us={fallback_us:.1f} "
+        f"contract_us={contract_us:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -130,9 +130,7 @@ def main() -> None:
         default=DEFAULT,
     )
     call_ns, loop_ns = current_ns(client, args.calls)
-    print(
-        f"current(): {call_ns:.1f} ns/call over {args.calls:,} calls (empty loop {loop_ns:.1f} ns)"
-    )
+    print(f"current(): {call_ns:.1f} ns/call over {args.calls:,} calls (empty loop {loop_ns:.1f} ns)")
 
     cpu_pct, poll_cpu_us, polls = idle_cpu(args.poll_interval, args.seconds)
     print(

@@ -31,16 +31,34 @@ def percentile(values: list[float], fraction: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=400)
-    parser.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres",
-                        help="a PostgreSQL URL allowed to create and drop databases")
+    parser.add_argument(
+        "--admin-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL allowed to create and drop databases",
+    )
     args = parser.parse_args()
 
     with scratch_control_plane("bench_select", args.admin_url) as plane:
         token = plane.token("write")
         port = free_port()
-        process = start([str(BIN / "granian"), "--interface", "asgi", "--workers", "2", "--host",
-                         "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-ws",
-                         "controlplane.asgi:application"], plane.env)
+        process = start(
+            [
+                str(BIN / "granian"),
+                "--interface",
+                "asgi",
+                "--workers",
+                "2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--no-ws",
+                "controlplane.asgi:application",
+            ],
+            plane.env,
+        )
         try:
             wait_until_up(f"http://127.0.0.1:{port}/healthz")
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -61,19 +79,22 @@ def main() -> None:
                 post("/api/v1/chains/chat/revert", {"reason": "warm"})
             selects, reverts = [], []
             for i in range(args.changes // 2):
-                selects.append(post("/api/v1/chains/chat/select",
-                                    {"preset": "pin_secondary", "reason": f"bench {i}"}))
+                selects.append(post("/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": f"bench {i}"}))
                 reverts.append(post("/api/v1/chains/chat/revert", {"reason": f"bench {i}"}))
             conn.close()
         finally:
             stop(process)
 
-    print(f"select: p50 {statistics.median(selects):.1f} ms, p99 {percentile(selects, 0.99):.1f} ms "
-          f"over {len(selects)}; revert: p50 {statistics.median(reverts):.1f} ms, "
-          f"p99 {percentile(reverts, 0.99):.1f} ms")
-    print(f"changes={len(selects) + len(reverts)} select_p50_ms={statistics.median(selects):.1f} "
-          f"select_p99_ms={percentile(selects, 0.99):.1f} revert_p50_ms={statistics.median(reverts):.1f} "
-          f"revert_p99_ms={percentile(reverts, 0.99):.1f}")
+    print(
+        f"select: p50 {statistics.median(selects):.1f} ms, p99 {percentile(selects, 0.99):.1f} ms "
+        f"over {len(selects)}; revert: p50 {statistics.median(reverts):.1f} ms, "
+        f"p99 {percentile(reverts, 0.99):.1f} ms"
+    )
+    print(
+        f"changes={len(selects) + len(reverts)} select_p50_ms={statistics.median(selects):.1f} "
+        f"select_p99_ms={percentile(selects, 0.99):.1f} revert_p50_ms={statistics.median(reverts):.1f} "
+        f"revert_p99_ms={percentile(reverts, 0.99):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     args = parser.parse_args()
 
-    with scratch_control_plane("bench_soak", args.admin_url,
-                               CELERY_BROKER_URL=args.redis_url) as plane:
+    with scratch_control_plane("bench_soak", args.admin_url, CELERY_BROKER_URL=args.redis_url) as plane:
         run(args, plane)
 
 
@@ -77,11 +76,38 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     web = worker = None
     try:
         port = free_port()
-        web = start([str(BIN / "granian"), "--interface", "asgi", "--workers", "2", "--host",
-                     "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-ws",
-                     "controlplane.asgi:application"], env)
-        worker = start([sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--beat",
-                        "--loglevel=warning", "--concurrency=1"], env)
+        web = start(
+            [
+                str(BIN / "granian"),
+                "--interface",
+                "asgi",
+                "--workers",
+                "2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--no-ws",
+                "controlplane.asgi:application",
+            ],
+            env,
+        )
+        worker = start(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "controlplane",
+                "worker",
+                "--beat",
+                "--loglevel=warning",
+                "--concurrency=1",
+            ],
+            env,
+        )
         wait_until_up(f"http://127.0.0.1:{port}/healthz")
 
         stop_at = time.monotonic() + args.duration
@@ -95,9 +121,11 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
             next_at = time.monotonic() + index * interval / READERS
             n = 0
             while time.monotonic() < stop_at:
-                headers = {"Authorization": f"Bearer {read_token}",
-                           "X-Chain-Client": f"soak/reader-{index}",
-                           "X-Chain-Applied-Version": str(latest["version"])}
+                headers = {
+                    "Authorization": f"Bearer {read_token}",
+                    "X-Chain-Client": f"soak/reader-{index}",
+                    "X-Chain-Applied-Version": str(latest["version"]),
+                }
                 if n % 2:
                     headers["If-None-Match"] = f'"{latest["version"]}"'
                 try:
@@ -123,11 +151,13 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
         def changer() -> None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             headers = {"Authorization": f"Bearer {write_token}", "Content-Type": "application/json"}
-            plan = [("select", {"preset": "pin_secondary", "duration_minutes": 1}),
-                    ("extend", {"duration_minutes": 2}),
-                    ("revert", {}),
-                    ("select", {"preset": "local_only", "duration_minutes": 1}),
-                    ("revert", {})]
+            plan = [
+                ("select", {"preset": "pin_secondary", "duration_minutes": 1}),
+                ("extend", {"duration_minutes": 2}),
+                ("revert", {}),
+                ("select", {"preset": "local_only", "duration_minutes": 1}),
+                ("revert", {}),
+            ]
             i = 0
             next_at = time.monotonic()
             while time.monotonic() < stop_at:
@@ -164,13 +194,19 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
         time.sleep(1)
 
         with psycopg.connect(plane.database_url, autocommit=True) as conn:
-            rows = dict(conn.execute(
-                "SELECT action, count(*) FROM presets_historicalselection h "
-                "JOIN presets_chain c ON c.id = h.chain_id WHERE c.name = 'chat' GROUP BY action"
-            ).fetchall())
-            versions = [v for (v,) in conn.execute(
-                "SELECT h.version FROM presets_historicalselection h JOIN presets_chain c "
-                "ON c.id = h.chain_id WHERE c.name = 'chat' ORDER BY h.version").fetchall()]
+            rows = dict(
+                conn.execute(
+                    "SELECT action, count(*) FROM presets_historicalselection h "
+                    "JOIN presets_chain c ON c.id = h.chain_id WHERE c.name = 'chat' GROUP BY action"
+                ).fetchall()
+            )
+            versions = [
+                v
+                for (v,) in conn.execute(
+                    "SELECT h.version FROM presets_historicalselection h JOIN presets_chain c "
+                    "ON c.id = h.chain_id WHERE c.name = 'chat' ORDER BY h.version"
+                ).fetchall()
+            ]
     finally:
         for process in (web, worker):
             if process is not None:
@@ -187,12 +223,14 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     last = [mb for t, mb in samples if t >= samples[-1][0] - 60]
     rss_start, rss_end = statistics.mean(first), statistics.mean(last)
     print(f"reads: {dict(statuses)}; changes: {dict(changes)}; history by action: {rows}")
-    print(f"duration_s={args.duration} reads={reads} read_rps={reads / args.duration:.0f} "
-          f"read_errors={read_errors} changes={made} change_errors={change_errors} "
-          f"history_rows={history_rows} expected_rows={expected_rows} "
-          f"lost_rows={expected_rows - history_rows} versions_gapless={gapless} "
-          f"rss_start_mb={rss_start:.0f} rss_end_mb={rss_end:.0f} "
-          f"rss_growth_pct={100 * (rss_end - rss_start) / rss_start:.1f}")
+    print(
+        f"duration_s={args.duration} reads={reads} read_rps={reads / args.duration:.0f} "
+        f"read_errors={read_errors} changes={made} change_errors={change_errors} "
+        f"history_rows={history_rows} expected_rows={expected_rows} "
+        f"lost_rows={expected_rows - history_rows} versions_gapless={gapless} "
+        f"rss_start_mb={rss_start:.0f} rss_end_mb={rss_end:.0f} "
+        f"rss_growth_pct={100 * (rss_end - rss_start) / rss_start:.1f}"
+    )
 
 
 if __name__ == "__main__":

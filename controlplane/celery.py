@@ -24,8 +24,10 @@ def _make_folders(sender: Celery, **kwargs: object) -> None:
     folders = [Path(sender.conf.beat_schedule_filename).parent]
     if str(sender.conf.broker_url).startswith("filesystem://"):
         options = sender.conf.broker_transport_options or {}
-        folders += [Path(options[key]) for key in (
-            "data_folder_in", "data_folder_out", "processed_folder", "control_folder")
-            if key in options]
+        folders += [
+            Path(options[key])
+            for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
+            if key in options
+        ]
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,5 @@ class DatabaseOutageMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, (OperationalError, InterfaceError)):
             return None
-        log.error("database unavailable on %s %s: %s", request.method, request.path,
-                  exception.__class__.__name__)
+        log.error("database unavailable on %s %s: %s", request.method, request.path, exception.__class__.__name__)
         return database_unavailable(request)

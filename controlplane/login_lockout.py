@@ -9,10 +9,17 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 
-def lockout_response(request: HttpRequest, original_response: HttpResponse | None = None,
-                     credentials: dict[str, Any] | None = None) -> HttpResponse:
+def lockout_response(
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: dict[str, Any] | None = None
+) -> HttpResponse:
     """429 with what happened and when to try again (the lock lifts by itself)."""
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
-    return render(request, "registration/locked_out.html", {
-        "failure_limit": settings.AXES_FAILURE_LIMIT, "minutes": minutes,
-    }, status=429)
+    return render(
+        request,
+        "registration/locked_out.html",
+        {
+            "failure_limit": settings.AXES_FAILURE_LIMIT,
+            "minutes": minutes,
+        },
+        status=429,
+    )

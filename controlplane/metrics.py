@@ -40,14 +40,15 @@ class ChainCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
-        version = GaugeMetricFamily("controlplane_chain_version", "Active version of each chain",
-                                    labels=["chain"])
-        pinned = GaugeMetricFamily("controlplane_chain_pinned",
-                                   "1 when a pin (a non-default preset) is live, else 0",
-                                   labels=["chain"])
-        pin_ages = GaugeMetricFamily("controlplane_chain_pin_age_seconds",
-                                    "Seconds since the live pin started (0 when not pinned)",
-                                    labels=["chain"])
+        version = GaugeMetricFamily("controlplane_chain_version", "Active version of each chain", labels=["chain"])
+        pinned = GaugeMetricFamily(
+            "controlplane_chain_pinned", "1 when a pin (a non-default preset) is live, else 0", labels=["chain"]
+        )
+        pin_ages = GaugeMetricFamily(
+            "controlplane_chain_pin_age_seconds",
+            "Seconds since the live pin started (0 when not pinned)",
+            labels=["chain"],
+        )
         for selection in Selection.objects.select_related("chain"):
             name = selection.chain.name
             version.add_metric([name], selection.version)
@@ -56,28 +57,32 @@ class ChainCollector(Collector):
             pin_ages.add_metric([name], max(0.0, age.total_seconds()) if age is not None else 0.0)
         yield from (version, pinned, pin_ages)
 
-        changes = CounterMetricFamily("controlplane_selection_changes",
-                                      "Selection changes (versions) by chain and action",
-                                      labels=["chain", "action"])
-        expiries = CounterMetricFamily("controlplane_pin_expiries",
-                                       "Pins reverted because they expired, by chain",
-                                       labels=["chain"])
-        counted = (Selection.history.values("chain__name", "action").annotate(n=Count("history_id"))
-                   .order_by("chain__name", "action"))
+        changes = CounterMetricFamily(
+            "controlplane_selection_changes",
+            "Selection changes (versions) by chain and action",
+            labels=["chain", "action"],
+        )
+        expiries = CounterMetricFamily(
+            "controlplane_pin_expiries", "Pins reverted because they expired, by chain", labels=["chain"]
+        )
+        counted = (
+            Selection.history.values("chain__name", "action")
+            .annotate(n=Count("history_id"))
+            .order_by("chain__name", "action")
+        )
         for row in counted:
             changes.add_metric([row["chain__name"], row["action"]], row["n"])
             if row["action"] == Action.EXPIRE:
                 expiries.add_metric([row["chain__name"]], row["n"])
         yield from (changes, expiries)
 
-        alerts = CounterMetricFamily("controlplane_alerts", "Alerts raised, by kind",
-                                     labels=["kind"])
-        open_alerts = GaugeMetricFamily("controlplane_alerts_open", "Alerts not yet resolved",
-                                        labels=["kind"])
+        alerts = CounterMetricFamily("controlplane_alerts", "Alerts raised, by kind", labels=["kind"])
+        open_alerts = GaugeMetricFamily("controlplane_alerts_open", "Alerts not yet resolved", labels=["kind"])
         for row in Alert.objects.values("kind").annotate(n=Count("id")).order_by("kind"):
             alerts.add_metric([row["kind"]], row["n"])
-        for row in (Alert.objects.filter(resolved_at__isnull=True).values("kind")
-                    .annotate(n=Count("id")).order_by("kind")):
+        for row in (
+            Alert.objects.filter(resolved_at__isnull=True).values("kind").annotate(n=Count("id")).order_by("kind")
+        ):
             open_alerts.add_metric([row["kind"]], row["n"])
         yield from (alerts, open_alerts)
 
@@ -95,8 +100,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if settings.METRICS_TOKEN:
         raw = bearer_token(request.headers.get("Authorization"))
         if raw is None or not hmac.compare_digest(raw.encode(), settings.METRICS_TOKEN.encode()):
-            response = HttpResponse("metrics need 'Authorization: Bearer <METRICS_TOKEN>'\n",
-                                    status=401, content_type="text/plain")
+            response = HttpResponse(
+                "metrics need 'Authorization: Bearer <METRICS_TOKEN>'\n", status=401, content_type="text/plain"
+            )
             response["WWW-Authenticate"] = "Bearer"
             return response
     if request.method != "GET":

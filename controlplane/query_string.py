@@ -39,8 +39,11 @@ class RefuseUnstorableQueryMiddleware:
         try:
             refused = refused_parameter(request)
         except TooManyFieldsSent:
-            return bad_request(request, f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} query "
-                               "parameters: send fewer", field="query")
+            return bad_request(
+                request,
+                f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} query parameters: send fewer",
+                field="query",
+            )
         if refused is None:
             return self.get_response(request)
         name, problem = refused

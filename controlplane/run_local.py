@@ -29,20 +29,33 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     python = sys.executable
     worker = subprocess.Popen(
-        [python, "-m", "celery", "-A", "controlplane", "worker", "--beat", "--loglevel=info",
-         "--concurrency=2"],
+        [python, "-m", "celery", "-A", "controlplane", "worker", "--beat", "--loglevel=info", "--concurrency=2"],
     )
     # The same web stack as production (the ASGI read front and Django under granian), with
     # one worker; static files collected under VAR_DIR and served by granian.
     host, _, port = address.rpartition(":")
     web = subprocess.Popen(
-        [str(Path(python).parent / "granian"), "--interface", "asgi", "--host", host or "127.0.0.1",
-         "--port", port, "--workers", "1", "--no-ws", "--log-level", "warning",
-         "--static-path-route", "/static", "--static-path-mount", str(settings.STATIC_ROOT),
-         "controlplane.asgi:application"],
+        [
+            str(Path(python).parent / "granian"),
+            "--interface",
+            "asgi",
+            "--host",
+            host or "127.0.0.1",
+            "--port",
+            port,
+            "--workers",
+            "1",
+            "--no-ws",
+            "--log-level",
+            "warning",
+            "--static-path-route",
+            "/static",
+            "--static-path-mount",
+            str(settings.STATIC_ROOT),
+            "controlplane.asgi:application",
+        ],
     )
-    print(f"Serving on http://{host or '127.0.0.1'}:{port}/ (Ctrl-C stops web, worker and beat)",
-          flush=True)
+    print(f"Serving on http://{host or '127.0.0.1'}:{port}/ (Ctrl-C stops web, worker and beat)", flush=True)
 
     stopping: list[int] = []
 
@@ -59,8 +72,11 @@ def main(argv: list[str]) -> int:
     try:
         while web.poll() is None:
             if not worker_reported and worker.poll() is not None:
-                print(f"run_local: the Celery worker exited with {worker.returncode}; the web "
-                      "process keeps serving without background work", file=sys.stderr)
+                print(
+                    f"run_local: the Celery worker exited with {worker.returncode}; the web "
+                    "process keeps serving without background work",
+                    file=sys.stderr,
+                )
                 worker_reported = True
             time.sleep(0.5)
     finally:

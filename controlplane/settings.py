@@ -142,8 +142,7 @@ else:
         # Django's backend, with requests failing at once while PostgreSQL is down.
         DATABASES["default"]["ENGINE"] = "controlplane.postgresql"
         DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 1, minimum=0),
-                            DATABASE_POOL_MAX_SIZE),
+            "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 1, minimum=0), DATABASE_POOL_MAX_SIZE),
             "max_size": DATABASE_POOL_MAX_SIZE,
             "timeout": env_int("DATABASE_POOL_TIMEOUT", 5, minimum=1, maximum=600),
         }
@@ -225,9 +224,7 @@ PROVIDER_REGISTRY = env_str("PROVIDER_REGISTRY", "presets.registry")
 PIN_DEFAULT_MINUTES = env_int("PIN_DEFAULT_MINUTES", 240, minimum=1)
 PIN_MAX_MINUTES = env_int("PIN_MAX_MINUTES", 1440, minimum=1)
 if PIN_DEFAULT_MINUTES > PIN_MAX_MINUTES:
-    raise ImproperlyConfigured(
-        f"PIN_DEFAULT_MINUTES={PIN_DEFAULT_MINUTES} exceeds PIN_MAX_MINUTES={PIN_MAX_MINUTES}"
-    )
+    raise ImproperlyConfigured(f"PIN_DEFAULT_MINUTES={PIN_DEFAULT_MINUTES} exceeds PIN_MAX_MINUTES={PIN_MAX_MINUTES}")
 PIN_ALERT_AFTER_MINUTES = env_int("PIN_ALERT_AFTER_MINUTES", 60, minimum=1)
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 ALERT_EMAILS = env_list("ALERT_EMAILS", [])
@@ -239,8 +236,7 @@ for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL"
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
 for _address in ALERT_EMAILS:
     if "@" not in _address.strip("@"):
-        raise ImproperlyConfigured(f"ALERT_EMAILS: {_address!r} is not an email address "
-                                   "(use a comma-separated list)")
+        raise ImproperlyConfigured(f"ALERT_EMAILS: {_address!r} is not an email address (use a comma-separated list)")
 # Delivery of alerts to the webhook and email: attempt n waits about BACKOFF * 2**(n-1)
 # seconds (with jitter, capped at 15 minutes) after attempt n-1 failed; after MAX_ATTEMPTS the
 # delivery is recorded as failed on the alert, which is kept.
@@ -318,8 +314,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         # One line per record: control characters in the message (a reason's newline) escaped.
-        "plain": {"()": "controlplane.logging_plain.PlainFormatter",
-                  "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {
+            "()": "controlplane.logging_plain.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
         "json": {"()": "controlplane.logging_json.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},

@@ -63,8 +63,7 @@ class ServiceTokenAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: ServiceToken, form: Any, change: bool) -> None:
         if not change:
             raw = obj.issue()
-            messages.warning(request, f"Token {obj.name!r} created. Copy it now, it is not shown "
-                             f"again: {raw}")
+            messages.warning(request, f"Token {obj.name!r} created. Copy it now, it is not shown again: {raw}")
         super().save_model(request, obj, form, change)
 
     @admin.action(description="Revoke selected tokens")

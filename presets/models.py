@@ -46,9 +46,7 @@ class Chain(models.Model):
 
     name = models.SlugField(unique=True)
     description = models.TextField(blank=True)
-    default_preset = models.ForeignKey(
-        "Preset", null=True, on_delete=models.PROTECT, related_name="+"
-    )
+    default_preset = models.ForeignKey("Preset", null=True, on_delete=models.PROTECT, related_name="+")
     contract = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     history = HistoricalRecords()
@@ -68,7 +66,6 @@ class Chain(models.Model):
         return self.default_preset
 
 
-
 class Preset(models.Model):
     """A named, reviewed list of 1..4 distinct steps for one chain. Never deleted: retired."""
 
@@ -83,9 +80,7 @@ class Preset(models.Model):
 
     class Meta:
         ordering = ["chain__name", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["chain", "name"], name="preset_unique_per_chain")
-        ]
+        constraints = [models.UniqueConstraint(fields=["chain", "name"], name="preset_unique_per_chain")]
 
     def __str__(self) -> str:
         return f"{self.chain.name}/{self.name}"
@@ -124,9 +119,7 @@ class Selection(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     action = models.CharField(max_length=10, choices=Action.choices)
     previous_version = models.PositiveIntegerField(null=True, blank=True)
-    previous_preset = models.ForeignKey(
-        Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
+    previous_preset = models.ForeignKey(Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     previous_steps = models.JSONField(null=True, blank=True)
     previous_expires_at = models.DateTimeField(null=True, blank=True)
     history = HistoricalRecords()
@@ -177,8 +170,12 @@ class Selection(models.Model):
             "updated_at": format_instant(self.updated_at),
             "expires_at": format_instant(self.expires_at),
             "default": DefaultChainDocument(
-                preset=default.name, chain=default.steps, marking=default.marking or NO_MARKING.copy(),
-            ) if default is not None else None,
+                preset=default.name,
+                chain=default.steps,
+                marking=default.marking or NO_MARKING.copy(),
+            )
+            if default is not None
+            else None,
         }
 
 

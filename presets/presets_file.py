@@ -50,9 +50,7 @@ class PresetSpec:
     @property
     def source_hash(self) -> str:
         """Hash of the reviewed definition: a change here is a change to what is served."""
-        return canonical_hash(
-            {"chain": self.steps, "marking": self.marking, "description": self.description}
-        )
+        return canonical_hash({"chain": self.steps, "marking": self.marking, "description": self.description})
 
 
 @dataclass(frozen=True)
@@ -99,10 +97,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if what in {"minimum", "maximum"} and error.path and error.path[-1] == "timeout_ms":
         return f"timeout_ms {error.instance} is out of bounds: use 500..120000 milliseconds"
     if what in {"minItems", "maxItems"} and error.path and error.path[-1] == "chain":
-        return (
-            f"a preset has 1 to {MAX_STEPS} steps, this one has {len(error.instance)}: "
-            "split it or drop steps"
-        )
+        return f"a preset has 1 to {MAX_STEPS} steps, this one has {len(error.instance)}: split it or drop steps"
     if what == "type":
         return f"{error.message}; fix the value's type"
     if what == "pattern" or (error.validator == "propertyNames"):
@@ -128,8 +123,9 @@ def _nul_characters(value: Any, parts: tuple[Any, ...] = ()) -> list[Problem]:
     if isinstance(value, dict):
         for key, child in value.items():
             if "\x00" in key:
-                found.append(Problem(_json_path((*parts, key)),
-                                     "the key contains a NUL character (\\u0000): remove it"))
+                found.append(
+                    Problem(_json_path((*parts, key)), "the key contains a NUL character (\\u0000): remove it")
+                )
             found += _nul_characters(child, (*parts, key))
     elif isinstance(value, list):
         for index, child in enumerate(value):
@@ -167,40 +163,50 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
                 step_path = f"{preset_path}.chain[{i}]"
                 provider = registry.get(step["provider"])
                 if provider is None:
-                    problems.append(Problem(
-                        f"{step_path}.provider",
-                        f"unknown provider {step['provider']!r}: use one of "
-                        f"{', '.join(sorted(registry))} (providers are compiled in)",
-                    ))
+                    problems.append(
+                        Problem(
+                            f"{step_path}.provider",
+                            f"unknown provider {step['provider']!r}: use one of "
+                            f"{', '.join(sorted(registry))} (providers are compiled in)",
+                        )
+                    )
                     continue
                 if step["model"] not in provider.models:
-                    problems.append(Problem(
-                        f"{step_path}.model",
-                        f"unknown model {step['model']!r} for {step['provider']}: use one of "
-                        f"{', '.join(sorted(provider.models))}",
-                    ))
+                    problems.append(
+                        Problem(
+                            f"{step_path}.model",
+                            f"unknown model {step['model']!r} for {step['provider']}: use one of "
+                            f"{', '.join(sorted(provider.models))}",
+                        )
+                    )
                     continue
                 key = (step["provider"], step["model"])
                 if key in seen:
-                    problems.append(Problem(
-                        step_path,
-                        f"duplicate step {step['provider']}/{step['model']}: each provider's "
-                        "model may appear once per preset; remove the repeat",
-                    ))
+                    problems.append(
+                        Problem(
+                            step_path,
+                            f"duplicate step {step['provider']}/{step['model']}: each provider's "
+                            "model may appear once per preset; remove the repeat",
+                        )
+                    )
                 seen.add(key)
                 missing = requires - provider.models[step["model"]]
                 if missing:
-                    problems.append(Problem(
-                        step_path,
-                        f"violates the chain's contract: {step['provider']}/{step['model']} lacks "
-                        f"{', '.join(sorted(missing))}; pick a model that has it",
-                    ))
+                    problems.append(
+                        Problem(
+                            step_path,
+                            f"violates the chain's contract: {step['provider']}/{step['model']} lacks "
+                            f"{', '.join(sorted(missing))}; pick a model that has it",
+                        )
+                    )
                 if destinations is not None and provider.destination not in destinations:
-                    problems.append(Problem(
-                        step_path,
-                        f"violates the chain's contract: destination {provider.destination!r} "
-                        f"is not allowed (allowed: {', '.join(destinations)})",
-                    ))
+                    problems.append(
+                        Problem(
+                            step_path,
+                            f"violates the chain's contract: destination {provider.destination!r} "
+                            f"is not allowed (allowed: {', '.join(destinations)})",
+                        )
+                    )
             presets[preset_name] = PresetSpec(
                 name=preset_name,
                 steps=[dict(s) for s in raw_preset["chain"]],
@@ -208,11 +214,13 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
                 description=raw_preset.get("description", ""),
             )
         if raw_chain["default"] not in raw_chain["presets"]:
-            problems.append(Problem(
-                f"{chain_path}.default",
-                f"default preset {raw_chain['default']!r} is not defined in this chain: "
-                f"use one of {', '.join(sorted(raw_chain['presets']))}",
-            ))
+            problems.append(
+                Problem(
+                    f"{chain_path}.default",
+                    f"default preset {raw_chain['default']!r} is not defined in this chain: "
+                    f"use one of {', '.join(sorted(raw_chain['presets']))}",
+                )
+            )
         chains[chain_name] = ChainSpec(
             name=chain_name,
             description=raw_chain.get("description", ""),

@@ -24,16 +24,10 @@ def _load(module_name: str) -> dict[str, Provider]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ImproperlyConfigured(
-            f"PROVIDER_REGISTRY={module_name!r} cannot be imported: {exc}"
-        ) from None
+        raise ImproperlyConfigured(f"PROVIDER_REGISTRY={module_name!r} cannot be imported: {exc}") from None
     providers = getattr(module, "PROVIDERS", None)
-    if not isinstance(providers, dict) or not all(
-        isinstance(p, Provider) for p in providers.values()
-    ):
-        raise ImproperlyConfigured(
-            f"PROVIDER_REGISTRY={module_name!r} must define PROVIDERS: dict[str, Provider]"
-        )
+    if not isinstance(providers, dict) or not all(isinstance(p, Provider) for p in providers.values()):
+        raise ImproperlyConfigured(f"PROVIDER_REGISTRY={module_name!r} must define PROVIDERS: dict[str, Provider]")
     return providers
 
 

@@ -19,8 +19,7 @@ from presets.models import Action, Chain, Preset, Selection
 
 def selections() -> QuerySet[Selection]:
     """Every chain's selection with its chain, default and preset loaded, by chain name."""
-    return Selection.objects.select_related("chain", "chain__default_preset", "preset").order_by(
-        "chain__name")
+    return Selection.objects.select_related("chain", "chain__default_preset", "preset").order_by("chain__name")
 
 
 @dataclass(frozen=True)
@@ -37,16 +36,14 @@ def pin_start(*, chain: Chain, version: int) -> PinStart | None:
     """The select or restore that started the pin live at ``version`` (extensions and syncs
     keep a pin; any other change ends it, so the latest such change is where it began)."""
     row = (
-        Selection.history.filter(chain_id=chain.pk, version__lte=version,
-                                 action__in=[Action.SELECT, Action.RESTORE])
+        Selection.history.filter(chain_id=chain.pk, version__lte=version, action__in=[Action.SELECT, Action.RESTORE])
         .order_by("-version")
         .values("version", "updated_at", "updated_by", "reason")
         .first()
     )
     if row is None:
         return None
-    return PinStart(version=row["version"], at=row["updated_at"], actor=row["updated_by"],
-                    reason=row["reason"])
+    return PinStart(version=row["version"], at=row["updated_at"], actor=row["updated_by"], reason=row["reason"])
 
 
 def live_pin_start(selection: Selection) -> PinStart | None:
@@ -55,8 +52,8 @@ def live_pin_start(selection: Selection) -> PinStart | None:
     if not selection.is_pinned:
         return None
     return pin_start(chain=selection.chain, version=selection.version) or PinStart(
-        version=selection.version, at=selection.updated_at, actor=selection.updated_by,
-        reason=selection.reason)
+        version=selection.version, at=selection.updated_at, actor=selection.updated_by, reason=selection.reason
+    )
 
 
 def pin_age(selection: Selection, *, now: datetime) -> timedelta | None:

@@ -83,26 +83,31 @@ def select_preset(
             raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
         if target.is_default and expires_at is not None:
             raise InvalidInput(
-                "expires_at", f"{preset!r} is the default preset, which never expires: "
-                "leave the duration out",
+                "expires_at",
+                f"{preset!r} is the default preset, which never expires: leave the duration out",
             )
         expiry = None if target.is_default else resolve_expiry(expires_at, now=now)
-        return _apply(selection, preset=target, action=Action.SELECT, actor=actor,
-                      reason=reason, expires_at=expiry, now=now)
+        return _apply(
+            selection, preset=target, action=Action.SELECT, actor=actor, reason=reason, expires_at=expiry, now=now
+        )
 
 
-def revert_to_default(
-    *, chain: str, actor: str, reason: str, expected_version: int | None = None
-) -> Selection:
+def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: int | None = None) -> Selection:
     """End the pin: serve the chain's default preset again."""
     reason = clean_reason(reason)
     with transaction.atomic():
         selection = _lock(chain, expected_version)
         if selection.is_default:
-            raise InvalidInput("chain", f"{chain} already serves its default preset; "
-                               "nothing to revert")
-        return _apply(selection, preset=selection.chain.default, action=Action.REVERT,
-                      actor=actor, reason=reason, expires_at=None, now=_now())
+            raise InvalidInput("chain", f"{chain} already serves its default preset; nothing to revert")
+        return _apply(
+            selection,
+            preset=selection.chain.default,
+            action=Action.REVERT,
+            actor=actor,
+            reason=reason,
+            expires_at=None,
+            now=_now(),
+        )
 
 
 def extend_pin(
@@ -120,14 +125,20 @@ def extend_pin(
         selection = _lock(chain, expected_version)
         if not selection.is_pinned:
             raise InvalidInput("chain", f"{chain} is not pinned: only a pin can be extended")
-        return _apply(selection, preset=selection.preset, action=Action.EXTEND, actor=actor,
-                      reason=reason, expires_at=resolve_expiry(expires_at, now=now), now=now,
-                      steps=selection.steps, marking=selection.marking)
+        return _apply(
+            selection,
+            preset=selection.preset,
+            action=Action.EXTEND,
+            actor=actor,
+            reason=reason,
+            expires_at=resolve_expiry(expires_at, now=now),
+            now=now,
+            steps=selection.steps,
+            marking=selection.marking,
+        )
 
 
-def restore(
-    *, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None
-) -> Selection:
+def restore(*, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None) -> Selection:
     """Undo the change that produced ``version``: make its previous value live again, as a new
     version. The previous preset is served with its current reviewed definition; a restored
     pin gets a fresh expiry of the default duration."""
@@ -141,33 +152,37 @@ def restore(
             .first()
         )
         if entry is None:
-            raise NotFound(f"{chain} has no version {version}",
-                           details={"chain": chain, "version": version})
+            raise NotFound(f"{chain} has no version {version}", details={"chain": chain, "version": version})
         previous = entry.previous_preset
-        refusal = restore_refusal(chain=chain, version=version, previous=previous,
-                                  live_preset_id=selection.preset_id)
+        refusal = restore_refusal(chain=chain, version=version, previous=previous, live_preset_id=selection.preset_id)
         if refusal is not None:
             raise refusal
         assert previous is not None  # refused above
         expiry = None if previous.is_default else resolve_expiry(None, now=now)
-        return _apply(selection, preset=previous, action=Action.RESTORE, actor=actor,
-                      reason=reason, expires_at=expiry, now=now)
+        return _apply(
+            selection, preset=previous, action=Action.RESTORE, actor=actor, reason=reason, expires_at=expiry, now=now
+        )
 
 
-def restore_refusal(*, chain: str, version: int, previous: Preset | None,
-                    live_preset_id: int | None) -> InvalidInput | None:
+def restore_refusal(
+    *, chain: str, version: int, previous: Preset | None, live_preset_id: int | None
+) -> InvalidInput | None:
     """Why undoing ``version`` (whose previous value was ``previous``) is refused while
     ``live_preset_id`` is live, or None. ``restore`` raises it; the history page shows it
     beside the Restore button instead of offering one."""
     if previous is None:
-        return InvalidInput("version", f"v{version} created {chain}; it has no previous value "
-                            "to restore")
+        return InvalidInput("version", f"v{version} created {chain}; it has no previous value to restore")
     if previous.is_retired:
-        return InvalidInput("version", f"v{version} replaced preset {previous.name!r}, which has "
-                            "been retired from the presets file; select an active preset")
+        return InvalidInput(
+            "version",
+            f"v{version} replaced preset {previous.name!r}, which has "
+            "been retired from the presets file; select an active preset",
+        )
     if previous.pk == live_preset_id:
-        return InvalidInput("version", f"{previous.name!r} (the value before v{version}) is "
-                            "already live; use extend to keep a pin longer")
+        return InvalidInput(
+            "version",
+            f"{previous.name!r} (the value before v{version}) is already live; use extend to keep a pin longer",
+        )
     return None
 
 
@@ -195,8 +210,15 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
             reason = ended + selection.reason
             if len(reason) > REASON_MAX:
                 reason = reason[: REASON_MAX - 1] + "…"
-            _apply(selection, preset=selection.chain.default, action=Action.EXPIRE,
-                   actor=EXPIRY_ACTOR, reason=reason, expires_at=None, now=now)
+            _apply(
+                selection,
+                preset=selection.chain.default,
+                action=Action.EXPIRE,
+                actor=EXPIRY_ACTOR,
+                reason=reason,
+                expires_at=None,
+                now=now,
+            )
             events.pin_expired.send(sender=Selection, selection=selection, now=now)
             reverted += 1
     return reverted
@@ -289,8 +311,11 @@ def _lock(chain: str, expected_version: int | None) -> Selection:
             f"{selection.action} of {selection.preset.name} by {selection.updated_by} at "
             f"{format_time(selection.updated_at)} (reason: {selection.reason}). Check it and "
             "try again with the new version.",
-            details={"expected_version": expected_version, "current": selection.to_document(),
-                     "action": selection.action},
+            details={
+                "expected_version": expected_version,
+                "current": selection.to_document(),
+                "action": selection.action,
+            },
         )
     return selection
 
@@ -300,8 +325,9 @@ def _active_preset(chain: Chain, name: str) -> Preset:
     if preset is None or preset.is_retired:
         active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
         state = "is retired" if preset else "does not exist"
-        raise InvalidInput("preset", f"{name!r} {state} on {chain.name}: use one of "
-                           f"{', '.join(active)}", choices=active)
+        raise InvalidInput(
+            "preset", f"{name!r} {state} on {chain.name}: use one of {', '.join(active)}", choices=active
+        )
     return preset
 
 
@@ -334,8 +360,16 @@ def _apply(
     selection.action = action
     selection.save()
     events.selection_changed.send(sender=Selection, selection=selection, epoch=None)
-    log.info("chain %s: %s -> v%d %s (%s by %s): %s", selection.chain.name, before,
-             selection.version, preset.name, action, actor, reason)
+    log.info(
+        "chain %s: %s -> v%d %s (%s by %s): %s",
+        selection.chain.name,
+        before,
+        selection.version,
+        preset.name,
+        action,
+        actor,
+        reason,
+    )
     return selection
 
 
@@ -391,8 +425,10 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
     problems: list[str] = []
     missing_chains = Chain.objects.exclude(name__in=presets_file.chains).values_list("name", flat=True)
     for name in missing_chains:
-        problems.append(f"$.chains.{name}: chain {name!r} exists but is not in the file; chains "
-                        "are never deleted (history must resolve): keep it in the file")
+        problems.append(
+            f"$.chains.{name}: chain {name!r} exists but is not in the file; chains "
+            "are never deleted (history must resolve): keep it in the file"
+        )
     for spec in presets_file.chains.values():
         chain, created = Chain.objects.select_for_update().get_or_create(
             name=spec.name, defaults={"description": spec.description, "contract": spec.contract}
@@ -406,20 +442,25 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
         existing = {p.name: p for p in chain.presets.all()}
         for preset_spec in spec.presets.values():
             preset = existing.get(preset_spec.name)
-            values = {"steps": preset_spec.steps, "marking": preset_spec.marking,
-                      "description": preset_spec.description,
-                      "source_hash": preset_spec.source_hash, "retired_at": None}
+            values = {
+                "steps": preset_spec.steps,
+                "marking": preset_spec.marking,
+                "description": preset_spec.description,
+                "source_hash": preset_spec.source_hash,
+                "retired_at": None,
+            }
             if preset is None:
                 Preset.objects.create(chain=chain, name=preset_spec.name, **values)
-                report.add(f"+ preset {spec.name}/{preset_spec.name} "
-                           f"{_describe_steps(preset_spec.steps)}")
+                report.add(f"+ preset {spec.name}/{preset_spec.name} {_describe_steps(preset_spec.steps)}")
             elif preset.source_hash != preset_spec.source_hash or preset.is_retired:
                 was = "retired " if preset.is_retired else ""
                 for key, value in values.items():
                     setattr(preset, key, value)
                 preset.save()
-                report.add(f"~ preset {spec.name}/{preset_spec.name} ({was}definition changed) "
-                           f"{_describe_steps(preset_spec.steps)}")
+                report.add(
+                    f"~ preset {spec.name}/{preset_spec.name} ({was}definition changed) "
+                    f"{_describe_steps(preset_spec.steps)}"
+                )
         selection_id = Selection.objects.filter(chain=chain).values_list("id", flat=True).first()
         selection = lock_selection(selection_id) if selection_id is not None else None
         for name, preset in existing.items():
@@ -443,9 +484,15 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 report.add(f"~ chain {spec.name}: default {old} -> {spec.default}")
         if selection is None:
             created_selection = Selection.objects.create(
-                chain=chain, version=1, preset=default, steps=default.steps,
-                marking=default.marking, updated_by=SYNC_ACTOR,
-                reason=f"chain created from {reason}", updated_at=now, expires_at=None,
+                chain=chain,
+                version=1,
+                preset=default,
+                steps=default.steps,
+                marking=default.marking,
+                updated_by=SYNC_ACTOR,
+                reason=f"chain created from {reason}",
+                updated_at=now,
+                expires_at=None,
                 action=Action.SYNC,
             )
             events.selection_changed.send(sender=Selection, selection=created_selection, epoch=None)
@@ -456,8 +503,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
         raise SyncRefused(problems)
 
 
-def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime,
-               report: SyncReport) -> None:
+def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime, report: SyncReport) -> None:
     """Apply reviewed changes to what the chain serves now, as one new version."""
     selection.chain = chain
     live = chain.presets.get(pk=selection.preset_id)
@@ -468,13 +514,14 @@ def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime
     elif live.is_default:
         expiry = None  # the pinned preset became the default: nothing left to expire
     if (target.pk, target.steps, target.marking, expiry) == (
-        selection.preset_id, selection.steps, selection.marking, selection.expires_at
+        selection.preset_id,
+        selection.steps,
+        selection.marking,
+        selection.expires_at,
     ):
         return
-    _apply(selection, preset=target, action=Action.SYNC, actor=SYNC_ACTOR, reason=reason,
-           expires_at=expiry, now=now)
-    report.add(f"~ {chain.name} v{selection.version} serves {target.name} "
-               f"{_describe_steps(target.steps)}")
+    _apply(selection, preset=target, action=Action.SYNC, actor=SYNC_ACTOR, reason=reason, expires_at=expiry, now=now)
+    report.add(f"~ {chain.name} v{selection.version} serves {target.name} {_describe_steps(target.steps)}")
 
 
 def _describe_steps(steps: list[dict[str, Any]]) -> str:

@@ -21,9 +21,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("postgres") and not settings.DATABASES["default"]["ENGINE"].endswith(
-        "postgresql"
-    ):
+    if item.get_closest_marker("postgres") and not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         message = "needs PostgreSQL: set DATABASE_URL=postgres://..."
         if IN_CI:
             pytest.fail(message + " (CI must run it)")
@@ -144,13 +142,18 @@ def subprocess_env(transactional_db: Any, tmp_path: Path) -> dict[str, str]:
     if connection.vendor != "postgresql":
         pytest.skip("a child process cannot see the SQLite in-memory test database")
     auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))}
-    env.update({
-        "DATABASE_URL": f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
-        "VAR_DIR": str(tmp_path / "var"),  # the beat schedule file and any filesystem queue
-        "PYTHONDONTWRITEBYTECODE": "1",
-    })
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))
+    }
+    env.update(
+        {
+            "DATABASE_URL": f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+            "VAR_DIR": str(tmp_path / "var"),  # the beat schedule file and any filesystem queue
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
     return env
 
 

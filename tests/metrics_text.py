@@ -14,4 +14,3 @@ def value(text: str, name: str, labels: dict[str, str] | None = None) -> float |
         if sample == key:
             return float(number)
     return None
-

@@ -99,27 +99,31 @@ class Postgres:
         self.port = free_port()
         self.max_connections = max_connections
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
-        self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust",
-                         "--no-sync")
+        self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
 
     def as_postgres(self, *command: Any) -> str:
-        done = subprocess.run(["runuser", "-u", "postgres", "--", *map(str, command)],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            ["runuser", "-u", "postgres", "--", *map(str, command)], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
     def start(self) -> None:
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   f"-c max_connections={self.max_connections}")
-        self.as_postgres(PG_CTL, "-D", self.data, "-o", options, "-l", self.root / "log",
-                         "-w", "start")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-c max_connections={self.max_connections}"
+        )
+        self.as_postgres(PG_CTL, "-D", self.data, "-o", options, "-l", self.root / "log", "-w", "start")
 
     def stop(self) -> None:
         self.as_postgres(PG_CTL, "-D", self.data, "-m", "fast", "-w", "stop")
 
     def stop_quietly(self) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_CTL), "-D", str(self.data),
-                        "-m", "immediate", "-w", "stop"], capture_output=True, timeout=60)
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_CTL), "-D", str(self.data), "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
 
     def tool(self, name: str) -> str:
         """The path of one of PostgreSQL's programs (pg_dump, pg_restore, psql)."""
@@ -127,8 +131,20 @@ class Postgres:
 
     def sql(self, statement: str) -> str:
         """Run one statement with psql and return its unaligned output."""
-        return self.as_postgres(PG_BIN / "psql", "-h", "127.0.0.1", "-p", self.port, "-U",
-                                "postgres", "-d", "postgres", "-At", "-c", statement).strip()
+        return self.as_postgres(
+            PG_BIN / "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            self.port,
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-At",
+            "-c",
+            statement,
+        ).strip()
 
 
 class Redis:
@@ -140,9 +156,21 @@ class Redis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(REDIS_SERVER),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         assert wait_for(self._answers, 10), "redis-server did not start"
 
@@ -178,8 +206,14 @@ class Stack:
     timings: dict[str, float] = field(default_factory=dict)
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=settings.BASE_DIR,
-                              env=self.env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=settings.BASE_DIR,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -187,11 +221,29 @@ class Stack:
         port = int(self.url.rsplit(":", 1)[1]) if self.url else free_port()
         with open(self.root / "web.log", "ab") as log:
             self.web = subprocess.Popen(
-                [GRANIAN, "--interface", "asgi", "--workers", str(self.workers), "--host",
-                 "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
-                 "--backlog", "4096", "--backpressure", "4096",
-                 "controlplane.asgi:application"],
-                cwd=settings.BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    GRANIAN,
+                    "--interface",
+                    "asgi",
+                    "--workers",
+                    str(self.workers),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--no-ws",
+                    "--log-level",
+                    "warning",
+                    "--backlog",
+                    "4096",
+                    "--backpressure",
+                    "4096",
+                    "controlplane.asgi:application",
+                ],
+                cwd=settings.BASE_DIR,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.url = f"http://127.0.0.1:{port}"
@@ -213,8 +265,9 @@ class Stack:
 
 
 @contextmanager
-def running_stack(prefix: str, *, workers: int = 1, env: dict[str, str] | None = None,
-                  max_connections: int = 100) -> Iterator[Stack]:
+def running_stack(
+    prefix: str, *, workers: int = 1, env: dict[str, str] | None = None, max_connections: int = 100
+) -> Iterator[Stack]:
     """PostgreSQL and Redis of its own, migrated and synced, tokens and an on-call session
     made, and the production web process (granian ASGI, ``workers`` processes) serving."""
     root = Path(tempfile.mkdtemp(prefix=f"controlplane-{prefix}-"))
@@ -229,18 +282,27 @@ def running_stack(prefix: str, *, workers: int = 1, env: dict[str, str] | None =
     try:
         postgres.start()
         redis.start()
-        base_env = {key: value for key, value in os.environ.items()
-                    if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))}
-        base_env.update({"DATABASE_URL": postgres.url, "CELERY_BROKER_URL": redis.url,
-                         "VAR_DIR": str(root / "var"),
-                         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-                         "LOG_LEVEL": "ERROR", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+        base_env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_"))
+        }
+        base_env.update(
+            {
+                "DATABASE_URL": postgres.url,
+                "CELERY_BROKER_URL": redis.url,
+                "VAR_DIR": str(root / "var"),
+                "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+                "LOG_LEVEL": "ERROR",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                **(env or {}),
+            }
+        )
         stack = Stack(root=root, postgres=postgres, redis=redis, env=base_env, workers=workers)
         stack.manage("migrate", "--no-input", "-v0")
         stack.manage("sync_presets")
         stack.read_token = token_in(stack.manage("create_token", f"{prefix}-reader"))
-        stack.write_token = token_in(stack.manage("create_token", f"{prefix}-writer", "--scope",
-                                                  "write"))
+        stack.write_token = token_in(stack.manage("create_token", f"{prefix}-writer", "--scope", "write"))
         stack.session = stack.manage("shell", "-c", SIGN_IN_ONCALL).strip().splitlines()[-1]
         stack.start_web()
         yield stack
@@ -273,9 +335,16 @@ def token_in(output: str) -> str:
 # --- HTTP -------------------------------------------------------------------------------
 
 
-def request(stack: Stack, method: str, path: str, *, token: str | None = None,
-            body: dict[str, Any] | None = None, session: bool = False,
-            timeout: float = 15) -> tuple[int, dict[str, str], bytes]:
+def request(
+    stack: Stack,
+    method: str,
+    path: str,
+    *,
+    token: str | None = None,
+    body: dict[str, Any] | None = None,
+    session: bool = False,
+    timeout: float = 15,
+) -> tuple[int, dict[str, str], bytes]:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -307,5 +376,10 @@ def read_version(stack: Stack, chain: str) -> int | None:
 
 
 def select(stack: Stack, chain: str, preset: str, **extra: Any) -> tuple[int, dict[str, str], bytes]:
-    return request(stack, "POST", f"/api/v1/chains/{chain}/select", token=stack.write_token,
-                   body={"preset": preset, "reason": "system test", **extra})
+    return request(
+        stack,
+        "POST",
+        f"/api/v1/chains/{chain}/select",
+        token=stack.write_token,
+        body={"preset": preset, "reason": "system test", **extra},
+    )

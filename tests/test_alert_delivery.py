@@ -60,8 +60,7 @@ def refused_url() -> str:
 
 def stale_alert(clock: Any) -> Alert:
     """Pin chat at T0 (alice) and sweep 61 minutes later: one stale_pin alert, v2."""
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
-                           reason="INC-7 vendor_a returns garbage")
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-7 vendor_a returns garbage")
     clock.shift(timedelta(minutes=61))
     assert alerts.sweep_stale_pins().raised == 1
     return Alert.objects.get(kind="stale_pin")
@@ -82,41 +81,71 @@ def test_the_webhook_receives_the_documented_json(synced, settings, webhook) -> 
         alert = stale_alert(clock)
         assert alert_delivery.deliver_alert(alert_id=alert.pk) is None
 
-    assert webhook.bodies == [{
-        "id": alert.pk, "kind": "stale_pin", "chain": "chat", "version": 2,
-        "preset": "pin_secondary", "actor": "alice", "reason": "INC-7 vendor_a returns garbage",
-        "pin_version": 2, "pinned_by": "alice", "pinned_at": "2026-11-29T02:00:00Z",
-        "expires_at": "2026-11-29T06:00:00Z", "age_seconds": 3660, "age": "1 h 1 min",
-        "message": alert.message, "url": "https://cp.example.com/chains/chat/",
-        "created_at": "2026-11-29T03:01:00Z", "resolved_at": None, "resolution": "",
-    }]
-    assert delivery(alert, "webhook") == {"state": "delivered", "attempts": 1, "last_error": "",
-                                          "delivered_at": "2026-11-29T03:01:00Z"}
+    assert webhook.bodies == [
+        {
+            "id": alert.pk,
+            "kind": "stale_pin",
+            "chain": "chat",
+            "version": 2,
+            "preset": "pin_secondary",
+            "actor": "alice",
+            "reason": "INC-7 vendor_a returns garbage",
+            "pin_version": 2,
+            "pinned_by": "alice",
+            "pinned_at": "2026-11-29T02:00:00Z",
+            "expires_at": "2026-11-29T06:00:00Z",
+            "age_seconds": 3660,
+            "age": "1 h 1 min",
+            "message": alert.message,
+            "url": "https://cp.example.com/chains/chat/",
+            "created_at": "2026-11-29T03:01:00Z",
+            "resolved_at": None,
+            "resolution": "",
+        }
+    ]
+    assert delivery(alert, "webhook") == {
+        "state": "delivered",
+        "attempts": 1,
+        "last_error": "",
+        "delivered_at": "2026-11-29T03:01:00Z",
+    }
     assert alert.delivery_due_at is None
 
 
 def test_a_pin_expired_alert_names_the_pin_and_the_revert(synced, settings, webhook) -> None:
     settings.ALERT_WEBHOOK_URL = webhook.url
     with time_machine.travel(T0, tick=False) as clock:
-        services.select_preset(chain="chat", preset="local_only", actor="alice",
-                               reason="INC-9 both vendors down", expires_at=timedelta(minutes=30))
+        services.select_preset(
+            chain="chat",
+            preset="local_only",
+            actor="alice",
+            reason="INC-9 both vendors down",
+            expires_at=timedelta(minutes=30),
+        )
         clock.shift(timedelta(minutes=31))
         services.expire_pins()
         alert_delivery.deliver_alert(alert_id=Alert.objects.get().pk)
 
     [body] = webhook.bodies
-    assert {key: body[key] for key in ("kind", "chain", "version", "preset", "actor",
-                                        "pin_version", "pinned_by", "expires_at", "age")} == {
-        "kind": "pin_expired", "chain": "chat", "version": 3, "preset": "local_only",
-        "actor": "system:expiry", "pin_version": 2, "pinned_by": "alice",
-        "expires_at": "2026-11-29T02:30:00Z", "age": "30 min"}
+    assert {
+        key: body[key]
+        for key in ("kind", "chain", "version", "preset", "actor", "pin_version", "pinned_by", "expires_at", "age")
+    } == {
+        "kind": "pin_expired",
+        "chain": "chat",
+        "version": 3,
+        "preset": "local_only",
+        "actor": "system:expiry",
+        "pin_version": 2,
+        "pinned_by": "alice",
+        "expires_at": "2026-11-29T02:30:00Z",
+        "age": "30 min",
+    }
     assert "INC-9" in body["reason"] and "local_only" in body["reason"]
     assert body["url"] == "http://localhost:8000/chains/chat/"
 
 
-def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(
-    synced, settings, webhook
-) -> None:
+def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(synced, settings, webhook) -> None:
     settings.ALERT_WEBHOOK_URL = webhook.url
     settings.ALERT_DELIVERY_BACKOFF_SECONDS = 10
     webhook.answers = [500, 503]
@@ -126,8 +155,11 @@ def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(
         first = alert_delivery.deliver_alert(alert_id=alert.pk)
         assert 5 <= first <= 10
         assert delivery(alert, "webhook") == {
-            "state": "pending", "attempts": 1, "delivered_at": None,
-            "last_error": "webhook answered HTTP 500 Internal Server Error"}
+            "state": "pending",
+            "attempts": 1,
+            "delivered_at": None,
+            "last_error": "webhook answered HTTP 500 Internal Server Error",
+        }
         # A sweep leaves it to the task that will retry it: the lease covers the backoff.
         assert alert.delivery_due_at == timezone.now() + timedelta(seconds=first) + alert_delivery.DELIVERY_LEASE
         assert alert_delivery.queue_due_deliveries() == 0
@@ -194,9 +226,7 @@ def test_email_goes_to_every_address_through_django_mail(synced, settings, mailo
     assert set(alert.deliveries) == {"log", "email"}  # no webhook configured, none planned
 
 
-def test_a_failing_notifier_does_not_hold_back_the_others(
-    synced, settings, webhook, mailoutbox
-) -> None:
+def test_a_failing_notifier_does_not_hold_back_the_others(synced, settings, webhook, mailoutbox) -> None:
     settings.ALERT_WEBHOOK_URL = webhook.url
     settings.ALERT_EMAILS = ["oncall@example.com"]
     with time_machine.travel(T0, tick=False) as clock:
@@ -213,9 +243,7 @@ def test_a_failing_notifier_does_not_hold_back_the_others(
     assert delivery(alert, "email")["attempts"] == 2
 
 
-def test_the_log_line_is_written_when_the_alert_commits(
-    synced, caplog, django_capture_on_commit_callbacks
-) -> None:
+def test_the_log_line_is_written_when_the_alert_commits(synced, caplog, django_capture_on_commit_callbacks) -> None:
     def notifier_lines() -> list[logging.LogRecord]:
         return [record for record in caplog.records if record.name == "audit.notifiers"]
 
@@ -227,8 +255,7 @@ def test_the_log_line_is_written_when_the_alert_commits(
                 alerts.sweep_stale_pins()
                 assert not notifier_lines()  # nothing is said about an alert that may roll back
     [record] = notifier_lines()
-    assert record.getMessage().startswith("alert stale_pin on chat v2: chat has served pin "
-                                          "pin_secondary for 1 h 1 min")
+    assert record.getMessage().startswith("alert stale_pin on chat v2: chat has served pin pin_secondary for 1 h 1 min")
 
 
 # --- queuing deliveries: the broker ------------------------------------------------------------
@@ -262,8 +289,7 @@ def test_with_the_broker_down_the_sweep_goes_on_and_a_later_sweep_queues_the_del
             assert tasks.alert_stale_pins() == 0  # the sweep's own re-queue fails too: no error
         alert.refresh_from_db()
         assert alert.delivery_due_at == timezone.now()  # still due
-        assert delivery(alert, "webhook") == {"state": "pending", "attempts": 0,
-                                              "last_error": "", "delivered_at": None}
+        assert delivery(alert, "webhook") == {"state": "pending", "attempts": 0, "last_error": "", "delivered_at": None}
         assert queued() == []
 
         clock.shift(timedelta(minutes=1))
@@ -296,7 +322,8 @@ def test_the_cron_command_delivers_due_alerts_itself(synced, settings, webhook) 
         call_command("alert_stale_pins", stdout=out)
     assert out.getvalue().splitlines() == [
         "raised 1 stale-pin alert(s), resolved 0, attempted delivery of 1",
-        "raised 0 stale-pin alert(s), resolved 0, attempted delivery of 0"]
+        "raised 0 stale-pin alert(s), resolved 0, attempted delivery of 0",
+    ]
     assert [body["kind"] for body in webhook.bodies] == ["stale_pin"]
 
 
@@ -305,13 +332,19 @@ def test_an_unreachable_broker_does_not_fail_the_expiry_and_the_alert_stays_due(
     synced, subprocess_env, webhook, queued
 ) -> None:
     with time_machine.travel(timezone.now() - timedelta(hours=1)):
-        services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
-                               reason="INC-7", expires_at=timedelta(minutes=10))
-    env = subprocess_env | {"CELERY_BROKER_URL": "redis://127.0.0.1:1/0",
-                            "ALERT_WEBHOOK_URL": webhook.url}
+        services.select_preset(
+            chain="chat", preset="pin_secondary", actor="alice", reason="INC-7", expires_at=timedelta(minutes=10)
+        )
+    env = subprocess_env | {"CELERY_BROKER_URL": "redis://127.0.0.1:1/0", "ALERT_WEBHOOK_URL": webhook.url}
 
-    done = subprocess.run([sys.executable, "manage.py", "expire_pins"], env=env,
-                          cwd=django_settings.BASE_DIR, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "expire_pins"],
+        env=env,
+        cwd=django_settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert (done.returncode, done.stdout) == (0, "reverted 1 expired pin(s)\n"), done.stderr
     assert "could not queue delivery" in done.stderr

@@ -15,9 +15,27 @@ from presets import services
 pytestmark = pytest.mark.usefixtures("synced")
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
-ALERT_FIELDS = {"id", "kind", "chain", "version", "preset", "actor", "reason", "pin_version",
-                "pinned_by", "pinned_at", "expires_at", "age_seconds", "age", "message", "url",
-                "created_at", "resolved_at", "resolution", "deliveries"}
+ALERT_FIELDS = {
+    "id",
+    "kind",
+    "chain",
+    "version",
+    "preset",
+    "actor",
+    "reason",
+    "pin_version",
+    "pinned_by",
+    "pinned_at",
+    "expires_at",
+    "age_seconds",
+    "age",
+    "message",
+    "url",
+    "created_at",
+    "resolved_at",
+    "resolution",
+    "deliveries",
+}
 
 
 def pin(preset: str = "pin_secondary", **kwargs) -> None:
@@ -44,15 +62,17 @@ def test_it_lists_alerts_newest_first_with_their_delivery_state(reader: Client, 
     assert response["Cache-Control"] == "no-cache"
     entries = response.json()["alerts"]
     assert [(e["kind"], e["version"], e["preset"]) for e in entries] == [
-        ("stale_pin", 4, "local_only"), ("pin_expired", 3, "pin_secondary"),
-        ("stale_pin", 2, "pin_secondary")]
+        ("stale_pin", 4, "local_only"),
+        ("pin_expired", 3, "pin_secondary"),
+        ("stale_pin", 2, "pin_secondary"),
+    ]
     for entry in entries:
         assert set(entry) == ALERT_FIELDS
     newest = entries[0]
-    assert (newest["created_at"], newest["resolved_at"], newest["age"]) == (
-        "2026-11-29T04:32:00Z", None, "1 h 1 min")
-    assert newest["deliveries"] == {"log": {"state": "delivered", "attempts": 1, "last_error": "",
-                                            "delivered_at": "2026-11-29T04:32:00Z"}}
+    assert (newest["created_at"], newest["resolved_at"], newest["age"]) == ("2026-11-29T04:32:00Z", None, "1 h 1 min")
+    assert newest["deliveries"] == {
+        "log": {"state": "delivered", "attempts": 1, "last_error": "", "delivered_at": "2026-11-29T04:32:00Z"}
+    }
     assert entries[2]["resolution"].startswith("pin ended by v3: expire to normal")
 
 
@@ -68,8 +88,11 @@ def test_limit_and_chain_narrow_the_list(reader: Client, three_alerts) -> None:
     assert len(reader.get("/api/v1/alerts?chain=chat").json()["alerts"]) == 3
 
 
-@pytest.mark.parametrize("query", ["open=maybe", "limit=0", "limit=501", "limit=ten"],
-                         ids=["open-not-a-boolean", "limit-zero", "limit-too-big", "limit-text"])
+@pytest.mark.parametrize(
+    "query",
+    ["open=maybe", "limit=0", "limit=501", "limit=ten"],
+    ids=["open-not-a-boolean", "limit-zero", "limit-too-big", "limit-text"],
+)
 def test_bad_parameters_are_a_validation_error(reader: Client, query: str) -> None:
     response = reader.get(f"/api/v1/alerts?{query}")
     assert response.status_code == 400
@@ -103,7 +126,11 @@ def test_the_openapi_schema_documents_the_alert_shape(client: Client) -> None:
     assert set(alert["properties"]) == ALERT_FIELDS
     delivery = alert["properties"]["deliveries"]["additionalProperties"]["$ref"]
     assert set(components[delivery.rsplit("/", 1)[1]]["properties"]) == {
-        "state", "attempts", "last_error", "delivered_at"}
+        "state",
+        "attempts",
+        "last_error",
+        "delivered_at",
+    }
 
 
 def test_the_admin_lists_alerts_read_only(client: Client, three_alerts) -> None:

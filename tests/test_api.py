@@ -13,8 +13,20 @@ from presets.models import Selection
 
 pytestmark = pytest.mark.usefixtures("synced")
 
-DOCUMENT_FIELDS = {"name", "version", "preset", "is_default", "chain", "marking", "updated_by",
-                   "reason", "updated_at", "expires_at", "epoch", "default"}
+DOCUMENT_FIELDS = {
+    "name",
+    "version",
+    "preset",
+    "is_default",
+    "chain",
+    "marking",
+    "updated_by",
+    "reason",
+    "updated_at",
+    "expires_at",
+    "epoch",
+    "default",
+}
 
 
 def post(client: Client, url: str, body: object) -> object:
@@ -66,15 +78,15 @@ def test_the_list_holds_every_chain_document(reader: Client) -> None:
 
 
 def test_a_degraded_preset_carries_its_marking(writer: Client) -> None:
-    document = post(writer, "/api/v1/chains/chat/select",
-                    {"preset": "local_only", "reason": "both vendors down"}).json()
+    document = post(
+        writer, "/api/v1/chains/chat/select", {"preset": "local_only", "reason": "both vendors down"}
+    ).json()
     assert document["marking"]["degraded"] is True
     assert document["marking"]["note"]
 
 
 def test_an_expired_pin_is_never_served(reader: Client, writer: Client) -> None:
-    post(writer, "/api/v1/chains/chat/select",
-         {"preset": "pin_secondary", "reason": "INC-1", "duration_minutes": 5})
+    post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "INC-1", "duration_minutes": 5})
     with time_machine.travel(timezone.now() + timedelta(minutes=5, seconds=1)):
         document = reader.get("/api/v1/chains/chat").json()
     assert (document["preset"], document["version"]) == ("normal", 3)
@@ -86,9 +98,11 @@ def test_an_expired_pin_is_never_served(reader: Client, writer: Client) -> None:
 
 
 def test_select_answers_the_new_document_attributed_to_the_token(writer: Client) -> None:
-    response = post(writer, "/api/v1/chains/chat/select",
-                    {"preset": "pin_secondary", "reason": " INC-4411 ", "duration_minutes": 90,
-                     "expected_version": 1})
+    response = post(
+        writer,
+        "/api/v1/chains/chat/select",
+        {"preset": "pin_secondary", "reason": " INC-4411 ", "duration_minutes": 90, "expected_version": 1},
+    )
     assert response.status_code == 200
     document = response.json()
     assert (document["version"], document["preset"], document["is_default"]) == (2, "pin_secondary", False)
@@ -98,16 +112,19 @@ def test_select_answers_the_new_document_attributed_to_the_token(writer: Client)
 
 def test_select_accepts_an_explicit_expiry(writer: Client) -> None:
     expires = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
-    document = post(writer, "/api/v1/chains/chat/select",
-                    {"preset": "pin_secondary", "reason": "r",
-                     "expires_at": expires.isoformat()}).json()
+    document = post(
+        writer,
+        "/api/v1/chains/chat/select",
+        {"preset": "pin_secondary", "reason": "r", "expires_at": expires.isoformat()},
+    ).json()
     assert document["expires_at"] == expires.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def test_revert_extend_and_restore_through_the_api(writer: Client) -> None:
     post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "INC-1"})
-    extended = post(writer, "/api/v1/chains/chat/extend",
-                    {"reason": "still broken", "duration_minutes": 600, "expected_version": 2})
+    extended = post(
+        writer, "/api/v1/chains/chat/extend", {"reason": "still broken", "duration_minutes": 600, "expected_version": 2}
+    )
     assert extended.status_code == 200 and extended.json()["version"] == 3
     reverted = post(writer, "/api/v1/chains/chat/revert", {"reason": "fixed"})
     assert reverted.json()["preset"] == "normal" and reverted.json()["expires_at"] is None
@@ -117,18 +134,28 @@ def test_revert_extend_and_restore_through_the_api(writer: Client) -> None:
     assert restored.json()["expires_at"] is not None
 
 
-def test_history_lists_every_change_newest_first_with_previous_values(writer: Client,
-                                                                      reader: Client) -> None:
+def test_history_lists_every_change_newest_first_with_previous_values(writer: Client, reader: Client) -> None:
     post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "INC-1"})
     post(writer, "/api/v1/chains/chat/revert", {"reason": "fixed"})
     entries = reader.get("/api/v1/chains/chat/history").json()["entries"]
     assert [e["version"] for e in entries] == [3, 2, 1]
     latest = entries[0]
-    for key in ("version", "action", "actor", "reason", "at", "preset", "chain", "expires_at",
-                "previous_version", "previous_preset", "previous_chain", "previous_expires_at"):
+    for key in (
+        "version",
+        "action",
+        "actor",
+        "reason",
+        "at",
+        "preset",
+        "chain",
+        "expires_at",
+        "previous_version",
+        "previous_preset",
+        "previous_chain",
+        "previous_expires_at",
+    ):
         assert key in latest
-    assert (latest["action"], latest["preset"], latest["previous_preset"]) == ("revert", "normal",
-                                                                               "pin_secondary")
+    assert (latest["action"], latest["preset"], latest["previous_preset"]) == ("revert", "normal", "pin_secondary")
     assert latest["previous_chain"][0]["provider"] == "vendor_b"
     assert latest["previous_expires_at"] is not None
     page = reader.get("/api/v1/chains/chat/history?limit=1&before=3").json()["entries"]
@@ -136,10 +163,10 @@ def test_history_lists_every_change_newest_first_with_previous_values(writer: Cl
 
 
 def test_a_conflict_answers_409_naming_who_won(writer: Client) -> None:
-    post(writer, "/api/v1/chains/chat/select",
-         {"preset": "pin_secondary", "reason": "first", "expected_version": 1})
-    response = post(writer, "/api/v1/chains/chat/select",
-                    {"preset": "local_only", "reason": "second", "expected_version": 1})
+    post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "first", "expected_version": 1})
+    response = post(
+        writer, "/api/v1/chains/chat/select", {"preset": "local_only", "reason": "second", "expected_version": 1}
+    )
     assert response.status_code == 409
     error = response.json()["error"]
     assert error["code"] == "conflict"
@@ -155,8 +182,12 @@ def test_an_oncall_session_can_write_with_csrf(alice) -> None:
     assert "CSRF" in response.json()["error"]["message"]
     client.get("/admin/login/")  # a page with a form sets the CSRF cookie
     token = client.cookies["csrftoken"].value
-    response = client.post("/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "r"},
-                           content_type="application/json", headers={"X-CSRFToken": token})
+    response = client.post(
+        "/api/v1/chains/chat/select",
+        {"preset": "pin_secondary", "reason": "r"},
+        content_type="application/json",
+        headers={"X-CSRFToken": token},
+    )
     assert response.status_code == 200
     assert response.json()["updated_by"] == "alice"
 
@@ -181,42 +212,76 @@ BAD_INPUT = [
     ("blank-reason", SELECT, {"preset": "pin_secondary", "reason": "   "}, 400, "reason"),
     ("10kB-reason", SELECT, {"preset": "pin_secondary", "reason": "x" * 10_000}, 400, "reason"),
     ("reason-number", SELECT, {"preset": "pin_secondary", "reason": 7}, 400, "reason"),
-    ("duration-string", SELECT, {"preset": "pin_secondary", "reason": "r", "duration_minutes": "60"},
-     400, "duration_minutes"),
-    ("duration-bool", SELECT, {"preset": "pin_secondary", "reason": "r", "duration_minutes": True},
-     400, "duration_minutes"),
-    ("duration-zero", SELECT, {"preset": "pin_secondary", "reason": "r", "duration_minutes": 0},
-     400, "duration_minutes"),
-    ("duration-too-long", SELECT, {"preset": "pin_secondary", "reason": "r",
-                                   "duration_minutes": 1441}, 400, "1440"),
-    ("duration-huge", SELECT, {"preset": "pin_secondary", "reason": "r",
-                               "duration_minutes": 10**30}, 400, "duration_minutes"),
-    ("past-expiry", SELECT, {"preset": "pin_secondary", "reason": "r",
-                             "expires_at": "2020-01-01T00:00:00Z"}, 400, "not in the future"),
-    ("far-expiry", SELECT, {"preset": "pin_secondary", "reason": "r",
-                            "expires_at": "2099-01-01T00:00:00Z"}, 400, "minutes ahead"),
-    ("bad-expiry", SELECT, {"preset": "pin_secondary", "reason": "r", "expires_at": "tomorrow"},
-     400, "expires_at"),
-    ("both-expiries", SELECT, {"preset": "pin_secondary", "reason": "r", "duration_minutes": 5,
-                               "expires_at": "2099-01-01T00:00:00Z"}, 400, "not both"),
-    ("expected-version-string", SELECT, {"preset": "pin_secondary", "reason": "r",
-                                         "expected_version": "1"}, 400, "expected_version"),
+    (
+        "duration-string",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": "60"},
+        400,
+        "duration_minutes",
+    ),
+    (
+        "duration-bool",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": True},
+        400,
+        "duration_minutes",
+    ),
+    (
+        "duration-zero",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": 0},
+        400,
+        "duration_minutes",
+    ),
+    ("duration-too-long", SELECT, {"preset": "pin_secondary", "reason": "r", "duration_minutes": 1441}, 400, "1440"),
+    (
+        "duration-huge",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": 10**30},
+        400,
+        "duration_minutes",
+    ),
+    (
+        "past-expiry",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "expires_at": "2020-01-01T00:00:00Z"},
+        400,
+        "not in the future",
+    ),
+    (
+        "far-expiry",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "expires_at": "2099-01-01T00:00:00Z"},
+        400,
+        "minutes ahead",
+    ),
+    ("bad-expiry", SELECT, {"preset": "pin_secondary", "reason": "r", "expires_at": "tomorrow"}, 400, "expires_at"),
+    (
+        "both-expiries",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": 5, "expires_at": "2099-01-01T00:00:00Z"},
+        400,
+        "not both",
+    ),
+    (
+        "expected-version-string",
+        SELECT,
+        {"preset": "pin_secondary", "reason": "r", "expected_version": "1"},
+        400,
+        "expected_version",
+    ),
     ("unknown-preset", SELECT, {"preset": "nope", "reason": "r"}, 400, "use one of"),
     ("body-is-a-list", SELECT, ["preset"], 400, "dictionary"),
-    ("unknown-chain", "/api/v1/chains/nope/select", {"preset": "normal", "reason": "r"}, 404,
-     "unknown chain"),
-    ("unknown-version", "/api/v1/chains/chat/history/99/restore", {"reason": "r"}, 404,
-     "no version 99"),
-    ("restore-unknown-chain", "/api/v1/chains/nope/history/1/restore", {"reason": "r"}, 404,
-     "unknown chain"),
+    ("unknown-chain", "/api/v1/chains/nope/select", {"preset": "normal", "reason": "r"}, 404, "unknown chain"),
+    ("unknown-version", "/api/v1/chains/chat/history/99/restore", {"reason": "r"}, 404, "no version 99"),
+    ("restore-unknown-chain", "/api/v1/chains/nope/history/1/restore", {"reason": "r"}, 404, "unknown chain"),
     ("restore-version-zero", "/api/v1/chains/chat/history/0/restore", {"reason": "r"}, 404, "no version 0"),
     ("extend-not-pinned", "/api/v1/chains/chat/extend", {"reason": "r"}, 400, "not pinned"),
     ("revert-on-default", "/api/v1/chains/chat/revert", {"reason": "r"}, 400, "nothing to revert"),
 ]
 
 
-@pytest.mark.parametrize("url,body,status,fragment", [c[1:] for c in BAD_INPUT],
-                         ids=[c[0] for c in BAD_INPUT])
+@pytest.mark.parametrize("url,body,status,fragment", [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT])
 def test_bad_input_is_a_json_error_and_writes_nothing(writer: Client, url, body, status, fragment) -> None:
     before = history_count()
     response = post(writer, url, body)
@@ -228,12 +293,16 @@ def test_bad_input_is_a_json_error_and_writes_nothing(writer: Client, url, body,
     assert history_count() == before
 
 
-@pytest.mark.parametrize("body,content_type", [
-    ("{not json", "application/json"),
-    ("", "application/json"),
-    ("preset=pin_secondary&reason=r", "application/x-www-form-urlencoded"),
-    ("\xff\xfe", "application/json"),
-], ids=["broken-json", "empty", "form-encoded", "binary"])
+@pytest.mark.parametrize(
+    "body,content_type",
+    [
+        ("{not json", "application/json"),
+        ("", "application/json"),
+        ("preset=pin_secondary&reason=r", "application/x-www-form-urlencoded"),
+        ("\xff\xfe", "application/json"),
+    ],
+    ids=["broken-json", "empty", "form-encoded", "binary"],
+)
 def test_a_body_that_is_not_json_is_a_json_error(writer: Client, body, content_type) -> None:
     response = writer.post(SELECT, body, content_type=content_type)
     assert response.status_code in (400, 415)
@@ -241,11 +310,18 @@ def test_a_body_that_is_not_json_is_a_json_error(writer: Client, body, content_t
     assert Selection.objects.get(chain__name="chat").version == 1
 
 
-@pytest.mark.parametrize("method,url", [
-    ("get", "/api/v1/chains"), ("get", "/api/v1/chains/chat"), ("get", "/api/v1/chains/chat/history"),
-    ("post", "/api/v1/chains/chat/select"), ("post", "/api/v1/chains/chat/revert"),
-    ("post", "/api/v1/chains/chat/extend"), ("post", "/api/v1/chains/chat/history/1/restore"),
-])
+@pytest.mark.parametrize(
+    "method,url",
+    [
+        ("get", "/api/v1/chains"),
+        ("get", "/api/v1/chains/chat"),
+        ("get", "/api/v1/chains/chat/history"),
+        ("post", "/api/v1/chains/chat/select"),
+        ("post", "/api/v1/chains/chat/revert"),
+        ("post", "/api/v1/chains/chat/extend"),
+        ("post", "/api/v1/chains/chat/history/1/restore"),
+    ],
+)
 def test_every_endpoint_without_credentials_answers_401(client: Client, method, url) -> None:
     response = getattr(client, method)(url)
     assert response.status_code == 401
@@ -253,8 +329,15 @@ def test_every_endpoint_without_credentials_answers_401(client: Client, method, 
     assert response["WWW-Authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize("url", ["/api/v1/chains/chat/select", "/api/v1/chains/chat/revert",
-                                 "/api/v1/chains/chat/extend", "/api/v1/chains/chat/history/1/restore"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/chains/chat/select",
+        "/api/v1/chains/chat/revert",
+        "/api/v1/chains/chat/extend",
+        "/api/v1/chains/chat/history/1/restore",
+    ],
+)
 def test_a_read_token_cannot_write(reader: Client, url) -> None:
     response = post(reader, url, {"preset": "pin_secondary", "reason": "r"})
     assert response.status_code == 403
@@ -290,8 +373,11 @@ def test_the_openapi_schema_describes_the_api(client: Client) -> None:
     assert response.status_code == 200
     text = response.content.decode()
     assert "openapi: 3" in text or '"openapi": "3' in text
-    for path in ("/api/v1/chains/{name}", "/api/v1/chains/{name}/select",
-                 "/api/v1/chains/{name}/history/{version}/restore"):
+    for path in (
+        "/api/v1/chains/{name}",
+        "/api/v1/chains/{name}/select",
+        "/api/v1/chains/{name}/history/{version}/restore",
+    ):
         assert path in text
 
 

@@ -19,8 +19,13 @@ PACKAGES = ("controlplane", "presets", "audit")
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'sdk'}"}
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(root / ".importlinter")],
-                          cwd=root, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(root / ".importlinter")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_the_code_keeps_every_import_contract() -> None:
@@ -40,15 +45,15 @@ WRONG_IMPORTS = [
 ]
 
 
-@pytest.mark.parametrize(("module", "imported", "contract"), WRONG_IMPORTS,
-                         ids=[f"{m} imports {i}" for m, i, _ in WRONG_IMPORTS])
-def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, imported: str,
-                                            contract: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "imported", "contract"), WRONG_IMPORTS, ids=[f"{m} imports {i}" for m, i, _ in WRONG_IMPORTS]
+)
+def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, imported: str, contract: str) -> None:
     for package in PACKAGES:
-        shutil.copytree(ROOT / package, tmp_path / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "static"))
-    shutil.copytree(ROOT / "sdk" / "chainclient", tmp_path / "sdk" / "chainclient",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copytree(
+        ROOT / "sdk" / "chainclient", tmp_path / "sdk" / "chainclient", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
     assert lint_imports(tmp_path).returncode == 0  # the copy is as clean as the original
     with open(tmp_path / module, "a") as source:

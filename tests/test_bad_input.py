@@ -22,10 +22,14 @@ from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from controlplane.logging_plain import PlainFormatter
 from presets.models import Selection
 
-GETS = ["/api/v1/chains", "/api/v1/chains/chat", "/api/v1/chains/chat/history", "/api/v1/alerts",
-        "/api/v1/fleet"]
-POSTS = ["/api/v1/chains/chat/select", "/api/v1/chains/chat/revert", "/api/v1/chains/chat/extend",
-         "/api/v1/chains/chat/history/1/restore", "/api/v1/chains/chat/usage"]
+GETS = ["/api/v1/chains", "/api/v1/chains/chat", "/api/v1/chains/chat/history", "/api/v1/alerts", "/api/v1/fleet"]
+POSTS = [
+    "/api/v1/chains/chat/select",
+    "/api/v1/chains/chat/revert",
+    "/api/v1/chains/chat/extend",
+    "/api/v1/chains/chat/history/1/restore",
+    "/api/v1/chains/chat/usage",
+]
 WHO = ["token", "session"]
 WHEN = "2026-11-29T06:03:04Z"
 
@@ -48,10 +52,12 @@ def oncall(synced: None, alice: User) -> Client:
 
 
 def written_state() -> tuple[Any, ...]:
-    return (list(Selection.history.order_by("pk").values_list("pk", flat=True)),
-            list(Selection.objects.order_by("pk").values_list("version", "preset_id", "expires_at")),
-            list(ProviderUsage.objects.order_by("pk").values()),
-            list(RejectedVersion.objects.order_by("pk").values()))
+    return (
+        list(Selection.history.order_by("pk").values_list("pk", flat=True)),
+        list(Selection.objects.order_by("pk").values_list("version", "preset_id", "expires_at")),
+        list(ProviderUsage.objects.order_by("pk").values()),
+        list(RejectedVersion.objects.order_by("pk").values()),
+    )
 
 
 def assert_json_4xx(response: Any, *fragments: str) -> dict[str, Any]:
@@ -81,17 +87,29 @@ REFUSED_BODIES = [
     ("nul-in-reason", '{"preset": "pin_secondary", "reason": "INC\\u0000-1"}', "reason: the text contains a NUL"),
     ("nul-in-preset", '{"preset": "pin_secondary\\u0000", "reason": "r"}', "preset: the text contains a NUL"),
     ("nul-in-a-key", '{"preset": "pin_secondary", "reason": "r", "x\\u0000": 1}', "the key contains a NUL"),
-    ("surrogate-in-reason", '{"preset": "pin_secondary", "reason": "\\ud800"}',
-     "reason: the text contains a lone surrogate"),
+    (
+        "surrogate-in-reason",
+        '{"preset": "pin_secondary", "reason": "\\ud800"}',
+        "reason: the text contains a lone surrogate",
+    ),
     ("low-surrogate-in-a-key", '{"\\udfff": 1, "reason": "r"}', "the key contains a lone surrogate"),
-    ("surrogate-in-a-provider", '{"client": "checkout/1", "providers": {"\\ud800": {"requests": 1, '
-     f'"last_served_at": "{WHEN}"}}}}}}', "lone surrogate"),
+    (
+        "surrogate-in-a-provider",
+        f'{{"client": "checkout/1", "providers": {{"\\ud800": {{"requests": 1, "last_served_at": "{WHEN}"}}}}}}',
+        "lone surrogate",
+    ),
     ("nul-in-a-client", '{"client": "checkout/\\u0000"}', "client: the text contains a NUL"),
-    ("nul-in-a-rejection", '{"client": "checkout/1", "rejected": [{"version": 1, "reason": "\\u0000", '
-     f'"at": "{WHEN}"}}]}}', "rejected[0].reason"),
+    (
+        "nul-in-a-rejection",
+        f'{{"client": "checkout/1", "rejected": [{{"version": 1, "reason": "\\u0000", "at": "{WHEN}"}}]}}',
+        "rejected[0].reason",
+    ),
     ("1e309", '{"preset": "pin_secondary", "reason": "r", "duration_minutes": 1e309}', "not valid JSON"),
-    ("5000-digit-integer", '{"preset": "pin_secondary", "reason": "r", "expected_version": ' + "9" * 5000 + "}",
-     "not valid JSON"),
+    (
+        "5000-digit-integer",
+        '{"preset": "pin_secondary", "reason": "r", "expected_version": ' + "9" * 5000 + "}",
+        "not valid JSON",
+    ),
 ]
 
 
@@ -123,8 +141,12 @@ def test_too_many_query_parameters_is_a_400(oncall: Client, url: str) -> None:
 
 @pytest.mark.parametrize("charset", ["rot13", "hex", "utf-16", "idna", "no-such-charset"])
 def test_a_body_in_an_odd_charset_is_a_json_400(synced: None, writer: Client, charset: str) -> None:
-    response = writer.generic("POST", POSTS[0], b'{"preset": "pin_secondary", "reason": "r\xff"}',
-                              content_type=f"application/json; charset={charset}")
+    response = writer.generic(
+        "POST",
+        POSTS[0],
+        b'{"preset": "pin_secondary", "reason": "r\xff"}',
+        content_type=f"application/json; charset={charset}",
+    )
     if response.status_code != 200:  # an unknown charset is ignored: the body is read as UTF-8
         assert_json_4xx(response)
 
@@ -133,23 +155,52 @@ HUGE = [10**30, 2**31, 1099511627776, 2**63]
 # (id, url, JSON body): numbers no column can hold, dates without a time zone.
 INVALID_VALUES = [
     *[(f"duration-{n}", POSTS[0], {"preset": "pin_secondary", "reason": "r", "duration_minutes": n}) for n in HUGE],
-    *[(f"expected-version-{n}", POSTS[0], {"preset": "pin_secondary", "reason": "r", "expected_version": n})
-      for n in HUGE],
+    *[
+        (f"expected-version-{n}", POSTS[0], {"preset": "pin_secondary", "reason": "r", "expected_version": n})
+        for n in HUGE
+    ],
     *[(f"extend-{n}", POSTS[2], {"reason": "r", "duration_minutes": n}) for n in HUGE],
     *[(f"revert-expected-{n}", POSTS[1], {"reason": "r", "expected_version": n}) for n in HUGE],
     *[(f"restore-expected-{n}", POSTS[3], {"reason": "r", "expected_version": n}) for n in HUGE],
     *[(f"restore-version-{n}", f"/api/v1/chains/chat/history/{n}/restore", {"reason": "r"}) for n in HUGE],
     *[(f"usage-applied-{n}", POSTS[4], {"client": "checkout/1", "applied_version": n}) for n in HUGE],
-    *[(f"usage-requests-{n}", POSTS[4], {"client": "checkout/1", "providers": {
-        "vendor_a": {"requests": n, "last_served_at": WHEN}}}) for n in HUGE],
-    *[(f"usage-rejected-{n}", POSTS[4], {"client": "checkout/1", "rejected": [
-        {"version": n, "reason": "r", "at": WHEN}]}) for n in HUGE],
-    ("usage-long-rejection-reason", POSTS[4], {"client": "checkout/1", "rejected": [
-        {"version": 1, "reason": "x" * 1500, "at": WHEN}]}),
-    ("usage-year-9999-west", POSTS[4], {"client": "checkout/1", "providers": {
-        "vendor_a": {"requests": 1, "last_served_at": "9999-12-31T23:59:59-05:00"}}}),
-    ("usage-year-1-east", POSTS[4], {"client": "checkout/1", "providers": {
-        "vendor_a": {"requests": 1, "last_served_at": "0001-01-01T00:00:00+05:00"}}}),
+    *[
+        (
+            f"usage-requests-{n}",
+            POSTS[4],
+            {"client": "checkout/1", "providers": {"vendor_a": {"requests": n, "last_served_at": WHEN}}},
+        )
+        for n in HUGE
+    ],
+    *[
+        (
+            f"usage-rejected-{n}",
+            POSTS[4],
+            {"client": "checkout/1", "rejected": [{"version": n, "reason": "r", "at": WHEN}]},
+        )
+        for n in HUGE
+    ],
+    (
+        "usage-long-rejection-reason",
+        POSTS[4],
+        {"client": "checkout/1", "rejected": [{"version": 1, "reason": "x" * 1500, "at": WHEN}]},
+    ),
+    (
+        "usage-year-9999-west",
+        POSTS[4],
+        {
+            "client": "checkout/1",
+            "providers": {"vendor_a": {"requests": 1, "last_served_at": "9999-12-31T23:59:59-05:00"}},
+        },
+    ),
+    (
+        "usage-year-1-east",
+        POSTS[4],
+        {
+            "client": "checkout/1",
+            "providers": {"vendor_a": {"requests": 1, "last_served_at": "0001-01-01T00:00:00+05:00"}},
+        },
+    ),
 ]
 
 
@@ -168,16 +219,22 @@ NAIVE = "2026-12-01T06:00:00"
 
 
 @pytest.mark.parametrize("api", WHO, indirect=True)
-@pytest.mark.parametrize("url,body,field", [
-    (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": NAIVE}, "expires_at"),
-    (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": "2026-12-01"}, "expires_at"),
-    (POSTS[2], {"reason": "r", "expires_at": NAIVE}, "expires_at"),
-    (POSTS[4], {"client": "checkout/1", "providers": {"vendor_a": {"requests": 1, "last_served_at": NAIVE}}},
-     "last_served_at"),
-    (POSTS[4], {"client": "checkout/1", "rejected": [{"version": 1, "reason": "r", "at": NAIVE}]}, "at"),
-], ids=["select", "select-date-only", "extend", "usage-last-served", "usage-rejection"])
-def test_a_time_without_a_time_zone_is_refused_naming_the_field(api: Client, url: str, body: Any,
-                                                                field: str) -> None:
+@pytest.mark.parametrize(
+    "url,body,field",
+    [
+        (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": NAIVE}, "expires_at"),
+        (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": "2026-12-01"}, "expires_at"),
+        (POSTS[2], {"reason": "r", "expires_at": NAIVE}, "expires_at"),
+        (
+            POSTS[4],
+            {"client": "checkout/1", "providers": {"vendor_a": {"requests": 1, "last_served_at": NAIVE}}},
+            "last_served_at",
+        ),
+        (POSTS[4], {"client": "checkout/1", "rejected": [{"version": 1, "reason": "r", "at": NAIVE}]}, "at"),
+    ],
+    ids=["select", "select-date-only", "extend", "usage-last-served", "usage-rejection"],
+)
+def test_a_time_without_a_time_zone_is_refused_naming_the_field(api: Client, url: str, body: Any, field: str) -> None:
     before = written_state()
     response = api.post(url, json.dumps(body), content_type="application/json")
     error = assert_json_4xx(response, field, "needs a time zone, e.g. 2026-11-29T06:00:00Z")
@@ -187,24 +244,35 @@ def test_a_time_without_a_time_zone_is_refused_naming_the_field(api: Client, url
 
 def test_an_expiry_with_a_time_zone_is_still_taken(synced: None, writer: Client) -> None:
     expires_at = timezone.now().astimezone(dt.timezone(dt.timedelta(hours=-5))) + dt.timedelta(hours=1)
-    response = writer.post(POSTS[0], {"preset": "pin_secondary", "reason": "r",
-                                      "expires_at": expires_at.isoformat()}, content_type="application/json")
+    response = writer.post(
+        POSTS[0],
+        {"preset": "pin_secondary", "reason": "r", "expires_at": expires_at.isoformat()},
+        content_type="application/json",
+    )
     assert response.status_code == 200, response.content
     assert Selection.objects.get(chain__name="chat").expires_at == expires_at.replace(
-        microsecond=expires_at.microsecond // 1000 * 1000)
+        microsecond=expires_at.microsecond // 1000 * 1000
+    )
 
 
 def test_a_body_nested_32_levels_reaches_the_fields(synced: None, writer: Client) -> None:
-    response = writer.post(POSTS[0], '{"preset": "x", "reason": ' + nested(31) + "}",
-                           content_type="application/json")
+    response = writer.post(POSTS[0], '{"preset": "x", "reason": ' + nested(31) + "}", content_type="application/json")
     error = assert_json_4xx(response, "reason")
     assert "nested too deep" not in error["message"]
 
 
 # --- query strings ----------------------------------------------------------------------
 
-NUL_QUERIES = ["chain=%00", "limit=%00", "x=%00", "%00=1", "wait=1%00", "open=tr%00ue", "page=%00",
-               "before=1&chain=chat%00"]
+NUL_QUERIES = [
+    "chain=%00",
+    "limit=%00",
+    "x=%00",
+    "%00=1",
+    "wait=1%00",
+    "open=tr%00ue",
+    "page=%00",
+    "before=1&chain=chat%00",
+]
 
 
 @pytest.mark.parametrize("api", WHO, indirect=True)
@@ -219,8 +287,18 @@ def test_a_nul_in_a_query_string_is_a_400_on_every_endpoint(api: Client, query: 
     assert written_state() == before
 
 
-ODD_QUERIES = ["limit=1099511627776", "limit=" + "9" * 30, "before=1099511627776", "before=" + "9" * 5000,
-               "wait=1e309", "wait=-1e309", "wait=nan", "limit=1e309", "chain=" + "x" * 10_000, "open=\u00e9"]
+ODD_QUERIES = [
+    "limit=1099511627776",
+    "limit=" + "9" * 30,
+    "before=1099511627776",
+    "before=" + "9" * 5000,
+    "wait=1e309",
+    "wait=-1e309",
+    "wait=nan",
+    "limit=1e309",
+    "chain=" + "x" * 10_000,
+    "open=\u00e9",
+]
 
 
 @pytest.mark.parametrize("api", WHO, indirect=True)
@@ -269,23 +347,38 @@ def test_a_token_no_one_could_hold_is_a_401(db: None, client: Client, header: st
     assert_json_4xx(response)
 
 
-@pytest.mark.parametrize("client_name,version,expected", [
-    ("checkout/1", "7", ("checkout/1", 7)),
-    ("checkout/1", "0", ("checkout/1", 0)),
-    ("checkout/1", str(2**31 - 1), ("checkout/1", 2**31 - 1)),
-    ("checkout/1", str(2**31), None),
-    ("checkout/1", "1099511627776", None),
-    ("checkout/1", "9" * 5000, None),
-    ("checkout/1", "-1", None),
-    ("checkout/1", "1e3", None),
-    ("checkout/\x00", "1", None),
-    ("checkout/1\nforged", "1", None),
-    ("checkout/\x7f", "1", None),
-    ("checkout/\ud800", "1", None),
-], ids=["ok", "zero", "int32-max", "int32-max+1", "2**40", "5000-digits", "negative", "float", "nul",
-        "newline", "del", "surrogate"])
-def test_parse_identity_refuses_what_the_database_cannot_store(client_name: str, version: str,
-                                                               expected: Any) -> None:
+@pytest.mark.parametrize(
+    "client_name,version,expected",
+    [
+        ("checkout/1", "7", ("checkout/1", 7)),
+        ("checkout/1", "0", ("checkout/1", 0)),
+        ("checkout/1", str(2**31 - 1), ("checkout/1", 2**31 - 1)),
+        ("checkout/1", str(2**31), None),
+        ("checkout/1", "1099511627776", None),
+        ("checkout/1", "9" * 5000, None),
+        ("checkout/1", "-1", None),
+        ("checkout/1", "1e3", None),
+        ("checkout/\x00", "1", None),
+        ("checkout/1\nforged", "1", None),
+        ("checkout/\x7f", "1", None),
+        ("checkout/\ud800", "1", None),
+    ],
+    ids=[
+        "ok",
+        "zero",
+        "int32-max",
+        "int32-max+1",
+        "2**40",
+        "5000-digits",
+        "negative",
+        "float",
+        "nul",
+        "newline",
+        "del",
+        "surrogate",
+    ],
+)
+def test_parse_identity_refuses_what_the_database_cannot_store(client_name: str, version: str, expected: Any) -> None:
     assert parse_identity(client_name, version) == expected
 
 
@@ -303,24 +396,39 @@ def test_a_nul_in_a_page_query_is_a_plain_400_page(oncall: Client, url: str) -> 
         assert b"NUL" in response.content
 
 
-@pytest.mark.parametrize("url,fields", [
-    ("/chains/chat/select", {"preset": "pin_secondary\x00", "reason": "r", "duration_minutes": "60"}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "INC\x001", "duration_minutes": "60"}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "1099511627776"}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "1e309"}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "9" * 5000}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "60",
-                             "expected_version": "1099511627776"}),
-    ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "\x00"}),
-    ("/chains/chat/revert", {"reason": "\x00"}),
-    ("/chains/chat/extend", {"reason": "r", "duration_minutes": "1099511627776"}),
-    ("/chains/chat/history/1/restore", {"reason": "\x00"}),
-    ("/chains/chat/history/1099511627776/restore", {"reason": "r"}),
-], ids=["nul-preset", "nul-reason", "huge-duration", "1e309-duration", "5000-digit-duration",
-        "huge-expected-version", "nul-duration", "revert-nul-reason", "extend-huge", "restore-nul-reason",
-        "restore-huge-version"])
-def test_the_change_forms_refuse_bad_fields_without_a_5xx(oncall: Client, url: str,
-                                                          fields: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "url,fields",
+    [
+        ("/chains/chat/select", {"preset": "pin_secondary\x00", "reason": "r", "duration_minutes": "60"}),
+        ("/chains/chat/select", {"preset": "pin_secondary", "reason": "INC\x001", "duration_minutes": "60"}),
+        ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "1099511627776"}),
+        ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "1e309"}),
+        ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "9" * 5000}),
+        (
+            "/chains/chat/select",
+            {"preset": "pin_secondary", "reason": "r", "duration_minutes": "60", "expected_version": "1099511627776"},
+        ),
+        ("/chains/chat/select", {"preset": "pin_secondary", "reason": "r", "duration_minutes": "\x00"}),
+        ("/chains/chat/revert", {"reason": "\x00"}),
+        ("/chains/chat/extend", {"reason": "r", "duration_minutes": "1099511627776"}),
+        ("/chains/chat/history/1/restore", {"reason": "\x00"}),
+        ("/chains/chat/history/1099511627776/restore", {"reason": "r"}),
+    ],
+    ids=[
+        "nul-preset",
+        "nul-reason",
+        "huge-duration",
+        "1e309-duration",
+        "5000-digit-duration",
+        "huge-expected-version",
+        "nul-duration",
+        "revert-nul-reason",
+        "extend-huge",
+        "restore-nul-reason",
+        "restore-huge-version",
+    ],
+)
+def test_the_change_forms_refuse_bad_fields_without_a_5xx(oncall: Client, url: str, fields: dict[str, str]) -> None:
     before = written_state()
     for confirmed in ({}, {"confirmed": "on"}):  # the review, then the confirmation
         response = oncall.post(url, {"expected_version": "1", **fields, **confirmed})
@@ -330,8 +438,10 @@ def test_the_change_forms_refuse_bad_fields_without_a_5xx(oncall: Client, url: s
 
 def test_a_nul_in_a_form_posts_query_string_is_a_400(oncall: Client) -> None:
     before = written_state()
-    response = oncall.post("/chains/chat/select?preset=%00", {"preset": "pin_secondary", "reason": "r",
-                                                               "duration_minutes": "60", "expected_version": "1"})
+    response = oncall.post(
+        "/chains/chat/select?preset=%00",
+        {"preset": "pin_secondary", "reason": "r", "duration_minutes": "60", "expected_version": "1"},
+    )
     assert response.status_code == 400
     assert written_state() == before
 
@@ -343,31 +453,56 @@ def test_a_sign_in_with_a_nul_in_the_name_is_no_5xx(db: None, client: Client) ->
 
 # --- random input: anything at all, anywhere ----------------------------------------------
 
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize=not os.environ.get("FUZZ_RANDOM"),
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    derandomize=not os.environ.get("FUZZ_RANDOM"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # Any code point, surrogates and controls included, and the ones that break things most often.
-texts = st.text(st.characters(exclude_categories=()) | st.sampled_from(["\x00", "\ud800", "\udfff", "\n"]),
-                max_size=8)
+texts = st.text(st.characters(exclude_categories=()) | st.sampled_from(["\x00", "\ud800", "\udfff", "\n"]), max_size=8)
 numbers = st.sampled_from([10**30, 2**31, 2**31 - 1, 1099511627776, 2**63, -1, 0, 1, 60]) | st.integers()
-values = st.recursive(st.none() | st.booleans() | numbers | texts | st.sampled_from([WHEN, NAIVE, "pin_secondary"]),
-                      lambda children: st.lists(children, max_size=3)
-                      | st.dictionaries(texts | st.sampled_from(["reason", "preset", "client"]), children,
-                                        max_size=3), max_leaves=10)
-fields = st.sampled_from(["preset", "reason", "duration_minutes", "expires_at", "expected_version", "client",
-                          "applied_version", "providers", "rejected"])
-bodies = (st.dictionaries(fields | texts, values, max_size=5).map(json.dumps)
-          | st.integers(30, 3000).map(nested)
-          | st.sampled_from(["1e309", "-1e309", "9" * 5000, '{"a": NaN}', "\ud800", "[" * 100_000]))
-header_values = texts | numbers.map(str) | st.sampled_from(["1e309", '"1"', "W/\"1\", *"])
+values = st.recursive(
+    st.none() | st.booleans() | numbers | texts | st.sampled_from([WHEN, NAIVE, "pin_secondary"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(texts | st.sampled_from(["reason", "preset", "client"]), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+fields = st.sampled_from(
+    [
+        "preset",
+        "reason",
+        "duration_minutes",
+        "expires_at",
+        "expected_version",
+        "client",
+        "applied_version",
+        "providers",
+        "rejected",
+    ]
+)
+bodies = (
+    st.dictionaries(fields | texts, values, max_size=5).map(json.dumps)
+    | st.integers(30, 3000).map(nested)
+    | st.sampled_from(["1e309", "-1e309", "9" * 5000, '{"a": NaN}', "\ud800", "[" * 100_000])
+)
+header_values = texts | numbers.map(str) | st.sampled_from(["1e309", '"1"', 'W/"1", *'])
 
 
 @pytest.mark.parametrize("api", WHO, indirect=True)
 def test_random_bodies_queries_and_headers_never_answer_5xx_nor_write(api: Client) -> None:
     @FUZZ
-    @given(url=st.sampled_from(GETS + POSTS), body=bodies, query=st.dictionaries(texts, texts, max_size=2),
-           client_name=header_values, version=header_values, etag=header_values)
+    @given(
+        url=st.sampled_from(GETS + POSTS),
+        body=bodies,
+        query=st.dictionaries(texts, texts, max_size=2),
+        client_name=header_values,
+        version=header_values,
+        etag=header_values,
+    )
     def check(url: str, body: str, query: dict[str, str], client_name: str, version: str, etag: str) -> None:
         before = written_state()
         # The test client cannot encode a lone surrogate in a URL: it stands for what a server
@@ -378,8 +513,9 @@ def test_random_bodies_queries_and_headers_never_answer_5xx_nor_write(api: Clien
         if url in GETS:
             response = api.get(target, headers=headers)
         else:
-            response = api.post(target, body.encode("utf-8", "surrogatepass"), content_type="application/json",
-                                headers=headers)
+            response = api.post(
+                target, body.encode("utf-8", "surrogatepass"), content_type="application/json", headers=headers
+            )
         assert response.status_code < 500, (response.status_code, response.content[:300])
         if response.status_code >= 400:
             assert_json_4xx(response)
@@ -397,13 +533,20 @@ def test_a_plain_log_record_is_one_line_whatever_the_message_holds() -> None:
         raise ValueError("boom")
     except ValueError:
         record = logging.getLogger("presets.services").makeRecord(
-            "presets.services", logging.INFO, __file__, 1, "chat: select by %s: %s",
+            "presets.services",
+            logging.INFO,
+            __file__,
+            1,
+            "chat: select by %s: %s",
             ("alice", "INC-1\n2026-11-29 02:00:00,000 INFO presets.services chat: revert by bob\r\x00\u2028"),
-            sys.exc_info())
+            sys.exc_info(),
+        )
     formatter = PlainFormatter("%(levelname)s %(name)s %(message)s")
     first, *traceback = formatter.format(record).split("\n")
-    assert first == ("INFO presets.services chat: select by alice: INC-1\\n2026-11-29 02:00:00,000 INFO "
-                     "presets.services chat: revert by bob\\r\\x00\\u2028")
+    assert first == (
+        "INFO presets.services chat: select by alice: INC-1\\n2026-11-29 02:00:00,000 INFO "
+        "presets.services chat: revert by bob\\r\\x00\\u2028"
+    )
     assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == "ValueError: boom"
 
 

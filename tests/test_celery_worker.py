@@ -31,13 +31,26 @@ def start_worker(subprocess_env: dict[str, str], redis_url: str, tmp_path: Path)
 
     def start(**env: str) -> Path:
         with log_path.open("wb") as log:
-            started.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--beat",
-                 "--loglevel=info", "--concurrency=2"],
-                env=subprocess_env | {"CELERY_BROKER_URL": redis_url} | env,
-                cwd=settings.BASE_DIR, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            ))
+            started.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "controlplane",
+                        "worker",
+                        "--beat",
+                        "--loglevel=info",
+                        "--concurrency=2",
+                    ],
+                    env=subprocess_env | {"CELERY_BROKER_URL": redis_url} | env,
+                    cwd=settings.BASE_DIR,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         return log_path
 
     yield start
@@ -61,13 +74,15 @@ def wait_for(condition: Any, seconds: float) -> Any:
     return condition()
 
 
-def test_the_worker_reverts_an_expiring_pin_within_20_s_and_delivers_the_alert(
-    synced, start_worker, webhook
-) -> None:
+def test_the_worker_reverts_an_expiring_pin_within_20_s_and_delivers_the_alert(synced, start_worker, webhook) -> None:
     log = start_worker(EXPIRE_PINS_EVERY_SECONDS="1", ALERT_WEBHOOK_URL=webhook.url)
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
-                           reason="INC-7 vendor_a returns garbage",
-                           expires_at=timedelta(seconds=3))
+    services.select_preset(
+        chain="chat",
+        preset="pin_secondary",
+        actor="alice",
+        reason="INC-7 vendor_a returns garbage",
+        expires_at=timedelta(seconds=3),
+    )
     started = time.monotonic()
 
     def expired() -> Any:
@@ -82,8 +97,7 @@ def test_the_worker_reverts_an_expiring_pin_within_20_s_and_delivers_the_alert(
 
     assert webhook.received.wait(15), "no webhook; worker log:\n" + log.read_text()[-4000:]
     [body] = webhook.bodies
-    assert (body["kind"], body["chain"], body["version"], body["preset"]) == (
-        "pin_expired", "chat", 3, "pin_secondary")
+    assert (body["kind"], body["chain"], body["version"], body["preset"]) == ("pin_expired", "chat", 3, "pin_secondary")
 
     def delivered() -> bool:
         alert = Alert.objects.get(kind="pin_expired")

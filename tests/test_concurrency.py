@@ -41,16 +41,16 @@ def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-def test_two_selects_with_the_same_expected_version_one_wins_the_other_gets_409(
-    synced, write_token
-) -> None:
+def test_two_selects_with_the_same_expected_version_one_wins_the_other_gets_409(synced, write_token) -> None:
     presets = ["pin_secondary", "local_only"]
 
     def select(i: int) -> Any:
         client = Client(headers={"Authorization": f"Bearer {write_token}"})
-        return client.post("/api/v1/chains/chat/select",
-                           {"preset": presets[i], "reason": f"racer {i}", "expected_version": 1},
-                           content_type="application/json")
+        return client.post(
+            "/api/v1/chains/chat/select",
+            {"preset": presets[i], "reason": f"racer {i}", "expected_version": 1},
+            content_type="application/json",
+        )
 
     responses = run_in_threads(2, select)
     assert sorted(r.status_code for r in responses) == [200, 409]
@@ -75,8 +75,7 @@ def test_200_changes_from_8_threads_leave_a_gapless_consistent_history(synced) -
                 if choice == "extend":
                     services.extend_pin(chain="chat", actor=f"t{i}", reason=f"t{i} #{done}")
                 else:
-                    services.select_preset(chain="chat", preset=choice, actor=f"t{i}",
-                                           reason=f"t{i} #{done}")
+                    services.select_preset(chain="chat", preset=choice, actor=f"t{i}", reason=f"t{i} #{done}")
             except InvalidInput:
                 continue  # that preset was already live: not a change
             done += 1
@@ -109,8 +108,7 @@ def test_the_stale_pin_sweep_waiting_on_a_select_still_finds_the_row(synced) -> 
         # Holds the row lock with the preset changed until the sweep waits for that lock.
         try:
             with transaction.atomic():
-                services.select_preset(chain="chat", preset="drop_vendor_b", actor="bob",
-                                       reason="INC-2")
+                services.select_preset(chain="chat", preset="drop_vendor_b", actor="bob", reason="INC-2")
                 changed.set()
                 sweep_waiting.wait(30)
         finally:

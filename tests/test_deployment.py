@@ -41,11 +41,14 @@ def test_every_process_is_there_with_a_health_check() -> None:
         assert services[name]["depends_on"]["release"]["condition"] == "service_completed_successfully"
 
 
-@pytest.mark.parametrize("service,expected", [
-    ("web", ["granian", "--interface", "asgi", "controlplane.asgi:application"]),
-    ("worker", ["celery", "-A", "controlplane", "worker"]),
-    ("beat", ["celery", "-A", "controlplane", "beat"]),
-])
+@pytest.mark.parametrize(
+    "service,expected",
+    [
+        ("web", ["granian", "--interface", "asgi", "controlplane.asgi:application"]),
+        ("worker", ["celery", "-A", "controlplane", "worker"]),
+        ("beat", ["celery", "-A", "controlplane", "beat"]),
+    ],
+)
 def test_the_containers_run_the_processes_the_suite_tests(service, expected) -> None:
     command = compose()["services"][service]["command"]
     for part in expected:

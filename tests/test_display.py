@@ -28,8 +28,7 @@ NORMAL = [step("vendor_a"), step("vendor_b"), step("self_hosted", "8b")]
         (timedelta(hours=3, minutes=12), "3 h 12 min"),
         (timedelta(hours=24), "24 h"),
     ],
-    ids=["zero", "negative", "seconds", "minutes", "rounds-to-the-minute", "hours-and-minutes",
-         "a-day"],
+    ids=["zero", "negative", "seconds", "minutes", "rounds-to-the-minute", "hours-and-minutes", "a-day"],
 )
 def test_durations_read_in_hours_and_minutes(span: timedelta, text: str) -> None:
     assert format_duration(span) == text

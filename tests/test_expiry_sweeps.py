@@ -29,16 +29,22 @@ def live(chain: str = "chat") -> Selection:
 
 
 def pin(minutes: int = 10, preset: str = "pin_secondary") -> Selection:
-    return services.select_preset(chain="chat", preset=preset, actor="alice",
-                                  reason="INC-7 vendor_a returns garbage",
-                                  expires_at=timedelta(minutes=minutes))
+    return services.select_preset(
+        chain="chat",
+        preset=preset,
+        actor="alice",
+        reason="INC-7 vendor_a returns garbage",
+        expires_at=timedelta(minutes=minutes),
+    )
 
 
 def test_the_beat_schedule_runs_both_sweeps_as_registered_tasks(settings) -> None:
     app.loader.import_default_modules()
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert {entry["task"] for entry in schedule.values()} == {
-        "presets.tasks.expire_pins", "audit.tasks.alert_stale_pins"}
+        "presets.tasks.expire_pins",
+        "audit.tasks.alert_stale_pins",
+    }
     for entry in schedule.values():
         assert entry["task"] in app.tasks
     assert schedule["expire-pins"]["schedule"] == 15.0
@@ -56,7 +62,11 @@ def test_the_task_reverts_a_due_pin_with_a_reason_naming_it_and_raises_pin_expir
 
     selection = live()
     assert (selection.version, selection.preset.name, selection.action, selection.updated_by) == (
-        3, "normal", "expire", "system:expiry")
+        3,
+        "normal",
+        "expire",
+        "system:expiry",
+    )
     for fact in ("pin_secondary", "v2", "alice", "2026-11-29T02:00:00Z", "INC-7"):
         assert fact in selection.reason  # the pin it ended: what, who, when, why
     assert Selection.history.filter(chain__name="chat", action="expire").count() == 1
@@ -64,15 +74,22 @@ def test_the_task_reverts_a_due_pin_with_a_reason_naming_it_and_raises_pin_expir
     alert = Alert.objects.get()
     assert (alert.kind, alert.chain.name, alert.version) == ("pin_expired", "chat", 3)
     document = alert.to_document()
-    assert {key: document[key] for key in ("preset", "actor", "pin_version", "pinned_by",
-                                            "pinned_at", "expires_at", "age")} == {
-        "preset": "pin_secondary", "actor": "system:expiry", "pin_version": 2,
-        "pinned_by": "alice", "pinned_at": "2026-11-29T02:00:00Z",
-        "expires_at": "2026-11-29T02:10:00Z", "age": "10 min"}
+    assert {
+        key: document[key] for key in ("preset", "actor", "pin_version", "pinned_by", "pinned_at", "expires_at", "age")
+    } == {
+        "preset": "pin_secondary",
+        "actor": "system:expiry",
+        "pin_version": 2,
+        "pinned_by": "alice",
+        "pinned_at": "2026-11-29T02:00:00Z",
+        "expires_at": "2026-11-29T02:10:00Z",
+        "age": "10 min",
+    }
     assert document["reason"] == selection.reason
     assert alert.resolved_at is not None  # an event: nothing stays open
-    assert alert.deliveries == {"log": {"state": "delivered", "attempts": 1, "last_error": "",
-                                        "delivered_at": "2026-11-29T02:11:00Z"}}
+    assert alert.deliveries == {
+        "log": {"state": "delivered", "attempts": 1, "last_error": "", "delivered_at": "2026-11-29T02:11:00Z"}
+    }
 
 
 def test_the_read_path_reverting_an_expired_pin_raises_the_same_alert(synced) -> None:
@@ -136,8 +153,7 @@ def race_on_the_row_lock(selection: Selection, sweep: Any, count: int = 2) -> li
         deadline = time.monotonic() + 20
         with connection.cursor() as cursor:
             while True:
-                cursor.execute("SELECT count(DISTINCT pid) FROM pg_locks "
-                               "WHERE NOT granted AND pid = ANY(%s)", [pids])
+                cursor.execute("SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid = ANY(%s)", [pids])
                 if len(pids) == count and cursor.fetchone()[0] == count:
                     break
                 assert time.monotonic() < deadline, "the sweeps never queued on the row lock"

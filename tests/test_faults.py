@@ -68,30 +68,44 @@ def test_with_postgres_down_the_api_answers_503_fast_warm_reads_go_on_and_all_re
     assert get(stack, "/api/v1/chains/chat", token=stack.read_token)[0] == 200
     warmed_at = time.monotonic()
     expires_at = datetime.now(UTC) + timedelta(seconds=3)
-    status, _, body = select(stack, "incident-summary", "local_only",
-                             expires_at=expires_at.isoformat())
+    status, _, body = select(stack, "incident-summary", "local_only", expires_at=expires_at.isoformat())
     assert status == 200, body
     pinned_version = json.loads(body)["version"]
-    assert wait_for(lambda: json.loads(get(stack, "/api/v1/chains/incident-summary",
-                                           token=stack.read_token)[2])["version"] == pinned_version, 10)
+    assert wait_for(
+        lambda: (
+            json.loads(get(stack, "/api/v1/chains/incident-summary", token=stack.read_token)[2])["version"]
+            == pinned_version
+        ),
+        10,
+    )
     assert get(stack, "/", session=True)[0] == 200
 
     stack.postgres.stop()
     try:
-        assert_unavailable_json(timed(stack, "select_503", "POST", "/api/v1/chains/chat/select",
-                                      token=stack.write_token,
-                                      body={"preset": "pin_secondary", "reason": "during the outage"}))
-        assert_unavailable_json(timed(stack, "history_503", "GET", "/api/v1/chains/chat/history",
-                                      token=stack.read_token))
+        assert_unavailable_json(
+            timed(
+                stack,
+                "select_503",
+                "POST",
+                "/api/v1/chains/chat/select",
+                token=stack.write_token,
+                body={"preset": "pin_secondary", "reason": "during the outage"},
+            )
+        )
+        assert_unavailable_json(
+            timed(stack, "history_503", "GET", "/api/v1/chains/chat/history", token=stack.read_token)
+        )
         # A token the front has never seen cannot be checked: 503, not 401.
-        assert_unavailable_json(timed(stack, "unknown_token_503", "GET", "/api/v1/chains/chat",
-                                      token="cpt_never-seen-before"))
+        assert_unavailable_json(
+            timed(stack, "unknown_token_503", "GET", "/api/v1/chains/chat", token="cpt_never-seen-before")
+        )
         status, headers, page = timed(stack, "page_503", "GET", "/", session=True)
         assert status == 503
         assert headers["content-type"].startswith("text/html")
         assert b"database is unavailable" in page and b"Traceback" not in page
-        assert all(took < OUTAGE_ANSWER_BOUND_S
-                   for label, took in stack.timings.items() if label.endswith("_503")), stack.timings
+        assert all(took < OUTAGE_ANSWER_BOUND_S for label, took in stack.timings.items() if label.endswith("_503")), (
+            stack.timings
+        )
 
         # Warm reads go on, past the token cache's lifetime (5 s), from the snapshot...
         assert wait_for(lambda: time.monotonic() - warmed_at > 5.5, 10)
@@ -99,8 +113,7 @@ def test_with_postgres_down_the_api_answers_503_fast_warm_reads_go_on_and_all_re
         assert (status, json.loads(body)["version"]) == (200, 1)
         # ...but the pin that has expired meanwhile is never served: its revert needs the DB.
         assert datetime.now(UTC) > expires_at
-        error = assert_unavailable_json(get(stack, "/api/v1/chains/incident-summary",
-                                            token=stack.read_token))
+        error = assert_unavailable_json(get(stack, "/api/v1/chains/incident-summary", token=stack.read_token))
         assert "expired" in error["message"]
         assert_unavailable_json(get(stack, "/api/v1/chains", token=stack.read_token))
     finally:
@@ -123,8 +136,7 @@ def test_with_postgres_down_the_api_answers_503_fast_warm_reads_go_on_and_all_re
     started = time.monotonic()
     assert wait_for(lambda: read_version(stack, "chat") == version, 15)
     stack.timings["front_caught_up_after_restart"] = time.monotonic() - started
-    entries = json.loads(get(stack, "/api/v1/chains/incident-summary/history",
-                             token=stack.read_token)[2])["entries"]
+    entries = json.loads(get(stack, "/api/v1/chains/incident-summary/history", token=stack.read_token)[2])["entries"]
     assert (entries[0]["action"], entries[0]["actor"]) == ("expire", "system:expiry")
 
 
@@ -135,9 +147,14 @@ def test_with_redis_down_reads_selects_and_pages_work(stack: Stack) -> None:
     stack.redis.stop()
     try:
         assert get(stack, "/api/v1/chains/chat", token=stack.read_token)[0] == 200
-        status, _, body = timed(stack, "select_without_redis", "POST", "/api/v1/chains/chat/select",
-                                token=stack.write_token,
-                                body={"preset": "drop_vendor_b", "reason": "redis is down"})
+        status, _, body = timed(
+            stack,
+            "select_without_redis",
+            "POST",
+            "/api/v1/chains/chat/select",
+            token=stack.write_token,
+            body={"preset": "drop_vendor_b", "reason": "redis is down"},
+        )
         assert status == 200, body
         version = json.loads(body)["version"]
         assert wait_for(lambda: read_version(stack, "chat") == version, 10)
@@ -147,6 +164,7 @@ def test_with_redis_down_reads_selects_and_pages_work(stack: Stack) -> None:
         assert get(stack, "/alerts/", session=True)[0] == 200
     finally:
         stack.redis.start()
-    status, _, body = request(stack, "POST", "/api/v1/chains/chat/revert", token=stack.write_token,
-                              body={"reason": "redis is back"})
+    status, _, body = request(
+        stack, "POST", "/api/v1/chains/chat/revert", token=stack.write_token, body={"reason": "redis is back"}
+    )
     assert status == 200, body

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.usefixtures("synced")
 
 
 def read_as(client: Client, instance: str, version: int, chain: str = "chat") -> int:
-    return client.get(f"/api/v1/chains/{chain}", headers={
-        "X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)}).status_code
+    return client.get(
+        f"/api/v1/chains/{chain}",
+        headers={"X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)},
+    ).status_code
 
 
 def fleet_of(client: Client, chain: str = "chat") -> dict:
@@ -86,8 +88,14 @@ def test_the_idle_head_warning_appears_and_disappears_as_usage_is_reported(reade
     pin_secondary = chat.presets.get(name="pin_secondary").steps
     assert "vendor_b has not served a chat request in the last 24 h" in idle_head_warning(chat, pin_secondary)
     now = timezone.now()
-    response = usage(reader, {"client": "checkout/i1", "applied_version": 1, "providers": {
-        "vendor_b": {"requests": 3, "last_served_at": now.isoformat()}}})
+    response = usage(
+        reader,
+        {
+            "client": "checkout/i1",
+            "applied_version": 1,
+            "providers": {"vendor_b": {"requests": 3, "last_served_at": now.isoformat()}},
+        },
+    )
     assert response.status_code == 202
     assert idle_head_warning(chat, pin_secondary) is None
     with time_machine.travel(now + timedelta(hours=25)):
@@ -97,28 +105,37 @@ def test_the_idle_head_warning_appears_and_disappears_as_usage_is_reported(reade
 def test_usage_reports_add_up_and_rejections_show_in_the_fleet(reader: Client) -> None:
     now = timezone.now().isoformat()
     for _ in range(2):
-        usage(reader, {"client": "checkout/i1", "providers": {
-            "vendor_a": {"requests": 5, "last_served_at": now}}})
+        usage(reader, {"client": "checkout/i1", "providers": {"vendor_a": {"requests": 5, "last_served_at": now}}})
     from audit.models import ProviderUsage
 
     assert ProviderUsage.objects.get(client="checkout/i1", provider="vendor_a").requests == 10
-    usage(reader, {"client": "checkout/i2", "rejected": [
-        {"version": 1, "reason": "chain[0]: unknown provider 'vendor_a'", "at": now}]})
+    usage(
+        reader,
+        {
+            "client": "checkout/i2",
+            "rejected": [{"version": 1, "reason": "chain[0]: unknown provider 'vendor_a'", "at": now}],
+        },
+    )
     read_as(reader, "i2", 0)
     fleet = fleet_of(reader)
-    assert fleet["rejected"] == [{"client": "checkout/i2", "reason": "chain[0]: unknown provider 'vendor_a'",
-                                  "at": fleet["rejected"][0]["at"]}]
+    assert fleet["rejected"] == [
+        {"client": "checkout/i2", "reason": "chain[0]: unknown provider 'vendor_a'", "at": fleet["rejected"][0]["at"]}
+    ]
     assert "1 refused it" in fleet["summary"]
 
 
-@pytest.mark.parametrize("body", [
-    {"providers": {}},
-    {"client": 5},
-    {"client": "a/b", "providers": {"vendor_a": {"requests": -1, "last_served_at": "2026-11-29T00:00:00Z"}}},
-    {"client": "a/b", "providers": {"vendor_a": {"requests": "7", "last_served_at": "2026-11-29T00:00:00Z"}}},
-    {"client": "a/b", "rejected": [{"version": 1, "reason": "x"}]},
-    ["not", "an", "object"],
-], ids=["no-client", "client-number", "negative-count", "count-string", "rejection-without-time", "list"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"providers": {}},
+        {"client": 5},
+        {"client": "a/b", "providers": {"vendor_a": {"requests": -1, "last_served_at": "2026-11-29T00:00:00Z"}}},
+        {"client": "a/b", "providers": {"vendor_a": {"requests": "7", "last_served_at": "2026-11-29T00:00:00Z"}}},
+        {"client": "a/b", "rejected": [{"version": 1, "reason": "x"}]},
+        ["not", "an", "object"],
+    ],
+    ids=["no-client", "client-number", "negative-count", "count-string", "rejection-without-time", "list"],
+)
 def test_a_bad_usage_report_is_a_json_400(reader: Client, body) -> None:
     response = usage(reader, body)
     assert response.status_code == 400
@@ -137,8 +154,7 @@ def test_one_row_the_database_refuses_does_not_drop_the_others() -> None:
     recorder.seen("chat", "svc/huge", 1099511627776)  # beyond the column: the database refuses it
     recorder.seen("chat", "svc/honest-2", 1)
     assert recorder.flush() == 2
-    assert sorted(FleetInstance.objects.values_list("client", flat=True)) == [
-        "svc/honest-1", "svc/honest-2"]
+    assert sorted(FleetInstance.objects.values_list("client", flat=True)) == ["svc/honest-1", "svc/honest-2"]
 
 
 def test_instances_ahead_of_the_server_are_counted_and_named_in_the_summary(reader: Client) -> None:
@@ -147,5 +163,6 @@ def test_instances_ahead_of_the_server_are_counted_and_named_in_the_summary(read
     read_as(reader, "restored-3", 1071)
     fleet = fleet_of(reader)
     assert (fleet["instances"], fleet["on_version"], fleet["ahead"]) == (3, 1, 2)
-    assert fleet["summary"] == ("1 of 3 instances on v1; 2 instances ahead of the server: "
-                                "restored database? run manage.py raise_epoch")
+    assert fleet["summary"] == (
+        "1 of 3 instances on v1; 2 instances ahead of the server: restored database? run manage.py raise_epoch"
+    )

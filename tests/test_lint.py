@@ -11,6 +11,7 @@ from django.conf import settings
 
 def test_ruff_finds_nothing() -> None:
     ruff = Path(sys.executable).parent / "ruff"
-    result = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=settings.BASE_DIR,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(ruff), "check", "--no-cache", "."], cwd=settings.BASE_DIR, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -18,8 +18,8 @@ def test_a_record_is_one_json_line_with_time_level_logger_message_and_exception(
         raise ValueError("boom\nsecond line")
     except ValueError:
         record = logging.getLogger("presets.services").makeRecord(
-            "presets.services", logging.ERROR, __file__, 1, "chain %s: %s", ("chat", "failed"),
-            sys.exc_info())
+            "presets.services", logging.ERROR, __file__, 1, "chain %s: %s", ("chat", "failed"), sys.exc_info()
+        )
     line = JsonFormatter().format(record)
     assert "\n" not in line
     entry = json.loads(line)
@@ -31,8 +31,14 @@ def test_a_record_is_one_json_line_with_time_level_logger_message_and_exception(
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "LOG_FORMAT"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=settings.BASE_DIR,
-                          env={**base, **env}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=settings.BASE_DIR,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_process_logs_json_when_asked_and_plain_by_default() -> None:
@@ -40,8 +46,7 @@ def test_the_process_logs_json_when_asked_and_plain_by_default() -> None:
     result = manage("shell", "-c", code, LOG_FORMAT="json")
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stderr.splitlines()]
-    assert {"level": "WARNING", "logger": "presets", "message": "pin chat expired"}.items() <= \
-        lines[-1].items()
+    assert {"level": "WARNING", "logger": "presets", "message": "pin chat expired"}.items() <= lines[-1].items()
     plain = manage("shell", "-c", code)
     assert plain.stderr.splitlines()[-1].endswith("WARNING presets pin chat expired")
 

@@ -49,8 +49,7 @@ def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
     with time_machine.travel(timezone.now().replace(microsecond=0), tick=False) as clock:
         services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
         clock.shift(timedelta(minutes=10))
-        services.extend_pin(chain="chat", actor="alice", reason="still broken",
-                            expires_at=timedelta(hours=2))
+        services.extend_pin(chain="chat", actor="alice", reason="still broken", expires_at=timedelta(hours=2))
         clock.shift(timedelta(minutes=5))
         text = scrape()
     assert value(text, "controlplane_chain_version", {"chain": "chat"}) == 3
@@ -64,19 +63,19 @@ def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
 def test_changes_expiries_and_alerts_are_counted_from_the_database(settings: Any) -> None:
     settings.PIN_ALERT_AFTER_MINUTES = 60
     with time_machine.travel(timezone.now(), tick=False) as clock:
-        services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON,
-                               expires_at=timedelta(hours=2))
+        services.select_preset(
+            chain="chat", preset="pin_secondary", actor="alice", reason=REASON, expires_at=timedelta(hours=2)
+        )
         clock.shift(timedelta(minutes=90))
         assert sweep_stale_pins().raised == 1
         clock.shift(timedelta(minutes=31))
         assert services.expire_pins() == 1
         text = scrape()
-    assert value(text, "controlplane_selection_changes_total",
-                 {"chain": "chat", "action": "select"}) == 1
-    assert value(text, "controlplane_selection_changes_total",
-                 {"chain": "chat", "action": "expire"}) == 1
-    assert value(text, "controlplane_selection_changes_total",
-                 {"chain": "chat", "action": "sync"}) == 1  # v1, from the presets file
+    assert value(text, "controlplane_selection_changes_total", {"chain": "chat", "action": "select"}) == 1
+    assert value(text, "controlplane_selection_changes_total", {"chain": "chat", "action": "expire"}) == 1
+    assert (
+        value(text, "controlplane_selection_changes_total", {"chain": "chat", "action": "sync"}) == 1
+    )  # v1, from the presets file
     assert value(text, "controlplane_pin_expiries_total", {"chain": "chat"}) == 1
     assert value(text, "controlplane_alerts_total", {"kind": "stale_pin"}) == 1
     assert value(text, "controlplane_alerts_total", {"kind": "pin_expired"}) == 1
@@ -139,9 +138,11 @@ def test_long_poll_waiters_of_this_process_are_in_the_sum() -> None:
 def test_counts_of_another_web_process_are_summed_into_the_scrape() -> None:
     """Another process writing into the same directory (as a second granian worker does)."""
     before = reads(scrape(), 418)
-    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'controlplane.settings'; "
-            "django.setup(); from presets.read_path import counters; "
-            "counters.flush_front({418: 4}, waiters=0)")
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'controlplane.settings'; "
+        "django.setup(); from presets.read_path import counters; "
+        "counters.flush_front({418: 4}, waiters=0)"
+    )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": settings.PROMETHEUS_MULTIPROC_DIR}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=settings.BASE_DIR)
     assert reads(scrape(), 418) - before == 4

@@ -49,14 +49,20 @@ def _no_steps(d):
 def _five_steps(d):
     d["chains"]["chat"]["presets"]["normal"]["chain"] = [
         {"provider": p, "model": m, "timeout_ms": 1000}
-        for p, m in [("vendor_a", "large"), ("vendor_a", "small"), ("vendor_b", "large"),
-                     ("vendor_b", "small"), ("self_hosted", "8b")]
+        for p, m in [
+            ("vendor_a", "large"),
+            ("vendor_a", "small"),
+            ("vendor_b", "large"),
+            ("vendor_b", "small"),
+            ("self_hosted", "8b"),
+        ]
     ]
 
 
 def _timeout(value):
     def mutate(d):
         chat_step(d)["timeout_ms"] = value
+
     return mutate
 
 
@@ -70,37 +76,70 @@ def _default_not_defined(d):
 
 def _contract_capability(d):
     d["chains"]["incident-summary"]["presets"]["local_only"]["chain"] = [
-        {"provider": "self_hosted", "model": "8b", "timeout_ms": 1000}]
+        {"provider": "self_hosted", "model": "8b", "timeout_ms": 1000}
+    ]
 
 
 def _contract_destination(d):
     d["chains"]["incident-summary"]["presets"]["local_only"]["chain"] = [
-        {"provider": "vendor_b", "model": "large", "timeout_ms": 1000}]
+        {"provider": "vendor_b", "model": "large", "timeout_ms": 1000}
+    ]
 
 
 BAD_FILES = [
     ("invalid-json", "{not json", "$", "not valid JSON"),
-    ("unknown-provider", _unknown_provider, "$.chains.chat.presets.normal.chain[0].provider",
-     "unknown provider 'vendor_x': use one of self_hosted, vendor_a, vendor_b"),
-    ("unknown-model", _unknown_model, "$.chains.chat.presets.normal.chain[0].model",
-     "unknown model 'huge' for vendor_a: use one of large, small"),
-    ("duplicate-step", _duplicate_step, "$.chains.chat.presets.normal.chain[3]",
-     "duplicate step vendor_a/large"),
+    (
+        "unknown-provider",
+        _unknown_provider,
+        "$.chains.chat.presets.normal.chain[0].provider",
+        "unknown provider 'vendor_x': use one of self_hosted, vendor_a, vendor_b",
+    ),
+    (
+        "unknown-model",
+        _unknown_model,
+        "$.chains.chat.presets.normal.chain[0].model",
+        "unknown model 'huge' for vendor_a: use one of large, small",
+    ),
+    ("duplicate-step", _duplicate_step, "$.chains.chat.presets.normal.chain[3]", "duplicate step vendor_a/large"),
     ("zero-steps", _no_steps, "$.chains.chat.presets.normal.chain", "1 to 4 steps"),
     ("five-steps", _five_steps, "$.chains.chat.presets.normal.chain", "1 to 4 steps, this one has 5"),
-    ("timeout-499", _timeout(499), "$.chains.chat.presets.normal.chain[0].timeout_ms",
-     "timeout_ms 499 is out of bounds: use 500..120000"),
-    ("timeout-120001", _timeout(120001), "$.chains.chat.presets.normal.chain[0].timeout_ms",
-     "timeout_ms 120001 is out of bounds"),
-    ("timeout-not-integer", _timeout("20s"), "$.chains.chat.presets.normal.chain[0].timeout_ms",
-     "fix the value's type"),
+    (
+        "timeout-499",
+        _timeout(499),
+        "$.chains.chat.presets.normal.chain[0].timeout_ms",
+        "timeout_ms 499 is out of bounds: use 500..120000",
+    ),
+    (
+        "timeout-120001",
+        _timeout(120001),
+        "$.chains.chat.presets.normal.chain[0].timeout_ms",
+        "timeout_ms 120001 is out of bounds",
+    ),
+    (
+        "timeout-not-integer",
+        _timeout("20s"),
+        "$.chains.chat.presets.normal.chain[0].timeout_ms",
+        "fix the value's type",
+    ),
     ("missing-default", _missing_default, "$.chains.chat", "missing 'default': name the preset"),
-    ("default-not-defined", _default_not_defined, "$.chains.chat.default",
-     "default preset 'nonexistent' is not defined"),
-    ("contract-capability", _contract_capability,
-     "$.chains.incident-summary.presets.local_only.chain[0]", "lacks images"),
-    ("contract-destination", _contract_destination,
-     "$.chains.incident-summary.presets.local_only.chain[0]", "destination 'vendor_b-eu' is not allowed"),
+    (
+        "default-not-defined",
+        _default_not_defined,
+        "$.chains.chat.default",
+        "default preset 'nonexistent' is not defined",
+    ),
+    (
+        "contract-capability",
+        _contract_capability,
+        "$.chains.incident-summary.presets.local_only.chain[0]",
+        "lacks images",
+    ),
+    (
+        "contract-destination",
+        _contract_destination,
+        "$.chains.incident-summary.presets.local_only.chain[0]",
+        "destination 'vendor_b-eu' is not allowed",
+    ),
 ]
 
 
@@ -117,8 +156,7 @@ def test_check_presets_accepts_the_example_file(example_file: Path, capsys) -> N
     assert "OK (2 chains, 6 presets" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("mutate,path,message", [c[1:] for c in BAD_FILES],
-                         ids=[c[0] for c in BAD_FILES])
+@pytest.mark.parametrize("mutate,path,message", [c[1:] for c in BAD_FILES], ids=[c[0] for c in BAD_FILES])
 def test_check_presets_names_the_path_and_the_fix(tmp_path, example, mutate, path, message, capsys) -> None:
     with pytest.raises(CommandError, match="problem"):
         call_command("check_presets", str(bad_file(tmp_path, example, mutate)))
@@ -141,10 +179,8 @@ def state() -> tuple:
     )
 
 
-@pytest.mark.parametrize("mutate,path,message", [c[1:] for c in BAD_FILES],
-                         ids=[c[0] for c in BAD_FILES])
-def test_sync_presets_rejects_a_bad_file_whole(synced, tmp_path, example, mutate, path, message,
-                                               capsys) -> None:
+@pytest.mark.parametrize("mutate,path,message", [c[1:] for c in BAD_FILES], ids=[c[0] for c in BAD_FILES])
+def test_sync_presets_rejects_a_bad_file_whole(synced, tmp_path, example, mutate, path, message, capsys) -> None:
     before = state()
     # a valid change elsewhere in the same file must not be applied either
     if not isinstance(mutate, str):
@@ -152,8 +188,10 @@ def test_sync_presets_rejects_a_bad_file_whole(synced, tmp_path, example, mutate
 
         def mutate(d):
             original(d)
-            d["chains"]["chat"]["presets"]["new_one"] = {"chain": [
-                {"provider": "vendor_b", "model": "small", "timeout_ms": 1000}]}
+            d["chains"]["chat"]["presets"]["new_one"] = {
+                "chain": [{"provider": "vendor_b", "model": "small", "timeout_ms": 1000}]
+            }
+
     with pytest.raises(CommandError, match="rejected, nothing changed"):
         call_command("sync_presets", "--file", str(bad_file(tmp_path, example, mutate)))
     err = capsys.readouterr().err
@@ -241,8 +279,7 @@ def test_raise_epoch_raises_it_past_the_current_time_and_says_so(synced) -> None
     from presets.models import Epoch, current_epoch
 
     out = StringIO()
-    call_command("raise_epoch", "--reason", "restored from the nightly backup", "--actor", "ops",
-                 stdout=out)
+    call_command("raise_epoch", "--reason", "restored from the nightly backup", "--actor", "ops", stdout=out)
     epoch = current_epoch()
     assert epoch >= int(time.time()) - 5
     assert f"epoch raised from 0 to {epoch}" in out.getvalue()

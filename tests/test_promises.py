@@ -32,8 +32,7 @@ from chainclient.testing import FakeProviders
 from presets.registry import PROVIDERS
 from tests.servers import Stack, get, request, require_tools, running_stack, select, wait_for
 
-REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models))
-                     for name, p in PROVIDERS.items()})
+REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models)) for name, p in PROVIDERS.items()})
 COMPILED_DEFAULT = [Step("self_hosted", "8b", 10000)]
 POOL = 8
 WORKERS = 2
@@ -49,8 +48,7 @@ def _needs_the_tools() -> None:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with running_stack("promises", workers=WORKERS,
-                       env={"DATABASE_POOL_MAX_SIZE": str(POOL)}) as stack:
+    with running_stack("promises", workers=WORKERS, env={"DATABASE_POOL_MAX_SIZE": str(POOL)}) as stack:
         yield stack
 
 
@@ -65,8 +63,9 @@ def live_document(stack: Stack, chain: str = "chat") -> dict:
 
 
 def revert(stack: Stack, chain: str = "chat") -> None:
-    status, _, body = request(stack, "POST", f"/api/v1/chains/{chain}/revert",
-                              token=stack.write_token, body={"reason": "system test: back"})
+    status, _, body = request(
+        stack, "POST", f"/api/v1/chains/{chain}/revert", token=stack.write_token, body={"reason": "system test: back"}
+    )
     assert status in (200, 400), body  # 400: the default is live already
 
 
@@ -74,12 +73,18 @@ class Fleet:
     """``count`` real SDK instances of one service, long polling the stack."""
 
     def __init__(self, stack: Stack, service: str, count: int, **options: object) -> None:
-        options = {"long_poll": True, "poll_interval": 1.0, "report_usage": False,
-                   "timeout": 5.0, **options}
+        options = {"long_poll": True, "poll_interval": 1.0, "report_usage": False, "timeout": 5.0, **options}
         self.clients = [
-            ChainClient(stack.url, chain="chat", token=stack.read_token, registry=REGISTRY,
-                        default=COMPILED_DEFAULT, service=service, instance=f"i{i:03d}",
-                        **options)  # type: ignore[arg-type]
+            ChainClient(
+                stack.url,
+                chain="chat",
+                token=stack.read_token,
+                registry=REGISTRY,
+                default=COMPILED_DEFAULT,
+                service=service,
+                instance=f"i{i:03d}",
+                **options,
+            )  # type: ignore[arg-type]
             for i in range(count)
         ]
 
@@ -93,8 +98,7 @@ class Fleet:
             client.stop(timeout=0.1)
 
     def all_on(self, version: int, timeout: float = 20) -> bool:
-        return wait_for(lambda: all(c.current().version == version for c in self.clients),
-                        timeout)
+        return wait_for(lambda: all(c.current().version == version for c in self.clients), timeout)
 
     def route_heads(self) -> Counter[str]:
         """The provider each instance's Router sends a request to now."""
@@ -143,8 +147,7 @@ def pin_expiring_in(stack: Stack, seconds: float) -> dict:
     return json.loads(body)
 
 
-def watch(fleet: Fleet, pin_version: int, *, until: float,
-          revert: bool = True) -> tuple[list[float], list[float]]:
+def watch(fleet: Fleet, pin_version: int, *, until: float, revert: bool = True) -> tuple[list[float], list[float]]:
     """Sample every instance every 10 ms until ``until`` (Unix time): when each first served
     the default preset and, with ``revert``, when the server's revert (a later version)
     reached it. Each time is taken after the read, so it is never earlier than the event."""
@@ -179,15 +182,16 @@ def test_a_pin_expiring_reaches_100_long_polling_services_within_1_s_without_a_w
         assert min(switched) >= expires_at, "an instance left the pin before its expiry"
         late = max(switched) - expires_at
         served = max(revert_arrived) - expires_at
-        print(f"\nfigures: expiry_instances=100 expiry_to_default_max_ms={late * 1000:.0f} "
-              f"expiry_revert_served_max_ms={served * 1000:.0f}")
+        print(
+            f"\nfigures: expiry_instances=100 expiry_to_default_max_ms={late * 1000:.0f} "
+            f"expiry_revert_served_max_ms={served * 1000:.0f}"
+        )
         assert late <= EXPIRY_BOUND_S
         # The held long polls answer at the expiry with the revert (whoever writes it); a
         # noisy machine gets a second of slack on top of the bar.
         assert served <= EXPIRY_BOUND_S + 1.0
         assert fleet.route_heads() == Counter({"vendor_a": 100})  # the default's head
-        assert all(c.current().source == "live" and c.health()["expired_pin"] is None
-                   for c in fleet.clients)
+        assert all(c.current().source == "live" and c.health()["expired_pin"] is None for c in fleet.clients)
         document = live_document(stack)
         assert (document["version"], document["preset"]) == (pin["version"] + 1, "normal")
 
@@ -233,9 +237,12 @@ def test_64_mixed_clients_for_60_s_get_no_5xx_and_connections_stay_bounded(stack
     peak = [0]
 
     def count_connections() -> int:
-        return int(stack.postgres.sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-            "AND pid <> pg_backend_pid()"))
+        return int(
+            stack.postgres.sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()"
+            )
+        )
 
     def sample() -> None:
         while not stop.is_set():
@@ -244,18 +251,17 @@ def test_64_mixed_clients_for_60_s_get_no_5xx_and_connections_stay_bounded(stack
 
     def client(i: int) -> None:
         chain = ("chat", "incident-summary")[i % 2]
-        presets = {"chat": ("pin_secondary", "normal"), "incident-summary": ("local_only",
-                                                                             "normal")}[chain]
+        presets = {"chat": ("pin_secondary", "normal"), "incident-summary": ("local_only", "normal")}[chain]
         n = 0
         while not stop.is_set():
             n += 1
             kind = ("history", "page", "change")[i % 3]
             if kind == "history":
-                answer = request(stack, "GET", f"/api/v1/chains/{chain}/history?limit=1",
-                                 token=stack.read_token, timeout=30)
+                answer = request(
+                    stack, "GET", f"/api/v1/chains/{chain}/history?limit=1", token=stack.read_token, timeout=30
+                )
             elif kind == "page":
-                answer = request(stack, "GET", "/" if n % 2 else f"/chains/{chain}/history/",
-                                 session=True, timeout=30)
+                answer = request(stack, "GET", "/" if n % 2 else f"/chains/{chain}/history/", session=True, timeout=30)
             else:
                 answer = select(stack, chain, presets[n % 2])
             with lock:
@@ -275,10 +281,12 @@ def test_64_mixed_clients_for_60_s_get_no_5xx_and_connections_stay_bounded(stack
     sampler.join(10)
     elapsed = time.monotonic() - started
     total = sum(statuses.values())
-    print(f"\nfigures: load_clients={LOAD_CLIENTS} load_s={elapsed:.0f} load_requests={total} "
-          f"load_rps={total / elapsed:.0f} load_5xx={sum(n for s, n in statuses.items() if s >= 500)} "
-          f"load_4xx={sum(n for s, n in statuses.items() if 400 <= s < 500)} "
-          f"peak_connections={peak[0]} connection_bound={bound}")
+    print(
+        f"\nfigures: load_clients={LOAD_CLIENTS} load_s={elapsed:.0f} load_requests={total} "
+        f"load_rps={total / elapsed:.0f} load_5xx={sum(n for s, n in statuses.items() if s >= 500)} "
+        f"load_4xx={sum(n for s, n in statuses.items() if 400 <= s < 500)} "
+        f"peak_connections={peak[0]} connection_bound={bound}"
+    )
     print(f"load detail: statuses={dict(statuses)} kinds={dict(kinds)}")
     assert total > LOAD_CLIENTS
     assert not [status for status in statuses if status >= 500 or status == 0], statuses
@@ -295,13 +303,31 @@ def test_after_a_restore_services_report_being_ahead_then_follow_once_the_epoch_
 ) -> None:
     dump = stack.postgres.root / "snapshot.dump"
     count = 20
-    with Fleet(stack, "restore", count, poll_interval=0.5, ahead_after_s=1.0, max_backoff=1.0,
-               report_usage=True, usage_interval=1.0) as fleet:
+    with Fleet(
+        stack,
+        "restore",
+        count,
+        poll_interval=0.5,
+        ahead_after_s=1.0,
+        max_backoff=1.0,
+        report_usage=True,
+        usage_interval=1.0,
+    ) as fleet:
         before = live_document(stack)
         assert fleet.all_on(before["version"])
-        stack.postgres.as_postgres(stack.postgres.tool("pg_dump"), "-h", "127.0.0.1", "-p",
-                                   stack.postgres.port, "-U", "postgres", "-Fc", "-f", dump,
-                                   "postgres")
+        stack.postgres.as_postgres(
+            stack.postgres.tool("pg_dump"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            stack.postgres.port,
+            "-U",
+            "postgres",
+            "-Fc",
+            "-f",
+            dump,
+            "postgres",
+        )
         for preset in ("pin_secondary", "drop_vendor_b", "local_only"):
             status, _, body = select(stack, "chat", preset)
             assert status == 200, body
@@ -310,9 +336,20 @@ def test_after_a_restore_services_report_being_ahead_then_follow_once_the_epoch_
 
         # The restore: the web process stops, the backup comes back, the web process starts.
         stack.kill_web()
-        stack.postgres.as_postgres(stack.postgres.tool("pg_restore"), "-h", "127.0.0.1", "-p",
-                                   stack.postgres.port, "-U", "postgres", "--clean",
-                                   "--if-exists", "-d", "postgres", dump)
+        stack.postgres.as_postgres(
+            stack.postgres.tool("pg_restore"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            stack.postgres.port,
+            "-U",
+            "postgres",
+            "--clean",
+            "--if-exists",
+            "-d",
+            "postgres",
+            dump,
+        )
         stack.start_web()
         assert live_document(stack)["version"] == before["version"]
 
@@ -333,8 +370,10 @@ def test_after_a_restore_services_report_being_ahead_then_follow_once_the_epoch_
         assert "epoch raised from 0 to" in output
         epoch = live_document(stack)["epoch"]
         assert epoch > 0
-        assert wait_for(lambda: all((c.current().epoch, c.current().version) == (
-            epoch, before["version"]) for c in fleet.clients), 15)
+        assert wait_for(
+            lambda: all((c.current().epoch, c.current().version) == (epoch, before["version"]) for c in fleet.clients),
+            15,
+        )
         assert all(c.health()["ahead_of_server"] is None for c in fleet.clients)
 
         # And they follow the next change.

@@ -26,12 +26,21 @@ from presets.read_path.front import ReadFront
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
 
-async def call(app: ReadFront, path: str, headers: dict[str, str] | None = None,
-               query: str = "") -> tuple[int, dict[bytes, bytes], bytes]:
-    scope = {"type": "http", "method": "GET", "path": path, "query_string": query.encode(),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-             "http_version": "1.1", "scheme": "http", "server": ("testserver", 80),
-             "client": ("127.0.0.1", 5000), "root_path": ""}
+async def call(
+    app: ReadFront, path: str, headers: dict[str, str] | None = None, query: str = ""
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+    }
     messages: list[dict[str, Any]] = []
     sent_body = False
 
@@ -96,8 +105,11 @@ def test_the_front_answers_304_and_the_list(read_token) -> None:
     assert json.loads(missing[2])["error"]["code"] == "not_found"
 
 
-@pytest.mark.parametrize("header,status", [(None, 401), ("Bearer wrong", 401), ("Basic abc", 401)],
-                         ids=["no-token", "unknown-token", "not-bearer"])
+@pytest.mark.parametrize(
+    "header,status",
+    [(None, 401), ("Bearer wrong", 401), ("Basic abc", 401)],
+    ids=["no-token", "unknown-token", "not-bearer"],
+)
 def test_reads_without_a_valid_token_are_refused_as_json(header, status) -> None:
     async def body(app):
         return await call(app, "/api/v1/chains/chat", {"Authorization": header} if header else {})
@@ -140,8 +152,7 @@ def test_warm_200_and_304_run_no_sql_query(read_token, count_queries) -> None:
         results = []
         for _ in range(20):
             results.append((await call(app, "/api/v1/chains/chat", auth(read_token)))[0])
-            results.append((await call(app, "/api/v1/chains/chat",
-                                       auth(read_token, **{"If-None-Match": '"1"'})))[0])
+            results.append((await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'})))[0])
         return results
 
     assert run(body) == [200, 304] * 20
@@ -163,8 +174,7 @@ def test_a_wait_out_of_range_is_a_400(read_token, wait) -> None:
 def test_a_long_poll_answers_304_when_the_wait_elapses(read_token) -> None:
     async def body(app):
         started = time.monotonic()
-        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}),
-                            query="wait=1")
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}), query="wait=1")
         return result, time.monotonic() - started
 
     (status, _, _), elapsed = run(body)
@@ -174,15 +184,15 @@ def test_a_long_poll_answers_304_when_the_wait_elapses(read_token) -> None:
 
 def test_a_long_poll_without_if_none_match_answers_at_once(read_token) -> None:
     async def body(app):
-        return await asyncio.wait_for(call(app, "/api/v1/chains/chat", auth(read_token),
-                                           query="wait=30"), 5)
+        return await asyncio.wait_for(call(app, "/api/v1/chains/chat", auth(read_token), query="wait=30"), 5)
 
     assert run(body)[0] == 200
 
 
 def test_an_expired_pin_is_never_served_by_the_front(read_token) -> None:
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1",
-                           expires_at=timedelta(minutes=5))
+    services.select_preset(
+        chain="chat", preset="pin_secondary", actor="alice", reason="INC-1", expires_at=timedelta(minutes=5)
+    )
 
     async def body(app):
         first = await call(app, "/api/v1/chains/chat", auth(read_token))
@@ -214,8 +224,7 @@ def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token)
         await call(app, "/api/v1/chains/chat", auth(read_token))  # warm: LISTEN is running
         process = change_in_another_process("pin_secondary", delay=1.0)
         started = time.monotonic()
-        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}),
-                            query="wait=30")
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}), query="wait=30")
         elapsed = time.monotonic() - started
         await asyncio.get_running_loop().run_in_executor(None, process.wait)
         return result, elapsed
@@ -233,8 +242,11 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
     from presets.read_path.snapshot import in_worker_thread
 
     async def body(app):
-        await call(app, "/api/v1/chains/chat", auth(read_token, **{
-            "X-Chain-Client": "checkout/pod-1", "X-Chain-Applied-Version": "1"}))
+        await call(
+            app,
+            "/api/v1/chains/chat",
+            auth(read_token, **{"X-Chain-Client": "checkout/pod-1", "X-Chain-Applied-Version": "1"}),
+        )
         await in_worker_thread(app.fleet.flush)()
 
     run(body)
@@ -243,8 +255,9 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
 
 
 def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_token) -> None:
-    pinned = services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
-                                    reason="INC-1", expires_at=timedelta(minutes=5))
+    pinned = services.select_preset(
+        chain="chat", preset="pin_secondary", actor="alice", reason="INC-1", expires_at=timedelta(minutes=5)
+    )
     # No worker runs: the held poll itself must revert the pin at its expiry, and answer then
     # with the revert, not wait for a version after it.
     selection = type(pinned).objects.get(pk=pinned.pk)
@@ -255,8 +268,7 @@ def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_to
         warm = await call(app, "/api/v1/chains/chat", auth(read_token))
         etag = dict(warm[1])[b"etag"].decode()
         started = time.monotonic()
-        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": etag}),
-                            query="wait=30")
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": etag}), query="wait=30")
         return result, time.monotonic() - started
 
     (status, _, content), elapsed = run(body)
@@ -271,13 +283,22 @@ def test_the_front_records_a_held_long_poll_as_it_arrives(read_token) -> None:
     from presets.read_path.snapshot import in_worker_thread
 
     async def body(app):
-        held = asyncio.ensure_future(call(app, "/api/v1/chains/chat", auth(read_token, **{
-            "If-None-Match": '"1"', "X-Chain-Client": "checkout/pod-2",
-            "X-Chain-Applied-Version": "1"}), query="wait=30"))
+        held = asyncio.ensure_future(
+            call(
+                app,
+                "/api/v1/chains/chat",
+                auth(
+                    read_token,
+                    **{"If-None-Match": '"1"', "X-Chain-Client": "checkout/pod-2", "X-Chain-Applied-Version": "1"},
+                ),
+                query="wait=30",
+            )
+        )
         await asyncio.sleep(0.3)
         await in_worker_thread(app.fleet.flush)()
         recorded = await in_worker_thread(
-            lambda: list(FleetInstance.objects.values_list("client", "applied_version")))()
+            lambda: list(FleetInstance.objects.values_list("client", "applied_version"))
+        )()
         held.cancel()
         return recorded
 
@@ -293,8 +314,10 @@ def test_documents_carry_the_epoch_and_their_etag_changes_when_it_is_raised(read
     epoch = services.raise_epoch(actor="ops", reason="restored from last night's backup")
 
     async def after(app):
-        return (await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'})),
-                await call(app, "/api/v1/chains", auth(read_token)))
+        return (
+            await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'})),
+            await call(app, "/api/v1/chains", auth(read_token)),
+        )
 
     (status, headers, content), listing = run(after)
     assert status == 200  # a client holding v1 of epoch 0 gets the document again

@@ -27,8 +27,7 @@ from controlplane.wsgi import application
 
 pytestmark = pytest.mark.usefixtures("synced")
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 OPERATIONS = [
     ("GET", "/api/v1/chains"),
     ("GET", "/api/v1/chains/{name}"),
@@ -57,8 +56,7 @@ def schema(db: Any) -> Any:
 
 
 def test_every_api_operation_is_in_the_schema(schema: Any) -> None:
-    declared = {(operation.ok().method.upper(), operation.ok().path)
-                for operation in schema.get_all_operations()}
+    declared = {(operation.ok().method.upper(), operation.ok().path) for operation in schema.get_all_operations()}
     assert declared == set(OPERATIONS)
 
 
@@ -69,12 +67,19 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
     operation = schema[path][method]
     headers = {"Authorization": f"Bearer {write_token}"}
 
-    @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "25")), deadline=None,
-              derandomize=not os.environ.get("FUZZ_RANDOM"),
-              suppress_health_check=list(HealthCheck))
-    @given(case=operation.as_strategy(), name=st.sampled_from(["chat", "incident-summary", "nope"]),
-           version=st.integers(1, 3), preset=st.sampled_from(["pin_secondary", "local_only", None]),
-           realistic=st.booleans())
+    @settings(
+        max_examples=int(os.environ.get("FUZZ_EXAMPLES", "25")),
+        deadline=None,
+        derandomize=not os.environ.get("FUZZ_RANDOM"),
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        case=operation.as_strategy(),
+        name=st.sampled_from(["chat", "incident-summary", "nope"]),
+        version=st.integers(1, 3),
+        preset=st.sampled_from(["pin_secondary", "local_only", None]),
+        realistic=st.booleans(),
+    )
     def check(case: Any, name: str, version: int, preset: str | None, realistic: bool) -> None:
         # Mostly chains and versions that exist: random names would only ever meet a 404.
         if case.path_parameters and "name" in case.path_parameters:
@@ -83,8 +88,7 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
                 case.path_parameters["version"] = version
         if realistic and isinstance(case.body, dict):
             # ...and bodies a real client sends, so that the 200 answers are checked too.
-            body = {key: value for key, value in case.body.items()
-                    if key not in {"expected_version", "expires_at"}}
+            body = {key: value for key, value in case.body.items() if key not in {"expected_version", "expires_at"}}
             body["reason"] = "schema fuzz"
             if preset is not None and "preset" in body:
                 body["preset"] = preset

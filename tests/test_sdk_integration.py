@@ -23,8 +23,7 @@ from presets.registry import PROVIDERS
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
 # The service's own compiled-in registry: here, the same providers the control plane knows.
-REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models))
-                     for name, p in PROVIDERS.items()})
+REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models)) for name, p in PROVIDERS.items()})
 DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
 
 
@@ -48,12 +47,21 @@ def select(base_url: str, token: str, preset: str, reason: str) -> dict:
         return json.load(response)
 
 
-def test_a_select_reaches_a_polling_sdk_within_the_poll_interval(live_server, read_token, write_token,
-                                                                tmp_path: Path) -> None:
+def test_a_select_reaches_a_polling_sdk_within_the_poll_interval(
+    live_server, read_token, write_token, tmp_path: Path
+) -> None:
     poll_interval = 1.0
-    client = ChainClient(live_server.url, chain="chat", token=read_token, registry=REGISTRY,
-                         default=DEFAULT, state_dir=tmp_path, poll_interval=poll_interval,
-                         long_poll=False, service="integration")
+    client = ChainClient(
+        live_server.url,
+        chain="chat",
+        token=read_token,
+        registry=REGISTRY,
+        default=DEFAULT,
+        state_dir=tmp_path,
+        poll_interval=poll_interval,
+        long_poll=False,
+        service="integration",
+    )
     with client:
         assert wait_for(lambda: client.current().source == "live", 5)
         assert client.current().version == 1
@@ -63,7 +71,10 @@ def test_a_select_reaches_a_polling_sdk_within_the_poll_interval(live_server, re
         applied_after = time.monotonic() - changed_at
     document = client.current()
     assert (document.preset, document.updated_by, document.reason) == (
-        "pin_secondary", "token:deployer", "INC-7 vendor_a degraded")
+        "pin_secondary",
+        "token:deployer",
+        "INC-7 vendor_a degraded",
+    )
     assert document.chain[0] == Step("vendor_b", "large", 20000)
     assert applied_after <= poll_interval + 1.0 + 1.0  # the bar is interval + 1 s; 1 s of slack for a noisy CI
     saved = json.loads(next(tmp_path.glob("*.json")).read_text())
@@ -75,15 +86,31 @@ def test_a_restarted_sdk_starts_from_its_last_known_good_file_while_the_server_i
     live_server, read_token, write_token, tmp_path: Path
 ) -> None:
     select(live_server.url, write_token, "local_only", "both vendors down")
-    with ChainClient(live_server.url, chain="chat", token=read_token, registry=REGISTRY,
-                     default=DEFAULT, state_dir=tmp_path, poll_interval=0.2, long_poll=False) as client:
+    with ChainClient(
+        live_server.url,
+        chain="chat",
+        token=read_token,
+        registry=REGISTRY,
+        default=DEFAULT,
+        state_dir=tmp_path,
+        poll_interval=0.2,
+        long_poll=False,
+    ) as client:
         assert wait_for(lambda: client.current().version == 2, 5)
     # The control plane is gone: a port where nothing listens.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    restarted = ChainClient(dead_url, chain="chat", token=read_token, registry=REGISTRY,
-                            default=DEFAULT, state_dir=tmp_path, poll_interval=0.2, long_poll=False)
+    restarted = ChainClient(
+        dead_url,
+        chain="chat",
+        token=read_token,
+        registry=REGISTRY,
+        default=DEFAULT,
+        state_dir=tmp_path,
+        poll_interval=0.2,
+        long_poll=False,
+    )
     with restarted:
         document = restarted.current()
         assert (document.source, document.version, document.preset) == ("disk", 2, "local_only")
@@ -99,13 +126,31 @@ def production_server(write_token) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "DJANGO_SETTINGS_MODULE": "controlplane.settings", "LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "LOG_LEVEL": "WARNING",
+    }
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--workers", "2",
-         "--host", "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
-         "controlplane.asgi:application"],
-        cwd=settings.BASE_DIR, env=env, start_new_session=True,
+        [
+            str(Path(sys.executable).parent / "granian"),
+            "--interface",
+            "asgi",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-ws",
+            "--log-level",
+            "warning",
+            "controlplane.asgi:application",
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -129,9 +174,18 @@ def test_a_long_polling_sdk_applies_a_change_without_waiting_for_its_poll_interv
     production_server: str, read_token, write_token, tmp_path: Path
 ) -> None:
     clients = [
-        ChainClient(production_server, chain="chat", token=read_token, registry=REGISTRY,
-                    default=DEFAULT, state_dir=None, poll_interval=60.0, long_poll=True,
-                    service="integration", instance=f"i{n}")
+        ChainClient(
+            production_server,
+            chain="chat",
+            token=read_token,
+            registry=REGISTRY,
+            default=DEFAULT,
+            state_dir=None,
+            poll_interval=60.0,
+            long_poll=True,
+            service="integration",
+            instance=f"i{n}",
+        )
         for n in range(4)  # spread over both web processes
     ]
     for client in clients:

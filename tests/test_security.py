@@ -83,15 +83,16 @@ def test_every_page_without_a_session_redirects_to_sign_in(method: str, path: st
 @pytest.mark.usefixtures("synced")
 @pytest.mark.parametrize("path", WRITES)
 def test_a_read_token_cannot_write(reader: Client, path: str) -> None:
-    response = reader.post(path, {"reason": "r", "preset": "pin_secondary"},
-                           content_type="application/json")
+    response = reader.post(path, {"reason": "r", "preset": "pin_secondary"}, content_type="application/json")
     assert response.status_code == 403
     assert Selection.objects.get(chain__name="chat").version == 1
 
 
 @pytest.mark.usefixtures("synced")
-@pytest.mark.parametrize("path", WRITES + ["/chains/chat/select", "/chains/chat/revert",
-                                           "/chains/chat/extend", "/chains/chat/history/1/restore"])
+@pytest.mark.parametrize(
+    "path",
+    WRITES + ["/chains/chat/select", "/chains/chat/revert", "/chains/chat/extend", "/chains/chat/history/1/restore"],
+)
 def test_a_viewer_cannot_change_anything(client: Client, bob: User, path: str) -> None:
     client.force_login(bob)
     data = {"reason": "r", "preset": "pin_secondary", "expected_version": 1, "confirmed": "yes"}
@@ -107,12 +108,20 @@ def test_a_viewer_cannot_change_anything(client: Client, bob: User, path: str) -
 def test_csrf_is_enforced_on_pages_and_on_session_api_writes(alice: User) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
-    page = client.post("/chains/chat/select", {"preset": "pin_secondary", "reason": "r",
-                                               "duration_minutes": "60", "expected_version": "1",
-                                               "confirmed": "yes"})
+    page = client.post(
+        "/chains/chat/select",
+        {
+            "preset": "pin_secondary",
+            "reason": "r",
+            "duration_minutes": "60",
+            "expected_version": "1",
+            "confirmed": "yes",
+        },
+    )
     assert page.status_code == 403
-    api = client.post("/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "r"},
-                      content_type="application/json")
+    api = client.post(
+        "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "r"}, content_type="application/json"
+    )
     assert api.status_code == 403 and "CSRF" in api.json()["error"]["message"]
     assert Selection.objects.get(chain__name="chat").version == 1
 
@@ -132,11 +141,17 @@ def test_a_script_in_a_reason_renders_as_text_on_every_page_and_in_the_admin(ali
 
     client = Client()
     client.force_login(alice)
-    pages = ["/", "/chains/chat/", "/chains/chat/history/", "/history/", "/alerts/",
-             f"/admin/presets/selection/{selection.pk}/change/",
-             f"/admin/presets/selection/{selection.pk}/history/",
-             f"/admin/presets/selection/{selection.pk}/history/{history_id}/",
-             "/admin/audit/alert/"]
+    pages = [
+        "/",
+        "/chains/chat/",
+        "/chains/chat/history/",
+        "/history/",
+        "/alerts/",
+        f"/admin/presets/selection/{selection.pk}/change/",
+        f"/admin/presets/selection/{selection.pk}/history/",
+        f"/admin/presets/selection/{selection.pk}/history/{history_id}/",
+        "/admin/audit/alert/",
+    ]
     for url in pages:
         response = client.get(url)
         assert response.status_code == 200, url
@@ -210,9 +225,9 @@ def test_sign_in_pauses_after_repeated_failures_and_lets_the_person_in_after_the
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("synced")
-def test_no_log_line_ever_contains_a_raw_token(caplog: pytest.LogCaptureFixture, read_token: str,
-                                               write_token: str, reader: Client,
-                                               writer: Client) -> None:
+def test_no_log_line_ever_contains_a_raw_token(
+    caplog: pytest.LogCaptureFixture, read_token: str, write_token: str, reader: Client, writer: Client
+) -> None:
     from django.core.asgi import get_asgi_application
 
     from presets.read_path.front import ReadFront
@@ -224,10 +239,10 @@ def test_no_log_line_ever_contains_a_raw_token(caplog: pytest.LogCaptureFixture,
     try:
         reader.get("/api/v1/chains/chat")
         reader.post("/api/v1/chains/chat/select", {}, content_type="application/json")
-        writer.post("/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "r"},
-                    content_type="application/json")
-        writer.post("/api/v1/chains/chat/select", {"preset": "nope", "reason": "r"},
-                    content_type="application/json")
+        writer.post(
+            "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "r"}, content_type="application/json"
+        )
+        writer.post("/api/v1/chains/chat/select", {"preset": "nope", "reason": "r"}, content_type="application/json")
         Client(headers={"Authorization": f"Bearer {read_token}x"}).get("/api/v1/chains/chat")
 
         async def front() -> None:
@@ -278,15 +293,15 @@ def _request(user: User) -> Any:
 
 @pytest.mark.postgres
 @pytest.mark.usefixtures("synced")
-@pytest.mark.parametrize("table", ["presets_historicalselection", "presets_historicalpreset",
-                                   "presets_historicalchain"])
+@pytest.mark.parametrize(
+    "table", ["presets_historicalselection", "presets_historicalpreset", "presets_historicalchain"]
+)
 def test_postgres_refuses_to_update_or_delete_history_rows(table: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {table}")
         rows = cursor.fetchone()[0]
         assert rows > 0
-        for statement in (f"UPDATE {table} SET history_change_reason = 'edited'",
-                          f"DELETE FROM {table}"):
+        for statement in (f"UPDATE {table} SET history_change_reason = 'edited'", f"DELETE FROM {table}"):
             with pytest.raises(DatabaseError, match="history is append-only"):
                 with transaction.atomic():
                     cursor.execute(statement)
@@ -308,10 +323,8 @@ def compose_environment() -> dict[str, str]:
     """The web service's environment, with ${X:-default} resolved to its default and the
     required ${X:?...} values given as an operator would."""
     root = Path(settings.BASE_DIR)
-    environment = yaml.safe_load((root / "docker-compose.yml").read_text())["services"]["web"][
-        "environment"]
-    required = {"SECRET_KEY": "k" * 20 + "3vQ9-x!fP0r7Lz@uW2eN5tY8bC1mA6dS4gH", "ALLOWED_HOSTS":
-                "chains.example.com"}
+    environment = yaml.safe_load((root / "docker-compose.yml").read_text())["services"]["web"]["environment"]
+    required = {"SECRET_KEY": "k" * 20 + "3vQ9-x!fP0r7Lz@uW2eN5tY8bC1mA6dS4gH", "ALLOWED_HOSTS": "chains.example.com"}
     resolved = {}
     for name, raw in environment.items():
         raw = str(raw)
@@ -326,14 +339,23 @@ def compose_environment() -> dict[str, str]:
 
 
 def run_deploy_check(tmp_path: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items()
-           if key in {"PATH", "HOME", "LANG", "PYTHONPATH"}}
+    env = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME", "LANG", "PYTHONPATH"}}
     env.update(compose_environment())
-    env.update({"VAR_DIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
-                "PYTHONDONTWRITEBYTECODE": "1", **overrides})
+    env.update(
+        {
+            "VAR_DIR": str(tmp_path),
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **overrides,
+        }
+    )
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -34,8 +34,9 @@ def pin(preset: str = "pin_secondary", **kwargs) -> Selection:
 
 
 @pytest.mark.parametrize(
-    "reason", ["", "   ", "\n\t", "x" * 501, None, 42], ids=["empty", "spaces", "whitespace",
-                                                               "501-chars", "none", "number"]
+    "reason",
+    ["", "   ", "\n\t", "x" * 501, None, 42],
+    ids=["empty", "spaces", "whitespace", "501-chars", "none", "number"],
 )
 def test_every_operation_rejects_a_missing_or_oversized_reason(reason) -> None:
     pin()
@@ -99,8 +100,7 @@ def test_the_default_preset_never_has_an_expiry() -> None:
     assert selection.to_document()["is_default"] is True
     with pytest.raises(InvalidInput, match="never expires"):
         services.select_preset(chain="chat", preset="pin_secondary", actor="a", reason="r")
-        services.select_preset(chain="chat", preset="normal", actor="a", reason="r",
-                               expires_at=timedelta(hours=1))
+        services.select_preset(chain="chat", preset="normal", actor="a", reason="r", expires_at=timedelta(hours=1))
 
 
 def test_revert_clears_the_expiry() -> None:
@@ -112,8 +112,7 @@ def test_revert_clears_the_expiry() -> None:
 def test_extend_moves_the_expiry_and_keeps_the_preset() -> None:
     first = pin(expires_at=timedelta(minutes=30))
     old_expiry = first.expires_at
-    selection = services.extend_pin(chain="chat", actor="bob", reason="still broken",
-                                    expires_at=timedelta(hours=2))
+    selection = services.extend_pin(chain="chat", actor="bob", reason="still broken", expires_at=timedelta(hours=2))
     assert selection.preset.name == "pin_secondary"
     assert selection.expires_at > old_expiry
     assert (selection.action, selection.previous_expires_at) == ("extend", old_expiry)
@@ -130,8 +129,7 @@ def test_extending_a_chain_that_is_not_pinned_is_refused() -> None:
 def test_a_stale_expected_version_is_a_conflict_naming_who_changed_what_and_why() -> None:
     pin(expected_version=1)
     with pytest.raises(Conflict) as err:
-        services.select_preset(chain="chat", preset="local_only", actor="bob", reason="mine",
-                               expected_version=1)
+        services.select_preset(chain="chat", preset="local_only", actor="bob", reason="mine", expected_version=1)
     message = err.value.message
     for fact in ("v2", "pin_secondary", "alice", "INC-1 vendor_a returns garbage"):
         assert fact in message
@@ -144,12 +142,9 @@ def test_a_stale_expected_version_is_a_conflict_naming_who_changed_what_and_why(
 def test_every_change_checks_the_expected_version(operation) -> None:
     pin()
     call = {
-        "revert": lambda: services.revert_to_default(chain="chat", actor="a", reason="r",
-                                                     expected_version=1),
-        "extend": lambda: services.extend_pin(chain="chat", actor="a", reason="r",
-                                              expected_version=1),
-        "restore": lambda: services.restore(chain="chat", version=2, actor="a", reason="r",
-                                            expected_version=1),
+        "revert": lambda: services.revert_to_default(chain="chat", actor="a", reason="r", expected_version=1),
+        "extend": lambda: services.extend_pin(chain="chat", actor="a", reason="r", expected_version=1),
+        "restore": lambda: services.restore(chain="chat", version=2, actor="a", reason="r", expected_version=1),
     }[operation]
     with pytest.raises(Conflict):
         call()
@@ -168,8 +163,7 @@ def test_only_active_presets_of_that_chain_can_be_selected() -> None:
     assert "pin_secondary" in err.value.message  # the message lists what can be chosen
     with pytest.raises(InvalidInput, match="does not exist"):
         # a preset of another chain is not selectable here
-        services.select_preset(chain="incident-summary", preset="pin_secondary", actor="a",
-                               reason="r")
+        services.select_preset(chain="incident-summary", preset="pin_secondary", actor="a", reason="r")
     assert live().version == 1
 
 
@@ -243,8 +237,7 @@ def test_expire_pins_reverts_due_pins_once_with_a_reason_naming_the_pin() -> Non
         assert services.expire_pins() == 1
         assert services.expire_pins() == 0
     selection = live()
-    assert (selection.preset.name, selection.action, selection.updated_by) == (
-        "normal", "expire", "system:expiry")
+    assert (selection.preset.name, selection.action, selection.updated_by) == ("normal", "expire", "system:expiry")
     for fact in ("pin_secondary", "v2", "alice", "INC-1"):
         assert fact in selection.reason
     assert len(history()) == 3

@@ -45,11 +45,19 @@ def test_a_pin_past_the_threshold_raises_one_alert_however_many_sweeps_run(synce
     [alert] = stale_alerts()
     assert (alert.chain.name, alert.version, alert.is_open) == ("chat", 2, True)
     document = alert.to_document()
-    assert {key: document[key] for key in ("preset", "actor", "reason", "pinned_at",
-                                            "expires_at", "age_seconds", "age", "url")} == {
-        "preset": "pin_secondary", "actor": "alice", "reason": "INC-7 vendor_a returns garbage",
-        "pinned_at": "2026-11-29T02:00:00Z", "expires_at": "2026-11-29T06:00:00Z",
-        "age_seconds": 3660, "age": "1 h 1 min", "url": "http://localhost:8000/chains/chat/"}
+    assert {
+        key: document[key]
+        for key in ("preset", "actor", "reason", "pinned_at", "expires_at", "age_seconds", "age", "url")
+    } == {
+        "preset": "pin_secondary",
+        "actor": "alice",
+        "reason": "INC-7 vendor_a returns garbage",
+        "pinned_at": "2026-11-29T02:00:00Z",
+        "expires_at": "2026-11-29T06:00:00Z",
+        "age_seconds": 3660,
+        "age": "1 h 1 min",
+        "url": "http://localhost:8000/chains/chat/",
+    }
     for fact in ("chat", "pin_secondary", "1 h 1 min", "v2", "alice", "INC-7", "06:00:00Z", "normal"):
         assert fact in alert.message
 
@@ -92,9 +100,11 @@ def end_by_restoring_the_default() -> None:
 
 @pytest.mark.parametrize(
     ("end_pin", "resolution"),
-    [(end_by_revert, "pin ended by v3: revert to normal by bob: vendor_a fixed"),
-     (end_by_replacing, "pin ended by v3: select to local_only by bob: vendor_b down too"),
-     (end_by_restoring_the_default, "pin ended by v3: restore to normal by bob: undo v2")],
+    [
+        (end_by_revert, "pin ended by v3: revert to normal by bob: vendor_a fixed"),
+        (end_by_replacing, "pin ended by v3: select to local_only by bob: vendor_b down too"),
+        (end_by_restoring_the_default, "pin ended by v3: restore to normal by bob: undo v2"),
+    ],
     ids=["reverted", "replaced", "restored"],
 )
 def test_the_alert_is_resolved_by_the_next_sweep_when_a_person_ends_the_pin(
@@ -128,7 +138,9 @@ def test_an_expiry_resolves_the_alert_at_once(synced) -> None:
     assert stale.resolved_at == T0 + timedelta(minutes=91)
     assert stale.resolution.startswith("pin ended by v3: expire to normal by system:expiry")
     assert [(a.kind, a.version, a.is_open) for a in Alert.objects.order_by("id")] == [
-        ("stale_pin", 2, False), ("pin_expired", 3, False)]
+        ("stale_pin", 2, False),
+        ("pin_expired", 3, False),
+    ]
 
 
 def test_a_replacing_pin_is_a_new_pin_with_its_own_alert(synced) -> None:
@@ -143,7 +155,9 @@ def test_a_replacing_pin_is_a_new_pin_with_its_own_alert(synced) -> None:
         assert alerts.sweep_stale_pins() == alerts.StaleSweep(raised=1, resolved=0)
 
     assert [(a.version, a.details["preset"], a.is_open) for a in stale_alerts()] == [
-        (2, "pin_secondary", False), (3, "local_only", True)]
+        (2, "pin_secondary", False),
+        (3, "local_only", True),
+    ]
 
 
 def test_extending_a_pin_neither_re_raises_nor_resolves_its_alert(synced) -> None:
@@ -151,8 +165,7 @@ def test_extending_a_pin_neither_re_raises_nor_resolves_its_alert(synced) -> Non
         pin(expires_at=timedelta(hours=2))
         clock.shift(timedelta(minutes=61))
         assert alerts.sweep_stale_pins().raised == 1
-        services.extend_pin(chain="chat", actor="bob", reason="still broken",
-                            expires_at=timedelta(hours=4))  # v3
+        services.extend_pin(chain="chat", actor="bob", reason="still broken", expires_at=timedelta(hours=4))  # v3
         clock.shift(timedelta(hours=2))
         services.extend_pin(chain="chat", actor="bob", reason="still broken")  # v4
         clock.shift(timedelta(hours=1))
@@ -177,10 +190,8 @@ def test_a_pin_extended_before_the_threshold_is_stale_from_when_it_started(synce
 
 def test_an_alert_is_recorded_once_per_kind_chain_and_version(synced) -> None:
     chain = Chain.objects.get(name="chat")
-    first, created = alerts.raise_alert(kind="stale_pin", chain=chain, version=2, message="a",
-                                        details={}, now=T0)
-    again, created_again = alerts.raise_alert(kind="stale_pin", chain=chain, version=2,
-                                              message="b", details={}, now=T0)
+    first, created = alerts.raise_alert(kind="stale_pin", chain=chain, version=2, message="a", details={}, now=T0)
+    again, created_again = alerts.raise_alert(kind="stale_pin", chain=chain, version=2, message="b", details={}, now=T0)
     assert (created, created_again, again.pk, again.message) == (True, False, first.pk, "a")
     with pytest.raises(IntegrityError), transaction.atomic():
         Alert.objects.create(kind="stale_pin", chain=chain, version=2, message="c")
@@ -196,7 +207,8 @@ def test_the_command_runs_one_sweep_and_prints_the_counts(synced) -> None:
         call_command("alert_stale_pins", stdout=out)
     assert out.getvalue().splitlines() == [
         "raised 1 stale-pin alert(s), resolved 0, attempted delivery of 0",
-        "raised 0 stale-pin alert(s), resolved 1, attempted delivery of 0"]
+        "raised 0 stale-pin alert(s), resolved 1, attempted delivery of 0",
+    ]
 
 
 @pytest.mark.postgres

@@ -178,9 +178,7 @@ def api_document(live_server: Any, token: str, chain: str = "chat") -> dict[str,
 # --- the on-call flows ------------------------------------------------------------------------
 
 
-def test_signing_in_with_the_form_lands_on_the_dashboard(
-    open_page: Callable[..., Any], alice: User
-) -> None:
+def test_signing_in_with_the_form_lands_on_the_dashboard(open_page: Callable[..., Any], alice: User) -> None:
     page = open_page(None, "/")
     assert "/accounts/login/" in page.url
     page.get_by_label("Username").fill("alice")
@@ -246,10 +244,7 @@ def test_revert_to_default_from_the_dashboard(open_page: Callable[..., Any], ali
     page.get_by_role("button", name="Revert to default (normal)…").click()
     page.get_by_role("button", name="Revert to normal").click()
     page.wait_for_url(re.compile(r"/chains/chat/$"))
-    assert (
-        "chat is now v3: normal (default, no expiry)"
-        in page.get_by_role("status").first.inner_text()
-    )
+    assert "chat is now v3: normal (default, no expiry)" in page.get_by_role("status").first.inner_text()
     assert (live().version, live().preset.name, live().action) == (3, "normal", "revert")
 
 
@@ -265,9 +260,7 @@ def test_extend_keeps_the_pin_longer(open_page: Callable[..., Any], alice: User)
     assert (live().version, live().action, live().preset.name) == (3, "extend", "pin_secondary")
 
 
-def test_restore_from_history_with_the_prefilled_reason(
-    open_page: Callable[..., Any], alice: User
-) -> None:
+def test_restore_from_history_with_the_prefilled_reason(open_page: Callable[..., Any], alice: User) -> None:
     pin()
     services.revert_to_default(chain="chat", actor="carol", reason="looked fine")
     page = open_page(alice, "/chains/chat/history/")
@@ -287,9 +280,7 @@ def test_restore_from_history_with_the_prefilled_reason(
     assert selection.reason == "undo v3 (revert of normal by carol)"
 
 
-def test_a_blank_reason_shows_a_form_error_and_writes_nothing(
-    open_page: Callable[..., Any], alice: User
-) -> None:
+def test_a_blank_reason_shows_a_form_error_and_writes_nothing(open_page: Callable[..., Any], alice: User) -> None:
     page = open_page(alice, "/chains/chat/?preset=pin_secondary")
     page.keyboard.type("   ")
     page.get_by_role("button", name="Review and pin…").click()
@@ -310,9 +301,7 @@ def test_a_viewer_sees_no_change_buttons_and_a_forged_post_is_forbidden(
     for path in ("/chains/chat/", "/chains/chat/history/"):
         page.goto(path)
         assert page.locator("form[action^='/chains/']").count() == 0
-        assert (
-            page.get_by_role("button", name=re.compile("Revert|Restore|Review|Extend")).count() == 0
-        )
+        assert page.get_by_role("button", name=re.compile("Revert|Restore|Review|Extend")).count() == 0
     token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
     response = page.request.post(
         "/chains/chat/revert",
@@ -327,9 +316,7 @@ def test_a_viewer_sees_no_change_buttons_and_a_forged_post_is_forbidden(
 def test_a_post_without_the_csrf_token_fails(open_page: Callable[..., Any], alice: User) -> None:
     page = open_page(alice, "/chains/chat/?preset=pin_secondary")
     page.keyboard.type(REASON)
-    page.eval_on_selector_all(
-        "#choose input[name=csrfmiddlewaretoken]", "els => els.forEach(e => e.remove())"
-    )
+    page.eval_on_selector_all("#choose input[name=csrfmiddlewaretoken]", "els => els.forEach(e => e.remove())")
     with page.expect_response(lambda r: r.request.method == "POST") as posted:
         page.get_by_role("button", name="Review and pin…").click()
     assert posted.value.status == 403
@@ -441,14 +428,14 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
     assert {name: found for name, found in checked.items() if found} == {}
 
 
-def test_the_dashboard_screenshot(
-    open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path
-) -> None:
+def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path) -> None:
     """Takes the README's picture; UPDATE_SCREENSHOT=1 writes it to docs/screenshot.png."""
 
     def read_as(instance: str, version: int) -> None:
-        reader.get("/api/v1/chains/chat", headers={
-            "X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)})
+        reader.get(
+            "/api/v1/chains/chat",
+            headers={"X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)},
+        )
 
     for n in range(3):
         read_as(f"pod-{n}", 1)

@@ -180,9 +180,7 @@ def test_on_a_pinned_chain_revert_and_extend_come_first(oncall: Client) -> None:
 
 
 def test_a_chain_pinned_to_its_only_other_preset_offers_revert_not_a_pin(oncall: Client) -> None:
-    services.select_preset(
-        chain="incident-summary", preset="local_only", actor="carol", reason="INC-3"
-    )
+    services.select_preset(chain="incident-summary", preset="local_only", actor="carol", reason="INC-3")
     html = page(oncall, "/chains/incident-summary/")
     assert "no other reviewed preset to pin" in html
     assert 'action="/chains/incident-summary/select"' not in html
@@ -259,9 +257,7 @@ def test_an_unknown_preset_and_a_too_long_pin_are_form_errors(oncall: Client) ->
 
 
 def test_a_post_without_the_page_version_is_refused(oncall: Client) -> None:
-    response = oncall.post(
-        "/chains/chat/select", select_data(expected_version=None, confirmed="yes")
-    )
+    response = oncall.post("/chains/chat/select", select_data(expected_version=None, confirmed="yes"))
     assert response.status_code == 400
     assert "The page is out of date" in response.content.decode()
     assert live().version == 1
@@ -279,10 +275,7 @@ def test_a_change_made_meanwhile_is_a_conflict_showing_who_what_why_and_asking_a
     assert response.status_code == 409
     html = response.content.decode()
     assert "chat changed since you loaded the page" in html
-    assert (
-        "<strong>v2</strong>: select of <strong>local_only</strong> by <strong>carol</strong>"
-        in html
-    )
+    assert "<strong>v2</strong>: select of <strong>local_only</strong> by <strong>carol</strong>" in html
     assert "INC-9 both vendors down" in html
     assert "Your change was <strong>not</strong> made" in html
     assert (live().version, live().preset.name) == (2, "local_only"), "nothing overwritten"
@@ -311,10 +304,7 @@ def test_revert_to_default_after_a_confirmation(oncall: Client) -> None:
     pin()
     data = {"reason": "vendor_a recovered", "expected_version": "2"}
     review = oncall.post("/chains/chat/revert", data)
-    assert (
-        review.status_code == 200
-        and "Revert chat to its default, normal?" in review.content.decode()
-    )
+    assert review.status_code == 200 and "Revert chat to its default, normal?" in review.content.decode()
     assert live().version == 2
     done = oncall.post("/chains/chat/revert", {**data, "confirmed": "yes"})
     assert done.status_code == 302
@@ -326,10 +316,7 @@ def test_extend_keeps_the_pin_with_a_new_expiry_from_now(oncall: Client) -> None
     pin()
     data = {"reason": "still broken", "expected_version": "2", "duration_minutes": "480"}
     review = oncall.post("/chains/chat/extend", data)
-    assert (
-        review.status_code == 200
-        and "Extend the pin of pin_secondary on chat?" in review.content.decode()
-    )
+    assert review.status_code == 200 and "Extend the pin of pin_secondary on chat?" in review.content.decode()
     done = oncall.post("/chains/chat/extend", {**data, "confirmed": "yes"})
     assert done.status_code == 302
     selection = live()
@@ -338,9 +325,7 @@ def test_extend_keeps_the_pin_with_a_new_expiry_from_now(oncall: Client) -> None
         "pin_secondary",
         "extend",
     )
-    assert (
-        timedelta(hours=7, minutes=59) < selection.expires_at - timezone.now() <= timedelta(hours=8)
-    )
+    assert timedelta(hours=7, minutes=59) < selection.expires_at - timezone.now() <= timedelta(hours=8)
 
 
 def test_extending_a_chain_that_is_not_pinned_shows_the_service_refusal(oncall: Client) -> None:
@@ -394,9 +379,7 @@ def test_restore_from_history_undoes_one_change_with_a_prefilled_reason(oncall: 
 
 def test_a_blank_restore_reason_is_asked_for_again_on_the_confirmation(oncall: Client) -> None:
     pin()
-    response = oncall.post(
-        "/chains/chat/history/2/restore", {"reason": " ", "expected_version": "2"}
-    )
+    response = oncall.post("/chains/chat/history/2/restore", {"reason": " ", "expected_version": "2"})
     assert response.status_code == 400
     html = response.content.decode()
     assert 'role="alert"' in html and "is required" in html
@@ -473,9 +456,7 @@ def test_a_viewer_is_told_changes_need_the_oncall_role(viewer: Client) -> None:
     ],
     ids=["select", "revert", "extend", "restore"],
 )
-def test_a_forged_post_by_a_viewer_is_forbidden_and_writes_nothing(
-    viewer: Client, url: str, data: dict
-) -> None:
+def test_a_forged_post_by_a_viewer_is_forbidden_and_writes_nothing(viewer: Client, url: str, data: dict) -> None:
     pin()
     response = viewer.post(url, data)
     assert response.status_code == 403
@@ -494,9 +475,7 @@ def test_a_post_without_the_csrf_token_is_refused(alice: User) -> None:
     assert refused.status_code == 403
     assert live().version == 1
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
-    accepted = client.post(
-        "/chains/chat/select", select_data(confirmed="yes", csrfmiddlewaretoken=token)
-    )
+    accepted = client.post("/chains/chat/select", select_data(confirmed="yes", csrfmiddlewaretoken=token))
     assert accepted.status_code == 302
     assert live().version == 2
 
@@ -507,9 +486,7 @@ def test_a_script_in_a_reason_is_shown_as_text_everywhere(oncall: Client) -> Non
         html = page(oncall, url)
         assert "<script>alert" not in html, url
         assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;" in html, url
-    review = oncall.post(
-        "/chains/chat/revert", {"reason": "<img src=x onerror=alert(1)>", "expected_version": "2"}
-    )
+    review = oncall.post("/chains/chat/revert", {"reason": "<img src=x onerror=alert(1)>", "expected_version": "2"})
     assert "<img src=x" not in review.content.decode()
 
 
@@ -532,8 +509,7 @@ def test_the_alerts_page_says_no_alerts_when_there_are_none(oncall: Client) -> N
 def test_the_alerts_page_lists_raised_alerts_escaped(oncall: Client) -> None:
     from audit.alerts import sweep_stale_pins
 
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice",
-                           reason="pinned <b>bold</b>")
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="pinned <b>bold</b>")
     with time_machine.travel(timezone.now() + timedelta(minutes=61)):
         sweep_stale_pins()
         html = page(oncall, "/alerts/")
@@ -546,15 +522,21 @@ def test_the_chain_page_shows_fleet_convergence_and_warns_about_an_idle_head(onc
     html = page(oncall, "/chains/chat/")
     assert "1 of 1 instances on v1" in html
     assert "vendor_b has not served a chat request in the last 24 h" in html
-    reader.post("/api/v1/chains/chat/usage", {"client": "checkout/a", "providers": {
-        "vendor_b": {"requests": 1, "last_served_at": timezone.now().isoformat()}}},
-        content_type="application/json")
+    reader.post(
+        "/api/v1/chains/chat/usage",
+        {
+            "client": "checkout/a",
+            "providers": {"vendor_b": {"requests": 1, "last_served_at": timezone.now().isoformat()}},
+        },
+        content_type="application/json",
+    )
     assert "vendor_b has not served" not in page(oncall, "/chains/chat/")
 
 
 def test_the_dashboard_says_when_instances_are_ahead_of_a_restored_server(oncall: Client, reader) -> None:
     for instance in ("a", "b", "c"):
-        reader.get("/api/v1/chains/chat", headers={"X-Chain-Client": f"checkout/{instance}",
-                                                   "X-Chain-Applied-Version": "1071"})
+        reader.get(
+            "/api/v1/chains/chat", headers={"X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": "1071"}
+        )
     html = page(oncall, "/")
     assert "3 instances ahead of the server: restored database? run manage.py raise_epoch" in html

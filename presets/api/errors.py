@@ -19,6 +19,7 @@ from presets.read_path.http import error_body
 
 log = logging.getLogger(__name__)
 
+
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
     """DRF's nested validation detail as 'field: message' lines."""
     if isinstance(detail, dict):
@@ -43,11 +44,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         log.error("database unavailable: %s", exc.__class__.__name__)
         return Response(
             error_body(503, "the control plane's database is unavailable; retry shortly"),
-            status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
         )
     if isinstance(exc, RequestDataTooBig):
-        return Response(error_body(400, f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes: "
-                                   "send a smaller JSON object"), status=400)
+        return Response(
+            error_body(
+                400, f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes: send a smaller JSON object"
+            ),
+            status=400,
+        )
     if isinstance(exc, exceptions.APIException):
         headers = {}
         if getattr(exc, "auth_header", None):
@@ -66,10 +72,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             return Response(error_body(400, message, {"parser": str(exc.detail)}), status=400)
         message = str(exc.detail)
         if isinstance(exc, exceptions.NotAuthenticated):
-            message = ("no credentials: send 'Authorization: Bearer <token>' (manage.py "
-                       "create_token NAME) or sign in")
-        return Response(error_body(exc.status_code, message), status=exc.status_code,
-                        headers=headers)
+            message = "no credentials: send 'Authorization: Bearer <token>' (manage.py create_token NAME) or sign in"
+        return Response(error_body(exc.status_code, message), status=exc.status_code, headers=headers)
     return None
 
 
@@ -78,5 +82,4 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> J
 
 
 def api_server_error(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(error_body(500, "internal error; it has been logged", code="internal_error"),
-                        status=500)
+    return JsonResponse(error_body(500, "internal error; it has been logged", code="internal_error"), status=500)

@@ -81,8 +81,9 @@ def check_body(data: Any) -> None:
             _check_text(value, path, "the text")
         elif isinstance(value, (dict, list)):
             if len(path) >= MAX_DEPTH:
-                raise BodyRejected(_where(path[:4]) if path else "body",
-                                   f"nested too deep: at most {MAX_DEPTH} levels of [ and {{")
+                raise BodyRejected(
+                    _where(path[:4]) if path else "body", f"nested too deep: at most {MAX_DEPTH} levels of [ and {{"
+                )
             if isinstance(value, dict):
                 for key, child in value.items():
                     _check_text(key, (*path, key), "the key")
@@ -94,12 +95,10 @@ def check_body(data: Any) -> None:
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, plus the checks of ``check_body``."""
 
-    def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: Mapping[str, Any] | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         encoding = (parser_context or {}).get("encoding") or "utf-8"
         try:
-            data = json.loads(stream.read().decode(encoding), parse_float=_finite_float,
-                              parse_constant=_no_constant)
+            data = json.loads(stream.read().decode(encoding), parse_float=_finite_float, parse_constant=_no_constant)
         except RecursionError:
             raise BodyRejected("body", f"nested too deep: at most {MAX_DEPTH} levels of [ and {{") from None
         # ValueError: UnicodeDecodeError and JSONDecodeError included. LookupError: a charset

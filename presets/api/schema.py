@@ -28,8 +28,12 @@ def serializer_for(typed_dict: Any, name: str) -> type[serializers.Serializer]:
     return type(name, (serializers.Serializer,), attrs)
 
 
-_NAMES = {"StepDocument": "StepSerializer", "MarkingDocument": "MarkingSerializer",
-          "DefaultChainDocument": "DefaultChainSerializer", "ChainDocument": "DocumentSerializer"}
+_NAMES = {
+    "StepDocument": "StepSerializer",
+    "MarkingDocument": "MarkingSerializer",
+    "DefaultChainDocument": "DefaultChainSerializer",
+    "ChainDocument": "DocumentSerializer",
+}
 
 
 def _field_for(hint: Any, help_text: str | None, *, allow_null: bool = False) -> serializers.Field:
@@ -58,13 +62,21 @@ MarkingSerializer = serializer_for(MarkingDocument, "MarkingSerializer")
 
 ERROR_RESPONSE = inline_serializer(
     "Error",
-    {"error": inline_serializer("ErrorBody", {
-        "code": serializers.CharField(), "message": serializers.CharField(),
-        "details": serializers.DictField()})},
+    {
+        "error": inline_serializer(
+            "ErrorBody",
+            {"code": serializers.CharField(), "message": serializers.CharField(), "details": serializers.DictField()},
+        )
+    },
 )
-WRITE_ERRORS = {400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 403: ERROR_RESPONSE,
-                404: ERROR_RESPONSE, 409: ERROR_RESPONSE, 503: ERROR_RESPONSE}
-
+WRITE_ERRORS = {
+    400: ERROR_RESPONSE,
+    401: ERROR_RESPONSE,
+    403: ERROR_RESPONSE,
+    404: ERROR_RESPONSE,
+    409: ERROR_RESPONSE,
+    503: ERROR_RESPONSE,
+}
 
 
 class ViewSchema(AutoSchema):

@@ -36,11 +36,13 @@ from presets.read_path.http import matches, wait_seconds
 from presets.roles import actor_of
 
 
-def document_response(selection: Selection, status: int = 200, *,
-                      epoch: int | None = None) -> Response:
+def document_response(selection: Selection, status: int = 200, *, epoch: int | None = None) -> Response:
     document = selection.to_document(epoch=epoch)
-    return Response(document, status=status, headers={
-        "ETag": etag(document["epoch"], selection.version), "Cache-Control": "no-cache"})
+    return Response(
+        document,
+        status=status,
+        headers={"ETag": etag(document["epoch"], selection.version), "Cache-Control": "no-cache"},
+    )
 
 
 # --- reads ------------------------------------------------------------------------------
@@ -49,22 +51,27 @@ def document_response(selection: Selection, status: int = 200, *,
 class CountedReadView(APIView):
     """Chain reads answered by Django (sessions, no token, WSGI) count in /metrics too."""
 
-    def finalize_response(self, request: Request, response: Response, *args: Any,
-                          **kwargs: Any) -> Response:
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         count_read(response.status_code)
         return response
 
 
 class ChainListView(CountedReadView):
-    @extend_schema(operation_id="chains_list", responses={
-        200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
-        401: ERROR_RESPONSE, 503: ERROR_RESPONSE})
+    @extend_schema(
+        operation_id="chains_list",
+        responses={
+            200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
+            401: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
+    )
     def get(self, request: Request) -> Response:
         selections = services.revert_expired_and_read_all()
         epoch = current_epoch()
-        return Response({"chains": [s.to_document(epoch=epoch) for s in selections]},
-                        headers={"Cache-Control": "no-cache"})
+        return Response(
+            {"chains": [s.to_document(epoch=epoch) for s in selections]}, headers={"Cache-Control": "no-cache"}
+        )
 
 
 class ChainDetailView(CountedReadView):
@@ -72,19 +79,28 @@ class ChainDetailView(CountedReadView):
         operation_id="chains_read",
         parameters=[
             OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER),
-            OpenApiParameter("wait", float, description="long poll: with If-None-Match, hold the "
-                             "request up to this many seconds (0..60) until the version changes"),
+            OpenApiParameter(
+                "wait",
+                float,
+                description="long poll: with If-None-Match, hold the "
+                "request up to this many seconds (0..60) until the version changes",
+            ),
         ],
-        responses={200: DocumentSerializer, 304: None, 400: ERROR_RESPONSE, 401: ERROR_RESPONSE,
-                   404: ERROR_RESPONSE, 503: ERROR_RESPONSE},
+        responses={
+            200: DocumentSerializer,
+            304: None,
+            400: ERROR_RESPONSE,
+            401: ERROR_RESPONSE,
+            404: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
     )
     def get(self, request: Request, name: str) -> Response:
         # Long polls are held by the ASGI read front (presets/read_path/front.py); a request that
         # reaches Django (a session, or a WSGI deployment) is answered at once.
         wait_seconds(request.query_params.get("wait"))
         selection = services.revert_expired_and_read(chain=name)
-        identity = parse_identity(request.headers.get("X-Chain-Client"),
-                                  request.headers.get("X-Chain-Applied-Version"))
+        identity = parse_identity(request.headers.get("X-Chain-Client"), request.headers.get("X-Chain-Applied-Version"))
         if identity is not None:
             recorder.seen(name, *identity)
             recorder.flush()
@@ -117,9 +133,13 @@ class HistoryView(APIView):
             OpenApiParameter("limit", int, description="entries per page, 1..500 (default 100)"),
             OpenApiParameter("before", int, description="only versions below this one"),
         ],
-        responses={200: inline_serializer("History", {"entries": OutputSerializer(many=True)}),
-                   400: ERROR_RESPONSE, 401: ERROR_RESPONSE, 404: ERROR_RESPONSE,
-                   503: ERROR_RESPONSE},
+        responses={
+            200: inline_serializer("History", {"entries": OutputSerializer(many=True)}),
+            400: ERROR_RESPONSE,
+            401: ERROR_RESPONSE,
+            404: ERROR_RESPONSE,
+            503: ERROR_RESPONSE,
+        },
     )
     def get(self, request: Request, name: str) -> Response:
         services.revert_expired_and_read(chain=name)  # 404 for an unknown chain; expiry applied
@@ -148,13 +168,17 @@ class SelectView(WriteView):
         expires_at = AwareDateTimeField(required=False)
         expected_version = StrictIntegerField(required=False, min_value=0)
 
-    @extend_schema(operation_id="chains_select", request=InputSerializer,
-                   responses={200: DocumentSerializer, **WRITE_ERRORS})
+    @extend_schema(
+        operation_id="chains_select", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
+    )
     def post(self, request: Request, name: str) -> Response:
         data = self.input(request, self.InputSerializer)
         selection = services.select_preset(
-            chain=name, preset=data["preset"], actor=actor_of(request.user),
-            reason=data["reason"], expires_at=expiry_from(data),
+            chain=name,
+            preset=data["preset"],
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expires_at=expiry_from(data),
             expected_version=data.get("expected_version"),
         )
         return document_response(selection)
@@ -165,12 +189,15 @@ class RevertView(WriteView):
         reason = ReasonField()
         expected_version = StrictIntegerField(required=False, min_value=0)
 
-    @extend_schema(operation_id="chains_revert", request=InputSerializer,
-                   responses={200: DocumentSerializer, **WRITE_ERRORS})
+    @extend_schema(
+        operation_id="chains_revert", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
+    )
     def post(self, request: Request, name: str) -> Response:
         data = self.input(request, self.InputSerializer)
         selection = services.revert_to_default(
-            chain=name, actor=actor_of(request.user), reason=data["reason"],
+            chain=name,
+            actor=actor_of(request.user),
+            reason=data["reason"],
             expected_version=data.get("expected_version"),
         )
         return document_response(selection)
@@ -183,13 +210,17 @@ class ExtendView(WriteView):
         expires_at = AwareDateTimeField(required=False)
         expected_version = StrictIntegerField(required=False, min_value=0)
 
-    @extend_schema(operation_id="chains_extend", request=InputSerializer,
-                   responses={200: DocumentSerializer, **WRITE_ERRORS})
+    @extend_schema(
+        operation_id="chains_extend", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
+    )
     def post(self, request: Request, name: str) -> Response:
         data = self.input(request, self.InputSerializer)
         selection = services.extend_pin(
-            chain=name, actor=actor_of(request.user), reason=data["reason"],
-            expires_at=expiry_from(data), expected_version=data.get("expected_version"),
+            chain=name,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expires_at=expiry_from(data),
+            expected_version=data.get("expected_version"),
         )
         return document_response(selection)
 
@@ -199,13 +230,16 @@ class RestoreView(WriteView):
         reason = ReasonField()
         expected_version = StrictIntegerField(required=False, min_value=0)
 
-    @extend_schema(operation_id="chains_restore", request=InputSerializer,
-                   responses={200: DocumentSerializer, **WRITE_ERRORS})
+    @extend_schema(
+        operation_id="chains_restore", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
+    )
     def post(self, request: Request, name: str, version: int) -> Response:
         data = self.input(request, self.InputSerializer)
         selection = services.restore(
-            chain=name, version=version, actor=actor_of(request.user), reason=data["reason"],
+            chain=name,
+            version=version,
+            actor=actor_of(request.user),
+            reason=data["reason"],
             expected_version=data.get("expected_version"),
         )
         return document_response(selection)
-

@@ -21,12 +21,16 @@ from prometheus_client.multiprocess import mark_process_dead
 # Metric files are created as metrics are; the directory must exist first.
 Path(settings.PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 READ_REQUESTS = Counter(
-    "controlplane_chain_read_requests", "Chain reads (GET /api/v1/chains[/{name}]) by status",
-    ["status"], registry=None,
+    "controlplane_chain_read_requests",
+    "Chain reads (GET /api/v1/chains[/{name}]) by status",
+    ["status"],
+    registry=None,
 )
 LONG_POLL_WAITERS = Gauge(
-    "controlplane_long_poll_waiters", "Long polls waiting for a change now",
-    registry=None, multiprocess_mode="livesum",
+    "controlplane_long_poll_waiters",
+    "Long polls waiting for a change now",
+    registry=None,
+    multiprocess_mode="livesum",
 )
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -37,8 +37,9 @@ ASGIApp = Callable[..., Awaitable[None]]
 PREFIX = "/api/v1/chains"
 FLEET_FLUSH_S = 1.0
 
-_EXPIRY_UNAVAILABLE = ("this chain's pin has expired and the control plane's database is "
-                       "unavailable to revert it; retry shortly")
+_EXPIRY_UNAVAILABLE = (
+    "this chain's pin has expired and the control plane's database is unavailable to revert it; retry shortly"
+)
 _JSON = (b"content-type", b"application/json")
 _NO_CACHE = (b"cache-control", b"no-cache")
 
@@ -46,8 +47,9 @@ _NO_CACHE = (b"cache-control", b"no-cache")
 class ReadFront:
     """Answer token-authenticated chain reads from the snapshot; hand the rest to Django."""
 
-    def __init__(self, django_app: ASGIApp, snapshot: Snapshot | None = None,
-                 fleet: FleetRecorder | None = None) -> None:
+    def __init__(
+        self, django_app: ASGIApp, snapshot: Snapshot | None = None, fleet: FleetRecorder | None = None
+    ) -> None:
         self.django_app = django_app
         self.snapshot = snapshot or Snapshot()
         self.tokens = TokenCache()
@@ -86,10 +88,10 @@ class ReadFront:
             return
         if scope["type"] == "http" and scope["method"] == "GET":
             path: str = scope["path"]
-            if path == PREFIX or (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1:]):
+            if path == PREFIX or (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1 :]):
                 headers = dict(scope["headers"])
                 if b"authorization" in headers:
-                    await self._read(scope, send, path[len(PREFIX) + 1:], headers)
+                    await self._read(scope, send, path[len(PREFIX) + 1 :], headers)
                     return
         await self.django_app(scope, receive, send)
 
@@ -143,8 +145,10 @@ class ReadFront:
             return
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
-        identity = parse_identity(headers.get(b"x-chain-client", b"").decode("latin-1"),
-                                  headers.get(b"x-chain-applied-version", b"").decode("latin-1"))
+        identity = parse_identity(
+            headers.get(b"x-chain-client", b"").decode("latin-1"),
+            headers.get(b"x-chain-applied-version", b"").decode("latin-1"),
+        )
         if identity is not None:
             self.fleet.seen(name, *identity)
         if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
@@ -167,8 +171,9 @@ class ReadFront:
             try:
                 entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
             except Exception as exc:
-                log.warning("chain %s: its pin expired and the revert failed (%s); answering 503",
-                            name, exc.__class__.__name__)
+                log.warning(
+                    "chain %s: its pin expired and the revert failed (%s); answering 503", name, exc.__class__.__name__
+                )
                 raise
         return entry
 
@@ -198,8 +203,9 @@ class ReadFront:
                 return entry
 
 
-async def _respond(send: Send, status: int, body: bytes, etag: str | None = None,
-                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, etag: str | None = None, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     counters.read_counts[status] += 1
     headers = [_NO_CACHE]
     if status != 304:
@@ -212,8 +218,9 @@ async def _respond(send: Send, status: int, body: bytes, etag: str | None = None
     await send({"type": "http.response.body", "body": body})
 
 
-async def _error(send: Send, status: int, message: str, *, auth: bool = False,
-                 details: dict[str, Any] | None = None) -> None:
+async def _error(
+    send: Send, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
+) -> None:
     extra = [(b"www-authenticate", b"Bearer")] if auth else None
     if status == 503:
         extra = [(b"retry-after", b"1")]

@@ -25,15 +25,14 @@ _CODES = {
 }
 
 MAX_WAIT_S = 60
-BEARER_HELP = ("use the header 'Authorization: Bearer <token>' (create a token with "
-               "manage.py create_token NAME)")
+BEARER_HELP = "use the header 'Authorization: Bearer <token>' (create a token with manage.py create_token NAME)"
 
 
-def error_body(status_code: int, message: str, details: dict[str, Any] | None = None,
-               code: str | None = None) -> dict[str, Any]:
+def error_body(
+    status_code: int, message: str, details: dict[str, Any] | None = None, code: str | None = None
+) -> dict[str, Any]:
     """The body of every API error."""
-    return {"error": {"code": code or _CODES.get(status_code, "error"), "message": message,
-                      "details": details or {}}}
+    return {"error": {"code": code or _CODES.get(status_code, "error"), "message": message, "details": details or {}}}
 
 
 def matches(if_none_match: str | None, wanted: str) -> bool:

@@ -34,12 +34,15 @@ def announce_change(sender: Any, *, selection: Selection, epoch: int | None = No
 
 
 def encode_payload(selection: Selection, *, epoch: int | None) -> str:
-    return json.dumps({
-        "chain": selection.chain.name,
-        "version": selection.version,
-        "document": selection.to_document(epoch=epoch),
-        "expires_at_ts": selection.expires_at_ts,
-    }, separators=(",", ":"))
+    return json.dumps(
+        {
+            "chain": selection.chain.name,
+            "version": selection.version,
+            "document": selection.to_document(epoch=epoch),
+            "expires_at_ts": selection.expires_at_ts,
+        },
+        separators=(",", ":"),
+    )
 
 
 def decode_payload(payload: str) -> tuple[ChainDocument, float | None]:
@@ -64,9 +67,12 @@ async def listen(follower: Follower) -> None:
 
     settings = connections["default"].settings_dict
     conninfo = psycopg.conninfo.make_conninfo(
-        dbname=settings["NAME"], user=settings.get("USER") or None,
-        password=settings.get("PASSWORD") or None, host=settings.get("HOST") or None,
-        port=str(settings["PORT"]) if settings.get("PORT") else None, connect_timeout=2,
+        dbname=settings["NAME"],
+        user=settings.get("USER") or None,
+        password=settings.get("PASSWORD") or None,
+        host=settings.get("HOST") or None,
+        port=str(settings["PORT"]) if settings.get("PORT") else None,
+        connect_timeout=2,
     )
     delay = 0.5
     while True:

@@ -111,8 +111,7 @@ def _load_one(name: str) -> Entry | None:
 def _versions() -> dict[str, tuple[int, int]]:
     """Every chain's (epoch, version), cheaply."""
     epoch = current_epoch()
-    return {name: (epoch, version)
-            for name, version in Selection.objects.values_list("chain__name", "version")}
+    return {name: (epoch, version) for name, version in Selection.objects.values_list("chain__name", "version")}
 
 
 class Snapshot:

@@ -85,8 +85,14 @@ class LiveState:
         return self.selection.chain.name
 
 
-def live_state(selection: Selection, *, now: datetime, alert_after: timedelta,
-               pinned_for: timedelta | None = None, fleet_summary: str = "") -> LiveState:
+def live_state(
+    selection: Selection,
+    *,
+    now: datetime,
+    alert_after: timedelta,
+    pinned_for: timedelta | None = None,
+    fleet_summary: str = "",
+) -> LiveState:
     """The card facts of one live selection at ``now``; ``pinned_for`` is the live pin's age
     (``selectors.pin_age``)."""
     return LiveState(
@@ -122,13 +128,17 @@ class PresetChoice:
         return str((self.preset.marking or {}).get("note") or "")
 
 
-def preset_choices(presets: list[Preset], selection: Selection,
-                   warn: Callable[[list[dict[str, Any]]], str | None] | None = None) -> list[PresetChoice]:
+def preset_choices(
+    presets: list[Preset], selection: Selection, warn: Callable[[list[dict[str, Any]]], str | None] | None = None
+) -> list[PresetChoice]:
     """The presets one can pin (the default is reached with "Revert to default")."""
     return [
-        PresetChoice(preset=p, is_live=p.pk == selection.preset_id,
-                     change=compare_steps(selection.steps, p.steps),
-                     warning=warn(p.steps) if warn and p.pk != selection.preset_id else None)
+        PresetChoice(
+            preset=p,
+            is_live=p.pk == selection.preset_id,
+            change=compare_steps(selection.steps, p.steps),
+            warning=warn(p.steps) if warn and p.pk != selection.preset_id else None,
+        )
         for p in presets
         if not p.is_default
     ]

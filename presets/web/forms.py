@@ -36,8 +36,16 @@ class ReasonInput(forms.TextInput):
     """A reason is typed on a phone at 02:00: no autocorrect, and the service's limit shown."""
 
     def __init__(self, attrs: dict[str, Any] | None = None) -> None:
-        super().__init__({"autocomplete": "off", "autocapitalize": "off", "spellcheck": "false",
-                          "maxlength": str(REASON_MAX), "aria-required": "true", **(attrs or {})})
+        super().__init__(
+            {
+                "autocomplete": "off",
+                "autocapitalize": "off",
+                "spellcheck": "false",
+                "maxlength": str(REASON_MAX),
+                "aria-required": "true",
+                **(attrs or {}),
+            }
+        )
 
 
 class ChangeForm(forms.Form):
@@ -45,7 +53,10 @@ class ChangeForm(forms.Form):
 
     # Not required here: the service's rule (stripped, 1..500 characters) gives the message.
     reason = forms.CharField(
-        required=False, strip=False, widget=ReasonInput, label="Reason",
+        required=False,
+        strip=False,
+        widget=ReasonInput,
+        label="Reason",
         help_text="Why, for whoever reads the history later: the incident and what you saw.",
     )
     # The version on the page when it was loaded: the service refuses the change (a conflict)
@@ -64,7 +75,9 @@ class ChangeForm(forms.Form):
 
 class DurationMixin(forms.Form):
     duration_minutes = forms.IntegerField(
-        min_value=1, widget=forms.Select, label="Pin for",
+        min_value=1,
+        widget=forms.Select,
+        label="Pin for",
         help_text="Then the chain goes back to its default by itself.",
     )
 
@@ -78,8 +91,9 @@ class DurationMixin(forms.Form):
 class SelectForm(DurationMixin, ChangeForm):
     """Pin one of the chain's reviewed presets."""
 
-    preset = forms.SlugField(max_length=PRESET_NAME_MAX, label="Preset",
-                             error_messages={"required": "choose one of the presets"})
+    preset = forms.SlugField(
+        max_length=PRESET_NAME_MAX, label="Preset", error_messages={"required": "choose one of the presets"}
+    )
     field_order = ["preset", "duration_minutes", "reason"]
 
 

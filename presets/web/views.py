@@ -50,8 +50,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     selections = services.revert_expired_and_read_all(now=now)
     presets = selectors.active_presets_by_chain()
     cards = [
-        {"live": _live_state(s, now=now),
-         "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live]}
+        {
+            "live": _live_state(s, now=now),
+            "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
+        }
         for s in selections
     ]
     return _page(request, "presets/dashboard.html", {"cards": cards, "refresh": "reload"})
@@ -101,26 +103,37 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
         if preset is None:
             raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
-        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]),
-                                        now=timezone.now())
+        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
         return {
             "title": f"Pin {preset.name} on {name}?",
             "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
-            "target": preset.name, "steps": preset.steps, "marking": preset.marking,
-            "change": compare_steps(live.steps, preset.steps), "until": until,
+            "target": preset.name,
+            "steps": preset.steps,
+            "marking": preset.marking,
+            "change": compare_steps(live.steps, preset.steps),
+            "until": until,
             "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
             "warning": idle_head_warning(live.chain, preset.steps),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
         return services.select_preset(
-            chain=name, preset=data["preset"], actor=actor_of(request.user), reason=data["reason"],
+            chain=name,
+            preset=data["preset"],
+            actor=actor_of(request.user),
+            reason=data["reason"],
             expires_at=timedelta(minutes=data["duration_minutes"]),
             expected_version=data["expected_version"],
         )
 
-    return _change(request, name, form, describe=describe, apply=apply,
-                   origin=lambda f: _chain_page(request, name, select_form=f, status=400))
+    return _change(
+        request,
+        name,
+        form,
+        describe=describe,
+        apply=apply,
+        origin=lambda f: _chain_page(request, name, select_form=f, status=400),
+    )
 
 
 @require_POST
@@ -135,18 +148,27 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
         return {
             "title": f"Revert {name} to its default, {default.name}?",
             "confirm_label": f"Revert to {default.name}",
-            "target": default.name, "steps": default.steps, "marking": default.marking,
-            "change": compare_steps(live.steps, default.steps), "until": None,
+            "target": default.name,
+            "steps": default.steps,
+            "marking": default.marking,
+            "change": compare_steps(live.steps, default.steps),
+            "until": None,
             "hidden": {},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.revert_to_default(chain=name, actor=actor_of(request.user),
-                                          reason=data["reason"],
-                                          expected_version=data["expected_version"])
+        return services.revert_to_default(
+            chain=name, actor=actor_of(request.user), reason=data["reason"], expected_version=data["expected_version"]
+        )
 
-    return _change(request, name, form, describe=describe, apply=apply,
-                   origin=lambda f: _chain_page(request, name, revert_form=f, status=400))
+    return _change(
+        request,
+        name,
+        form,
+        describe=describe,
+        apply=apply,
+        origin=lambda f: _chain_page(request, name, revert_form=f, status=400),
+    )
 
 
 @require_POST
@@ -159,24 +181,35 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
             return {"title": f"{name} has no pin to extend any more", "blocked": True}
-        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]),
-                                        now=timezone.now())
+        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
         return {
             "title": f"Extend the pin of {live.preset.name} on {name}?",
             "confirm_label": f"Extend until {format_clock(until, now=timezone.now())}",
-            "target": live.preset.name, "steps": live.steps, "marking": live.marking,
-            "change": compare_steps(live.steps, live.steps), "until": until,
+            "target": live.preset.name,
+            "steps": live.steps,
+            "marking": live.marking,
+            "change": compare_steps(live.steps, live.steps),
+            "until": until,
             "hidden": {"duration_minutes": data["duration_minutes"]},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.extend_pin(chain=name, actor=actor_of(request.user),
-                                   reason=data["reason"],
-                                   expires_at=timedelta(minutes=data["duration_minutes"]),
-                                   expected_version=data["expected_version"])
+        return services.extend_pin(
+            chain=name,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expires_at=timedelta(minutes=data["duration_minutes"]),
+            expected_version=data["expected_version"],
+        )
 
-    return _change(request, name, form, describe=describe, apply=apply,
-                   origin=lambda f: _chain_page(request, name, extend_form=f, status=400))
+    return _change(
+        request,
+        name,
+        form,
+        describe=describe,
+        apply=apply,
+        origin=lambda f: _chain_page(request, name, extend_form=f, status=400),
+    )
 
 
 @require_POST
@@ -191,8 +224,7 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         previous = row.previous_preset
-        refusal = services.restore_refusal(chain=name, version=version, previous=previous,
-                                           live_preset_id=None)
+        refusal = services.restore_refusal(chain=name, version=version, previous=previous, live_preset_id=None)
         if refusal is not None:
             raise refusal
         until = None if previous.is_default else services.resolve_expiry(None, now=timezone.now())
@@ -200,14 +232,22 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
             "title": f"Undo v{version} on {name}: serve {previous.name} again?",
             "confirm_label": f"Restore {previous.name}",
             "undo": entry(row),
-            "target": previous.name, "steps": previous.steps, "marking": previous.marking,
-            "change": compare_steps(live.steps, previous.steps), "until": until,
+            "target": previous.name,
+            "steps": previous.steps,
+            "marking": previous.marking,
+            "change": compare_steps(live.steps, previous.steps),
+            "until": until,
             "hidden": {},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.restore(chain=name, version=version, actor=actor_of(request.user),
-                                reason=data["reason"], expected_version=data["expected_version"])
+        return services.restore(
+            chain=name,
+            version=version,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expected_version=data["expected_version"],
+        )
 
     def origin(bound: ChangeForm) -> HttpResponse:
         # The reason was typed on the history page: ask for it again on the confirmation page.
@@ -217,11 +257,13 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
         except InvalidInput as error:
             bound.add_service_error(error)
             summary = {"title": f"Undo v{version} on {name}?", "blocked": True}
-        return _confirm_page(request, name, bound, live=live, summary=summary, status=400,
-                             cancel=reverse("chain-history", args=[name]))
+        return _confirm_page(
+            request, name, bound, live=live, summary=summary, status=400, cancel=reverse("chain-history", args=[name])
+        )
 
-    return _change(request, name, form, describe=describe, apply=apply, origin=origin,
-                   cancel=reverse("chain-history", args=[name]))
+    return _change(
+        request, name, form, describe=describe, apply=apply, origin=origin, cancel=reverse("chain-history", args=[name])
+    )
 
 
 # --- the review -> confirm -> apply flow shared by every change --------------------------
@@ -254,8 +296,9 @@ def _change(
             # Shown before confirming; the service checks the version again when it writes.
             if live.version != data["expected_version"]:
                 conflict = {"current": live.to_document(), "action": live.action}
-            return _confirm_page(request, name, form, live=live, summary=describe(live, data),
-                                 conflict=conflict, cancel=cancel)
+            return _confirm_page(
+                request, name, form, live=live, summary=describe(live, data), conflict=conflict, cancel=cancel
+            )
         selection = apply(data)
     except InvalidInput as error:
         form.add_service_error(error)
@@ -269,8 +312,9 @@ def _change(
         except InvalidInput as invalid:
             form.add_service_error(invalid)
             return origin(form)
-        return _confirm_page(request, name, form, live=live, summary=summary,
-                             conflict=error.details, cancel=cancel, status=409)
+        return _confirm_page(
+            request, name, form, live=live, summary=summary, conflict=error.details, cancel=cancel, status=409
+        )
     messages.success(request, _changed_message(selection))
     return redirect("chain", name=name)
 
@@ -286,19 +330,24 @@ def _confirm_page(
     conflict: dict[str, Any] | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    return _page(request, "presets/confirm.html", {
-        "chain_name": name,
-        "live": _live_state(live, now=timezone.now()),
-        "summary": summary,
-        "form": form,
-        "reason": form.data.get("reason", ""),
-        # The page asks about the version live now; confirming sends that version back.
-        "expected_version": live.version,
-        "hidden": summary.get("hidden", {}),
-        "conflict": conflict,
-        "action_url": request.path,
-        "cancel_url": cancel,
-    }, status=status)
+    return _page(
+        request,
+        "presets/confirm.html",
+        {
+            "chain_name": name,
+            "live": _live_state(live, now=timezone.now()),
+            "summary": summary,
+            "form": form,
+            "reason": form.data.get("reason", ""),
+            # The page asks about the version live now; confirming sends that version back.
+            "expected_version": live.version,
+            "hidden": summary.get("hidden", {}),
+            "conflict": conflict,
+            "action_url": request.path,
+            "cancel_url": cancel,
+        },
+        status=status,
+    )
 
 
 def _changed_message(selection: Selection) -> str:
@@ -306,9 +355,11 @@ def _changed_message(selection: Selection) -> str:
     if selection.is_default or selection.expires_at is None:
         return f"{chain} is now v{selection.version}: {selection.preset.name} (default, no expiry)."
     now = timezone.now()
-    return (f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
-            f"{format_clock(selection.expires_at, now=now)} "
-            f"(expires in {format_duration(selection.expires_at - now)}).")
+    return (
+        f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
+        f"{format_clock(selection.expires_at, now=now)} "
+        f"(expires in {format_duration(selection.expires_at - now)})."
+    )
 
 
 # --- page helpers -----------------------------------------------------------------------
@@ -331,18 +382,24 @@ def _chain_page(
     if select_form is None:
         select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
     if revert_form is None:
-        revert_form = RevertForm(auto_id="revert_%s", initial={
-            "expected_version": version,
-            "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
-        })
+        revert_form = RevertForm(
+            auto_id="revert_%s",
+            initial={
+                "expected_version": version,
+                "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
+            },
+        )
     if extend_form is None:
         extend_form = ExtendForm(auto_id="extend_%s", initial={"expected_version": version})
     # The reason box takes the focus when the person came to pin (a preset chosen on the
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
     if chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
-    choices = preset_choices(list(selectors.active_presets(chain=selection.chain_id).values()), selection,
-                             warn=lambda steps: idle_head_warning(selection.chain, steps))
+    choices = preset_choices(
+        list(selectors.active_presets(chain=selection.chain_id).values()),
+        selection,
+        warn=lambda steps: idle_head_warning(selection.chain, steps),
+    )
     context = {
         "live": live,
         "choices": choices,
@@ -357,28 +414,36 @@ def _chain_page(
     return _page(request, "presets/chain.html", context, status=status)
 
 
-def _history_page(request: HttpRequest, *, rows: Any, lives: dict[str, Selection],
-                  chain: Selection | None) -> HttpResponse:
+def _history_page(
+    request: HttpRequest, *, rows: Any, lives: dict[str, Selection], chain: Selection | None
+) -> HttpResponse:
     page = Paginator(rows, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
     items = [_history_item(row, lives.get(row.chain.name)) for row in page]
-    return _page(request, "presets/history.html", {
-        "page": page, "items": items, "chain": chain,
-        "lives": [_live_state(s, now=timezone.now())
-                  for s in lives.values()],
-        "refresh": "notice",
-    })
+    return _page(
+        request,
+        "presets/history.html",
+        {
+            "page": page,
+            "items": items,
+            "chain": chain,
+            "lives": [_live_state(s, now=timezone.now()) for s in lives.values()],
+            "refresh": "notice",
+        },
+    )
 
 
 def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
     """One history row with what its Restore button would do (the service decides if it may)."""
-    refusal = services.restore_refusal(chain=row.chain.name, version=row.version,
-                                       previous=row.previous_preset,
-                                       live_preset_id=live.preset_id if live is not None else None)
+    refusal = services.restore_refusal(
+        chain=row.chain.name,
+        version=row.version,
+        previous=row.previous_preset,
+        live_preset_id=live.preset_id if live is not None else None,
+    )
     return {
         "entry": entry(row),
         "restore_block": refusal.field_message if refusal is not None else None,
-        "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by "
-                          f"{row.updated_by})",
+        "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by {row.updated_by})",
         "expected_version": live.version if live is not None else None,
         "is_live": live is not None and live.version == row.version,
     }
@@ -390,17 +455,24 @@ def _alerts_context() -> dict[str, Any]:
 
 def _live_state(selection: Selection, *, now: Any) -> LiveState:
     """A chain's card facts, with the pin's true start and how far the fleet has got."""
-    return live_state(selection, now=now, alert_after=_alert_after(),
-                      pinned_for=selectors.pin_age(selection, now=now),
-                      fleet_summary=fleet_summary(chain_fleet(selection, now)))
+    return live_state(
+        selection,
+        now=now,
+        alert_after=_alert_after(),
+        pinned_for=selectors.pin_age(selection, now=now),
+        fleet_summary=fleet_summary(chain_fleet(selection, now)),
+    )
 
 
-def _page(request: HttpRequest, template: str, context: dict[str, Any],
-          status: int = 200) -> HttpResponse:
+def _page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     user = request.user
     roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
-    context = {"can_change": can_change(user), "role": " · ".join(roles),
-               "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES, **context}
+    context = {
+        "can_change": can_change(user),
+        "role": " · ".join(roles),
+        "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
+        **context,
+    }
     return render(request, template, context, status=status)
 
 
@@ -418,5 +490,3 @@ def _live(name: str, now: Any = None) -> Selection:
 
 def _alert_after() -> timedelta:
     return timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES)
-
-

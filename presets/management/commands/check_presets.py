@@ -24,8 +24,11 @@ class Command(BaseCommand):
         except PresetsFileError as exc:
             for problem in exc.problems:
                 self.stderr.write(str(problem))
-            raise CommandError(f"{options['file']}: {len(exc.problems)} problem(s); nothing is valid "
-                               "until all are fixed") from None
+            raise CommandError(
+                f"{options['file']}: {len(exc.problems)} problem(s); nothing is valid until all are fixed"
+            ) from None
         presets = sum(len(c.presets) for c in presets_file.chains.values())
-        self.stdout.write(f"{options['file']}: OK ({len(presets_file.chains)} chains, {presets} presets, "
-                          f"sha256 {presets_file.sha256[:12]})")
+        self.stdout.write(
+            f"{options['file']}: OK ({len(presets_file.chains)} chains, {presets} presets, "
+            f"sha256 {presets_file.sha256[:12]})"
+        )

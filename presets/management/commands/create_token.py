@@ -25,8 +25,7 @@ class Command(BaseCommand):
         except ValidationError:
             raise CommandError(f"{name!r}: token names are slugs (letters, digits, - and _)") from None
         if ServiceToken.objects.filter(name=name).exists():
-            raise CommandError(f"a token named {name!r} exists; pick another name or revoke it "
-                               "in the admin first")
+            raise CommandError(f"a token named {name!r} exists; pick another name or revoke it in the admin first")
         token = ServiceToken(name=name, scope=options["scope"])
         raw = token.issue()
         token.save()

@@ -10,8 +10,10 @@ from presets import services
 
 
 class Command(BaseCommand):
-    help = ("Revert every pin past its expiry to its chain's default (action expire, actor "
-            "system:expiry), raising a pin_expired alert for each; prints how many.")
+    help = (
+        "Revert every pin past its expiry to its chain's default (action expire, actor "
+        "system:expiry), raising a pin_expired alert for each; prints how many."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         reverted = services.expire_pins()

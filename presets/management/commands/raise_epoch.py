@@ -13,15 +13,15 @@ from presets.models import current_epoch
 
 
 class Command(BaseCommand):
-    help = ("Run once after restoring the database: raises the epoch that chain documents "
-            "carry, so services that saved versions newer than the backup follow this "
-            "database again. Prints the old and new epoch.")
+    help = (
+        "Run once after restoring the database: raises the epoch that chain documents "
+        "carry, so services that saved versions newer than the backup follow this "
+        "database again. Prints the old and new epoch."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--reason", default="database restored from a backup",
-                            help="why (kept with the epoch)")
-        parser.add_argument("--actor", default=None,
-                            help="who raises it (default: the operating-system user)")
+        parser.add_argument("--reason", default="database restored from a backup", help="why (kept with the epoch)")
+        parser.add_argument("--actor", default=None, help="who raises it (default: the operating-system user)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         actor = options["actor"] or getpass.getuser()
@@ -30,5 +30,7 @@ class Command(BaseCommand):
             after = services.raise_epoch(actor=actor, reason=options["reason"])
         except InvalidInput as exc:
             raise CommandError(f"--reason {exc.field_message}") from None
-        self.stdout.write(f"epoch raised from {before} to {after}; every chain's document "
-                          "now carries it and services follow this database's versions again")
+        self.stdout.write(
+            f"epoch raised from {before} to {after}; every chain's document "
+            "now carries it and services follow this database's versions again"
+        )
