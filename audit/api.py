@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from audit.alerts import alert_entry, recent_alerts
 from audit.models import AlertKind, DeliveryState
 from presets.api.fields import int_param
-from presets.api.schema import ERROR_RESPONSE
+from presets.api.schema import errors
 from presets.exceptions import InvalidInput
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 500
@@ -73,11 +73,7 @@ class AlertsView(APIView):
         ],
         responses={
             200: inline_serializer("AlertList", {"alerts": OutputSerializer(many=True)}),
-            400: ERROR_RESPONSE,
-            401: ERROR_RESPONSE,
-            403: ERROR_RESPONSE,
-            404: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
+            **errors(400, 401, 403, 404, 503),
         },
     )
     def get(self, request: Request) -> Response:

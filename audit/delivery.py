@@ -80,27 +80,15 @@ def deliver_alert(*, alert_id: int, now: datetime | None = None) -> float | None
                 record.update(state=DeliveryState.DELIVERED, last_error="", delivered_at=format_time(now))
                 continue
             record["last_error"] = error[:LAST_ERROR_MAX]
-            if record["attempts"] >= settings.ALERT_DELIVERY_MAX_ATTEMPTS:
+            given_up = record["attempts"] >= settings.ALERT_DELIVERY_MAX_ATTEMPTS
+            if given_up:
                 record["state"] = DeliveryState.FAILED
-                log.error(
-                    "alert %s on %s v%d: %s delivery failed for good after %d attempts: %s",
-                    alert.kind,
-                    alert.chain.name,
-                    alert.version,
-                    name,
-                    record["attempts"],
-                    error,
-                )
-            else:
-                log.warning(
-                    "alert %s on %s v%d: %s delivery attempt %d failed: %s",
-                    alert.kind,
-                    alert.chain.name,
-                    alert.version,
-                    name,
-                    record["attempts"],
-                    error,
-                )
+            what = "delivery failed for good after %d attempts" if given_up else "delivery attempt %d failed"
+            log.log(
+                logging.ERROR if given_up else logging.WARNING,
+                f"alert %s on %s v%d: %s {what}: %s",
+                *(alert.kind, alert.chain.name, alert.version, name, record["attempts"], error),
+            )
         pending = alert.pending_deliveries()
         retry_in = None
         if pending:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
 from django.db import models
@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.models import FleetInstance, ProviderUsage, RejectedVersion
-from presets.documents import format_time
+from presets.documents import Help, Time, format_time
 from presets.models import Chain, Selection
 
 
@@ -45,7 +45,42 @@ def live_instances(chain: Chain, now: datetime | None = None) -> QuerySet[FleetI
     return FleetInstance.objects.filter(chain=chain, last_seen_at__gte=cutoff)
 
 
-def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, Any]:
+class Refusal(TypedDict):
+    client: str
+    reason: str
+    at: Time
+
+
+class InstanceStatus(TypedDict):
+    client: str
+    applied_version: int
+    version_seen_at: Time
+    last_seen_at: Time
+
+
+class FleetStatus(TypedDict):
+    """How far a chain's live version has reached across the service instances."""
+
+    name: str
+    version: int
+    instances: int
+    on_version: int
+    ahead: Annotated[
+        int, Help("instances on a later version than the server's: a restored database whose epoch was not raised")
+    ]
+    applied_p50_s: float | None
+    applied_max_s: float | None
+    rejected: list[Refusal]
+    detail: list[InstanceStatus]
+
+
+class FleetSummary(FleetStatus):
+    """A chain's fleet status with its one line for people."""
+
+    summary: str
+
+
+def chain_fleet(selection: Selection, now: datetime | None = None) -> FleetStatus:
     """How far the live version has reached: counts, apply delays, refusals."""
     instances = list(live_instances(selection.chain, now))
     on_version = [i for i in instances if i.applied_version == selection.version]
@@ -78,7 +113,7 @@ def chain_fleet(selection: Selection, now: datetime | None = None) -> dict[str, 
     }
 
 
-def fleet_summary(fleet: dict[str, Any]) -> str:
+def fleet_summary(fleet: FleetStatus) -> str:
     """One line for people: '38 of 40 instances on v18; p50 applied 0.3 s after the change'."""
     if not fleet["instances"]:
         return f"no service instance has read this chain in the last {settings.FLEET_INSTANCE_TTL_MINUTES} min"

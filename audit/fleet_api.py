@@ -16,30 +16,17 @@ from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
 from presets import services
 from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
-from presets.api.schema import ERROR_RESPONSE
+from presets.api.schema import errors, serializer_for
 
 
 class FleetView(APIView):
-    class OutputSerializer(serializers.Serializer):
-        name = serializers.CharField()
-        version = serializers.IntegerField()
-        instances = serializers.IntegerField()
-        on_version = serializers.IntegerField()
-        ahead = serializers.IntegerField(
-            help_text="instances on a later version than the server's: a restored database whose epoch was not raised"
-        )
-        applied_p50_s = serializers.FloatField(allow_null=True)
-        applied_max_s = serializers.FloatField(allow_null=True)
-        summary = serializers.CharField()
-        rejected = serializers.ListField(child=serializers.DictField())
-        detail = serializers.ListField(child=serializers.DictField())
+    OutputSerializer = serializer_for(fleet.FleetSummary, "FleetOutputSerializer")
 
     @extend_schema(
         operation_id="fleet",
         responses={
             200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}),
-            401: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
+            **errors(401, 503),
         },
     )
     def get(self, request: Request) -> Response:
@@ -47,7 +34,7 @@ class FleetView(APIView):
         chains = []
         for selection in services.revert_expired_and_read_all():
             status = fleet.chain_fleet(selection)
-            chains.append({**status, "summary": fleet.fleet_summary(status)})
+            chains.append(fleet.FleetSummary(**status, summary=fleet.fleet_summary(status)))
         return Response({"chains": chains})
 
 
@@ -105,10 +92,7 @@ class UsageView(APIView):
         request=InputSerializer,
         responses={
             202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
-            400: ERROR_RESPONSE,
-            401: ERROR_RESPONSE,
-            404: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
+            **errors(400, 401, 404, 503),
         },
     )
     def post(self, request: Request, name: str) -> Response:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
-from presets.documents import NO_MARKING, format_time
+from presets.documents import NO_MARKING, MarkingDocument, StepDocument, Time, format_time
 from presets.models import Selection
 
 
@@ -20,7 +20,26 @@ def history_rows(*, chain: str | None = None, before: int | None = None) -> Any:
     return rows.order_by("-history_date", "-history_id")
 
 
-def entry(row: Any) -> dict[str, Any]:
+class HistoryEntry(TypedDict):
+    """One change: who, when, which action, the previous value, the new value, and why."""
+
+    chain_name: str
+    version: int
+    action: str
+    actor: str
+    reason: str
+    at: Time
+    preset: str
+    chain: list[StepDocument]
+    marking: MarkingDocument
+    expires_at: Time | None
+    previous_version: int | None
+    previous_preset: str | None
+    previous_chain: list[StepDocument] | None
+    previous_expires_at: Time | None
+
+
+def entry(row: Any) -> HistoryEntry:
     """One change: who, when, which action, previous value, new value, why."""
     return {
         "chain_name": row.chain.name,
@@ -40,6 +59,6 @@ def entry(row: Any) -> dict[str, Any]:
     }
 
 
-def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[dict[str, Any]]:
+def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[HistoryEntry]:
     rows = history_rows(chain=chain, before=before)[:limit]
     return [entry(row) for row in rows]

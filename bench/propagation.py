@@ -43,7 +43,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -54,7 +53,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_throughput import BIN, ROOT, free_port, start, stop, wait_until_up  # noqa: E402
+from read_throughput import ROOT, free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
 from select_latency import percentile  # noqa: E402
 
 try:
@@ -62,17 +61,10 @@ try:
 except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT / "sdk"))
 
-from chainclient import ChainClient, ChainDocument, Provider, Registry, Step  # noqa: E402
+from sdk_current import example_client  # noqa: E402
 
-# The services' compiled-in registry: the providers and models of the example presets.
-REGISTRY = Registry(
-    {
-        "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}}),
-        "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text", "images"}}),
-        "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
-    }
-)
-DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
+from chainclient import ChainDocument  # noqa: E402
+
 CHANGE_CHANNEL = "chain_changed"  # presets.read_path.notifications.CHANGE_CHANNEL
 
 
@@ -102,17 +94,13 @@ def run_clients(
         return on_change
 
     clients = [
-        ChainClient(
+        example_client(
             base_url,
-            chain="chat",
             token=token,
-            registry=REGISTRY,
-            default=DEFAULT,
             state_dir=None,
             poll_interval=poll_interval,
             long_poll=mode == "longpoll",
             wait_s=wait_s,
-            service="bench",
             instance=name,
             on_change=on_change_for(name),
             report_usage=False,
@@ -272,162 +260,122 @@ def main() -> None:
     # Each client holds one socket, the server one per client, plus files and pipes.
     raise_open_files_limit(2 * clients + 512)
 
-    name = f"bench_propagation_{os.getpid()}"
-    base = args.admin_url.rsplit("/", 1)[0]
-    database_url = f"{base}/{name}"
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    workdir = Path(tempfile.mkdtemp(prefix="bench-propagation-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "VAR_DIR": str(workdir),
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    server = None
-    children: list[Any] = []  # multiprocessing processes of the fork context
-    pipes: list[Connection] = []
-    listener: NotifyListener | None = None
-    try:
-        manage = [sys.executable, "manage.py"]
-        subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
-        read_token, write_token = (
-            subprocess.run(
-                manage + ["create_token", f"bench-{scope}", "--scope", scope],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            for scope in ("read", "write")
-        )
-        port = free_port()
-        server_command = [
-            str(BIN / "granian"),
-            "--interface",
-            "asgi",
-            "--workers",
-            str(args.web_workers),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-ws",
-            "--backlog",
-            str(backlog),
-            "--backpressure",
-            str(backpressure),
-            "controlplane.asgi:application",
-        ]
-        server = start(server_command, env)
-        base_url = f"http://127.0.0.1:{port}"
-        wait_until_up(f"{base_url}/healthz")
-        print(f"server: {' '.join(server_command[1:])}")
-
-        # Fork before this process starts any thread; every child gets a slice of the names.
-        context = multiprocessing.get_context("fork")
-        names = [f"client-{i}" for i in range(clients)]
-        # Plain pollers start spread over one interval, so their polls are evenly out of
-        # phase as a real fleet's are (started together, they would poll in waves).
-        spread = args.poll_interval if args.mode == "poll" else 0.0
-        offsets = [spread * i / clients for i in range(clients)]
-        started = time.monotonic()
-        for index in range(processes):
-            parent_end, child_end = context.Pipe()
-            child = context.Process(
-                target=run_clients,
-                daemon=True,
-                args=(
-                    child_end,
-                    base_url,
-                    read_token,
-                    names[index::processes],
-                    args.mode,
-                    args.poll_interval if args.mode == "poll" else 60.0,
-                    args.wait,
-                    offsets[index::processes],
-                ),
+    with scratch_control_plane("bench_propagation", args.admin_url) as plane:
+        server = None
+        children: list[Any] = []  # multiprocessing processes of the fork context
+        pipes: list[Connection] = []
+        listener: NotifyListener | None = None
+        try:
+            read_token, write_token = plane.token("read"), plane.token("write")
+            port = free_port()
+            server_command = granian(
+                "controlplane.asgi:application",
+                port,
+                workers=args.web_workers,
+                extra=("--backlog", str(backlog), "--backpressure", str(backpressure)),
             )
-            child.start()
-            children.append(child)
-            pipes.append(parent_end)
-        for pipe in pipes:
-            if not pipe.poll(120 + spread):
-                raise SystemExit("a client process did not start its clients in time")
-            pipe.recv()
+            server = start(server_command, plane.env)
+            base_url = f"http://127.0.0.1:{port}"
+            wait_until_up(f"{base_url}/healthz")
+            print(f"server: {' '.join(server_command[1:])}")
 
-        deadline = time.monotonic() + 120
-        while True:
-            versions: Counter[int] = sum(command(pipes, "versions"), Counter())
-            if versions.get(1, 0) == clients:
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"not every client reached version 1 in time: {dict(versions)}")
-            time.sleep(0.2)
-        print(
-            f"{clients} clients in {processes} processes hold version 1 "
-            f"({time.monotonic() - started:.1f} s after starting)"
-        )
-        # Each long poll is re-issued right after applying v1; this leaves time for all of
-        # them to be parked on the server again, and for the web workers to finish what the
-        # first reads set off (writing every new instance's fleet status).
-        workers = children_of(server.pid)
-        settling = cpu_ms(workers)
-        time.sleep(args.settle)
-        print(f"web workers used {cpu_ms(workers) - settling:.0f} ms of CPU in the {args.settle:g} s before the select")
-        failing = sum(command(pipes, "failures"))
-        if failing:
-            print(f"  warning: {failing} clients report failed polls before the select")
-        if args.mode == "longpoll":
-            print(f"held connections per web worker: {connections_per_process(port)}")
-        client_pids = [child.pid for child in children if child.pid is not None]
-        cpu_before = cpu_ms(workers), cpu_ms(client_pids)
+            # Fork before this process starts any thread; every child gets a slice of the names.
+            context = multiprocessing.get_context("fork")
+            names = [f"client-{i}" for i in range(clients)]
+            # Plain pollers start spread over one interval, so their polls are evenly out of
+            # phase as a real fleet's are (started together, they would poll in waves).
+            spread = args.poll_interval if args.mode == "poll" else 0.0
+            offsets = [spread * i / clients for i in range(clients)]
+            started = time.monotonic()
+            for index in range(processes):
+                parent_end, child_end = context.Pipe()
+                child = context.Process(
+                    target=run_clients,
+                    daemon=True,
+                    args=(
+                        child_end,
+                        base_url,
+                        read_token,
+                        names[index::processes],
+                        args.mode,
+                        args.poll_interval if args.mode == "poll" else 60.0,
+                        args.wait,
+                        offsets[index::processes],
+                    ),
+                )
+                child.start()
+                children.append(child)
+                pipes.append(parent_end)
+            for pipe in pipes:
+                if not pipe.poll(120 + spread):
+                    raise SystemExit("a client process did not start its clients in time")
+                pipe.recv()
 
-        listener = NotifyListener(database_url)
-        listener.start()
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        body = json.dumps({"preset": "pin_secondary", "reason": "bench: propagation"})
-        headers = {"Authorization": f"Bearer {write_token}", "Content-Type": "application/json"}
-        before = time.time()
-        connection.request("POST", "/api/v1/chains/chat/select", body, headers)
-        response = connection.getresponse()
-        answer = response.read()
-        returned = time.time()
-        connection.close()
-        if response.status != 200:
-            raise SystemExit(f"select: HTTP {response.status}: {answer[:300]!r}")
-        version = json.loads(answer)["version"]
+            deadline = time.monotonic() + 120
+            while True:
+                versions: Counter[int] = sum(command(pipes, "versions"), Counter())
+                if versions.get(1, 0) == clients:
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"not every client reached version 1 in time: {dict(versions)}")
+                time.sleep(0.2)
+            print(
+                f"{clients} clients in {processes} processes hold version 1 "
+                f"({time.monotonic() - started:.1f} s after starting)"
+            )
+            # Each long poll is re-issued right after applying v1; this leaves time for all of
+            # them to be parked on the server again, and for the web workers to finish what the
+            # first reads set off (writing every new instance's fleet status).
+            workers = children_of(server.pid)
+            settling = cpu_ms(workers)
+            time.sleep(args.settle)
+            used = cpu_ms(workers) - settling
+            print(f"web workers used {used:.0f} ms of CPU in the {args.settle:g} s before the select")
+            failing = sum(command(pipes, "failures"))
+            if failing:
+                print(f"  warning: {failing} clients report failed polls before the select")
+            if args.mode == "longpoll":
+                print(f"held connections per web worker: {connections_per_process(port)}")
+            client_pids = [child.pid for child in children if child.pid is not None]
+            cpu_before = cpu_ms(workers), cpu_ms(client_pids)
 
-        limit = 10.0 if args.mode == "longpoll" else args.poll_interval * 1.1 + 5.0
-        applied_at = [
-            t for times in command(pipes, "collect", (version, returned + limit), timeout=limit + 30) for t in times
-        ]
-        window_ms = (time.time() - before) * 1000
-        cpu_web = cpu_ms(workers) - cpu_before[0]
-        cpu_clients = cpu_ms(client_pids) - cpu_before[1]
-        notified = [at for at, payload in listener.received if json.loads(payload).get("version") == version]
-    finally:
-        if pipes:
-            try:
-                command(pipes, "stop", timeout=30)
-            except (SystemExit, OSError, EOFError):
-                pass
-        for child in children:
-            child.join(5)
-            if child.is_alive():
-                child.kill()
-        if listener is not None:
-            listener.close()
-        if server is not None:
-            stop(server)
-        with psycopg.connect(args.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            listener = NotifyListener(plane.database_url)
+            listener.start()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            body = json.dumps({"preset": "pin_secondary", "reason": "bench: propagation"})
+            headers = {"Authorization": f"Bearer {write_token}", "Content-Type": "application/json"}
+            before = time.time()
+            connection.request("POST", "/api/v1/chains/chat/select", body, headers)
+            response = connection.getresponse()
+            answer = response.read()
+            returned = time.time()
+            connection.close()
+            if response.status != 200:
+                raise SystemExit(f"select: HTTP {response.status}: {answer[:300]!r}")
+            version = json.loads(answer)["version"]
+
+            limit = 10.0 if args.mode == "longpoll" else args.poll_interval * 1.1 + 5.0
+            applied_at = [
+                t for times in command(pipes, "collect", (version, returned + limit), timeout=limit + 30) for t in times
+            ]
+            window_ms = (time.time() - before) * 1000
+            cpu_web = cpu_ms(workers) - cpu_before[0]
+            cpu_clients = cpu_ms(client_pids) - cpu_before[1]
+            notified = [at for at, payload in listener.received if json.loads(payload).get("version") == version]
+        finally:
+            if pipes:
+                try:
+                    command(pipes, "stop", timeout=30)
+                except (SystemExit, OSError, EOFError):
+                    pass
+            for child in children:
+                child.join(5)
+                if child.is_alive():
+                    child.kill()
+            if listener is not None:
+                listener.close()
+            if server is not None:
+                stop(server)
 
     t0 = min([returned, *notified[:1]])
     delays = sorted((t - t0) * 1000 for t in applied_at if t is not None)

@@ -63,6 +63,26 @@ def stop(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def granian(
+    app: str, port: int | str, *, interface: str = "asgi", workers: int = 2, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """The granian command line every benchmark serves ``app`` with."""
+    options = ["--interface", interface, "--workers", str(workers), "--host", "127.0.0.1", "--port", str(port)]
+    return [str(BIN / "granian"), *options, "--log-level", "warning", "--no-ws", *extra, app]
+
+
+def set_up(env: dict[str, str]) -> None:
+    """Migrate the database ``env`` names and sync the example presets into it."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([sys.executable, "manage.py", "sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+def create_token(env: dict[str, str], name: str, scope: str) -> str:
+    """A new service token's secret."""
+    command = [sys.executable, "manage.py", "create_token", name, "--scope", scope]
+    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
 @contextmanager
 def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iterator[ScratchPlane]:
     """A migrated control plane with the example presets on a scratch PostgreSQL database
@@ -84,21 +104,10 @@ def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iter
         **extra_env,
     }
     try:
-        manage = [sys.executable, "manage.py"]
-        subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
-
-        def token(scope: str) -> str:
-            return subprocess.run(
-                manage + ["create_token", f"{prefix}-{scope}", "--scope", scope],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-
-        yield ScratchPlane(env=env, database_url=env["DATABASE_URL"], token=token)
+        set_up(env)
+        yield ScratchPlane(
+            env=env, database_url=env["DATABASE_URL"], token=lambda scope: create_token(env, f"{prefix}-{scope}", scope)
+        )
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -137,31 +146,13 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-read-"))
     env = {**os.environ, "VAR_DIR": str(workdir), "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
     env.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
-    manage = [sys.executable, "manage.py"]
-    subprocess.run(manage + ["migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run(manage + ["sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
-    token = subprocess.run(
-        manage + ["create_token", f"bench-{os.getpid()}"], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    set_up(env)
+    token = create_token(env, f"bench-{os.getpid()}", "read")
     version = 1
     auth = {"Authorization": f"Bearer {token}"}
 
     servers = {
-        "granian": [
-            str(BIN / "granian"),
-            "--interface",
-            "asgi",
-            "--workers",
-            "2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--log-level",
-            "warning",
-            "--no-ws",
-            "controlplane.asgi:application",
-        ],
+        "granian": granian("controlplane.asgi:application", "{port}"),
         "uvicorn": [
             str(BIN / "uvicorn"),
             "controlplane.asgi:application",
@@ -200,21 +191,7 @@ def main() -> None:
 
     port = free_port()
     process = start(
-        [
-            str(BIN / "granian"),
-            "--interface",
-            "wsgi",
-            "--workers",
-            "2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-ws",
-            "bench.bare_django:application",
-        ],
+        granian("bench.bare_django:application", str(port), interface="wsgi"),
         env,
     )
     try:

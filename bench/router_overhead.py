@@ -11,28 +11,16 @@ Run from the repository root: ``python bench/router_overhead.py [--requests N]``
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-try:
-    import chainclient  # noqa: F401
-except ImportError:  # not installed: use the source tree next to this script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sdk"))
+from sdk_current import DEFAULT as CHAIN  # the example presets' registry and chain
+from sdk_current import REGISTRY
 
-from chainclient import Contract, Provider, ProviderError, Registry, Router, Step
+from chainclient import Contract, ProviderError, Router, Step
 
-REGISTRY = Registry(
-    {
-        "vendor_a": Provider(destination="vendor_a-eu", models={"large": {"text", "images"}}),
-        "vendor_b": Provider(destination="vendor_b-eu", models={"medium": {"text", "images"}}),
-        "local": Provider(destination="self-hosted", models={"small": {"text"}}),
-    }
-)
-CHAIN = [Step("vendor_a", "large", 20_000), Step("vendor_b", "medium", 20_000), Step("local", "small", 30_000)]
-CONTRACT = Contract(requires={"images"}, destinations={"vendor_a-eu", "vendor_b-eu"})
+CONTRACT = Contract(requires={"images"}, destinations={"vendor_a-us", "vendor_b-eu"})
 
 
 def answer(step: Step, request: Any, timeout_s: float) -> str:

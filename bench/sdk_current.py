@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 try:
     import chainclient  # noqa: F401
@@ -28,18 +29,24 @@ except ImportError:  # not installed: use the source tree next to this script
 
 from chainclient import ChainClient, Provider, Registry, Step
 
+# The services' compiled-in registry: the providers and models of the example presets.
 REGISTRY = Registry(
     {
         "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}}),
-        "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text"}}),
+        "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text", "images"}}),
         "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}}),
     }
 )
-DEFAULT = [
-    Step("vendor_a", "large", 20_000),
-    Step("vendor_b", "large", 20_000),
-    Step("self_hosted", "8b", 10_000),
-]
+DEFAULT = [Step("vendor_a", "large", 20_000), Step("vendor_b", "large", 20_000), Step("self_hosted", "8b", 10_000)]
+
+
+def example_client(base_url: str, **options: Any) -> ChainClient:
+    """A client of the example presets' ``chat`` chain, as the benchmarks run it."""
+    return ChainClient(
+        base_url,
+        **{"chain": "chat", "token": "bench", "registry": REGISTRY, "default": DEFAULT, "service": "bench", **options},
+    )
+
 
 # A control plane that never changes: every poll gets a 304 at once (keep-alive, HTTP/1.1).
 SERVER = r"""
@@ -87,16 +94,8 @@ def idle_cpu(poll_interval: float, seconds: float) -> tuple[float, float, int]:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         with tempfile.TemporaryDirectory() as state_dir:
-            client = ChainClient(
-                f"http://127.0.0.1:{port}",
-                chain="chat",
-                token="bench",
-                registry=REGISTRY,
-                default=DEFAULT,
-                state_dir=state_dir,
-                poll_interval=poll_interval,
-                long_poll=True,
-                service="bench",
+            client = example_client(
+                f"http://127.0.0.1:{port}", state_dir=state_dir, poll_interval=poll_interval, long_poll=True
             )
             with client:
                 time.sleep(min(1.0, poll_interval * 5))  # first connection, warm-up
@@ -122,13 +121,7 @@ def main() -> None:
     parser.add_argument("--poll-interval", type=float, default=0.1)
     args = parser.parse_args()
 
-    client = ChainClient(
-        "http://127.0.0.1:9",  # never started: current() does no I/O anyway
-        chain="chat",
-        token="bench",
-        registry=REGISTRY,
-        default=DEFAULT,
-    )
+    client = example_client("http://127.0.0.1:9")  # never started: current() does no I/O anyway
     call_ns, loop_ns = current_ns(client, args.calls)
     print(f"current(): {call_ns:.1f} ns/call over {args.calls:,} calls (empty loop {loop_ns:.1f} ns)")
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_throughput import BIN, free_port, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
+from read_throughput import free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -42,21 +42,7 @@ def main() -> None:
         token = plane.token("write")
         port = free_port()
         process = start(
-            [
-                str(BIN / "granian"),
-                "--interface",
-                "asgi",
-                "--workers",
-                "2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--no-ws",
-                "controlplane.asgi:application",
-            ],
+            granian("controlplane.asgi:application", str(port)),
             plane.env,
         )
         try:

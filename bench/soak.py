@@ -28,9 +28,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from read_throughput import (  # noqa: E402
-    BIN,
     ScratchPlane,
     free_port,
+    granian,
     scratch_control_plane,
     start,
     stop,
@@ -77,21 +77,7 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     try:
         port = free_port()
         web = start(
-            [
-                str(BIN / "granian"),
-                "--interface",
-                "asgi",
-                "--workers",
-                "2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--no-ws",
-                "controlplane.asgi:application",
-            ],
+            granian("controlplane.asgi:application", str(port)),
             env,
         )
         worker = start(

@@ -2,18 +2,30 @@
 
 ``ChainDocument`` is the document's one schema: ``Selection.to_document`` builds it (mypy
 checks the builder against it), the read path encodes it (``encode_document``) and the
-OpenAPI schema is generated from it (``presets.api.schema``). Field names are public contract.
+OpenAPI schema is generated from it (``presets.api.schema.serializer_for``, with each field's
+``Help``). Field names are public contract. The audit trail's documents (history entries,
+fleet status) are TypedDicts in the same way.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NewType, TypedDict, overload
+from typing import Annotated, NewType, TypedDict, overload
 
 # An RFC 3339 instant in UTC to the millisecond with a Z (``format_instant``).
 Instant = NewType("Instant", str)
+# An RFC 3339 time in UTC to the second with a Z (``format_time``).
+Time = NewType("Time", str)
+
+
+@dataclass(frozen=True)
+class Help:
+    """A field's description in the OpenAPI schema: ``Annotated[int, Help("...")]``."""
+
+    text: str
 
 
 class StepDocument(TypedDict):
@@ -36,10 +48,10 @@ class DefaultChainDocument(TypedDict):
 
 
 class ChainDocument(TypedDict):
-    """What the SDK applies."""
+    """The chain document: what the SDK applies. Field names are public contract."""
 
     name: str
-    epoch: int
+    epoch: Annotated[int, Help("raised after a database restore; clients order documents by (epoch, version)")]
     version: int
     preset: str
     is_default: bool
@@ -48,16 +60,9 @@ class ChainDocument(TypedDict):
     updated_by: str
     reason: str
     updated_at: Instant
-    expires_at: Instant | None
-    default: DefaultChainDocument | None
+    expires_at: Annotated[Instant | None, Help("millisecond precision; the pin is not served from this instant on")]
+    default: Annotated[DefaultChainDocument | None, Help("what the chain falls back to at expires_at")]
 
-
-# Descriptions the OpenAPI schema shows beside the fields.
-FIELD_HELP = {
-    "epoch": "raised after a database restore; clients order documents by (epoch, version)",
-    "expires_at": "millisecond precision; the pin is not served from this instant on",
-    "default": "what the chain falls back to at expires_at",
-}
 
 NO_MARKING: MarkingDocument = {"degraded": False, "note": ""}
 
@@ -74,16 +79,16 @@ def etag(epoch: int, version: int) -> str:
 
 
 @overload
-def format_time(value: datetime) -> str: ...
+def format_time(value: datetime) -> Time: ...
 @overload
 def format_time(value: None) -> None: ...
 @overload
-def format_time(value: datetime | None) -> str | None: ...
-def format_time(value: datetime | None) -> str | None:
+def format_time(value: datetime | None) -> Time | None: ...
+def format_time(value: datetime | None) -> Time | None:
     """RFC 3339 in UTC to the second with a Z, as messages, alerts and history show times."""
     if value is None:
         return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Time(value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 @overload

@@ -8,7 +8,8 @@ and each historical row's previous value is the row before it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -75,8 +76,7 @@ def select_preset(
     """Make a reviewed preset live. A non-default preset is a pin and always expires."""
     reason = clean_reason(reason)
     now = _now()
-    with transaction.atomic():
-        selection = _lock(chain, expected_version)
+    with _changing(chain, expected_version) as selection:
         target = _active_preset(selection.chain, preset)
         if target.pk == selection.preset_id:
             hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
@@ -95,34 +95,19 @@ def select_preset(
 def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: int | None = None) -> Selection:
     """End the pin: serve the chain's default preset again."""
     reason = clean_reason(reason)
-    with transaction.atomic():
-        selection = _lock(chain, expected_version)
+    with _changing(chain, expected_version) as selection:
         if selection.is_default:
             raise InvalidInput("chain", f"{chain} already serves its default preset; nothing to revert")
-        return _apply(
-            selection,
-            preset=selection.chain.default,
-            action=Action.REVERT,
-            actor=actor,
-            reason=reason,
-            expires_at=None,
-            now=_now(),
-        )
+        return _serve_default(selection, action=Action.REVERT, actor=actor, reason=reason, now=_now())
 
 
 def extend_pin(
-    *,
-    chain: str,
-    actor: str,
-    reason: str,
-    expires_at: Expiry = None,
-    expected_version: int | None = None,
+    *, chain: str, expires_at: Expiry = None, actor: str, reason: str, expected_version: int | None = None
 ) -> Selection:
     """Keep the live pin for longer (a decision someone takes, with a reason)."""
     reason = clean_reason(reason)
     now = _now()
-    with transaction.atomic():
-        selection = _lock(chain, expected_version)
+    with _changing(chain, expected_version) as selection:
         if not selection.is_pinned:
             raise InvalidInput("chain", f"{chain} is not pinned: only a pin can be extended")
         return _apply(
@@ -144,8 +129,7 @@ def restore(*, chain: str, version: int, actor: str, reason: str, expected_versi
     pin gets a fresh expiry of the default duration."""
     reason = clean_reason(reason)
     now = _now()
-    with transaction.atomic():
-        selection = _lock(chain, expected_version)
+    with _changing(chain, expected_version) as selection:
         entry = (
             Selection.history.filter(chain_id=selection.chain_id, version=version)
             .select_related("previous_preset")
@@ -210,15 +194,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
             reason = ended + selection.reason
             if len(reason) > REASON_MAX:
                 reason = reason[: REASON_MAX - 1] + "…"
-            _apply(
-                selection,
-                preset=selection.chain.default,
-                action=Action.EXPIRE,
-                actor=EXPIRY_ACTOR,
-                reason=reason,
-                expires_at=None,
-                now=now,
-            )
+            _serve_default(selection, action=Action.EXPIRE, actor=EXPIRY_ACTOR, reason=reason, now=now)
             events.pin_expired.send(sender=Selection, selection=selection, now=now)
             reverted += 1
     return reverted
@@ -300,6 +276,14 @@ def _now() -> datetime:
     return to_millisecond(timezone.now())
 
 
+@contextmanager
+def _changing(chain: str, expected_version: int | None) -> Iterator[Selection]:
+    """The frame of every change: one transaction holding the chain's selection row lock, so
+    concurrent changes serialise (and the version the caller saw is checked under it)."""
+    with transaction.atomic():
+        yield _lock(chain, expected_version)
+
+
 def _lock(chain: str, expected_version: int | None) -> Selection:
     selection_id = Selection.objects.filter(chain__name=chain).values_list("id", flat=True).first()
     if selection_id is None:
@@ -329,6 +313,13 @@ def _active_preset(chain: Chain, name: str) -> Preset:
             "preset", f"{name!r} {state} on {chain.name}: use one of {', '.join(active)}", choices=active
         )
     return preset
+
+
+def _serve_default(selection: Selection, *, action: str, actor: str, reason: str, now: datetime) -> Selection:
+    """End the pin: the chain's default preset, which never expires, is live again."""
+    return _apply(
+        selection, preset=selection.chain.default, action=action, actor=actor, reason=reason, expires_at=None, now=now
+    )
 
 
 def _apply(

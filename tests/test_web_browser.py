@@ -394,6 +394,9 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
 ) -> None:
     settings.PIN_ALERT_AFTER_MINUTES = 1
     page = open_page(None, "/accounts/login/", color_scheme=color_scheme)
+    # The page follows the system setting (the stylesheet's light-dark() colours).
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert background == {"light": "rgb(243, 244, 246)", "dark": "rgb(15, 18, 22)"}[color_scheme]
     checked: dict[str, list[str]] = {"login": axe_violations(page)}
     page = open_page(alice, "/", color_scheme=color_scheme)
     checked["dashboard, all default"] = axe_violations(page)

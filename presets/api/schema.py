@@ -7,58 +7,59 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
-from presets.documents import FIELD_HELP, ChainDocument, Instant, MarkingDocument, StepDocument
+from presets.documents import ChainDocument, Help, Instant, MarkingDocument, StepDocument, Time
+
+# The chain document has been "Document" in the API's schema from the start.
+_NAMES = {"ChainDocument": "DocumentSerializer"}
 
 
 @functools.cache
-def serializer_for(typed_dict: Any, name: str) -> type[serializers.Serializer]:
-    """A DRF serializer describing ``typed_dict`` field by field (for the schema only: the
-    documents themselves are built by the domain). Nested TypedDicts become nested
-    serializers named after them."""
+def serializer_for(typed_dict: Any, name: str | None = None) -> type[serializers.Serializer]:
+    """A DRF serializer describing ``typed_dict`` field by field, for the schema only (the
+    documents themselves are built by the domain, checked by mypy against the same TypedDict).
+    ``Annotated[..., Help(...)]`` gives a field its description; a nested TypedDict becomes a
+    nested serializer named after it (``StepDocument`` -> ``Step``)."""
+    name = name or _NAMES.get(typed_dict.__name__, typed_dict.__name__.removesuffix("Document") + "Serializer")
     attrs: dict[str, Any] = {"__doc__": typed_dict.__doc__, "__module__": __name__}
-    for field, hint in typing.get_type_hints(typed_dict).items():
-        attrs[field] = _field_for(hint, FIELD_HELP.get(field))
+    for field, hint in typing.get_type_hints(typed_dict, include_extras=True).items():
+        attrs[field] = _field_for(hint)
     return type(name, (serializers.Serializer,), attrs)
 
 
-_NAMES = {
-    "StepDocument": "StepSerializer",
-    "MarkingDocument": "MarkingSerializer",
-    "DefaultChainDocument": "DefaultChainSerializer",
-    "ChainDocument": "DocumentSerializer",
-}
-
-
-def _field_for(hint: Any, help_text: str | None, *, allow_null: bool = False) -> serializers.Field:
+def _field_for(hint: Any, *, allow_null: bool = False, help_text: str | None = None) -> serializers.Field:
+    if typing.get_origin(hint) is Annotated:
+        hint, *extras = typing.get_args(hint)
+        text = next((extra.text for extra in extras if isinstance(extra, Help)), None)
+        return _field_for(hint, allow_null=allow_null, help_text=text)
     kwargs: dict[str, Any] = {"allow_null": allow_null}
     if help_text:
         kwargs["help_text"] = help_text
     args = typing.get_args(hint)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         (inner,) = [a for a in args if a is not type(None)]
-        return _field_for(inner, help_text, allow_null=True)
+        return _field_for(inner, allow_null=True, help_text=help_text)
     if typing.get_origin(hint) is list:
-        return serializer_for(args[0], _NAMES[args[0].__name__])(many=True, **kwargs)
+        return serializer_for(args[0])(many=True, **kwargs)
     if typing.is_typeddict(hint):
-        return serializer_for(hint, _NAMES[hint.__name__])(**kwargs)
-    if hint is Instant:
+        return serializer_for(hint)(**kwargs)
+    if hint in (Instant, Time):
         return serializers.DateTimeField(**kwargs)
-    simple = {str: serializers.CharField, int: serializers.IntegerField, bool: serializers.BooleanField}
     if hint is str:
-        kwargs["allow_blank"] = True
+        return serializers.CharField(allow_blank=True, **kwargs)
+    simple = {int: serializers.IntegerField, bool: serializers.BooleanField, float: serializers.FloatField}
     return simple[hint](**kwargs)
 
 
-DocumentSerializer = serializer_for(ChainDocument, "DocumentSerializer")
-StepSerializer = serializer_for(StepDocument, "StepSerializer")
-MarkingSerializer = serializer_for(MarkingDocument, "MarkingSerializer")
+DocumentSerializer = serializer_for(ChainDocument)
+StepSerializer = serializer_for(StepDocument)
+MarkingSerializer = serializer_for(MarkingDocument)
 
 ERROR_RESPONSE = inline_serializer(
     "Error",
@@ -69,14 +70,14 @@ ERROR_RESPONSE = inline_serializer(
         )
     },
 )
-WRITE_ERRORS = {
-    400: ERROR_RESPONSE,
-    401: ERROR_RESPONSE,
-    403: ERROR_RESPONSE,
-    404: ERROR_RESPONSE,
-    409: ERROR_RESPONSE,
-    503: ERROR_RESPONSE,
-}
+
+
+def errors(*statuses: int) -> dict[int, Any]:
+    """The error responses an operation documents, each in the one error shape."""
+    return dict.fromkeys(statuses, ERROR_RESPONSE)
+
+
+WRITE_ERRORS = errors(400, 401, 403, 404, 409, 503)
 
 
 class ViewSchema(AutoSchema):

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.fleet_recorder import parse_identity, recorder
-from audit.history import history_entries
+from audit.history import HistoryEntry, history_entries
 from presets import services
 from presets.api.authentication import CanWrite
 from presets.api.fields import (
@@ -22,13 +22,7 @@ from presets.api.fields import (
     expiry_from,
     int_param,
 )
-from presets.api.schema import (
-    ERROR_RESPONSE,
-    WRITE_ERRORS,
-    DocumentSerializer,
-    MarkingSerializer,
-    StepSerializer,
-)
+from presets.api.schema import WRITE_ERRORS, DocumentSerializer, errors, serializer_for
 from presets.documents import etag
 from presets.models import PRESET_NAME_MAX, Selection, current_epoch
 from presets.read_path.counters import count_read
@@ -62,8 +56,7 @@ class ChainListView(CountedReadView):
         operation_id="chains_list",
         responses={
             200: inline_serializer("ChainList", {"chains": DocumentSerializer(many=True)}),
-            401: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
+            **errors(401, 503),
         },
     )
     def get(self, request: Request) -> Response:
@@ -86,14 +79,7 @@ class ChainDetailView(CountedReadView):
                 "request up to this many seconds (0..60) until the version changes",
             ),
         ],
-        responses={
-            200: DocumentSerializer,
-            304: None,
-            400: ERROR_RESPONSE,
-            401: ERROR_RESPONSE,
-            404: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
-        },
+        responses={200: DocumentSerializer, 304: None, **errors(400, 401, 404, 503)},
     )
     def get(self, request: Request, name: str) -> Response:
         # Long polls are held by the ASGI read front (presets/read_path/front.py); a request that
@@ -112,20 +98,7 @@ class ChainDetailView(CountedReadView):
 
 
 class HistoryView(APIView):
-    class OutputSerializer(serializers.Serializer):
-        version = serializers.IntegerField()
-        action = serializers.CharField()
-        actor = serializers.CharField()
-        reason = serializers.CharField()
-        at = serializers.DateTimeField()
-        preset = serializers.CharField()
-        chain = StepSerializer(many=True)
-        marking = MarkingSerializer()
-        expires_at = serializers.DateTimeField(allow_null=True)
-        previous_version = serializers.IntegerField(allow_null=True)
-        previous_preset = serializers.CharField(allow_null=True)
-        previous_chain = StepSerializer(many=True, allow_null=True)
-        previous_expires_at = serializers.DateTimeField(allow_null=True)
+    OutputSerializer = serializer_for(HistoryEntry, "HistoryOutputSerializer")
 
     @extend_schema(
         operation_id="chains_history",
@@ -135,10 +108,7 @@ class HistoryView(APIView):
         ],
         responses={
             200: inline_serializer("History", {"entries": OutputSerializer(many=True)}),
-            400: ERROR_RESPONSE,
-            401: ERROR_RESPONSE,
-            404: ERROR_RESPONSE,
-            503: ERROR_RESPONSE,
+            **errors(400, 401, 404, 503),
         },
     )
     def get(self, request: Request, name: str) -> Response:
@@ -151,95 +121,75 @@ class HistoryView(APIView):
 # --- changes ----------------------------------------------------------------------------
 
 
-class WriteView(APIView):
-    permission_classes = [CanWrite]
+class ChangeInput(serializers.Serializer):
+    """What every change sends: why, and (optionally) the version the caller saw, so that a
+    change made meanwhile is a conflict rather than overwritten."""
 
-    def input(self, request: Request, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
-        serializer = serializer_class(data=request.data)
+    reason = ReasonField()
+    expected_version = StrictIntegerField(required=False, min_value=0)
+
+
+class PinInput(ChangeInput):
+    """A change that sets a pin's expiry: a duration or a time, not both (neither: the default)."""
+
+    duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
+    expires_at = AwareDateTimeField(required=False)
+
+
+WRITE_RESPONSES = {200: DocumentSerializer, **WRITE_ERRORS}
+
+
+class WriteView(APIView):
+    """A change: a POST with a write-scope token or the on-call role. Revert and restore take
+    just ``ChangeInput``; the others name their ``InputSerializer``."""
+
+    permission_classes = [CanWrite]
+    InputSerializer: type[ChangeInput] = ChangeInput
+
+    def change(self, request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The validated input, and what every service change takes from it: who, why and
+        the version they saw."""
+        serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
+        data = dict(serializer.validated_data)
+        who = {
+            "actor": actor_of(request.user),
+            "reason": data["reason"],
+            "expected_version": data.get("expected_version"),
+        }
+        return data, who
 
 
 class SelectView(WriteView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(PinInput):
         preset = StrictCharField(max_length=PRESET_NAME_MAX)
-        reason = ReasonField()
-        duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
-        expires_at = AwareDateTimeField(required=False)
-        expected_version = StrictIntegerField(required=False, min_value=0)
 
-    @extend_schema(
-        operation_id="chains_select", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
-    )
+    @extend_schema(operation_id="chains_select", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        data = self.input(request, self.InputSerializer)
-        selection = services.select_preset(
-            chain=name,
-            preset=data["preset"],
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expires_at=expiry_from(data),
-            expected_version=data.get("expected_version"),
+        data, who = self.change(request)
+        return document_response(
+            services.select_preset(chain=name, preset=data["preset"], expires_at=expiry_from(data), **who)
         )
-        return document_response(selection)
 
 
 class RevertView(WriteView):
-    class InputSerializer(serializers.Serializer):
-        reason = ReasonField()
-        expected_version = StrictIntegerField(required=False, min_value=0)
-
-    @extend_schema(
-        operation_id="chains_revert", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
-    )
+    @extend_schema(operation_id="chains_revert", request=ChangeInput, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        data = self.input(request, self.InputSerializer)
-        selection = services.revert_to_default(
-            chain=name,
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expected_version=data.get("expected_version"),
-        )
-        return document_response(selection)
+        _, who = self.change(request)
+        return document_response(services.revert_to_default(chain=name, **who))
 
 
 class ExtendView(WriteView):
-    class InputSerializer(serializers.Serializer):
-        reason = ReasonField()
-        duration_minutes = StrictIntegerField(required=False, min_value=1, max_value=10**9)
-        expires_at = AwareDateTimeField(required=False)
-        expected_version = StrictIntegerField(required=False, min_value=0)
+    InputSerializer = PinInput
 
-    @extend_schema(
-        operation_id="chains_extend", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
-    )
+    @extend_schema(operation_id="chains_extend", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        data = self.input(request, self.InputSerializer)
-        selection = services.extend_pin(
-            chain=name,
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expires_at=expiry_from(data),
-            expected_version=data.get("expected_version"),
-        )
-        return document_response(selection)
+        data, who = self.change(request)
+        return document_response(services.extend_pin(chain=name, expires_at=expiry_from(data), **who))
 
 
 class RestoreView(WriteView):
-    class InputSerializer(serializers.Serializer):
-        reason = ReasonField()
-        expected_version = StrictIntegerField(required=False, min_value=0)
-
-    @extend_schema(
-        operation_id="chains_restore", request=InputSerializer, responses={200: DocumentSerializer, **WRITE_ERRORS}
-    )
+    @extend_schema(operation_id="chains_restore", request=ChangeInput, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str, version: int) -> Response:
-        data = self.input(request, self.InputSerializer)
-        selection = services.restore(
-            chain=name,
-            version=version,
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expected_version=data.get("expected_version"),
-        )
-        return document_response(selection)
+        _, who = self.change(request)
+        return document_response(services.restore(chain=name, version=version, **who))

@@ -63,6 +63,12 @@ class ChangeForm(forms.Form):
     # when the chain moved meanwhile, so nobody overwrites a change they have not seen.
     expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # Several change forms share the chain page: each prefixes its field ids.
+    field_ids = "id_%s"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", self.field_ids)
+        super().__init__(*args, **kwargs)
 
     def add_service_error(self, error: InvalidInput) -> None:
         """Show a service's refusal on the field it names, or above the form."""
@@ -100,6 +106,8 @@ class SelectForm(DurationMixin, ChangeForm):
 class ExtendForm(DurationMixin, ChangeForm):
     """Keep the live pin for longer: the new expiry counts from now."""
 
+    field_ids = "extend_%s"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["duration_minutes"].label = "Keep it pinned for"
@@ -110,6 +118,8 @@ class ExtendForm(DurationMixin, ChangeForm):
 class RevertForm(ChangeForm):
     """End the pin: serve the default preset again."""
 
+    field_ids = "revert_%s"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["reason"].help_text = "Prefilled; edit it to say why the pin can end."
@@ -117,3 +127,5 @@ class RevertForm(ChangeForm):
 
 class RestoreForm(ChangeForm):
     """Undo one history entry: make its previous value live again."""
+
+    field_ids = "restore_%s"

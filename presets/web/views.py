@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
@@ -92,12 +93,22 @@ def alerts(request: HttpRequest) -> HttpResponse:
 # --- changes ----------------------------------------------------------------------------
 
 
-@require_POST
-@login_required
+def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A change's view: a POST, by someone signed in with the on-call role."""
+
+    @require_POST
+    @login_required
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        _require_oncall(request)
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+@_oncall_change
 def select(request: HttpRequest, name: str) -> HttpResponse:
     """Pin a reviewed preset (review, then confirm)."""
-    _require_oncall(request)
-    form = SelectForm(request.POST)
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
@@ -107,76 +118,50 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         return {
             "title": f"Pin {preset.name} on {name}?",
             "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
-            "target": preset.name,
-            "steps": preset.steps,
-            "marking": preset.marking,
-            "change": compare_steps(live.steps, preset.steps),
+            **_target(live, preset.name, preset.steps, preset.marking),
             "until": until,
             "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
             "warning": idle_head_warning(live.chain, preset.steps),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.select_preset(
-            chain=name,
-            preset=data["preset"],
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expires_at=timedelta(minutes=data["duration_minutes"]),
-            expected_version=data["expected_version"],
-        )
+        expiry = timedelta(minutes=data["duration_minutes"])
+        return services.select_preset(chain=name, preset=data["preset"], expires_at=expiry, **_who(request, data))
 
-    return _change(
-        request,
-        name,
-        form,
-        describe=describe,
-        apply=apply,
-        origin=lambda f: _chain_page(request, name, select_form=f, status=400),
-    )
+    origin = _back_to_chain_page(request, name, "select_form")
+    return _change(request, name, SelectForm, describe=describe, apply=apply, origin=origin)
 
 
-@require_POST
-@login_required
+@_oncall_change
 def revert(request: HttpRequest, name: str) -> HttpResponse:
     """Serve the chain's default preset again (review, then confirm)."""
-    _require_oncall(request)
-    form = RevertForm(request.POST, auto_id="revert_%s")
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         default = live.chain.default
         return {
             "title": f"Revert {name} to its default, {default.name}?",
             "confirm_label": f"Revert to {default.name}",
-            "target": default.name,
-            "steps": default.steps,
-            "marking": default.marking,
-            "change": compare_steps(live.steps, default.steps),
+            **_target(live, default.name, default.steps, default.marking),
             "until": None,
             "hidden": {},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.revert_to_default(
-            chain=name, actor=actor_of(request.user), reason=data["reason"], expected_version=data["expected_version"]
-        )
+        return services.revert_to_default(chain=name, **_who(request, data))
 
     return _change(
         request,
         name,
-        form,
+        RevertForm,
         describe=describe,
         apply=apply,
-        origin=lambda f: _chain_page(request, name, revert_form=f, status=400),
+        origin=_back_to_chain_page(request, name, "revert_form"),
     )
 
 
-@require_POST
-@login_required
+@_oncall_change
 def extend(request: HttpRequest, name: str) -> HttpResponse:
     """Keep the live pin for longer, counted from now (review, then confirm)."""
-    _require_oncall(request)
-    form = ExtendForm(request.POST, auto_id="extend_%s")
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
@@ -185,39 +170,22 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
         return {
             "title": f"Extend the pin of {live.preset.name} on {name}?",
             "confirm_label": f"Extend until {format_clock(until, now=timezone.now())}",
-            "target": live.preset.name,
-            "steps": live.steps,
-            "marking": live.marking,
-            "change": compare_steps(live.steps, live.steps),
+            **_target(live, live.preset.name, live.steps, live.marking),
             "until": until,
             "hidden": {"duration_minutes": data["duration_minutes"]},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.extend_pin(
-            chain=name,
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expires_at=timedelta(minutes=data["duration_minutes"]),
-            expected_version=data["expected_version"],
-        )
+        expiry = timedelta(minutes=data["duration_minutes"])
+        return services.extend_pin(chain=name, expires_at=expiry, **_who(request, data))
 
-    return _change(
-        request,
-        name,
-        form,
-        describe=describe,
-        apply=apply,
-        origin=lambda f: _chain_page(request, name, extend_form=f, status=400),
-    )
+    back = _back_to_chain_page(request, name, "extend_form")
+    return _change(request, name, ExtendForm, describe=describe, apply=apply, origin=back)
 
 
-@require_POST
-@login_required
+@_oncall_change
 def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
     """Undo one history entry: its previous value goes live again (review, then confirm)."""
-    _require_oncall(request)
-    form = RestoreForm(request.POST, auto_id="restore_%s")
     row = history_rows(chain=name).filter(version=version).first()
     if row is None:
         raise Http404(f"{name} has no version {version}")
@@ -232,22 +200,13 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
             "title": f"Undo v{version} on {name}: serve {previous.name} again?",
             "confirm_label": f"Restore {previous.name}",
             "undo": entry(row),
-            "target": previous.name,
-            "steps": previous.steps,
-            "marking": previous.marking,
-            "change": compare_steps(live.steps, previous.steps),
+            **_target(live, previous.name, previous.steps, previous.marking),
             "until": until,
             "hidden": {},
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.restore(
-            chain=name,
-            version=version,
-            actor=actor_of(request.user),
-            reason=data["reason"],
-            expected_version=data["expected_version"],
-        )
+        return services.restore(chain=name, version=version, **_who(request, data))
 
     def origin(bound: ChangeForm) -> HttpResponse:
         # The reason was typed on the history page: ask for it again on the confirmation page.
@@ -261,24 +220,40 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
             request, name, bound, live=live, summary=summary, status=400, cancel=reverse("chain-history", args=[name])
         )
 
-    return _change(
-        request, name, form, describe=describe, apply=apply, origin=origin, cancel=reverse("chain-history", args=[name])
-    )
+    history = reverse("chain-history", args=[name])
+    return _change(request, name, RestoreForm, describe=describe, apply=apply, origin=origin, cancel=history)
 
 
 # --- the review -> confirm -> apply flow shared by every change --------------------------
 
 
+def _back_to_chain_page(request: HttpRequest, name: str, form_name: str) -> Callable[[ChangeForm], HttpResponse]:
+    """Where a refused change goes back to: the chain page, the form showing its errors."""
+    return lambda form: _chain_page(request, name, status=400, **{form_name: form})
+
+
+def _who(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
+    """What every service change takes from the confirmed form: who, why, and the version
+    the person saw (the service refuses the change if the chain moved since)."""
+    return {"actor": actor_of(request.user), "reason": data["reason"], "expected_version": data["expected_version"]}
+
+
+def _target(live: Selection, name: str, steps: list[dict[str, Any]], marking: dict[str, Any]) -> dict[str, Any]:
+    """What a change would serve, and how that differs from what is live."""
+    return {"target": name, "steps": steps, "marking": marking, "change": compare_steps(live.steps, steps)}
+
+
 def _change(
     request: HttpRequest,
     name: str,
-    form: ChangeForm,
+    form_class: type[ChangeForm],
     *,
     describe: Callable[[Selection, dict[str, Any]], dict[str, Any]],
     apply: Callable[[dict[str, Any]], Selection],
     origin: Callable[[ChangeForm], HttpResponse],
     cancel: str | None = None,
 ) -> HttpResponse:
+    form = form_class(request.POST)
     if not form.is_valid():
         if "reason" not in form.errors:  # report a blank reason too, not one error at a time
             try:
@@ -383,14 +358,13 @@ def _chain_page(
         select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
     if revert_form is None:
         revert_form = RevertForm(
-            auto_id="revert_%s",
             initial={
                 "expected_version": version,
                 "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
             },
         )
     if extend_form is None:
-        extend_form = ExtendForm(auto_id="extend_%s", initial={"expected_version": version})
+        extend_form = ExtendForm(initial={"expected_version": version})
     # The reason box takes the focus when the person came to pin (a preset chosen on the
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
     if chosen or select_form.is_bound or not live.is_pinned:
