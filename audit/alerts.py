@@ -210,14 +210,14 @@ def sweep_stale_pins(*, now: datetime | None = None) -> StaleSweep:
             )
             # A pin past its expiry is about to be reverted (by the expiry sweep or the read
             # path), which reports it; it is not "kept".
-            if start is None or selection.is_expired(now) or now - start.at <= alert_after:
+            if start is None or selection.is_expired(now) or start.age(now) <= alert_after:
                 continue
             _, created = raise_alert(
                 kind=AlertKind.STALE_PIN,
                 chain=selection.chain,
                 version=start.version,
-                message=_stale_message(selection, start, age=now - start.at),
-                details=_stale_details(selection, start, age=now - start.at),
+                message=_stale_message(selection, start, age=start.age(now)),
+                details=_stale_details(selection, start, age=start.age(now)),
                 now=now,
             )
             raised += created

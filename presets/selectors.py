@@ -31,6 +31,10 @@ class PinStart:
     actor: str
     reason: str
 
+    def age(self, now: datetime) -> timedelta:
+        """How long the pin has been served at ``now``."""
+        return now - self.at
+
 
 def pin_start(*, chain: Chain, version: int) -> PinStart | None:
     """The select or restore that started the pin live at ``version`` (extensions and syncs
@@ -60,7 +64,7 @@ def pin_age(selection: Selection, *, now: datetime) -> timedelta | None:
     """How long the live pin has been served at ``now`` (extending does not make it younger);
     None when the chain serves its default."""
     start = live_pin_start(selection)
-    return None if start is None else now - start.at
+    return None if start is None else start.age(now)
 
 
 def active_presets(*, chain: int) -> dict[str, Preset]:

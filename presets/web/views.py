@@ -327,13 +327,13 @@ def _confirm_page(
 
 def _changed_message(selection: Selection) -> str:
     chain = selection.chain.name
-    if selection.is_default or selection.expires_at is None:
+    if selection.is_default:
         return f"{chain} is now v{selection.version}: {selection.preset.name} (default, no expiry)."
-    now = timezone.now()
+    expires_at, now = selection.expires_at, timezone.now()
+    assert expires_at is not None  # a pin always has an expiry
     return (
         f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
-        f"{format_clock(selection.expires_at, now=now)} "
-        f"(expires in {format_duration(selection.expires_at - now)})."
+        f"{format_clock(expires_at, now=now)} (expires in {format_duration(expires_at - now)})."
     )
 
 
