@@ -1,5 +1,8 @@
 """chainclient: follow a control plane's live LLM fallback chain and route along it."""
 
+from chainclient._version import __version__
+from chainclient.admission import Contract
+from chainclient.breaker import BreakerSettings
 from chainclient.client import ChainClient
 from chainclient.errors import (
     AllProvidersFailed,
@@ -16,15 +19,8 @@ from chainclient.errors import (
     RoutingError,
     TransportError,
 )
-from chainclient.router import (
-    Attempt,
-    BreakerSettings,
-    Contract,
-    CredentialAlert,
-    Receipt,
-    Router,
-    RouteResult,
-)
+from chainclient.receipts import Attempt, CredentialAlert, Receipt, RouteResult
+from chainclient.router import Router
 from chainclient.types import (
     ChainDocument,
     DefaultChain,
@@ -33,8 +29,6 @@ from chainclient.types import (
     Registry,
     Step,
 )
-
-__version__ = "0.2.0"
 
 __all__ = [
     "AllProvidersFailed",

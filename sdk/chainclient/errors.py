@@ -6,16 +6,13 @@ Two families live here:
   and its subclasses); the router catches these and never lets them escape;
 - what the *router* raises when a request cannot be served (``RoutingError`` and its
   subclasses). Each carries the request's attempt log (``.attempts``, the "recovery
-  receipt") and reads as a headline plus one line per attempt when logged.
+  receipt", from ``receipts``) and reads as a headline plus one line per attempt when logged.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from chainclient.router import Attempt, Receipt
-    from chainclient.types import Step
+from chainclient.receipts import Attempt, CarriesReceipt, Receipt
+from chainclient.types import Step
 
 
 class ChainClientError(Exception):
@@ -83,21 +80,6 @@ class ContentPolicyRefusal(TransportError):
 
 
 # --- What the router raises ------------------------------------------------------------
-
-
-class CarriesReceipt:
-    """What results and routing errors share: the request's recovery receipt."""
-
-    receipt: Receipt
-
-    @property
-    def attempts(self) -> tuple[Attempt, ...]:
-        """Every attempt made for this request, in order."""
-        return self.receipt.attempts
-
-    @property
-    def task_id(self) -> str:
-        return self.receipt.task_id
 
 
 class RoutingError(CarriesReceipt, ChainClientError):

@@ -22,7 +22,7 @@ Without a clock, ``after_s`` is ignored and every fake returns at once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -124,9 +124,7 @@ class FakeProviders:
 
         return self._set(name, behave)
 
-    def timeout(
-        self, name: str, *, dispatched: bool = True, after_s: float | None = None
-    ) -> FakeProviders:
+    def timeout(self, name: str, *, dispatched: bool = True, after_s: float | None = None) -> FakeProviders:
         """Raise ``ProviderTimeout(dispatched)`` after ``after_s`` (default: the whole
         ``timeout_s`` the router allowed this call)."""
 
@@ -154,9 +152,7 @@ class FakeProviders:
 
         return self._set(name, behave)
 
-    def error(
-        self, name: str, exc: Exception | None = None, *, after_s: float = 0.0
-    ) -> FakeProviders:
+    def error(self, name: str, exc: Exception | None = None, *, after_s: float = 0.0) -> FakeProviders:
         """Raise an unexpected exception (default ``RuntimeError``), as a buggy transport
         would."""
 
@@ -235,27 +231,15 @@ class FakeProviders:
             self.clock.advance(seconds)
 
     def _from_spec(self, name: str, spec: Spec) -> Transport:
-        scratch = FakeProviders(self.clock)
         if callable(spec):
             return spec
         if isinstance(spec, bool):
             raise TypeError(f"{name}: a spec is a status, a keyword or a callable, not a bool")
+        scratch = FakeProviders(self.clock)
         if isinstance(spec, int):
             scratch.fail(name, spec)
-        elif spec == "ok":
-            scratch.ok(name)
-        elif spec == "timeout":
-            scratch.timeout(name, dispatched=True)
-        elif spec == "timeout_before_dispatch":
-            scratch.timeout(name, dispatched=False)
-        elif spec in ("unavailable", "connection_refused"):
-            scratch.unavailable(name)
-        elif spec == "content_policy":
-            scratch.content_policy(name)
-        elif spec == "unknown":
-            scratch.fail(name, None, dispatched=True, message="connection dropped after send")
-        elif spec == "error":
-            scratch.error(name)
+        elif isinstance(spec, str) and spec in _KEYWORDS:
+            _KEYWORDS[spec](scratch, name)
         else:
             raise ValueError(
                 f"{name}: unknown spec {spec!r}; use 'ok', an HTTP status, 'timeout', "
@@ -263,6 +247,19 @@ class FakeProviders:
                 "'content_policy', 'unknown', 'error' or a callable"
             )
         return scratch._behaviours[name]
+
+
+# The keyword specs ``configure`` accepts, each as the behaviour method it stands for.
+_KEYWORDS: dict[str, Callable[[FakeProviders, str], FakeProviders]] = {
+    "ok": lambda fakes, name: fakes.ok(name),
+    "timeout": lambda fakes, name: fakes.timeout(name, dispatched=True),
+    "timeout_before_dispatch": lambda fakes, name: fakes.timeout(name, dispatched=False),
+    "unavailable": lambda fakes, name: fakes.unavailable(name),
+    "connection_refused": lambda fakes, name: fakes.unavailable(name),
+    "content_policy": lambda fakes, name: fakes.content_policy(name),
+    "unknown": lambda fakes, name: fakes.fail(name, None, dispatched=True, message="connection dropped after send"),
+    "error": lambda fakes, name: fakes.error(name),
+}
 
 
 class FakeChainClient:
@@ -305,13 +302,15 @@ def fake_registry(
     """
     capabilities = capabilities or {}
     destinations = destinations or {}
-    return Registry({
-        name: Provider(
-            destination=destinations.get(name, f"{name}-us"),
-            models={FAKE_MODEL: frozenset(capabilities.get(name, ("text",)))},
-        )
-        for name in names
-    })
+    return Registry(
+        {
+            name: Provider(
+                destination=destinations.get(name, f"{name}-us"),
+                models={FAKE_MODEL: frozenset(capabilities.get(name, ("text",)))},
+            )
+            for name in names
+        }
+    )
 
 
 def fake_chain(names: Iterable[str] = FAKE_PROVIDERS, *, timeout_ms: int = 10_000) -> list[Step]:
@@ -344,6 +343,7 @@ def fake_document(
 
 def _as_document(chain: ChainDocument | Sequence[Step]) -> ChainDocument:
     return chain if isinstance(chain, ChainDocument) else fake_document(list(chain))
+
 
 __all__ = [
     "FAKE_MODEL",

@@ -81,27 +81,44 @@ class Registry:
 
     def validate_steps(self, steps: Iterable[Step]) -> None:
         """Raise DocumentInvalid unless the steps form a chain this service can route."""
-        steps = list(steps)
-        if not 1 <= len(steps) <= MAX_STEPS:
-            raise DocumentInvalid(f"a chain has 1..{MAX_STEPS} steps, got {len(steps)}")
-        seen: set[tuple[str, str]] = set()
-        for i, step in enumerate(steps):
-            provider = self._providers.get(step.provider)
-            if provider is None:
-                raise DocumentInvalid(f"chain[{i}]: unknown provider {step.provider!r}")
-            if step.model not in provider.models:
-                raise DocumentInvalid(
-                    f"chain[{i}]: unknown model {step.model!r} for provider {step.provider!r}"
-                )
-            if not MIN_TIMEOUT_MS <= step.timeout_ms <= MAX_TIMEOUT_MS:
-                raise DocumentInvalid(
-                    f"chain[{i}]: timeout_ms {step.timeout_ms} is outside "
-                    f"{MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS}"
-                )
-            key = (step.provider, step.model)
-            if key in seen:
-                raise DocumentInvalid(f"chain[{i}]: duplicate step {step}")
-            seen.add(key)
+        check_steps(steps, self)
+
+
+def check_steps(steps: Iterable[Step], registry: Registry | None = None) -> None:
+    """Raise DocumentInvalid unless ``steps`` form a chain; the one home of the step rules.
+
+    A chain has 1..4 steps, each with a timeout within bounds and none twice. With a
+    registry every step must also name a provider and model the service is built to call:
+    the chain is then one it can route. Without one (a document parsed on its own) only
+    the shape is checked. Either way the first problem, in chain order, is reported.
+    """
+    steps = tuple(steps)
+    if not 1 <= len(steps) <= MAX_STEPS:
+        raise DocumentInvalid(f"a chain has 1..{MAX_STEPS} steps, got {len(steps)}")
+    seen: set[tuple[str, str]] = set()
+    for i, step in enumerate(steps):
+        problem = _unknown_to(registry, step) if registry is not None else None
+        if problem is None and not MIN_TIMEOUT_MS <= step.timeout_ms <= MAX_TIMEOUT_MS:
+            problem = f"timeout_ms {step.timeout_ms} is outside {MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS}"
+        if problem is not None:
+            raise DocumentInvalid(f"chain[{i}]: {problem}")
+        if (step.provider, step.model) in seen:
+            # Without a registry 0.2.0 named no index here, and callers match on that
+            # (``default.chain: duplicate step``, tests/test_client_epoch.py): kept.
+            raise DocumentInvalid(
+                f"chain[{i}]: duplicate step {step}" if registry is not None else "duplicate step in chain"
+            )
+        seen.add((step.provider, step.model))
+
+
+def _unknown_to(registry: Registry, step: Step) -> str | None:
+    """Why ``registry`` cannot route ``step``, or None when it can."""
+    provider = registry.get(step.provider)
+    if provider is None:
+        return f"unknown provider {step.provider!r}"
+    if step.model not in provider.models:
+        return f"unknown model {step.model!r} for provider {step.provider!r}"
+    return None
 
 
 def parse_time(text: str) -> float:
@@ -116,8 +133,14 @@ def parse_time(text: str) -> float:
         if sign == "-":
             offset = -offset
     moment = datetime(
-        int(year), int(month), int(day), int(hour), int(minute), int(second),
-        int((fraction or "0").ljust(6, "0")), tzinfo=timezone(offset),
+        int(year),
+        int(month),
+        int(day),
+        int(hour),
+        int(minute),
+        int(second),
+        int((fraction or "0").ljust(6, "0")),
+        tzinfo=timezone(offset),
     )
     return moment.timestamp()
 
@@ -196,9 +219,7 @@ class ChainDocument:
         )
 
     @classmethod
-    def from_json(
-        cls, data: Any, *, registry: Registry | None = None, source: str = "live"
-    ) -> ChainDocument:
+    def from_json(cls, data: Any, *, registry: Registry | None = None, source: str = "live") -> ChainDocument:
         """Parse and validate a document; raise DocumentInvalid naming the first problem."""
         if not isinstance(data, dict):
             raise DocumentInvalid(f"document must be a JSON object, got {type(data).__name__}")
@@ -228,7 +249,7 @@ class ChainDocument:
         if not isinstance(is_default, bool):
             raise DocumentInvalid("'is_default' must be a boolean")
         steps = _parse_steps(data.get("chain"))
-        _validate_steps(steps, registry)
+        check_steps(steps, registry)
         doc = cls(
             name=text("name"),
             version=version,
@@ -271,8 +292,7 @@ class ChainDocument:
 def _parse_steps(raw_chain: Any, where: str = "") -> tuple[Step, ...]:
     """The steps of a JSON chain; ``where`` prefixes messages (``default.``)."""
     if not isinstance(raw_chain, list):
-        raise DocumentInvalid(f"{where}chain must be a list of steps" if where
-                              else "'chain' must be a list of steps")
+        raise DocumentInvalid(f"{where}chain must be a list of steps" if where else "'chain' must be a list of steps")
     steps = []
     for i, raw in enumerate(raw_chain):
         if not isinstance(raw, dict):
@@ -288,13 +308,6 @@ def _parse_steps(raw_chain: Any, where: str = "") -> tuple[Step, ...]:
             timeout = int(timeout)
         steps.append(Step(provider, model, timeout))
     return tuple(steps)
-
-
-def _validate_steps(steps: tuple[Step, ...], registry: Registry | None) -> None:
-    if registry is not None:
-        registry.validate_steps(steps)
-    else:
-        _check_shape(steps)
 
 
 def _parse_marking(marking: Any, label: str) -> dict[str, Any]:
@@ -315,28 +328,14 @@ def _parse_default(raw: Any, registry: Registry | None) -> DefaultChain | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise DocumentInvalid(
-            f"default.{{preset, chain, marking}}: an object is required, got {type(raw).__name__}"
-        )
+        raise DocumentInvalid(f"default.{{preset, chain, marking}}: an object is required, got {type(raw).__name__}")
     preset = raw.get("preset")
     if not isinstance(preset, str) or not preset.strip():
         raise DocumentInvalid("default.preset must be a non-blank string")
     steps = _parse_steps(raw.get("chain"), "default.")
     try:
-        _validate_steps(steps, registry)
+        check_steps(steps, registry)
     except DocumentInvalid as exc:
         why = str(exc)
-        raise DocumentInvalid(
-            f"default.{why}" if why.startswith("chain") else f"default.chain: {why}"
-        ) from None
+        raise DocumentInvalid(f"default.{why}" if why.startswith("chain") else f"default.chain: {why}") from None
     return DefaultChain(preset, steps, _parse_marking(raw.get("marking"), "default.marking"))
-
-
-def _check_shape(steps: tuple[Step, ...]) -> None:
-    if not 1 <= len(steps) <= MAX_STEPS:
-        raise DocumentInvalid(f"a chain has 1..{MAX_STEPS} steps, got {len(steps)}")
-    if len({(s.provider, s.model) for s in steps}) != len(steps):
-        raise DocumentInvalid("duplicate step in chain")
-    for i, s in enumerate(steps):
-        if not MIN_TIMEOUT_MS <= s.timeout_ms <= MAX_TIMEOUT_MS:
-            raise DocumentInvalid(f"chain[{i}]: timeout_ms {s.timeout_ms} out of bounds")

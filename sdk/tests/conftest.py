@@ -20,15 +20,9 @@ from chainclient import ChainClient, Provider, Registry, Step
 
 REGISTRY = Registry(
     {
-        "vendor_a": Provider(
-            destination="vendor_a-us", models={"large": {"text", "images"}, "small": {"text"}}
-        ),
-        "vendor_b": Provider(
-            destination="vendor_b-eu", models={"large": {"text"}, "small": {"text"}}
-        ),
-        "self_hosted": Provider(
-            destination="self-hosted", models={"8b": {"text"}, "70b": {"text"}}
-        ),
+        "vendor_a": Provider(destination="vendor_a-us", models={"large": {"text", "images"}, "small": {"text"}}),
+        "vendor_b": Provider(destination="vendor_b-eu", models={"large": {"text"}, "small": {"text"}}),
+        "self_hosted": Provider(destination="self-hosted", models={"8b": {"text"}, "70b": {"text"}}),
     }
 )
 
@@ -173,8 +167,7 @@ class ControlPlane(ThreadingHTTPServer):
         with self._lock:
             return len(self.requests)
 
-    def reply_usage(self, status: int = 202, body: Any = None, *, times: int = 1,
-                    **kwargs: Any) -> None:
+    def reply_usage(self, status: int = 202, body: Any = None, *, times: int = 1, **kwargs: Any) -> None:
         """Queue ``times`` answers to usage reports (``hang=True``, ``drop=True`` work too)."""
         with self._lock:
             self._usage_queue.extend(Reply(status, body, **kwargs) for _ in range(times))
@@ -258,9 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = raw
-        self._send(self.server._record_report(
-            Report(self.path, self.headers, body, time.monotonic())
-        ))
+        self._send(self.server._record_report(Report(self.path, self.headers, body, time.monotonic())))
 
     def _send(self, reply: Reply) -> None:
         if reply.hang_up:
@@ -324,9 +315,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_client(
-    control_plane: ControlPlane, state_dir: Path
-) -> Iterator[Callable[..., ChainClient]]:
+def make_client(control_plane: ControlPlane, state_dir: Path) -> Iterator[Callable[..., ChainClient]]:
     """Build clients tuned for tests (fast polls, short timeouts); all stopped at teardown."""
     clients: list[ChainClient] = []
 

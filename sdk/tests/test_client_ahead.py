@@ -41,7 +41,9 @@ def test_an_older_answer_that_lasts_ahead_after_s_makes_the_instance_ahead_of_th
     eventually(lambda: control_plane.count() >= 5)  # several polls see it meanwhile
 
     assert client.health()["ahead_of_server"] == {
-        "server_epoch": 0, "server_version": 1022, "since": START,
+        "server_epoch": 0,
+        "server_version": 1022,
+        "since": START,
     }
     assert client.current().version == 1071  # kept: only an operator can settle it
     assert ahead_lines(caplog) == [
@@ -92,8 +94,7 @@ def test_being_ahead_is_cleared_with_a_log_line_when_the_server_catches_up(
     eventually(lambda: any("no longer ahead" in r.getMessage() for r in caplog.records))
 
     assert client.current().version == version
-    assert len([m for m in (r.getMessage() for r in caplog.records)
-                if "no longer ahead" in m]) == 1
+    assert len([m for m in (r.getMessage() for r in caplog.records) if "no longer ahead" in m]) == 1
 
 
 def test_while_ahead_a_usage_report_is_sent_each_interval_with_nothing_served(
@@ -110,15 +111,15 @@ def test_while_ahead_a_usage_report_is_sent_each_interval_with_nothing_served(
 
     report = control_plane.accepted_reports()[0]
     assert report["ahead_of_server"] == {
-        "server_epoch": 0, "server_version": 1022, "since": "2026-11-29T06:03:04Z",
+        "server_epoch": 0,
+        "server_version": 1022,
+        "since": "2026-11-29T06:03:04Z",
     }
     assert report["applied_version"] == 1071
     assert report["providers"] == {}
 
 
-def test_a_usage_report_leaves_ahead_of_server_out_when_not_ahead(
-    make_client, control_plane, eventually, document
-):
+def test_a_usage_report_leaves_ahead_of_server_out_when_not_ahead(make_client, control_plane, eventually, document):
     control_plane.publish(document(3))
     client = make_client(usage_interval=0.05).start()
     client.record_served("vendor_a")

@@ -22,9 +22,7 @@ INVALID = [
         "unknown provider 'vendor_z'",
         id="unknown-provider",
     ),
-    pytest.param(
-        _with(chain=[_step("vendor_a", "huge")]), "unknown model 'huge'", id="unknown-model"
-    ),
+    pytest.param(_with(chain=[_step("vendor_a", "huge")]), "unknown model 'huge'", id="unknown-model"),
     pytest.param(
         _with(
             chain=[
@@ -44,23 +42,13 @@ INVALID = [
         "duplicate step vendor_a/large",
         id="duplicate-step",
     ),
-    pytest.param(
-        _with(chain=[_step("vendor_a", "large", 499)]), "timeout_ms 499", id="timeout-499"
-    ),
-    pytest.param(
-        _with(chain=[_step("vendor_a", "large", 120001)]), "timeout_ms 120001", id="timeout-120001"
-    ),
+    pytest.param(_with(chain=[_step("vendor_a", "large", 499)]), "timeout_ms 499", id="timeout-499"),
+    pytest.param(_with(chain=[_step("vendor_a", "large", 120001)]), "timeout_ms 120001", id="timeout-120001"),
     pytest.param(_with(reason="   "), "'reason' must not be blank", id="blank-reason"),
     pytest.param(_with(updated_by=""), "'updated_by' must not be blank", id="blank-updated-by"),
-    pytest.param(
-        _with(version="5"), "'version' must be a non-negative integer", id="version-as-string"
-    ),
-    pytest.param(
-        _with(is_default="no"), "'is_default' must be a boolean", id="is-default-as-string"
-    ),
-    pytest.param(
-        _with(chain={"provider": "vendor_a"}), "'chain' must be a list", id="chain-as-object"
-    ),
+    pytest.param(_with(version="5"), "'version' must be a non-negative integer", id="version-as-string"),
+    pytest.param(_with(is_default="no"), "'is_default' must be a boolean", id="is-default-as-string"),
+    pytest.param(_with(chain={"provider": "vendor_a"}), "'chain' must be a list", id="chain-as-object"),
     pytest.param(
         _with(chain=[_step("vendor_a", "large", "20000")]),
         "timeout_ms must be an integer",
@@ -102,9 +90,7 @@ def test_an_invalid_document_is_refused_counted_and_logged_and_the_chain_kept(
     assert "keeping v4 pin_secondary" in refusals[0]
 
 
-def test_a_refused_document_is_not_asked_for_again(
-    make_client, control_plane, eventually, document
-):
+def test_a_refused_document_is_not_asked_for_again(make_client, control_plane, eventually, document):
     bad = document(5, chain=[_step("vendor_z", "large")])
     control_plane.reply_document(bad)
     control_plane.always(304)
@@ -118,9 +104,7 @@ def test_a_refused_document_is_not_asked_for_again(
     assert client.health()["rejected"] == 1
 
 
-def test_a_server_repeating_a_refused_document_is_logged_once(
-    make_client, control_plane, eventually, document, caplog
-):
+def test_a_server_repeating_a_refused_document_is_logged_once(make_client, control_plane, eventually, document, caplog):
     caplog.set_level(logging.INFO, logger="chainclient")
     control_plane.always(200, document(5, reason=""))  # no ETag, so it comes back every poll
     client = make_client().start()
@@ -131,9 +115,7 @@ def test_a_server_repeating_a_refused_document_is_logged_once(
     assert len(refusals) == 1
 
 
-def test_versions_served_out_of_order_apply_only_newer_ones(
-    make_client, control_plane, eventually, document
-):
+def test_versions_served_out_of_order_apply_only_newer_ones(make_client, control_plane, eventually, document):
     changes = []
     for version in (3, 2, 3, 4):
         control_plane.reply_document(document(version, f"preset_v{version}"))
@@ -175,9 +157,7 @@ def test_a_change_is_logged_in_one_line_with_from_to_by_and_reason(
 ):
     caplog.set_level(logging.INFO, logger="chainclient")
     control_plane.reply_document(document(3, "pin_secondary"))
-    control_plane.reply_document(
-        document(4, "normal", updated_by="bob", reason="vendor_a healthy again, INC-4411")
-    )
+    control_plane.reply_document(document(4, "normal", updated_by="bob", reason="vendor_a healthy again, INC-4411"))
     control_plane.always(304)
     client = make_client().start()
 

@@ -135,9 +135,7 @@ def test_the_default_is_parsed_into_steps(document, registry):
         pytest.param(None, None, id="no-expiry"),
     ],
 )
-def test_expires_at_is_parsed_to_epoch_seconds_when_the_document_is_built(
-    document, registry, expires_at, seconds
-):
+def test_expires_at_is_parsed_to_epoch_seconds_when_the_document_is_built(document, registry, expires_at, seconds):
     parsed = ChainDocument.from_json(document(4, expires_at=expires_at), registry=registry)
 
     assert parsed.expires_at == expires_at  # the text is kept as the server sent it
@@ -167,27 +165,38 @@ INVALID = [
     pytest.param({"expires_at": "2026-13-29T06:03:04Z"}, "'expires_at'", id="expires-at-month-13"),
     pytest.param({"default": ["normal"]}, "default.", id="default-as-list"),
     pytest.param({"default": dict(NORMAL, preset=" ")}, "default.preset", id="blank-preset"),
-    pytest.param({"default": dict(NORMAL, chain=[_step("vendor_z", "large")])},
-                 "default.chain[0]: unknown provider 'vendor_z'", id="unknown-provider"),
-    pytest.param({"default": dict(NORMAL, chain=[_step("vendor_a", "huge")])},
-                 "default.chain[0]: unknown model 'huge'", id="unknown-model"),
-    pytest.param({"default": dict(NORMAL, chain=[])},
-                 "default.chain: a chain has 1..4 steps, got 0", id="no-steps"),
-    pytest.param({"default": dict(NORMAL, chain=[_step("vendor_a", "large", 499)])},
-                 "default.chain[0]: timeout_ms 499", id="timeout-499"),
-    pytest.param({"default": dict(NORMAL, chain=[_step("vendor_a", "large", "20000")])},
-                 "default.chain[0]: timeout_ms must be an integer", id="timeout-as-string"),
-    pytest.param({"default": dict(NORMAL, chain={"provider": "vendor_a"})},
-                 "default.chain must be a list", id="chain-as-object"),
-    pytest.param({"default": dict(NORMAL, marking="degraded")},
-                 "default.marking must be an object", id="marking-as-string"),
+    pytest.param(
+        {"default": dict(NORMAL, chain=[_step("vendor_z", "large")])},
+        "default.chain[0]: unknown provider 'vendor_z'",
+        id="unknown-provider",
+    ),
+    pytest.param(
+        {"default": dict(NORMAL, chain=[_step("vendor_a", "huge")])},
+        "default.chain[0]: unknown model 'huge'",
+        id="unknown-model",
+    ),
+    pytest.param({"default": dict(NORMAL, chain=[])}, "default.chain: a chain has 1..4 steps, got 0", id="no-steps"),
+    pytest.param(
+        {"default": dict(NORMAL, chain=[_step("vendor_a", "large", 499)])},
+        "default.chain[0]: timeout_ms 499",
+        id="timeout-499",
+    ),
+    pytest.param(
+        {"default": dict(NORMAL, chain=[_step("vendor_a", "large", "20000")])},
+        "default.chain[0]: timeout_ms must be an integer",
+        id="timeout-as-string",
+    ),
+    pytest.param(
+        {"default": dict(NORMAL, chain={"provider": "vendor_a"})}, "default.chain must be a list", id="chain-as-object"
+    ),
+    pytest.param(
+        {"default": dict(NORMAL, marking="degraded")}, "default.marking must be an object", id="marking-as-string"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("fields", "why"), INVALID)
-def test_a_bad_epoch_expiry_or_default_makes_the_whole_document_invalid(
-    document, registry, fields, why
-):
+def test_a_bad_epoch_expiry_or_default_makes_the_whole_document_invalid(document, registry, fields, why):
     with pytest.raises(DocumentInvalid) as raised:
         ChainDocument.from_json(document(4, **fields), registry=registry)
 
@@ -198,18 +207,14 @@ def test_a_bad_epoch_expiry_or_default_makes_the_whole_document_invalid(
 
 def test_without_a_registry_the_default_is_still_checked_for_shape(document):
     with pytest.raises(DocumentInvalid, match=r"^default\.chain: duplicate step"):
-        ChainDocument.from_json(
-            document(4, default=dict(NORMAL, chain=[_step("vendor_a", "large")] * 2))
-        )
+        ChainDocument.from_json(document(4, default=dict(NORMAL, chain=[_step("vendor_a", "large")] * 2)))
 
 
 def test_a_client_refuses_a_document_with_an_invalid_default_and_keeps_its_chain(
     make_client, control_plane, eventually, document
 ):
     control_plane.reply_document(document(3))
-    control_plane.always_document(
-        document(4, default=dict(NORMAL, chain=[_step("vendor_z", "large")]))
-    )
+    control_plane.always_document(document(4, default=dict(NORMAL, chain=[_step("vendor_z", "large")])))
     client = make_client().start()
 
     eventually(lambda: client.health()["rejected"] >= 1)

@@ -24,8 +24,12 @@ NORMAL = {
 
 def pin(document: Any, version: int = 7, **overrides: Any) -> dict[str, Any]:
     """A pin on vendor_b that expires at EXPIRES_AT and falls back to NORMAL."""
-    fields = {"is_default": False, "expires_at": EXPIRES_AT, "default": NORMAL,
-              "marking": {"degraded": True, "note": "vendor_a is down"}}
+    fields = {
+        "is_default": False,
+        "expires_at": EXPIRES_AT,
+        "default": NORMAL,
+        "marking": {"degraded": True, "note": "vendor_a is down"},
+    }
     fields.update(overrides)
     return document(version, "pin_secondary", **fields)
 
@@ -48,8 +52,7 @@ def test_the_pin_is_served_until_its_expiry_and_the_default_from_that_millisecon
     clock.advance(0.001)
     after = client.current()
 
-    assert (before.preset, before.is_default, before.expires_at) == (
-        "pin_secondary", False, EXPIRES_AT)
+    assert (before.preset, before.is_default, before.expires_at) == ("pin_secondary", False, EXPIRES_AT)
     assert [str(step) for step in after.chain] == ["vendor_a/large", "vendor_b/large"]
     assert after.chain[1].timeout_ms == 15000
     assert after.preset == "normal"
@@ -138,9 +141,7 @@ def test_health_shows_the_expired_pin_and_the_expiry_is_logged_once(
     ]
 
 
-def test_the_poller_logs_a_pin_that_arrives_already_expired(
-    make_client, control_plane, eventually, document, caplog
-):
+def test_the_poller_logs_a_pin_that_arrives_already_expired(make_client, control_plane, eventually, document, caplog):
     caplog.set_level(logging.INFO, logger="chainclient")
     # A lagging server that has not run its expiry sweep yet still serves the pin.
     control_plane.always_document(pin(document))
@@ -154,9 +155,7 @@ def test_the_poller_logs_a_pin_that_arrives_already_expired(
     assert len([r for r in caplog.records if "expired at" in r.getMessage()]) == 1
 
 
-def test_the_control_planes_revert_replaces_the_expired_pin(
-    make_client, control_plane, eventually, document
-):
+def test_the_control_planes_revert_replaces_the_expired_pin(make_client, control_plane, eventually, document):
     control_plane.publish(pin(document))
     client = make_client()
     clock = clocked(client, EXPIRY - 1)
@@ -165,14 +164,18 @@ def test_the_control_planes_revert_replaces_the_expired_pin(
     clock.advance(2)
     assert client.current().updated_by == "chainclient"
 
-    revert = document(8, "normal", default=NORMAL, updated_by="expire_pins",
-                      chain=NORMAL["chain"], reason="pin pin_secondary expired")
+    revert = document(
+        8, "normal", default=NORMAL, updated_by="expire_pins", chain=NORMAL["chain"], reason="pin pin_secondary expired"
+    )
     control_plane.publish(revert)
     eventually(lambda: client.current().version == 8)
 
     current = client.current()
     assert (current.preset, current.updated_by, current.reason) == (
-        "normal", "expire_pins", "pin pin_secondary expired")
+        "normal",
+        "expire_pins",
+        "pin pin_secondary expired",
+    )
     assert client.health()["expired_pin"] is None
 
 
@@ -196,8 +199,9 @@ def test_a_router_on_the_client_routes_to_the_defaults_head_after_the_expiry(
 
 
 def test_a_document_built_by_hand_keeps_working_without_the_new_fields():
-    document = ChainDocument("chat", 3, "normal", True, (Step("vendor_a", "large", 20000),),
-                             {"degraded": False}, "alice", "why", None, None)
+    document = ChainDocument(
+        "chat", 3, "normal", True, (Step("vendor_a", "large", 20000),), {"degraded": False}, "alice", "why", None, None
+    )
 
     assert (document.epoch, document.default, document.expires_at_s) == (0, None, None)
     assert DefaultChain("normal", document.chain).marking == {"degraded": False, "note": ""}

@@ -18,9 +18,7 @@ FAILURES = [
         "HTTP 500: boom",
         id="http-500",
     ),
-    pytest.param(
-        {"status": 503, "body": "<html>maintenance</html>"}, 10.0, "HTTP 503", id="http-503-html"
-    ),
+    pytest.param({"status": 503, "body": "<html>maintenance</html>"}, 10.0, "HTTP 503", id="http-503-html"),
     pytest.param(
         {"status": 401, "body": {"error": {"code": "unauthorized", "message": "bad token"}}},
         10.0,
@@ -70,9 +68,7 @@ def test_refused_connections_leave_the_last_known_good_chain_in_place(
     assert len(warnings) == 1
 
 
-def test_current_answers_at_once_while_the_poller_is_stuck(
-    make_client, control_plane, eventually, document
-):
+def test_current_answers_at_once_while_the_poller_is_stuck(make_client, control_plane, eventually, document):
     control_plane.reply_document(document(3))
     control_plane.always(hang=True)
     client = make_client(timeout=5.0).start()
@@ -101,9 +97,7 @@ def test_the_value_never_expires_during_an_outage(make_client, control_plane, ev
     assert client.health()["expired_pin"] is None
 
 
-def test_recovery_is_logged_once_and_resets_the_failure_count(
-    make_client, control_plane, eventually, document, caplog
-):
+def test_recovery_is_logged_once_and_resets_the_failure_count(make_client, control_plane, eventually, document, caplog):
     caplog.set_level(logging.INFO, logger="chainclient")
     control_plane.reply(500, times=3)
     control_plane.reply_document(document(2))
@@ -132,9 +126,7 @@ def test_failures_back_off_instead_of_hammering(make_client, control_plane, even
     assert client.health()["consecutive_failures"] <= 10
 
 
-def test_a_server_closing_idle_connections_is_not_an_outage(
-    make_client, control_plane, eventually, document
-):
+def test_a_server_closing_idle_connections_is_not_an_outage(make_client, control_plane, eventually, document):
     control_plane.reply_document(document(2), drop=True)
     control_plane.always(304, drop=True)
     client = make_client().start()

@@ -8,9 +8,7 @@ import time
 import chainclient.client
 
 
-def test_a_long_poll_sends_wait_with_if_none_match(
-    make_client, control_plane, eventually, document
-):
+def test_a_long_poll_sends_wait_with_if_none_match(make_client, control_plane, eventually, document):
     control_plane.publish(document(1))
     make_client(long_poll=True, wait_s=5).start()
 
@@ -30,9 +28,7 @@ def test_plain_polling_sends_no_wait(make_client, control_plane, eventually):
     assert all(request.query == {} for request in control_plane.requests)
 
 
-def test_a_change_arrives_promptly_during_a_held_long_poll(
-    make_client, control_plane, eventually, document
-):
+def test_a_change_arrives_promptly_during_a_held_long_poll(make_client, control_plane, eventually, document):
     control_plane.publish(document(1))
     # A poll interval this long means only the held request can deliver the change in time.
     client = make_client(long_poll=True, wait_s=20, poll_interval=30).start()
@@ -88,9 +84,7 @@ def test_a_400_to_wait_turns_long_polling_off_with_one_log_line(
     assert "wait: unknown" in lines[0]
 
 
-def test_a_held_long_poll_that_never_answers_times_out_after_wait_plus_margin(
-    make_client, control_plane, eventually
-):
+def test_a_held_long_poll_that_never_answers_times_out_after_wait_plus_margin(make_client, control_plane, eventually):
     control_plane.always(hang=True)
     client = make_client(long_poll=True, wait_s=0.3, timeout=0.2).start()
 
@@ -114,9 +108,7 @@ def test_stop_returns_promptly_during_a_hanging_request(make_client, control_pla
     assert client.health()["consecutive_failures"] == 0  # being stopped is not a failure
 
 
-def test_stop_returns_promptly_during_a_held_long_poll(
-    make_client, control_plane, eventually, document
-):
+def test_stop_returns_promptly_during_a_held_long_poll(make_client, control_plane, eventually, document):
     control_plane.publish(document(1))
     client = make_client(long_poll=True, wait_s=30, timeout=30).start()
     eventually(lambda: client.current().version == 1)
@@ -148,8 +140,7 @@ def test_after_a_change_a_fleet_spreads_its_next_long_polls_over_a_short_pause(
     make_client, control_plane, eventually, document
 ):
     control_plane.publish(document(1))
-    clients = [make_client(long_poll=True, wait_s=20, instance=f"web-{i}", state_dir=None)
-               for i in range(8)]
+    clients = [make_client(long_poll=True, wait_s=20, instance=f"web-{i}", state_dir=None) for i in range(8)]
     published = time.monotonic()
     for client in clients:
         client.start()
@@ -171,6 +162,5 @@ def test_a_change_made_during_the_pause_after_a_change_is_fetched_when_it_ends(
 
     control_plane.publish(document(2, "pin_secondary"))
 
-    eventually(lambda: client.current().version == 2,
-               timeout=chainclient.client.REPOLL_SPREAD_S + 1.0)
+    eventually(lambda: client.current().version == 2, timeout=chainclient.client.REPOLL_SPREAD_S + 1.0)
     assert control_plane.requests[1].headers["If-None-Match"] == '"1"'

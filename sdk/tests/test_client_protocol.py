@@ -7,9 +7,7 @@ import platform
 import chainclient
 
 
-def test_the_first_poll_identifies_the_client_and_its_applied_version(
-    make_client, control_plane, eventually
-):
+def test_the_first_poll_identifies_the_client_and_its_applied_version(make_client, control_plane, eventually):
     control_plane.always(304)
     make_client(service="checkout", instance="web-7").start()
 
@@ -37,9 +35,7 @@ def test_the_default_instance_is_host_and_pid(make_client, control_plane, eventu
     assert instance.rsplit("-", 1)[1].isdigit()
 
 
-def test_after_a_change_it_sends_the_new_etag_and_applied_version(
-    make_client, control_plane, eventually, document
-):
+def test_after_a_change_it_sends_the_new_etag_and_applied_version(make_client, control_plane, eventually, document):
     control_plane.reply_document(document(3))
     control_plane.always(304)
     make_client().start()
@@ -64,9 +60,7 @@ def test_it_starts_from_the_saved_version_in_if_none_match(
     assert control_plane.requests[0].headers["X-Chain-Applied-Version"] == "9"
 
 
-def test_a_304_is_a_successful_poll_that_changes_nothing(
-    make_client, control_plane, eventually, document
-):
+def test_a_304_is_a_successful_poll_that_changes_nothing(make_client, control_plane, eventually, document):
     changes = []
     control_plane.reply_document(document(3))
     control_plane.always(304)

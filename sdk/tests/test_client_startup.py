@@ -11,9 +11,7 @@ import pytest
 from chainclient import ChainClient, DocumentInvalid, Step
 
 
-def test_with_no_file_and_the_server_down_it_serves_the_compiled_default(
-    make_client, refused_url, default_steps
-):
+def test_with_no_file_and_the_server_down_it_serves_the_compiled_default(make_client, refused_url, default_steps):
     client = make_client(base_url=refused_url).start()
 
     document = client.current()
@@ -36,9 +34,7 @@ def test_with_the_server_down_it_serves_the_last_known_good_file_at_once(
     assert [str(step) for step in current.chain] == ["vendor_b/large", "self_hosted/8b"]
 
 
-def test_the_file_is_read_at_construction_before_any_network(
-    make_client, refused_url, write_state_file, document
-):
+def test_the_file_is_read_at_construction_before_any_network(make_client, refused_url, write_state_file, document):
     write_state_file(document(3))
 
     client = make_client(base_url=refused_url)  # never started
@@ -66,26 +62,20 @@ BAD_FILES = [
     pytest.param(_truncated, "ignoring state file", id="truncated"),
     pytest.param(lambda doc: b"\x00\xff\xfe garbage \x01", "ignoring state file", id="corrupted"),
     pytest.param(lambda doc: b"", "ignoring state file", id="empty"),
-    pytest.param(
-        lambda doc: _wrapped(doc, chain="incident-summary"), "belongs to chain", id="other-chain"
-    ),
+    pytest.param(lambda doc: _wrapped(doc, chain="incident-summary"), "belongs to chain", id="other-chain"),
     pytest.param(
         lambda doc: _wrapped(dict(doc, name="incident-summary")),
         "for chain",
         id="other-chain-document",
     ),
-    pytest.param(
-        lambda doc: json.dumps(doc).encode(), "not a chainclient-state/1 file", id="bare-document"
-    ),
+    pytest.param(lambda doc: json.dumps(doc).encode(), "not a chainclient-state/1 file", id="bare-document"),
     pytest.param(
         lambda doc: _wrapped(doc, format="something-else/9"),
         "not a chainclient-state",
         id="wrong-format",
     ),
     pytest.param(
-        lambda doc: _wrapped(
-            dict(doc, chain=[{"provider": "vendor_z", "model": "large", "timeout_ms": 20000}])
-        ),
+        lambda doc: _wrapped(dict(doc, chain=[{"provider": "vendor_z", "model": "large", "timeout_ms": 20000}])),
         "unknown provider",
         id="provider-no-longer-compiled-in",
     ),
@@ -152,9 +142,7 @@ def test_the_saved_file_is_what_the_next_run_starts_from(
     assert second.current().preset == "drop_vendor_b"
 
 
-def test_without_a_state_dir_no_file_is_kept(
-    make_client, control_plane, state_dir, eventually, document
-):
+def test_without_a_state_dir_no_file_is_kept(make_client, control_plane, state_dir, eventually, document):
     control_plane.always_document(document(2))
     client = make_client(state_dir=None).start()
 

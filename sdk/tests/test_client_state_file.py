@@ -39,9 +39,7 @@ SERVICE_PROCESS = textwrap.dedent("""
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock: the file is not locked there")
-def test_two_processes_sharing_a_state_dir_never_take_the_file_back(
-    control_plane, state_dir, saved_version, document
-):
+def test_two_processes_sharing_a_state_dir_never_take_the_file_back(control_plane, state_dir, saved_version, document):
     rng = random.Random(7)
     latest = 0
 
@@ -61,7 +59,10 @@ def test_two_processes_sharing_a_state_dir_never_take_the_file_back(
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", SERVICE_PROCESS, control_plane.url, str(state_dir), name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
         )
         for name in ("fresh", "lagging")
     ]
@@ -98,8 +99,16 @@ def test_two_processes_sharing_a_state_dir_never_take_the_file_back(
     ],
 )
 def test_a_save_never_replaces_a_newer_file_written_by_another_process(
-    make_client, control_plane, write_state_file, state_dir, eventually, document,
-    on_disk, applied, saved, saved_version,
+    make_client,
+    control_plane,
+    write_state_file,
+    state_dir,
+    eventually,
+    document,
+    on_disk,
+    applied,
+    saved,
+    saved_version,
 ):
     control_plane.publish(document(1))
     client = make_client().start()
@@ -128,8 +137,7 @@ def test_a_failed_save_shows_in_health_until_the_next_successful_one(
 
     eventually(lambda: client.health()["last_save_error"] is not None)
     failed = client.health()
-    assert "FileExistsError" in failed["last_save_error"] or "NotADirectory" in (
-        failed["last_save_error"])
+    assert "FileExistsError" in failed["last_save_error"] or "NotADirectory" in (failed["last_save_error"])
     assert failed["last_save_error_at"] is not None
 
     not_a_folder.unlink()  # the disk is fixed: the next change is saved

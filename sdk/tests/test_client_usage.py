@@ -29,13 +29,9 @@ def served_totals(reports: list[Any]) -> dict[str, int]:
     return dict(totals)
 
 
-def test_served_requests_arrive_batched_with_the_clients_identity(
-    make_client, control_plane, eventually, document
-):
+def test_served_requests_arrive_batched_with_the_clients_identity(make_client, control_plane, eventually, document):
     control_plane.publish(document(3))
-    client = make_client(
-        service="checkout", instance="web-7", poll_interval=0.02, usage_interval=0.05
-    ).start()
+    client = make_client(service="checkout", instance="web-7", poll_interval=0.02, usage_interval=0.05).start()
     eventually(lambda: client.current().version == 3)
     for _ in range(3):
         client.record_served("vendor_a")
@@ -83,9 +79,7 @@ FAILED_REPORTS = [
     FAILED_REPORTS,
     ids=["503", "500-html", "400", "no-endpoint", "connection-dropped", "timeout"],
 )
-def test_a_failed_report_keeps_its_counts_for_the_next_one(
-    make_client, control_plane, eventually, failure
-):
+def test_a_failed_report_keeps_its_counts_for_the_next_one(make_client, control_plane, eventually, failure):
     control_plane.always(304)
     control_plane.reply_usage(**failure)
     client = make_client(usage_interval=0.05, timeout=0.2)
@@ -96,9 +90,15 @@ def test_a_failed_report_keeps_its_counts_for_the_next_one(
     client.record_served("vendor_a")
     client.record_served("vendor_b")
 
-    eventually(lambda: served_totals(control_plane.accepted_reports()) == {
-        "vendor_a": 4, "vendor_b": 1,
-    })
+    eventually(
+        lambda: (
+            served_totals(control_plane.accepted_reports())
+            == {
+                "vendor_a": 4,
+                "vendor_b": 1,
+            }
+        )
+    )
 
     assert served_totals([control_plane.reports[0].body]) == {"vendor_a": 3}
     assert control_plane.reports[0].accepted is False
@@ -107,13 +107,10 @@ def test_a_failed_report_keeps_its_counts_for_the_next_one(
     eventually(lambda: client.health()["usage_report_failures"] == 0)  # the client read the 202
 
 
-def test_report_failures_are_logged_once_per_outage(
-    make_client, control_plane, eventually, caplog
-):
+def test_report_failures_are_logged_once_per_outage(make_client, control_plane, eventually, caplog):
     caplog.set_level(logging.DEBUG, logger="chainclient")
     control_plane.always(304)
-    control_plane.reply_usage(503, {"error": {"code": "unavailable", "message": "db down"}},
-                              times=3)
+    control_plane.reply_usage(503, {"error": {"code": "unavailable", "message": "db down"}}, times=3)
     client = make_client(usage_interval=0.05)
     client.record_served("vendor_a")
     client.start()
@@ -134,15 +131,15 @@ def test_report_failures_are_logged_once_per_outage(
 
 
 REFUSED = [
-    ({"chain": [{"provider": "x", "model": "large", "timeout_ms": 20000}]}, 8,
-     "chain[0]: unknown provider 'x'"),
+    ({"chain": [{"provider": "x", "model": "large", "timeout_ms": 20000}]}, 8, "chain[0]: unknown provider 'x'"),
     ({"updated_by": " "}, 8, "'updated_by' must not be blank"),
     ({"name": "billing"}, 8, "document is for chain 'billing'"),
 ]
 
 
-@pytest.mark.parametrize(("change", "version", "reason"), REFUSED,
-                         ids=["unknown-provider", "blank-author", "other-chain"])
+@pytest.mark.parametrize(
+    ("change", "version", "reason"), REFUSED, ids=["unknown-provider", "blank-author", "other-chain"]
+)
 def test_a_refused_document_is_reported_once_with_its_reason(
     make_client, control_plane, eventually, document, change, version, reason
 ):
@@ -161,9 +158,7 @@ def test_a_refused_document_is_reported_once_with_its_reason(
     assert UTC_SECOND.match(body["rejected"][0]["at"])
 
 
-def test_a_document_that_is_not_json_is_reported_as_version_0(
-    make_client, control_plane, eventually
-):
+def test_a_document_that_is_not_json_is_reported_as_version_0(make_client, control_plane, eventually):
     control_plane.always(200, "{not json", headers={"ETag": '"5"'})
     make_client(usage_interval=0.1).start()
 
@@ -174,9 +169,7 @@ def test_a_document_that_is_not_json_is_reported_as_version_0(
     assert refusal["reason"].startswith("not JSON")
 
 
-def test_a_report_lists_at_most_the_newest_twenty_refused_documents(
-    make_client, control_plane, eventually, document
-):
+def test_a_report_lists_at_most_the_newest_twenty_refused_documents(make_client, control_plane, eventually, document):
     for version in range(2, 27):
         control_plane.reply_document(document(version, reason=""))
     control_plane.always(304)
@@ -191,9 +184,7 @@ def test_a_report_lists_at_most_the_newest_twenty_refused_documents(
     assert all(r["reason"] == "'reason' must not be blank" for r in body["rejected"])
 
 
-def test_refusals_from_a_failed_report_are_merged_into_the_next(
-    make_client, control_plane, eventually, document
-):
+def test_refusals_from_a_failed_report_are_merged_into_the_next(make_client, control_plane, eventually, document):
     control_plane.reply_document(document(8, updated_by=""))
     control_plane.reply_document(document(9, reason=""))
     control_plane.always(304)
@@ -230,15 +221,11 @@ def test_stop_flushes_what_is_pending_and_returns_promptly(make_client, control_
     elapsed = time.monotonic() - started
 
     assert elapsed < 0.6
-    assert [served_totals([body]) for body in control_plane.accepted_reports()] == [
-        {"vendor_b": 2}
-    ]
+    assert [served_totals([body]) for body in control_plane.accepted_reports()] == [{"vendor_b": 2}]
     assert client.health()["unreported_requests"] == 0
 
 
-def test_stop_stays_prompt_when_the_report_hangs_and_keeps_the_counts(
-    make_client, control_plane, eventually
-):
+def test_stop_stays_prompt_when_the_report_hangs_and_keeps_the_counts(make_client, control_plane, eventually):
     control_plane.always(304)
     control_plane.reply_usage(hang=True)
     client = make_client(timeout=30).start()
@@ -269,9 +256,7 @@ def test_stop_returns_promptly_when_the_control_plane_is_down(make_client, refus
     assert client.health()["unreported_requests"] == 1
 
 
-def test_record_served_is_exact_under_concurrent_callers_and_reports(
-    make_client, control_plane, eventually
-):
+def test_record_served_is_exact_under_concurrent_callers_and_reports(make_client, control_plane, eventually):
     control_plane.always(304)
     client = make_client(usage_interval=0.01).start()
     threads, minimum = 8, 5_000
@@ -298,9 +283,7 @@ def test_record_served_is_exact_under_concurrent_callers_and_reports(
     assert control_plane.report_count() >= 3
 
 
-def test_with_report_usage_off_nothing_is_counted_or_sent(
-    make_client, control_plane, eventually, document
-):
+def test_with_report_usage_off_nothing_is_counted_or_sent(make_client, control_plane, eventually, document):
     control_plane.reply_document(document(4, reason=""))
     control_plane.always(304)
     client = make_client(report_usage=False, poll_interval=0.02, usage_interval=0.02).start()
@@ -326,11 +309,8 @@ def test_a_report_names_at_most_fifty_providers(make_client, control_plane):
     assert sorted(body["providers"]) == sorted(f"provider_{number}" for number in range(50))
 
 
-@pytest.mark.parametrize("usage_interval", [0, -1, float("nan"), float("inf")],
-                         ids=["zero", "negative", "nan", "inf"])
-def test_it_refuses_a_usage_interval_that_is_not_a_positive_number(
-    make_client, usage_interval
-):
+@pytest.mark.parametrize("usage_interval", [0, -1, float("nan"), float("inf")], ids=["zero", "negative", "nan", "inf"])
+def test_it_refuses_a_usage_interval_that_is_not_a_positive_number(make_client, usage_interval):
     with pytest.raises(ValueError, match="usage_interval"):
         make_client(usage_interval=usage_interval)
 
@@ -338,9 +318,7 @@ def test_it_refuses_a_usage_interval_that_is_not_a_positive_number(
 # --- the router tells its source who served each request -------------------------------
 
 
-def test_a_routed_request_counts_for_the_provider_that_served_it(
-    make_client, control_plane, eventually, registry
-):
+def test_a_routed_request_counts_for_the_provider_that_served_it(make_client, control_plane, eventually, registry):
     control_plane.always(304)
     client = make_client(usage_interval=0.05)  # default chain: vendor_a, vendor_b, self_hosted
     fakes = FakeProviders().configure({"vendor_a": 503, "vendor_b": "ok", "self_hosted": "ok"})
@@ -355,9 +333,15 @@ def test_a_routed_request_counts_for_the_provider_that_served_it(
     assert client.health()["unreported_requests"] == 2
     client.start()
 
-    eventually(lambda: served_totals(control_plane.accepted_reports()) == {
-        "vendor_a": 1, "vendor_b": 1,
-    })
+    eventually(
+        lambda: (
+            served_totals(control_plane.accepted_reports())
+            == {
+                "vendor_a": 1,
+                "vendor_b": 1,
+            }
+        )
+    )
 
 
 def test_the_fake_chain_client_records_what_the_router_served():

@@ -19,10 +19,13 @@ from chainclient.testing import FakeProviders, fake_chain, fake_registry
 # alpha: eligible; beta: lacks "images"; gamma: sends data to a destination not allowed.
 REGISTRY = fake_registry(
     ["alpha", "beta", "gamma", "delta"],
-    capabilities={"alpha": {"text", "images"}, "beta": {"text"}, "gamma": {"text", "images"},
-                  "delta": {"text", "images"}},
-    destinations={"alpha": "alpha-eu", "beta": "beta-eu", "gamma": "gamma-us",
-                  "delta": "delta-eu"},
+    capabilities={
+        "alpha": {"text", "images"},
+        "beta": {"text"},
+        "gamma": {"text", "images"},
+        "delta": {"text", "images"},
+    },
+    destinations={"alpha": "alpha-eu", "beta": "beta-eu", "gamma": "gamma-us", "delta": "delta-eu"},
 )
 CONTRACT = Contract(requires={"images"}, destinations={"alpha-eu", "beta-eu", "delta-eu"})
 
@@ -127,12 +130,15 @@ def test_with_fallback_not_allowed_an_ineligible_head_means_no_route() -> None:
 def test_admission_runs_again_before_each_fallback() -> None:
     # alpha serves two models; its first failure opens its breaker (threshold 1), so the
     # second alpha step, admitted a moment ago, is refused by the time the walk gets to it.
-    registry = Registry({"alpha": Provider("alpha-eu", {"chat": {"text"}, "big": {"text"}}),
-                         "beta": Provider("beta-eu", {"chat": {"text"}})})
+    registry = Registry(
+        {
+            "alpha": Provider("alpha-eu", {"chat": {"text"}, "big": {"text"}}),
+            "beta": Provider("beta-eu", {"chat": {"text"}}),
+        }
+    )
     chain = [Step("alpha", "chat", 1_000), Step("alpha", "big", 1_000), Step("beta", "chat", 1_000)]
     fakes = FakeProviders().fail("alpha", 503).ok("beta")
-    router = make_router(fakes, chain, registry=registry,
-                         breaker=BreakerSettings(failure_threshold=1, cooldown_s=60))
+    router = make_router(fakes, chain, registry=registry, breaker=BreakerSettings(failure_threshold=1, cooldown_s=60))
 
     result = router.complete("hello")
 

@@ -57,9 +57,7 @@ def test_the_breaker_opens_after_the_threshold_and_the_order_skips_that_provider
     assert "skipped alpha/chat: circuit breaker open" in str(result)
 
 
-def test_failures_spread_wider_than_the_window_do_not_open_it(
-    router: Router, clock: FakeClock
-) -> None:
+def test_failures_spread_wider_than_the_window_do_not_open_it(router: Router, clock: FakeClock) -> None:
     router.complete("hello")
     clock.advance(BREAKER.window_s + 1)
     router.complete("hello")
@@ -127,8 +125,9 @@ def test_while_the_probe_is_in_flight_other_requests_skip_the_provider(
 def test_rejections_and_policy_refusals_do_not_count_against_the_provider(
     clock: FakeClock, spec: Any, policy_falls_through: bool
 ) -> None:
-    router = make_router(fakes_for({"alpha": spec}, clock), breaker=BREAKER,
-                         fall_through_on_content_policy=policy_falls_through)
+    router = make_router(
+        fakes_for({"alpha": spec}, clock), breaker=BREAKER, fall_through_on_content_policy=policy_falls_through
+    )
 
     for _ in range(BREAKER.failure_threshold + 1):
         if policy_falls_through:

@@ -94,9 +94,7 @@ def test_every_step_failing_inside_the_budget_is_all_failed_not_a_deadline(
     assert [call.timeout_s for call in fakes.calls] == [5, 5]
 
 
-def test_the_budget_is_per_request_not_per_router(
-    fakes: FakeProviders, clock: FakeClock
-) -> None:
+def test_the_budget_is_per_request_not_per_router(fakes: FakeProviders, clock: FakeClock) -> None:
     fakes.fail("alpha", 503, after_s=8)
     router = make_router(fakes, deadline_s=12)
     router.complete("first")

@@ -27,8 +27,7 @@ from chainclient.testing import Spec
 FALLBACK_TABLE: list[tuple[dict[str, Spec], bool, list[str], str | type[RoutingError]]] = [
     ({"alpha": 503}, False, ["alpha", "beta"], "beta"),
     ({"alpha": 503, "beta": 502}, False, ["alpha", "beta", "gamma"], "gamma"),
-    ({"alpha": 503, "beta": "timeout", "gamma": "unavailable"}, False,
-     ["alpha", "beta", "gamma"], AllProvidersFailed),
+    ({"alpha": 503, "beta": "timeout", "gamma": "unavailable"}, False, ["alpha", "beta", "gamma"], AllProvidersFailed),
     ({"alpha": 400}, False, ["alpha"], RequestRejected),
     ({"alpha": 422}, False, ["alpha"], RequestRejected),
     ({"alpha": 401}, False, ["alpha", "beta"], "beta"),
@@ -75,8 +74,9 @@ FALLBACK_IDS = [
 ]
 
 
-@pytest.mark.parametrize(("specs", "policy_falls_through", "expected_calls", "ending"),
-                         FALLBACK_TABLE, ids=FALLBACK_IDS)
+@pytest.mark.parametrize(
+    ("specs", "policy_falls_through", "expected_calls", "ending"), FALLBACK_TABLE, ids=FALLBACK_IDS
+)
 def test_each_failure_pattern_produces_its_exact_attempt_sequence(
     specs: dict[str, Spec],
     policy_falls_through: bool,
@@ -127,8 +127,12 @@ def test_all_failed_names_every_provider_with_its_last_error() -> None:
 def test_a_provider_listed_twice_is_named_with_its_last_error() -> None:
     fakes = fakes_for({"beta": 502})
     fakes.sequence("alpha", [503, 529])
-    registry = Registry({"alpha": Provider("alpha-us", {"chat": {"text"}, "big": {"text"}}),
-                         "beta": Provider("beta-us", {"chat": {"text"}})})
+    registry = Registry(
+        {
+            "alpha": Provider("alpha-us", {"chat": {"text"}, "big": {"text"}}),
+            "beta": Provider("beta-us", {"chat": {"text"}}),
+        }
+    )
     chain = [Step("alpha", "chat", 1000), Step("alpha", "big", 1000), Step("beta", "chat", 1000)]
     router = make_router(fakes, chain, registry=registry)
 
@@ -141,9 +145,7 @@ def test_a_provider_listed_twice_is_named_with_its_last_error() -> None:
 
 
 @pytest.mark.parametrize("status", [401, 403], ids=["401", "403"])
-def test_rejected_credentials_fall_through_and_raise_an_alert(
-    status: int, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_rejected_credentials_fall_through_and_raise_an_alert(status: int, caplog: pytest.LogCaptureFixture) -> None:
     alerts: list[CredentialAlert] = []
     fakes = fakes_for({"alpha": status})
     router = make_router(fakes, on_alert=alerts.append)

@@ -41,8 +41,7 @@ def test_verify_applies_to_every_fallback_as_it_does_to_the_head() -> None:
     with pytest.raises(AllProvidersFailed) as caught:
         router.complete("hello", verify=lambda value: False)
 
-    assert [a.outcome for a in caught.value.attempts] == ["failed", "verify_failed",
-                                                          "verify_failed"]
+    assert [a.outcome for a in caught.value.attempts] == ["failed", "verify_failed", "verify_failed"]
 
 
 def test_a_verify_that_raises_counts_as_a_failed_answer() -> None:
@@ -64,8 +63,9 @@ def test_report_counts_each_way_a_request_can_end() -> None:
 
     def attempt(**options: Any) -> None:
         # Each ending is asserted elsewhere; here only the tally matters.
-        with contextlib.suppress(AllProvidersFailed, DeadlineExceeded, NoEligibleRoute,
-                                 OutcomeUnknown, RequestRejected):
+        with contextlib.suppress(
+            AllProvidersFailed, DeadlineExceeded, NoEligibleRoute, OutcomeUnknown, RequestRejected
+        ):
             router.complete("hello", **options)
 
     attempt()  # first_attempt_success

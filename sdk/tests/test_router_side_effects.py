@@ -45,8 +45,7 @@ def test_without_side_effects_an_unknown_outcome_falls_through_and_is_recorded(
 
 @pytest.mark.parametrize(
     ("alpha", "dispatch"),
-    [("unavailable", "not_dispatched"), ("timeout_before_dispatch", "not_dispatched"),
-     (503, "dispatched_known")],
+    [("unavailable", "not_dispatched"), ("timeout_before_dispatch", "not_dispatched"), (503, "dispatched_known")],
     ids=["connection-refused", "timeout-before-dispatch", "known-503"],
 )
 def test_with_side_effects_a_known_outcome_still_falls_through(alpha: Spec, dispatch: str) -> None:

@@ -63,8 +63,7 @@ def test_calls_are_recorded_with_the_request_and_timeout() -> None:
     fakes.transports["alpha"](STEP, {"prompt": "hi"}, 2.5)
 
     call = fakes.calls[0]
-    assert (call.provider, call.model, call.request, call.timeout_s) == (
-        "alpha", "chat", {"prompt": "hi"}, 2.5)
+    assert (call.provider, call.model, call.request, call.timeout_s) == ("alpha", "chat", {"prompt": "hi"}, 2.5)
     fakes.clear()
     assert fakes.attempts == []
 

@@ -1,0 +1,126 @@
+"""Per-provider circuit breakers: stop sending requests to a provider that keeps failing.
+
+A breaker counts the failures that made the router fall through (``failure_threshold``
+within ``window_s`` open it), refuses its provider for ``cooldown_s``, then lets one probe
+request through (half-open); the probe's result closes it or opens it again. Rejections
+and content-policy refusals are not failures: they show the provider is answering.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+# The router's logger: breaker lines have always been logged as the router's.
+logger = logging.getLogger("chainclient.router")
+
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """Per-provider circuit breaker: ``failure_threshold`` counted failures within
+    ``window_s`` open it; after ``cooldown_s`` one probe request may try it (half-open);
+    the probe's result closes it or opens it again."""
+
+    failure_threshold: int = 5
+    window_s: float = 60.0
+    cooldown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
+            raise ValueError("failure_threshold must be at least 1 (use breaker=None to disable)")
+        if self.window_s <= 0 or self.cooldown_s <= 0:
+            raise ValueError("window_s and cooldown_s must be positive")
+
+
+DEFAULT_BREAKER = BreakerSettings()
+
+
+class CircuitBreaker:
+    """One provider's breaker. The closed-state checks take no lock: they only read one
+    attribute, and a request that races a state change just sees the previous state."""
+
+    def __init__(self, provider: str, settings: BreakerSettings) -> None:
+        self.provider = provider
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._state: BreakerState = "closed"
+        self._failures: deque[float] = deque()
+        self._opened_at = 0.0
+        self._probe_in_flight = False
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    def admit(self, now: float) -> str | None:
+        """None if a request may try this provider now (taking the half-open probe slot),
+        else why not."""
+        if self._state == "closed":
+            return None
+        with self._lock:
+            if self._state == "open":
+                left = self.settings.cooldown_s - (now - self._opened_at)
+                if left > 0:
+                    return f"circuit breaker open ({left:.1f}s of cooldown left)"
+                self._state = "half_open"
+                self._probe_in_flight = False
+            if self._state == "half_open":
+                if self._probe_in_flight:
+                    return "circuit breaker half-open (a probe request is in flight)"
+                self._probe_in_flight = True
+            return None
+
+    def record_success(self, now: float) -> None:
+        if self._state == "closed":
+            return
+        with self._lock:
+            if self._state == "half_open":
+                self._state = "closed"
+                self._probe_in_flight = False
+                logger.info("chainclient: circuit breaker for %s closed (probe succeeded)", self.provider)
+
+    def record_failure(self, now: float) -> None:
+        with self._lock:
+            if self._state == "half_open":
+                self._open(now, "probe failed")
+            elif self._state == "closed":
+                failures = self._failures
+                failures.append(now)
+                horizon = now - self.settings.window_s
+                while failures and failures[0] <= horizon:
+                    failures.popleft()
+                if len(failures) >= self.settings.failure_threshold:
+                    self._open(now, f"{len(failures)} failures in {self.settings.window_s:g}s")
+
+    def release(self) -> None:
+        """Give back a probe slot taken by ``admit`` for an attempt that never ran."""
+        if self._state == "closed":
+            return
+        with self._lock:
+            self._probe_in_flight = False
+
+    def reset(self) -> None:
+        with self._lock:
+            self._state = "closed"
+            self._failures.clear()
+            self._probe_in_flight = False
+
+    def _open(self, now: float, why: str) -> None:
+        self._state = "open"
+        self._opened_at = now
+        self._failures.clear()
+        self._probe_in_flight = False
+        logger.warning(
+            "chainclient: circuit breaker for %s opened (%s); cooling down %gs",
+            self.provider,
+            why,
+            self.settings.cooldown_s,
+        )
+
+
+__all__ = ["DEFAULT_BREAKER", "BreakerSettings", "BreakerState", "CircuitBreaker"]

@@ -1,0 +1,137 @@
+"""What a routed request leaves behind: its attempts, its receipt, its result, its alerts.
+
+These are plain records, shared by the router (which writes them) and the routing errors
+(which carry them). They depend on nothing but ``types``, so ``errors`` and ``router`` can
+both import them without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from chainclient.types import Step
+
+DispatchState = Literal["not_dispatched", "dispatched_known", "dispatched_unknown"]
+NOT_DISPATCHED: DispatchState = "not_dispatched"
+DISPATCHED_KNOWN: DispatchState = "dispatched_known"
+DISPATCHED_UNKNOWN: DispatchState = "dispatched_unknown"
+
+Outcome = Literal["ok", "failed", "rejected", "refused", "timeout", "unavailable", "verify_failed", "error"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of one step for one request: a line of the recovery receipt."""
+
+    task_id: str
+    attempt_id: str
+    provider: str
+    model: str
+    dispatch: DispatchState
+    outcome: Outcome
+    status: int | None
+    elapsed_s: float
+    timeout_s: float
+    reason: str
+    """Why the router moved on (or stopped) after this attempt; empty when it succeeded."""
+    error: str = ""
+    """The error the transport raised (or the verify failure), as text."""
+
+    @property
+    def step(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+    def __str__(self) -> str:
+        status = f" HTTP {self.status}" if self.status is not None else ""
+        line = (
+            f"{self.attempt_id} {self.provider}/{self.model}: {self.outcome}{status} "
+            f"({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s)"
+        )
+        if self.reason:
+            line += f" -> {self.reason}"
+        return line
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A request's attempt log: every attempt in order, plus the steps admission refused."""
+
+    task_id: str
+    attempts: tuple[Attempt, ...]
+    refused: tuple[tuple[Step, str], ...] = ()
+    preset: str = ""
+    version: int = 0
+
+    def __str__(self) -> str:
+        lines = [
+            f"task {self.task_id} (preset {self.preset!r}, version {self.version}): {len(self.attempts)} attempt(s)"
+        ]
+        lines.extend(f"  {attempt}" for attempt in self.attempts)
+        lines.extend(f"  skipped {step}: {why}" for step, why in self.refused)
+        return "\n".join(lines)
+
+
+class CarriesReceipt:
+    """What results and routing errors share: the request's recovery receipt."""
+
+    receipt: Receipt
+
+    @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """Every attempt made for this request, in order."""
+        return self.receipt.attempts
+
+    @property
+    def task_id(self) -> str:
+        return self.receipt.task_id
+
+
+@dataclass(frozen=True)
+class RouteResult(CarriesReceipt):
+    """A served request: the value and where it came from, with its recovery receipt."""
+
+    value: Any
+    provider: str
+    model: str
+    marking: Mapping[str, Any]
+    receipt: Receipt = field(repr=False)
+
+    @property
+    def recovered(self) -> bool:
+        """True when a fallback served the request (an earlier attempt failed)."""
+        return len(self.receipt.attempts) > 1
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.marking.get("degraded", False))
+
+    def __str__(self) -> str:
+        return f"served by {self.provider}/{self.model}\n{self.receipt}"
+
+
+@dataclass(frozen=True)
+class CredentialAlert:
+    """A provider rejected our credentials (HTTP 401/403): someone must fix the key."""
+
+    provider: str
+    model: str
+    status: int
+    task_id: str
+    attempt_id: str
+    message: str
+
+
+__all__ = [
+    "DISPATCHED_KNOWN",
+    "DISPATCHED_UNKNOWN",
+    "NOT_DISPATCHED",
+    "Attempt",
+    "CarriesReceipt",
+    "CredentialAlert",
+    "DispatchState",
+    "Outcome",
+    "Receipt",
+    "RouteResult",
+]

@@ -1,0 +1,270 @@
+"""HTTP to the control plane: where the chain lives, who is asking, and the connection.
+
+``Endpoint`` holds what every request carries: the chain's path, the bearer token and the
+identity headers the control plane shows fleet convergence with (``X-Chain-Client``,
+``X-Chain-Applied-Version``). ``Connection`` is one keep-alive HTTP(S) connection whose
+blocked read another thread can cut short: that is how ``stop()`` returns at once even in
+the middle of a long poll. A ``Worker`` is a daemon thread with its own connection; the
+poller and the usage reporter each run in one, so a held long poll never delays a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import platform
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.message import Message
+from urllib.parse import quote, urlsplit
+
+from chainclient._version import __version__
+
+MAX_DOCUMENT_BYTES = 1 << 20
+USER_AGENT = f"chainclient/{__version__} python/{platform.python_version()}"
+
+
+class StoppedError(Exception):
+    """The connection was interrupted by ``stop()``."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The chain's URL on the control plane, and the headers that say who is asking."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+    token: str = field(repr=False)  # a secret: never in a log line
+    client_id: str
+    timeout: float
+    """Connect and read timeout in seconds; a long poll's read adds its ``wait``."""
+
+    @classmethod
+    def of(cls, base_url: str, *, chain: str, token: str, client_id: str, timeout: float) -> Endpoint:
+        """The endpoint of ``chain`` on the control plane at ``base_url``; ValueError unless
+        ``base_url`` is an http(s) URL."""
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        return cls(
+            scheme=parts.scheme,
+            host=parts.hostname,
+            port=parts.port,
+            path=f"{parts.path.rstrip('/')}/api/v1/chains/{quote(chain, safe='')}",
+            token=token,
+            client_id=client_id,
+            timeout=float(timeout),
+        )
+
+    @property
+    def usage_path(self) -> str:
+        return f"{self.path}/usage"
+
+    def connect(self) -> Connection:
+        """A new, not yet opened, connection to the control plane."""
+        return Connection(self.scheme, self.host, self.port, self.timeout)
+
+    def poll_headers(self, *, if_none_match: str, applied_version: int) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "If-None-Match": if_none_match,
+            "X-Chain-Client": self.client_id,
+            "X-Chain-Applied-Version": str(applied_version),
+            "User-Agent": USER_AGENT,
+            "Accept": "application/json",
+        }
+
+    def report_headers(self, *, applied_version: int) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "X-Chain-Client": self.client_id,
+            "X-Chain-Applied-Version": str(applied_version),
+            "User-Agent": USER_AGENT,
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Connection": "close",
+        }
+
+
+class Connection:
+    """One keep-alive HTTP(S) connection whose blocked read another thread can cut short."""
+
+    def __init__(self, scheme: str, host: str, port: int | None, connect_timeout: float) -> None:
+        self._scheme = scheme
+        self._host = host
+        self._port = port
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._connection: http.client.HTTPConnection | None = None
+        self._socket: socket.socket | None = None
+        self._interrupted = False
+
+    def get(self, path: str, headers: dict[str, str], read_timeout: float) -> tuple[int, Message, bytes]:
+        return self.request("GET", path, headers, read_timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        read_timeout: float,
+        *,
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> tuple[int, Message, bytes]:
+        for attempt in (1, 2):
+            connection, fresh = self._connect(connect_timeout)
+            try:
+                assert connection.sock is not None
+                connection.sock.settimeout(read_timeout)
+                connection.request(method, path, body=body, headers=headers)
+                response = connection.getresponse()
+                answer = response.read(MAX_DOCUMENT_BYTES + 1)
+            except (ConnectionError, http.client.BadStatusLine):
+                self._drop()
+                # Servers and load balancers close idle keep-alive connections; that is
+                # not an outage, so a reused connection gets one fresh retry. A request
+                # with a body is never resent: the server may have acted on it.
+                if fresh or attempt == 2 or body is not None:
+                    raise
+                continue
+            except BaseException:
+                self._drop()
+                raise
+            if len(answer) > MAX_DOCUMENT_BYTES:
+                self._drop()
+                raise http.client.HTTPException(f"response larger than {MAX_DOCUMENT_BYTES} bytes")
+            if response.will_close or not response.isclosed():
+                self._drop()
+            return response.status, response.headers, answer
+        raise AssertionError("unreachable")
+
+    def interrupt(self) -> None:
+        """Wake a blocked request and refuse new ones; callable from any thread."""
+        with self._lock:
+            self._interrupted = True
+            sock = self._socket
+            if sock is not None:
+                # shutdown() (not close()) wakes a recv blocked in another thread; the raw
+                # socket method skips the TLS close_notify an SSLSocket would attempt.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._drop()
+
+    def _connect(self, timeout: float | None = None) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            if self._interrupted:
+                raise StoppedError()
+            if self._connection is not None:
+                return self._connection, False
+        timeout = self._connect_timeout if timeout is None else timeout
+        connection: http.client.HTTPConnection
+        if self._scheme == "https":
+            connection = http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
+        else:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        connection.connect()
+        with self._lock:
+            if self._interrupted:
+                connection.close()
+                raise StoppedError()
+            self._connection, self._socket = connection, connection.sock
+        return connection, True
+
+    def _drop(self) -> None:
+        with self._lock:
+            connection, self._connection, self._socket = self._connection, None, None
+        if connection is not None:
+            connection.close()
+
+
+class Worker:
+    """A daemon thread and the connection it owns: ``stop()`` wakes it by interrupting that
+    connection, since a thread blocked in a read cannot be told anything else.
+
+    ``target(stop_event, connection)`` gets both as arguments, so a thread that outlives
+    ``stop()`` keeps its own and never touches the next ``start()``'s.
+    """
+
+    def __init__(self, target: Callable[[threading.Event, Connection], None], *, name: str, endpoint: Endpoint) -> None:
+        self.connection = endpoint.connect()
+        self._target = target
+        self._name = name
+        self.thread: threading.Thread | None = None
+
+    def start(self, stop_event: threading.Event) -> None:
+        thread = threading.Thread(target=self._target, args=(stop_event, self.connection), name=self._name, daemon=True)
+        self.thread = thread
+        thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def join(self, deadline: float) -> bool:
+        """Wait for the thread until ``deadline`` (monotonic); True if it still runs then.
+        A thread never waits for itself (``stop()`` called from ``on_change``): False."""
+        thread = self.thread
+        if thread is None or thread is threading.current_thread():
+            return False
+        thread.join(max(0.0, deadline - time.monotonic()))
+        return thread.is_alive()
+
+
+# What a failed request can raise: the network, the HTTP exchange, or stop().
+REQUEST_ERRORS = (OSError, http.client.HTTPException, StoppedError)
+
+
+def describe(exc: BaseException) -> str:
+    """A failed request's error, short enough for one log line and ``health()``."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def error_message(body: bytes) -> str:
+    """The API's ``{"error": {"message": ...}}`` if present, else a short excerpt."""
+    try:
+        data = json.loads(body)
+        message = data["error"]["message"]
+        if isinstance(message, str):
+            return message[:200]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        pass
+    text = body[:200].decode("utf-8", errors="replace").strip()
+    return text or "no body"
+
+
+def retry_after(headers: Message) -> float | None:
+    """``Retry-After`` in seconds, when the server sent a usable one."""
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "REQUEST_ERRORS",
+    "USER_AGENT",
+    "Connection",
+    "Endpoint",
+    "StoppedError",
+    "Worker",
+    "describe",
+    "error_message",
+    "retry_after",
+]

@@ -1,0 +1,255 @@
+"""Usage reports: which providers served how many requests, and which documents were refused.
+
+``record_served`` is on every request's path (the Router calls it on each success), so it
+is one dict lookup and an increment under a lock nothing holds for long, and never I/O.
+A small daemon thread of its own (with its own connection: the poller's is held by long
+polls) sends ``POST {chain}/usage`` about every ``usage_interval`` seconds, only when
+there is something to say. A report that fails is merged back into what was recorded
+since, so nothing is lost and no caller waits; ``stop()`` gets one last best-effort report
+within its own budget.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from chainclient.stats import ClientStats, OlderAnswer
+from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message
+
+# The client's logger: these lines have always been the poller's.
+logger = logging.getLogger("chainclient.client")
+
+# A usage report carries at most this many refused documents (the newest ones).
+MAX_REPORTED_REJECTIONS = 20
+# The control plane accepts at most 50 providers per report and 500 characters of reason;
+# a report it refuses would be retried forever, so never build one.
+_MAX_REPORTED_PROVIDERS = 50
+_MAX_REASON_CHARS = 500
+# stop() keeps this much of its budget for joining the usage thread after its last report.
+_FLUSH_MARGIN_S = 0.05
+
+Served = dict[str, list[float]]
+"""Requests per provider since the last accepted report: provider -> [requests, last at]."""
+
+Refusal = tuple[int | None, str, float]
+"""A refused document for the usage report: (version or None, reason, epoch seconds)."""
+
+
+class UsageReporter:
+    """Counts what this client served and refused, and reports it from its own thread.
+
+    ``ahead`` says whether the instance is ahead of the server now (reported each interval
+    while it is); ``applied_version`` is the version of the document held.
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        interval: float,
+        endpoint: Endpoint,
+        chain: str,
+        stats: ClientStats,
+        ahead: Callable[[], OlderAnswer | None],
+        applied_version: Callable[[], int],
+    ) -> None:
+        self.enabled = enabled
+        self._interval = interval
+        self._endpoint = endpoint
+        self._chain = chain
+        self._stats = stats
+        self._ahead = ahead
+        self._applied_version = applied_version
+        self._random = random.Random()
+        self._lock = threading.Lock()
+        self._served: Served = {}
+        self._refusals: list[Refusal] = []
+        self.worker: Worker | None = None
+        self._flush_by = 0.0  # monotonic deadline of the last report, set by stop()
+
+    # -- recording (any thread) -----------------------------------------------------------
+
+    def record_served(self, provider: str) -> None:
+        """Count one request served by ``provider``; a no-op when reporting is off."""
+        if not self.enabled:
+            return
+        now = time.time()
+        with self._lock:
+            entry = self._served.get(provider)
+            if entry is not None:
+                entry[0] += 1
+                entry[1] = now
+            elif len(self._served) < _MAX_REPORTED_PROVIDERS:
+                self._served[provider] = [1, now]
+
+    def record_refused(self, version: object, why: str) -> None:
+        """List a refused document (once per version) for the next report."""
+        if not self.enabled:
+            return
+        number = version if isinstance(version, int) and not isinstance(version, bool) and version > 0 else None
+        with self._lock:
+            _add_refusal(self._refusals, (number, why[:_MAX_REASON_CHARS], time.time()))
+
+    def unreported(self) -> int:
+        """Requests served and not yet in an accepted report."""
+        with self._lock:
+            return sum(int(count) for count, _ in self._served.values())
+
+    # -- the reporting thread (started and stopped by the client, under its lifecycle lock)
+
+    def start(self, stop_event: threading.Event) -> None:
+        """Start the reporting thread, until ``stop_event`` is set; nothing when off."""
+        if not self.enabled:
+            return
+        self.worker = Worker(self._run, name=f"chainclient-{self._chain}-usage", endpoint=self._endpoint)
+        self.worker.start(stop_event)
+
+    def flush_by(self, deadline: float) -> None:
+        """Give the last report, sent once stopped, until ``deadline`` (monotonic)."""
+        self._flush_by = deadline
+
+    def _run(self, stop_event: threading.Event, connection: Connection) -> None:
+        try:
+            while not stop_event.wait(self._interval * self._random.uniform(0.9, 1.1)):
+                self._report(connection, self._endpoint.timeout, stop_event)
+            # Stopping: one last best-effort report within what is left of stop()'s budget.
+            left = self._flush_by - time.monotonic() - _FLUSH_MARGIN_S
+            if left > 0:
+                self._report(connection, left, stop_event)
+        finally:
+            connection.close()
+
+    def _report(self, connection: Connection, timeout: float, stop_event: threading.Event) -> None:
+        """Send what was served and refused since the last accepted report, if anything."""
+        ahead = self._ahead()
+        with self._lock:
+            served, self._served = self._served, {}
+            refusals, self._refusals = self._refusals, []
+        # No empty reports, except while ahead: the fleet page must keep showing that.
+        if not served and not refusals and ahead is None:
+            return
+        try:
+            error = self._send(connection, timeout, served, refusals, ahead)
+        except Exception as exc:  # a bug here must not lose the counts or end reporting
+            logger.exception("chain %s: unexpected error while reporting usage", self._chain)
+            error = f"unexpected {type(exc).__name__}: {exc}"
+        finally:
+            # Reports are a minute apart: never send one on a connection the server may
+            # have closed meanwhile (a report is not resent, so that would fail it).
+            connection.close()
+        if error is None:
+            self._accepted()
+        else:
+            self._put_back(served, refusals)
+            if not stop_event.is_set() or self._flush_by > time.monotonic():
+                self._failed(error, served, refusals)
+
+    def _send(
+        self,
+        connection: Connection,
+        timeout: float,
+        served: Served,
+        refusals: list[Refusal],
+        ahead: OlderAnswer | None,
+    ) -> str | None:
+        """POST one report; None when the control plane accepted it, else why not."""
+        version = self._applied_version()
+        body = json.dumps(_report_body(self._endpoint.client_id, version, served, refusals, ahead)).encode("utf-8")
+        headers = self._endpoint.report_headers(applied_version=version)
+        try:
+            status, _, response = connection.request(
+                "POST", self._endpoint.usage_path, headers, timeout, body=body, connect_timeout=timeout
+            )
+        except REQUEST_ERRORS as exc:
+            return describe(exc)
+        return None if 200 <= status < 300 else f"HTTP {status}: {error_message(response)}"
+
+    def _put_back(self, served: Served, refusals: list[Refusal]) -> None:
+        """Merge an unsent report into what has been recorded since it was taken."""
+        with self._lock:
+            for provider, (count, last) in served.items():
+                entry = self._served.get(provider)
+                if entry is None:
+                    self._served[provider] = [count, last]
+                else:
+                    entry[0] += count
+                    entry[1] = max(entry[1], last)
+            merged = refusals
+            for refusal in self._refusals:
+                _add_refusal(merged, refusal)
+            self._refusals = merged
+
+    def _accepted(self) -> None:
+        failures = self._stats.report_accepted()
+        if failures:
+            logger.info(
+                "chain %s: usage report accepted after %d failed attempt%s",
+                self._chain,
+                failures,
+                "" if failures == 1 else "s",
+            )
+
+    def _failed(self, why: str, served: Served, refusals: list[Refusal]) -> None:
+        failures = self._stats.report_failed()
+        if failures == 1:
+            # One line per outage, like polls; the "accepted after" line closes it.
+            logger.warning(
+                "chain %s: usage report failed (%s); keeping its %d request(s) and %d refused "
+                "document(s) for the next one",
+                self._chain,
+                why,
+                sum(int(count) for count, _ in served.values()),
+                len(refusals),
+            )
+        else:
+            logger.debug("chain %s: usage report failed again (%d): %s", self._chain, failures, why)
+
+
+def _report_body(
+    client_id: str, applied_version: int, served: Served, refusals: list[Refusal], ahead: OlderAnswer | None
+) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "client": client_id,
+        "applied_version": applied_version,
+        "providers": {
+            provider: {"requests": int(count), "last_served_at": _utc(last)}
+            for provider, (count, last) in served.items()
+        },
+        # Version 0 (never a live document's) stands for "no usable version": a body that
+        # was not JSON, or whose version was missing or not a number.
+        "rejected": [{"version": version or 0, "reason": reason, "at": _utc(at)} for version, reason, at in refusals],
+    }
+    if ahead is not None:
+        report["ahead_of_server"] = {
+            "server_epoch": ahead.epoch,
+            "server_version": ahead.version,
+            "since": _utc(ahead.since),
+        }
+    return report
+
+
+def _add_refusal(refusals: list[Refusal], refusal: Refusal) -> None:
+    """Append ``refusal`` unless the same document is already listed; keep the newest few.
+
+    The same version refused again (each poll can bring it back) is one entry; a document
+    without a usable version is told apart by its reason.
+    """
+    version, reason, _ = refusal
+    for listed_version, listed_reason, _ in refusals:
+        if listed_version == version and (version is not None or listed_reason == reason):
+            return
+    refusals.append(refusal)
+    del refusals[:-MAX_REPORTED_REJECTIONS]
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+__all__ = ["MAX_REPORTED_REJECTIONS", "Refusal", "Served", "UsageReporter"]

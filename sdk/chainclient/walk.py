@@ -1,0 +1,108 @@
+"""One request's way along its snapshot of the chain, and how it ends.
+
+A ``Walk`` collects the attempts made and the steps admission refused, which become the
+request's receipt, and builds what the request ends with: a ``RouteResult``, or the
+``RoutingError`` that names the ending (a stop, an exhausted chain, a spent budget) with a
+headline that tells the whole story in one log line.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from chainclient.errors import (
+    AllProvidersFailed,
+    ContentPolicyRejected,
+    DeadlineExceeded,
+    NoEligibleRoute,
+    OutcomeUnknown,
+    RequestRejected,
+    RoutingError,
+)
+from chainclient.outcomes import Action
+from chainclient.receipts import Attempt, Receipt, RouteResult
+from chainclient.types import ChainDocument, Step
+
+
+class Walk:
+    """The attempts and refusals of one request so far, over one snapshot of the chain."""
+
+    __slots__ = ("attempts", "document", "refused", "task_id")
+
+    def __init__(self, task_id: str, document: ChainDocument) -> None:
+        self.task_id = task_id
+        self.document = document
+        self.attempts: list[Attempt] = []
+        self.refused: list[tuple[Step, str]] = []
+
+    def receipt(self) -> Receipt:
+        document = self.document
+        return Receipt(self.task_id, tuple(self.attempts), tuple(self.refused), document.preset, document.version)
+
+    def served(self, step: Step, value: Any) -> RouteResult:
+        """The result of the attempt that succeeded (the last one)."""
+        return RouteResult(
+            value=value,
+            provider=step.provider,
+            model=step.model,
+            marking=types.MappingProxyType(self.document.marking),
+            receipt=self.receipt(),
+        )
+
+    def stopped(self, action: Action) -> RoutingError:
+        """The error for the last attempt, which stopped the walk (``action`` is a stop)."""
+        attempt = self.attempts[-1]
+        if action is Action.STOP_UNKNOWN:
+            return OutcomeUnknown(
+                f"outcome unknown at {attempt.step} for a request with side effects "
+                f"({attempt.error or attempt.outcome}); it may have acted, so nothing else "
+                "was tried",
+                receipt=self.receipt(),
+            )
+        if action is Action.STOP_CONTENT:
+            return ContentPolicyRejected(
+                f"{attempt.step} refused the content on policy grounds ({attempt.error})",
+                receipt=self.receipt(),
+                status=attempt.status,
+            )
+        return RequestRejected(
+            f"{attempt.step} rejected the request ({attempt.error})",
+            receipt=self.receipt(),
+            status=attempt.status,
+        )
+
+    def exhausted(self, *, cut_by_deadline: bool, deadline_s: float) -> RoutingError:
+        """The error for a walk that reached the end of the chain unserved."""
+        if not self.attempts:
+            return NoEligibleRoute(
+                f"no step of the chain is eligible for this request ({len(self.refused)} refused); "
+                "nothing was attempted",
+                receipt=self.receipt(),
+            )
+        if cut_by_deadline:
+            return self.out_of_time(deadline_s=deadline_s, not_started=())
+        summary = ", ".join(f"{a.provider}/{a.model} ({_short_error(a)})" for a in self.attempts)
+        return AllProvidersFailed(f"all providers failed: {summary}", receipt=self.receipt())
+
+    def out_of_time(self, *, deadline_s: float, not_started: Sequence[Step]) -> DeadlineExceeded:
+        """The error for a budget spent before a step could be started (or that cut the last
+        attempt short)."""
+        attempts = self.attempts
+        tried = ", ".join(f"{a.step} ({_short_error(a)})" for a in attempts) or "nothing"
+        untried = f"; not started: {', '.join(map(str, not_started))}" if not_started else ""
+        return DeadlineExceeded(
+            f"deadline of {deadline_s:g}s exceeded after {len(attempts)} attempt(s): {tried}{untried}",
+            receipt=self.receipt(),
+            deadline_s=deadline_s,
+        )
+
+
+def _short_error(attempt: Attempt) -> str:
+    if attempt.status is not None:
+        return f"HTTP {attempt.status}"
+    return attempt.outcome if not attempt.error else f"{attempt.outcome}: {attempt.error}"
+
+
+__all__ = ["Walk"]
