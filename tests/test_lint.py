@@ -1,4 +1,5 @@
-"""The repository stays clean under its own lint settings (ruff.toml)."""
+"""The repository stays clean under its own lint and format settings (ruff.toml); `make lint`
+also runs mypy and the import contracts (tests/test_architecture.py runs those here)."""
 
 from __future__ import annotations
 
@@ -13,5 +14,13 @@ def test_ruff_finds_nothing() -> None:
     ruff = Path(sys.executable).parent / "ruff"
     result = subprocess.run(
         [str(ruff), "check", "--no-cache", "."], cwd=settings.BASE_DIR, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_would_change_nothing() -> None:
+    ruff = Path(sys.executable).parent / "ruff"
+    result = subprocess.run(
+        [str(ruff), "format", "--check", "--no-cache", "."], cwd=settings.BASE_DIR, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
