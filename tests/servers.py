@@ -45,6 +45,14 @@ REDIS_SERVER = shutil.which("redis-server")
 GRANIAN = str(Path(sys.executable).parent / "granian")
 
 
+def granian(port: int, *, workers: int = 2, backlog: int | None = None) -> list[str]:
+    """The production web process's command line (as ``make serve`` runs it)."""
+    options = ["--interface", "asgi", "--workers", str(workers), "--host", "127.0.0.1", "--port", str(port)]
+    if backlog is not None:
+        options += ["--backlog", str(backlog), "--backpressure", str(backlog)]
+    return [GRANIAN, *options, "--no-ws", "--log-level", "warning", "controlplane.asgi:application"]
+
+
 def _missing() -> str | None:
     if INITDB is None or not Path(str(PG_CTL)).exists():
         return "PostgreSQL's initdb and pg_ctl (/usr/lib/postgresql/*/bin)"
@@ -125,26 +133,13 @@ class Postgres:
             timeout=60,
         )
 
-    def tool(self, name: str) -> str:
-        """The path of one of PostgreSQL's programs (pg_dump, pg_restore, psql)."""
-        return str(PG_BIN / name)
+    def run(self, program: str, *arguments: Any) -> str:
+        """Run one of PostgreSQL's programs (psql, pg_dump, pg_restore) against this cluster."""
+        return self.as_postgres(PG_BIN / program, "-h", "127.0.0.1", "-p", self.port, "-U", "postgres", *arguments)
 
     def sql(self, statement: str) -> str:
         """Run one statement with psql and return its unaligned output."""
-        return self.as_postgres(
-            PG_BIN / "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            self.port,
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-At",
-            "-c",
-            statement,
-        ).strip()
+        return self.run("psql", "-d", "postgres", "-At", "-c", statement).strip()
 
 
 class Redis:
@@ -221,25 +216,7 @@ class Stack:
         port = int(self.url.rsplit(":", 1)[1]) if self.url else free_port()
         with open(self.root / "web.log", "ab") as log:
             self.web = subprocess.Popen(
-                [
-                    GRANIAN,
-                    "--interface",
-                    "asgi",
-                    "--workers",
-                    str(self.workers),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--no-ws",
-                    "--log-level",
-                    "warning",
-                    "--backlog",
-                    "4096",
-                    "--backpressure",
-                    "4096",
-                    "controlplane.asgi:application",
-                ],
+                granian(port, workers=self.workers, backlog=4096),
                 cwd=settings.BASE_DIR,
                 env=self.env,
                 stdout=log,

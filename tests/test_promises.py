@@ -315,19 +315,7 @@ def test_after_a_restore_services_report_being_ahead_then_follow_once_the_epoch_
     ) as fleet:
         before = live_document(stack)
         assert fleet.all_on(before["version"])
-        stack.postgres.as_postgres(
-            stack.postgres.tool("pg_dump"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            stack.postgres.port,
-            "-U",
-            "postgres",
-            "-Fc",
-            "-f",
-            dump,
-            "postgres",
-        )
+        stack.postgres.run("pg_dump", "-Fc", "-f", dump, "postgres")
         for preset in ("pin_secondary", "drop_vendor_b", "local_only"):
             status, _, body = select(stack, "chat", preset)
             assert status == 200, body
@@ -336,20 +324,7 @@ def test_after_a_restore_services_report_being_ahead_then_follow_once_the_epoch_
 
         # The restore: the web process stops, the backup comes back, the web process starts.
         stack.kill_web()
-        stack.postgres.as_postgres(
-            stack.postgres.tool("pg_restore"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            stack.postgres.port,
-            "-U",
-            "postgres",
-            "--clean",
-            "--if-exists",
-            "-d",
-            "postgres",
-            dump,
-        )
+        stack.postgres.run("pg_restore", "--clean", "--if-exists", "-d", "postgres", dump)
         stack.start_web()
         assert live_document(stack)["version"] == before["version"]
 

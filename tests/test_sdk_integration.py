@@ -7,11 +7,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -19,12 +19,18 @@ from django.db import connection
 
 from chainclient import ChainClient, Provider, Registry, Step
 from presets.registry import PROVIDERS
+from tests.servers import granian
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
 # The service's own compiled-in registry: here, the same providers the control plane knows.
 REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models)) for name, p in PROVIDERS.items()})
 DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
+
+
+def follow(url: str, token: str, **options: Any) -> ChainClient:
+    """A client of the example presets' ``chat`` chain with the services' registry."""
+    return ChainClient(url, **{"chain": "chat", "token": token, "registry": REGISTRY, "default": DEFAULT, **options})
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
@@ -51,12 +57,9 @@ def test_a_select_reaches_a_polling_sdk_within_the_poll_interval(
     live_server, read_token, write_token, tmp_path: Path
 ) -> None:
     poll_interval = 1.0
-    client = ChainClient(
+    client = follow(
         live_server.url,
-        chain="chat",
-        token=read_token,
-        registry=REGISTRY,
-        default=DEFAULT,
+        read_token,
         state_dir=tmp_path,
         poll_interval=poll_interval,
         long_poll=False,
@@ -86,12 +89,9 @@ def test_a_restarted_sdk_starts_from_its_last_known_good_file_while_the_server_i
     live_server, read_token, write_token, tmp_path: Path
 ) -> None:
     select(live_server.url, write_token, "local_only", "both vendors down")
-    with ChainClient(
+    with follow(
         live_server.url,
-        chain="chat",
-        token=read_token,
-        registry=REGISTRY,
-        default=DEFAULT,
+        read_token,
         state_dir=tmp_path,
         poll_interval=0.2,
         long_poll=False,
@@ -101,12 +101,9 @@ def test_a_restarted_sdk_starts_from_its_last_known_good_file_while_the_server_i
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    restarted = ChainClient(
+    restarted = follow(
         dead_url,
-        chain="chat",
-        token=read_token,
-        registry=REGISTRY,
-        default=DEFAULT,
+        read_token,
         state_dir=tmp_path,
         poll_interval=0.2,
         long_poll=False,
@@ -133,21 +130,7 @@ def production_server(write_token) -> Iterator[str]:
         "LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "granian"),
-            "--interface",
-            "asgi",
-            "--workers",
-            "2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-ws",
-            "--log-level",
-            "warning",
-            "controlplane.asgi:application",
-        ],
+        granian(port),
         cwd=settings.BASE_DIR,
         env=env,
         start_new_session=True,
@@ -174,12 +157,9 @@ def test_a_long_polling_sdk_applies_a_change_without_waiting_for_its_poll_interv
     production_server: str, read_token, write_token, tmp_path: Path
 ) -> None:
     clients = [
-        ChainClient(
+        follow(
             production_server,
-            chain="chat",
-            token=read_token,
-            registry=REGISTRY,
-            default=DEFAULT,
+            read_token,
             state_dir=None,
             poll_interval=60.0,
             long_poll=True,
