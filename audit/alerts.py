@@ -130,7 +130,7 @@ def alert_pin_expired(*, selection: Selection, now: datetime) -> Alert:
         "pinned_by": start.actor if start else None,
         "pinned_at": format_time(start.at) if start else None,
         "expires_at": format_time(expired_at),
-        "age_seconds": int((expired_at - start.at).total_seconds()) if start else None,
+        "age_seconds": int(start.age(expired_at).total_seconds()) if start else None,
         "reverted_to": selection.preset.name,
     }
     message = (

@@ -6,6 +6,7 @@ usage reports.)"""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
@@ -27,16 +28,26 @@ def last_served(chain: Chain) -> dict[str, datetime]:
 
 def idle_head_warning(chain: Chain, steps: list[dict[str, Any]], now: datetime | None = None) -> str | None:
     """A warning when a preset's head has not served a request of this chain in 24 h."""
+    return idle_head_warnings(chain, now)(steps)
+
+
+def idle_head_warnings(chain: Chain, now: datetime | None = None) -> Callable[[list[dict[str, Any]]], str | None]:
+    """``idle_head_warning`` for many presets of one chain, with the usage read once."""
     now = now or timezone.now()
-    head = steps[0]["provider"]
-    served = last_served(chain).get(head)
-    if served is not None and now - served <= timedelta(hours=24):
-        return None
-    when = f"since {format_time(served)}" if served else "in the usage reports"
-    return (
-        f"{head} has not served a {chain.name} request in the last 24 h ({when} none "
-        f"reported): check it is reachable before pinning it first"
-    )
+    last = last_served(chain)
+
+    def warning(steps: list[dict[str, Any]]) -> str | None:
+        head = steps[0]["provider"]
+        served = last.get(head)
+        if served is not None and now - served <= timedelta(hours=24):
+            return None
+        when = f"since {format_time(served)}" if served else "in the usage reports"
+        return (
+            f"{head} has not served a {chain.name} request in the last 24 h ({when} none "
+            f"reported): check it is reachable before pinning it first"
+        )
+
+    return warning
 
 
 def live_instances(chain: Chain, now: datetime | None = None) -> QuerySet[FleetInstance]:

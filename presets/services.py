@@ -132,7 +132,7 @@ def restore(*, chain: str, version: int, actor: str, reason: str, expected_versi
     with _changing(chain, expected_version) as selection:
         entry = (
             Selection.history.filter(chain_id=selection.chain_id, version=version)
-            .select_related("previous_preset")
+            .select_related("previous_preset__chain")
             .first()
         )
         if entry is None:

@@ -73,8 +73,6 @@ class LiveState:
     """A chain's live selection with the facts its card shows."""
 
     selection: Selection
-    is_default: bool
-    is_pinned: bool
     is_stale: bool  # pinned for longer than the alert threshold
     pinned_for: timedelta | None
     expires_in: timedelta | None
@@ -83,6 +81,14 @@ class LiveState:
     @property
     def chain(self) -> str:
         return self.selection.chain.name
+
+    @property
+    def is_default(self) -> bool:
+        return self.selection.is_default
+
+    @property
+    def is_pinned(self) -> bool:
+        return self.selection.is_pinned
 
 
 def live_state(
@@ -97,8 +103,6 @@ def live_state(
     (``selectors.pin_age``)."""
     return LiveState(
         selection=selection,
-        is_default=selection.is_default,
-        is_pinned=selection.is_pinned,
         is_stale=pinned_for is not None and pinned_for > alert_after,
         pinned_for=pinned_for,
         expires_in=selection.expires_at - now if selection.expires_at else None,

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from audit.alerts import recent_alerts
-from audit.fleet import chain_fleet, fleet_summary, idle_head_warning
+from audit.fleet import chain_fleet, fleet_summary, idle_head_warning, idle_head_warnings
 from audit.history import entry, history_rows
 from presets import selectors, services
 from presets.documents import format_duration
@@ -372,7 +372,7 @@ def _chain_page(
     choices = preset_choices(
         list(selectors.active_presets(chain=selection.chain_id).values()),
         selection,
-        warn=lambda steps: idle_head_warning(selection.chain, steps),
+        warn=idle_head_warnings(selection.chain),
     )
     context = {
         "live": live,
