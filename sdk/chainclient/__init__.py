@@ -2,6 +2,7 @@
 
 from chainclient._version import __version__
 from chainclient.admission import Contract
+from chainclient.async_router import AsyncRouter
 from chainclient.breaker import BreakerSettings
 from chainclient.client import ChainClient
 from chainclient.errors import (
@@ -18,8 +19,9 @@ from chainclient.errors import (
     RequestRejected,
     RoutingError,
     TransportError,
+    VerificationFailed,
 )
-from chainclient.receipts import Attempt, CredentialAlert, Receipt, RouteResult
+from chainclient.receipts import Answer, Attempt, CredentialAlert, Receipt, RouteResult
 from chainclient.router import Router
 from chainclient.types import (
     ChainDocument,
@@ -32,6 +34,8 @@ from chainclient.types import (
 
 __all__ = [
     "AllProvidersFailed",
+    "Answer",
+    "AsyncRouter",
     "Attempt",
     "BreakerSettings",
     "ChainClient",
@@ -58,5 +62,6 @@ __all__ = [
     "RoutingError",
     "Step",
     "TransportError",
+    "VerificationFailed",
     "__version__",
 ]

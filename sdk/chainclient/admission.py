@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import cached_property
 
 from chainclient.types import Registry, Step
 
@@ -25,10 +26,12 @@ class Contract:
 
     ``requires``: capabilities the step's model must all have (e.g. ``{"images"}``).
     ``destinations``: where the request's data may go; None means anywhere.
+    ``name``: what the service calls this contract (e.g. ``"eu-data"``), shown in receipts.
     """
 
     requires: AbstractSet[str] = frozenset()
     destinations: AbstractSet[str] | None = None
+    name: str = ""
 
     def __post_init__(self) -> None:
         # Frozen sets make the contract hashable (admission results are cached per contract)
@@ -36,6 +39,18 @@ class Contract:
         object.__setattr__(self, "requires", frozenset(self.requires))
         if self.destinations is not None:
             object.__setattr__(self, "destinations", frozenset(self.destinations))
+
+    @cached_property
+    def identity(self) -> str:
+        """The contract as every receipt names it: its name, then its terms, e.g.
+        ``'eu-data' (requires [text]; destinations [vendor_b-eu])``; ``none`` for no terms."""
+        terms = [f"requires [{', '.join(sorted(self.requires))}]"] if self.requires else []
+        if self.destinations is not None:
+            terms.append(f"destinations [{', '.join(sorted(self.destinations))}]")
+        described = "; ".join(terms) or "no terms"
+        if self.name:
+            return f"{self.name!r} ({described})"
+        return f"({described})" if terms else "none"
 
 
 NO_CONTRACT = Contract()

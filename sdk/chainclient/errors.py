@@ -164,6 +164,18 @@ class OutcomeUnknown(RoutingError):
         return self.receipt.attempts[-1]
 
 
+class VerificationFailed(RoutingError):
+    """A request with side effects was answered, and the answer failed ``verify``.
+
+    The provider acted, so trying another one could act twice: the router stopped.
+    ``attempt`` is the answered attempt (its ``error`` says how ``verify`` turned it down).
+    """
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.receipt.attempts[-1]
+
+
 __all__ = [
     "AllProvidersFailed",
     "ChainClientError",
@@ -178,4 +190,5 @@ __all__ = [
     "RequestRejected",
     "RoutingError",
     "TransportError",
+    "VerificationFailed",
 ]

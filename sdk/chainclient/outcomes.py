@@ -14,8 +14,11 @@ takes next. The table it applies (``ProviderError.status``):
 - any other exception from a transport: a failure whose outcome is unknown
   (``dispatched_unknown``); it falls through unless the request has side effects.
 
-With ``side_effects=True`` an unknown outcome (timeout after dispatch, a dispatched
-``ProviderError`` without a status, an unexpected exception) stops with ``OutcomeUnknown``.
+An answer after dispatch that does not establish the outcome is ``dispatched_unknown``: a
+timeout, a dropped connection (no status), an unexpected exception, and a 502 or 504 (a
+gateway answered for an upstream that may have acted). With ``side_effects=True`` an unknown
+outcome stops with ``OutcomeUnknown``, and an answer that fails ``verify`` stops with
+``VerificationFailed`` (the provider acted; redoing it elsewhere could act twice).
 Keeping the table in one pure function is what makes it testable and readable at 02:00.
 """
 
@@ -31,6 +34,8 @@ from chainclient.receipts import DISPATCHED_KNOWN, DISPATCHED_UNKNOWN, NOT_DISPA
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 REJECTING_STATUSES = frozenset({400, 422})
 CREDENTIAL_STATUSES = frozenset({401, 403})
+# A gateway's answer for its upstream: whether the upstream acted is not known.
+UNKNOWN_OUTCOME_STATUSES = frozenset({502, 504})
 
 _NOT_ELSEWHERE = "content-policy refusal; not tried elsewhere (fall_through_on_content_policy=False)"
 
@@ -48,6 +53,9 @@ class Action(enum.Enum):
     """Stop with ContentPolicyRejected."""
     STOP_UNKNOWN = "stop_unknown"
     """Stop with OutcomeUnknown: the provider may have acted on a request with side effects."""
+    STOP_UNVERIFIED = "stop_unverified"
+    """Stop with VerificationFailed: the provider acted, its answer failed ``verify``, and
+    the request has side effects."""
 
 
 class Verdict(NamedTuple):
@@ -87,7 +95,7 @@ def classify(
     """Classify one provider call: ``raised`` is what the transport raised, or None when it
     returned ``value`` (which ``verify``, if given, must accept for the attempt to count)."""
     if raised is None:
-        return _answered(value, verify)
+        return _answered(value, verify, side_effects=side_effects)
     verdict = _failed(raised, timeout_s=timeout_s, fall_through_on_content_policy=fall_through_on_content_policy)
     if verdict.dispatch != DISPATCHED_UNKNOWN:
         return verdict
@@ -99,13 +107,16 @@ def classify(
     return verdict._replace(reason=reason)
 
 
-def _answered(value: Any, verify: Callable[[Any], bool] | None) -> Verdict:
+def _answered(value: Any, verify: Callable[[Any], bool] | None, *, side_effects: bool) -> Verdict:
     """The transport returned: served, unless ``verify`` turns the answer down."""
     if verify is None:
         return _SERVED
     ok, error = _verified(verify, value)
     if ok:
         return _SERVED
+    if side_effects:
+        reason = "the answer failed verify(); the provider acted and the request has side effects: stopped"
+        return Verdict("verify_failed", DISPATCHED_KNOWN, Action.STOP_UNVERIFIED, reason=reason, error=error)
     return Verdict("verify_failed", DISPATCHED_KNOWN, Action.NEXT, reason="the answer failed verify()", error=error)
 
 
@@ -143,7 +154,9 @@ def _provider_error(raised: ProviderError) -> Verdict:
     if status is None:
         dispatch = DISPATCHED_UNKNOWN if raised.dispatched else NOT_DISPATCHED
         return Verdict("failed", dispatch, Action.NEXT, reason="no HTTP status", error=error)
-    dispatch = DISPATCHED_KNOWN if raised.dispatched else NOT_DISPATCHED
+    dispatch = NOT_DISPATCHED
+    if raised.dispatched:
+        dispatch = DISPATCHED_UNKNOWN if status in UNKNOWN_OUTCOME_STATUSES else DISPATCHED_KNOWN
     if status in REJECTING_STATUSES:
         # The provider is answering, so this is no mark against it.
         reason = f"HTTP {status}: the request itself was rejected; not tried elsewhere"
@@ -156,7 +169,9 @@ def _provider_error(raised: ProviderError) -> Verdict:
             error=error,
             counts_as_failure=False,
         )
-    if status in RETRYABLE_STATUSES:
+    if dispatch == DISPATCHED_UNKNOWN:
+        reason = f"HTTP {status}: a gateway answered for an upstream that may have acted"
+    elif status in RETRYABLE_STATUSES:
         reason = f"HTTP {status} is retryable"
     elif status in CREDENTIAL_STATUSES:
         reason = f"HTTP {status}: credentials rejected (credential alert raised)"
@@ -176,6 +191,7 @@ __all__ = [
     "CREDENTIAL_STATUSES",
     "REJECTING_STATUSES",
     "RETRYABLE_STATUSES",
+    "UNKNOWN_OUTCOME_STATUSES",
     "Action",
     "Verdict",
     "classify",

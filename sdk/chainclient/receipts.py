@@ -1,8 +1,9 @@
 """What a routed request leaves behind: its attempts, its receipt, its result, its alerts.
 
-These are plain records, shared by the router (which writes them) and the routing errors
+These are plain records, shared by the routers (which write them) and the routing errors
 (which carry them). They depend on nothing but ``types``, so ``errors`` and ``router`` can
-both import them without importing each other.
+both import them without importing each other. ``Answer`` is the one record a transport may
+build: a value with the model identity the provider says served it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ class Attempt:
     """Why the router moved on (or stopped) after this attempt; empty when it succeeded."""
     error: str = ""
     """The error the transport raised (or the verify failure), as text."""
+    destination: str = ""
+    """Where the request's data went: the provider's ``destination`` in the registry
+    (``"unknown"`` when the router has no registry)."""
+    model_id: str = ""
+    """The resolved model identity: what the provider said served it (a transport returning
+    ``Answer(value, model_id=...)``), else ``provider/model``."""
+    contract: str = "none"
+    """The contract in force for the request (``Contract.identity``)."""
+    epoch: int = 0
+    version: int = 0
+    """The chain document (epoch, version) the attempt's step was taken from."""
 
     @property
     def step(self) -> str:
@@ -45,9 +57,10 @@ class Attempt:
 
     def __str__(self) -> str:
         status = f" HTTP {self.status}" if self.status is not None else ""
+        resolved = f" as {self.model_id}" if self.model_id and self.model_id != self.step else ""
         line = (
-            f"{self.attempt_id} {self.provider}/{self.model}: {self.outcome}{status} "
-            f"({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s)"
+            f"{self.attempt_id} {self.provider}/{self.model}{resolved} @ {self.destination or 'unknown'}: "
+            f"{self.outcome}{status} ({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s)"
         )
         if self.reason:
             line += f" -> {self.reason}"
@@ -63,10 +76,15 @@ class Receipt:
     refused: tuple[tuple[Step, str], ...] = ()
     preset: str = ""
     version: int = 0
+    epoch: int = 0
+    contract: str = "none"
+    """The contract in force for the request (``Contract.identity``)."""
 
     def __str__(self) -> str:
+        version = f"{self.epoch}.{self.version}" if self.epoch else str(self.version)
         lines = [
-            f"task {self.task_id} (preset {self.preset!r}, version {self.version}): {len(self.attempts)} attempt(s)"
+            f"task {self.task_id} (preset {self.preset!r}, version {version}, contract {self.contract}): "
+            f"{len(self.attempts)} attempt(s)"
         ]
         lines.extend(f"  {attempt}" for attempt in self.attempts)
         lines.extend(f"  skipped {step}: {why}" for step, why in self.refused)
@@ -99,6 +117,16 @@ class RouteResult(CarriesReceipt):
     receipt: Receipt = field(repr=False)
 
     @property
+    def destination(self) -> str:
+        """Where the request's data went to be served (the serving attempt's destination)."""
+        return self.receipt.attempts[-1].destination
+
+    @property
+    def model_id(self) -> str:
+        """The resolved identity of the model that served it (see ``Attempt.model_id``)."""
+        return self.receipt.attempts[-1].model_id
+
+    @property
     def recovered(self) -> bool:
         """True when a fallback served the request (an earlier attempt failed)."""
         return len(self.receipt.attempts) > 1
@@ -109,6 +137,20 @@ class RouteResult(CarriesReceipt):
 
     def __str__(self) -> str:
         return f"served by {self.provider}/{self.model}\n{self.receipt}"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a transport may return instead of a bare value, to name the model that served.
+
+    Vendors resolve aliases (``large``, ``gpt-4o``) to a dated model and say which in their
+    response; ``return Answer(response.text, model_id=response.model)`` puts that identity
+    in the attempt's receipt. The router unwraps it: ``RouteResult.value`` and ``verify``
+    see ``value``.
+    """
+
+    value: Any
+    model_id: str
 
 
 @dataclass(frozen=True)
@@ -127,6 +169,7 @@ __all__ = [
     "DISPATCHED_KNOWN",
     "DISPATCHED_UNKNOWN",
     "NOT_DISPATCHED",
+    "Answer",
     "Attempt",
     "CarriesReceipt",
     "CredentialAlert",

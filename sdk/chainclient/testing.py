@@ -11,21 +11,28 @@ vendor's schema, and records every call::
     router.complete("hi").provider == "gamma"
     fakes.attempts == ["alpha", "beta", "gamma"]
 
-Configure every provider before building the Router (it copies ``fakes.transports``);
-changing a provider's behaviour afterwards is fine and takes effect on its next call.
+Every provider named at construction (default: alpha, beta and gamma) answers ``"ok"``
+until configured otherwise, so ``fakes.configure({"alpha": 503})`` is a whole test of "the
+head fails, the second serves". Configure any other provider before building the Router (it
+copies ``fakes.transports``); changing a behaviour afterwards is fine and takes effect on
+its next call. ``fakes.async_transports`` are the same fakes for ``AsyncRouter``.
 
-With a ``FakeClock``, a fake advances the clock by ``after_s`` per call (a timeout fake, by
-default, by the whole ``timeout_s`` the router gave it), so budget tests never sleep.
-Without a clock, ``after_s`` is ignored and every fake returns at once.
+Fakes honour the attempt's timeout as a real transport must: a fake due to answer (or fail)
+after ``after_s`` seconds raises ``ProviderTimeout(dispatched=True)`` instead when
+``after_s`` exceeds the ``timeout_s`` the router gave it. With a ``FakeClock`` a fake
+advances the clock by the time it took (``after_s``, or the whole ``timeout_s`` when it
+timed out), so budget tests never sleep; without one, every fake returns at once.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from chainclient.async_router import AsyncTransport
 from chainclient.errors import (
     ContentPolicyRefusal,
     ProviderError,
@@ -42,7 +49,8 @@ _NAMED_ANSWER: Any = object()
 Spec: TypeAlias = "int | str | Transport"
 """What ``FakeProviders.configure`` accepts per provider:
 
-- ``"ok"``: answers ``"answer from <name>"``;
+- ``"ok"``: answers ``"answer from <name>"`` (what every provider named at construction
+  does until configured);
 - an ``int`` HTTP status (``503``, ``400``, ``401``, ...): raises ``ProviderError(status)``;
 - ``"timeout"``: raises ``ProviderTimeout(dispatched=True)`` (the request was sent);
 - ``"timeout_before_dispatch"``: raises ``ProviderTimeout(dispatched=False)``;
@@ -50,7 +58,8 @@ Spec: TypeAlias = "int | str | Transport"
 - ``"content_policy"``: raises ``ContentPolicyRefusal``;
 - ``"unknown"``: raises ``ProviderError(None, dispatched=True)`` (sent, no status back);
 - ``"error"``: raises ``RuntimeError`` (a transport bug);
-- a callable ``(step, request, timeout_s) -> value``: called as the transport.
+- a callable ``(step, request, timeout_s) -> value``: called as the transport (for
+  ``async_transports`` it may be a coroutine function).
 """
 
 
@@ -85,15 +94,18 @@ class FakeProviders:
     """Fake transports keyed by provider name; each records its calls (thread-safe).
 
     Every behaviour method returns the fakes, so they chain:
-    ``FakeProviders().fail("alpha", status=503).ok("beta")``.
+    ``FakeProviders().fail("alpha", status=503).ok("beta")``. ``providers`` answer ``"ok"``
+    until configured otherwise.
     """
 
-    def __init__(self, clock: FakeClock | None = None) -> None:
+    def __init__(self, clock: FakeClock | None = None, providers: Iterable[str] = FAKE_PROVIDERS) -> None:
         self.clock = clock
         self._lock = threading.Lock()
         self._calls: list[FakeCall] = []
         self._behaviours: dict[str, Transport] = {}
         self._transports: dict[str, Transport] = {}
+        for name in providers:
+            self.ok(name)
 
     # --- behaviours ----------------------------------------------------------------------
 
@@ -102,7 +114,7 @@ class FakeProviders:
         answer = f"answer from {name}" if value is _NAMED_ANSWER else value
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(after_s)
+            self._spend(name, after_s, timeout_s)
             return answer
 
         return self._set(name, behave)
@@ -119,17 +131,17 @@ class FakeProviders:
         """Raise ``ProviderError(status, dispatched, message)``."""
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(after_s)
+            self._spend(name, after_s, timeout_s)
             raise ProviderError(status, dispatched, message or f"fake {name} failed")
 
         return self._set(name, behave)
 
     def timeout(self, name: str, *, dispatched: bool = True, after_s: float | None = None) -> FakeProviders:
-        """Raise ``ProviderTimeout(dispatched)`` after ``after_s`` (default: the whole
-        ``timeout_s`` the router allowed this call)."""
+        """Raise ``ProviderTimeout(dispatched)`` after ``after_s`` (default, or when
+        ``after_s`` is longer: the whole ``timeout_s`` the router allowed this call)."""
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(timeout_s if after_s is None else after_s)
+            self._advance(timeout_s if after_s is None else min(after_s, timeout_s))
             raise ProviderTimeout(dispatched)
 
         return self._set(name, behave)
@@ -138,7 +150,7 @@ class FakeProviders:
         """Raise ``ProviderUnavailable`` (connection refused; nothing was sent)."""
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(after_s)
+            self._spend(name, after_s, timeout_s)
             raise ProviderUnavailable(f"fake {name}: connection refused")
 
         return self._set(name, behave)
@@ -147,7 +159,7 @@ class FakeProviders:
         """Raise ``ContentPolicyRefusal``."""
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(after_s)
+            self._spend(name, after_s, timeout_s)
             raise ContentPolicyRefusal(f"fake {name}: content policy")
 
         return self._set(name, behave)
@@ -157,7 +169,7 @@ class FakeProviders:
         would."""
 
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
-            self._spend(after_s)
+            self._spend(name, after_s, timeout_s)
             raise exc if exc is not None else RuntimeError(f"fake {name}: transport bug")
 
         return self._set(name, behave)
@@ -193,6 +205,14 @@ class FakeProviders:
         return dict(self._transports)
 
     @property
+    def async_transports(self) -> dict[str, AsyncTransport]:
+        """The same fakes for ``AsyncRouter``: one recording coroutine function per provider.
+
+        A fake never really waits: with a ``FakeClock`` it spends fake time, as the
+        synchronous ones do, so an asyncio test's budget never sleeps either."""
+        return {name: _awaitable(call) for name, call in self._transports.items()}
+
+    @property
     def attempts(self) -> list[str]:
         """Provider names in the order they were called."""
         with self._lock:
@@ -226,7 +246,16 @@ class FakeProviders:
 
         return call
 
-    def _spend(self, seconds: float) -> None:
+    def _spend(self, name: str, seconds: float, timeout_s: float) -> None:
+        """Take ``seconds`` to answer, as a real call would, within ``timeout_s``: a call due
+        later times out at ``timeout_s`` instead, as a transport passing its timeout on
+        to the vendor's client does."""
+        if seconds > timeout_s:
+            self._advance(timeout_s)
+            raise ProviderTimeout(True, f"fake {name}: due after {seconds:g}s, past its {timeout_s:g}s timeout")
+        self._advance(seconds)
+
+    def _advance(self, seconds: float) -> None:
         if self.clock is not None and seconds:
             self.clock.advance(seconds)
 
@@ -235,7 +264,7 @@ class FakeProviders:
             return spec
         if isinstance(spec, bool):
             raise TypeError(f"{name}: a spec is a status, a keyword or a callable, not a bool")
-        scratch = FakeProviders(self.clock)
+        scratch = FakeProviders(self.clock, providers=())
         if isinstance(spec, int):
             scratch.fail(name, spec)
         elif isinstance(spec, str) and spec in _KEYWORDS:
@@ -247,6 +276,18 @@ class FakeProviders:
                 "'content_policy', 'unknown', 'error' or a callable"
             )
         return scratch._behaviours[name]
+
+
+def _awaitable(call: Transport) -> AsyncTransport:
+    """``call`` as a coroutine function; a result that is itself awaitable is awaited."""
+
+    async def acall(step: Step, request: Any, timeout_s: float) -> Any:
+        value = call(step, request, timeout_s)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return acall
 
 
 # The keyword specs ``configure`` accepts, each as the behaviour method it stands for.
@@ -264,9 +305,11 @@ _KEYWORDS: dict[str, Callable[[FakeProviders, str], FakeProviders]] = {
 
 class FakeChainClient:
     """A stand-in for ``ChainClient``: ``current()`` returns whatever was last ``set()``;
-    ``served`` counts, per provider, the successes a Router recorded (``record_served``)."""
+    ``served`` counts, per provider, the successes a Router recorded (``record_served``);
+    ``registry``, if given, is the one a Router built on it uses (as a ChainClient's)."""
 
-    def __init__(self, chain: ChainDocument | Sequence[Step]) -> None:
+    def __init__(self, chain: ChainDocument | Sequence[Step], *, registry: Registry | None = None) -> None:
+        self.registry = registry
         self._document = _as_document(chain)
         self._lock = threading.Lock()
         self._served: dict[str, int] = {}

@@ -1,6 +1,7 @@
 """One request's way along its snapshot of the chain, and how it ends.
 
-A ``Walk`` collects the attempts made and the steps admission refused, which become the
+A ``Walk`` holds what the request asked for (its contract, side effects, fallback, verify
+and budget), collects the attempts made and the steps admission refused, which become the
 request's receipt, and builds what the request ends with: a ``RouteResult``, or the
 ``RoutingError`` that names the ending (a stop, an exhausted chain, a spent budget) with a
 headline that tells the whole story in one log line.
@@ -9,9 +10,10 @@ headline that tells the whole story in one log line.
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from chainclient.admission import Contract
 from chainclient.errors import (
     AllProvidersFailed,
     ContentPolicyRejected,
@@ -20,6 +22,7 @@ from chainclient.errors import (
     OutcomeUnknown,
     RequestRejected,
     RoutingError,
+    VerificationFailed,
 )
 from chainclient.outcomes import Action
 from chainclient.receipts import Attempt, Receipt, RouteResult
@@ -27,19 +30,57 @@ from chainclient.types import ChainDocument, Step
 
 
 class Walk:
-    """The attempts and refusals of one request so far, over one snapshot of the chain."""
+    """One request over one snapshot of the chain: what it asked for, and its attempts and
+    refusals so far."""
 
-    __slots__ = ("attempts", "document", "refused", "task_id")
+    __slots__ = (
+        "allow_fallback",
+        "attempts",
+        "contract",
+        "cut_by_deadline",
+        "deadline",
+        "document",
+        "refused",
+        "side_effects",
+        "task_id",
+        "verify",
+    )
 
-    def __init__(self, task_id: str, document: ChainDocument) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        document: ChainDocument,
+        *,
+        contract: Contract,
+        side_effects: bool,
+        allow_fallback: bool,
+        verify: Callable[[Any], bool] | None,
+        deadline: float,
+    ) -> None:
         self.task_id = task_id
         self.document = document
+        self.contract = contract
+        self.side_effects = side_effects
+        self.allow_fallback = allow_fallback
+        self.verify = verify
+        self.deadline = deadline
+        """When the request's budget runs out, on the router's clock."""
+        self.cut_by_deadline = False
+        """Whether the last attempt timed out because the budget cut its timeout short."""
         self.attempts: list[Attempt] = []
         self.refused: list[tuple[Step, str]] = []
 
     def receipt(self) -> Receipt:
         document = self.document
-        return Receipt(self.task_id, tuple(self.attempts), tuple(self.refused), document.preset, document.version)
+        return Receipt(
+            self.task_id,
+            tuple(self.attempts),
+            tuple(self.refused),
+            document.preset,
+            document.version,
+            document.epoch,
+            self.contract.identity,
+        )
 
     def served(self, step: Step, value: Any) -> RouteResult:
         """The result of the attempt that succeeded (the last one)."""
@@ -61,6 +102,12 @@ class Walk:
                 "was tried",
                 receipt=self.receipt(),
             )
+        if action is Action.STOP_UNVERIFIED:
+            return VerificationFailed(
+                f"{attempt.step} answered but the answer failed verify() ({attempt.error}); the "
+                "request has side effects and the provider acted, so nothing else was tried",
+                receipt=self.receipt(),
+            )
         if action is Action.STOP_CONTENT:
             return ContentPolicyRejected(
                 f"{attempt.step} refused the content on policy grounds ({attempt.error})",
@@ -73,7 +120,7 @@ class Walk:
             status=attempt.status,
         )
 
-    def exhausted(self, *, cut_by_deadline: bool, deadline_s: float) -> RoutingError:
+    def exhausted(self, *, deadline_s: float) -> RoutingError:
         """The error for a walk that reached the end of the chain unserved."""
         if not self.attempts:
             return NoEligibleRoute(
@@ -81,7 +128,7 @@ class Walk:
                 "nothing was attempted",
                 receipt=self.receipt(),
             )
-        if cut_by_deadline:
+        if self.cut_by_deadline:
             return self.out_of_time(deadline_s=deadline_s, not_started=())
         summary = ", ".join(f"{a.provider}/{a.model} ({_short_error(a)})" for a in self.attempts)
         return AllProvidersFailed(f"all providers failed: {summary}", receipt=self.receipt())

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+import router_fixtures
 
 from chainclient import ChainClient, Provider, Registry, Step
 
@@ -400,3 +401,11 @@ def registry() -> Registry:
 @pytest.fixture
 def default_steps() -> list[Step]:
     return list(DEFAULT_STEPS)
+
+
+@pytest.fixture(params=router_fixtures.ROUTER_KINDS)
+def router_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a router test against ``Router`` and again against ``AsyncRouter``."""
+    router_fixtures.kind = request.param
+    yield request.param
+    router_fixtures.kind = "sync"

@@ -1,14 +1,45 @@
-"""Helpers shared by the router tests (plain functions, so no fixture magic to import)."""
+"""Helpers shared by the router tests (plain functions, so no fixture magic to import).
+
+Every router test module runs twice, once per router (``pytestmark`` uses the
+``router_kind`` fixture in conftest.py): ``make_router`` builds a ``Router`` or an
+``AsyncRouter`` over the same fakes, so one table of expectations holds both to the same
+semantics. An ``AsyncRouter`` is driven through ``Blocking``, which runs each request on a
+fresh event loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from chainclient import Router, RouteResult, RoutingError, Step
+from chainclient import AsyncRouter, Router, RouteResult, RoutingError, Step
 from chainclient.testing import FakeClock, FakeProviders, Spec, fake_chain, fake_registry
 
 ALL_OK: dict[str, Spec] = {"alpha": "ok", "beta": "ok", "gamma": "ok"}
+ROUTER_KINDS = ("sync", "async")
+# Which router ``make_router`` builds; set per test by the ``router_kind`` fixture.
+kind = "sync"
+
+
+class Blocking:
+    """An AsyncRouter with a blocking ``complete``: ``asyncio.run`` per request."""
+
+    def __init__(self, router: AsyncRouter) -> None:
+        self.router = router
+
+    def complete(self, request: Any, **options: Any) -> RouteResult:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.router.complete(request, **options))
+        # Called from a transport, mid-request: the other request runs on its own loop.
+        with ThreadPoolExecutor(1) as thread:
+            return thread.submit(asyncio.run, self.router.complete(request, **options)).result()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.router, name)
 
 
 def fakes_for(specs: Mapping[str, Spec] | None = None, clock: FakeClock | None = None) -> FakeProviders:
@@ -16,12 +47,16 @@ def fakes_for(specs: Mapping[str, Spec] | None = None, clock: FakeClock | None =
     return FakeProviders(clock).configure({**ALL_OK, **(specs or {})})
 
 
-def make_router(fakes: FakeProviders, chain: Sequence[Step] | Any = None, **options: Any) -> Router:
-    """A router over alpha -> beta -> gamma (10 s each) with breakers off unless asked for."""
+def make_router(fakes: FakeProviders, chain: Sequence[Step] | Any = None, **options: Any) -> Any:
+    """A router (of the test's kind) over alpha -> beta -> gamma (10 s each), breakers off
+    unless asked for."""
     options.setdefault("registry", fake_registry())
     options.setdefault("breaker", None)
     options.setdefault("clock", fakes.clock)
-    return Router(chain if chain is not None else fake_chain(), transports=fakes.transports, **options)
+    source = chain if chain is not None else fake_chain()
+    if kind == "async":
+        return Blocking(AsyncRouter(source, transports=fakes.async_transports, **options))
+    return Router(source, transports=fakes.transports, **options)
 
 
 def tried(outcome: RouteResult | RoutingError) -> list[str]:

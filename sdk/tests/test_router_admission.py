@@ -16,6 +16,8 @@ from chainclient import (
 )
 from chainclient.testing import FakeProviders, fake_chain, fake_registry
 
+pytestmark = pytest.mark.usefixtures("router_kind")
+
 # alpha: eligible; beta: lacks "images"; gamma: sends data to a destination not allowed.
 REGISTRY = fake_registry(
     ["alpha", "beta", "gamma", "delta"],

@@ -17,6 +17,8 @@ from chainclient import (
 )
 from chainclient.testing import FakeClock, FakeProviders
 
+pytestmark = pytest.mark.usefixtures("router_kind")
+
 BREAKER = BreakerSettings(failure_threshold=2, window_s=60.0, cooldown_s=30.0)
 
 

@@ -11,6 +11,8 @@ from router_fixtures import fakes_for, make_router, tried
 from chainclient import AllProvidersFailed, DeadlineExceeded, Step
 from chainclient.testing import FakeClock, FakeProviders, fake_chain
 
+pytestmark = pytest.mark.usefixtures("router_kind")
+
 
 @pytest.fixture
 def clock() -> FakeClock:

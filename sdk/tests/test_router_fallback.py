@@ -22,6 +22,8 @@ from chainclient import (
 )
 from chainclient.testing import Spec
 
+pytestmark = pytest.mark.usefixtures("router_kind")
+
 # (failure pattern, content policy falls through?, providers called in order, how it ends:
 #  the provider that served the request, or the error raised)
 FALLBACK_TABLE: list[tuple[dict[str, Spec], bool, list[str], str | type[RoutingError]]] = [

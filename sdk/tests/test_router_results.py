@@ -18,8 +18,11 @@ from chainclient import (
     RequestRejected,
     Router,
     Step,
+    VerificationFailed,
 )
 from chainclient.testing import FakeChainClient, FakeClock, fake_chain, fake_document
+
+pytestmark = pytest.mark.usefixtures("router_kind")
 
 
 def test_verify_rejecting_the_head_s_answer_falls_through() -> None:
@@ -64,7 +67,12 @@ def test_report_counts_each_way_a_request_can_end() -> None:
     def attempt(**options: Any) -> None:
         # Each ending is asserted elsewhere; here only the tally matters.
         with contextlib.suppress(
-            AllProvidersFailed, DeadlineExceeded, NoEligibleRoute, OutcomeUnknown, RequestRejected
+            AllProvidersFailed,
+            DeadlineExceeded,
+            NoEligibleRoute,
+            OutcomeUnknown,
+            RequestRejected,
+            VerificationFailed,
         ):
             router.complete("hello", **options)
 
@@ -79,6 +87,8 @@ def test_report_counts_each_way_a_request_can_end() -> None:
     fakes.configure({"alpha": "timeout", "beta": "timeout"})
     attempt()  # deadline
     attempt(side_effects=True)  # unresolved
+    fakes.configure({"alpha": "ok"})
+    attempt(side_effects=True, verify=lambda value: False)  # verify_failed
     fakes.configure({"alpha": 401, "beta": "ok"})
     attempt()  # recovered_success + credential_alerts
 
@@ -90,7 +100,9 @@ def test_report_counts_each_way_a_request_can_end() -> None:
         "all_failed": 1,
         "deadline": 1,
         "unresolved": 1,
+        "verify_failed": 1,
         "credential_alerts": 1,
+        "skipped_no_transport": 0,
     }
     router.reset_report()
     assert set(router.report().values()) == {0}
@@ -127,6 +139,7 @@ def test_the_router_reads_the_client_s_current_chain_once_per_request() -> None:
 
     client = ChangingClient()
     router = make_router(fakes_for({"alpha": 503}), client)
+    client.reads = 0  # construction reads it once, to warn about providers without a transport
 
     assert router.complete("first").provider == "beta"
     client.document = fake_document(fake_chain(["gamma", "alpha"]), version=8)
@@ -158,11 +171,11 @@ def test_a_result_receipt_reads_as_one_line_per_attempt() -> None:
 
     lines = text.splitlines()
     assert lines[0] == "served by gamma/chat"
-    assert lines[1].startswith("task order-42 (preset 'compiled-default', version 0): 3 attempt(s)")
-    assert lines[2].strip().startswith("order-42-1 alpha/chat: failed HTTP 503")
+    assert lines[1].startswith("task order-42 (preset 'compiled-default', version 0, contract none): 3 attempt(s)")
+    assert lines[2].strip().startswith("order-42-1 alpha/chat @ alpha-us: failed HTTP 503")
     assert "HTTP 503 is retryable" in lines[2]
-    assert lines[3].strip().startswith("order-42-2 beta/chat: timeout (dispatched_unknown")
-    assert lines[4].strip().startswith("order-42-3 gamma/chat: ok")
+    assert lines[3].strip().startswith("order-42-2 beta/chat @ beta-us: timeout (dispatched_unknown")
+    assert lines[4].strip().startswith("order-42-3 gamma/chat @ gamma-us: ok")
     assert len(lines) == 5
 
 
@@ -174,7 +187,7 @@ def test_an_error_reads_as_a_headline_then_its_receipt() -> None:
 
     lines = str(caught.value).splitlines()
     assert lines[0].startswith("gamma/chat rejected the request (HTTP 400")
-    assert "t-1 alpha/chat: failed HTTP 503" in lines[2]
+    assert "t-1 alpha/chat @ alpha-us: failed HTTP 503" in lines[2]
     assert "credentials rejected" in lines[3]
     assert "the request itself was rejected; not tried elsewhere" in lines[4]
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from router_fixtures import make_router
+from router_fixtures import make_router, tried
 
 from chainclient import (
     ContentPolicyRefusal,
+    DeadlineExceeded,
     ProviderError,
     ProviderTimeout,
     ProviderUnavailable,
@@ -14,6 +17,8 @@ from chainclient import (
     TransportError,
 )
 from chainclient.testing import FakeChainClient, FakeClock, FakeProviders, Spec, fake_chain
+
+pytestmark = pytest.mark.usefixtures("router_kind")
 
 STEP = Step("alpha", "chat", 10_000)
 
@@ -108,3 +113,76 @@ def test_the_fake_chain_client_serves_what_was_last_set() -> None:
     client.set(fake_chain(["beta"]))
 
     assert [step.provider for step in client.current().chain] == ["beta"]
+
+
+# (behaviour due after 9.9 s, with a 5.2 s budget): each times out at the budget instead.
+LATE = [
+    ("ok", lambda fakes: fakes.ok("alpha", after_s=9.9)),
+    ("fail", lambda fakes: fakes.fail("alpha", 503, after_s=9.9)),
+    ("unavailable", lambda fakes: fakes.unavailable("alpha", after_s=9.9)),
+    ("content_policy", lambda fakes: fakes.content_policy("alpha", after_s=9.9)),
+    ("error", lambda fakes: fakes.error("alpha", after_s=9.9)),
+    ("timeout", lambda fakes: fakes.timeout("alpha", after_s=9.9)),
+]
+
+
+@pytest.mark.parametrize("late", [behave for _, behave in LATE], ids=[name for name, _ in LATE])
+def test_a_fake_slower_than_the_attempt_s_timeout_times_out_at_the_timeout(late: Any) -> None:
+    clock = FakeClock(start=0)
+    fakes = FakeProviders(clock)
+    late(fakes)
+    router = make_router(fakes, fake_chain(["alpha"]), deadline_s=5.2)
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        router.complete("hello")
+
+    attempt = caught.value.attempts[0]
+    assert (attempt.outcome, attempt.dispatch, attempt.timeout_s) == ("timeout", "dispatched_unknown", 5.2)
+    assert clock.now() == pytest.approx(5.2)
+
+
+def test_a_late_fake_falls_through_to_the_next_step_within_the_budget() -> None:
+    clock = FakeClock(start=0)
+    fakes = FakeProviders(clock).ok("alpha", after_s=12)
+    router = make_router(fakes, deadline_s=30)  # alpha's step allows 10 s
+
+    result = router.complete("hello")
+
+    assert tried(result) == ["alpha", "beta"]
+    assert clock.now() == pytest.approx(10)
+
+
+def test_a_fake_within_its_timeout_answers() -> None:
+    fakes = FakeProviders(FakeClock(start=0)).ok("alpha", after_s=5.2)
+    router = make_router(fakes, fake_chain(["alpha"]), deadline_s=5.2)
+
+    assert router.complete("hello").provider == "alpha"
+
+
+def test_providers_not_configured_answer_ok_so_one_line_tests_one_failure() -> None:
+    fakes = FakeProviders().configure({"alpha": 503})
+    router = make_router(fakes)
+
+    result = router.complete("hello")
+
+    assert (result.provider, result.value) == ("beta", "answer from beta")
+    assert fakes.attempts == ["alpha", "beta"]
+
+
+def test_fakes_for_other_provider_names_answer_ok_too() -> None:
+    fakes = FakeProviders(providers=("vendor_a", "vendor_b")).configure({"vendor_a": 429})
+
+    assert sorted(fakes.transports) == ["vendor_a", "vendor_b"]
+    assert fakes.transports["vendor_b"](Step("vendor_b", "large", 1000), "q", 1.0) == "answer from vendor_b"
+
+
+def test_the_attempt_log_survives_reconfiguring() -> None:
+    fakes = FakeProviders().configure({"alpha": 503})
+    router = make_router(fakes)
+    router.complete("one")
+
+    fakes.configure({"alpha": "ok", "beta": 503})
+    router.complete("two")
+
+    assert fakes.attempts == ["alpha", "beta", "alpha"]
+    assert [call.request for call in fakes.calls] == ["one", "one", "two"]

@@ -1,0 +1,385 @@
+"""The walk's policy, shared by ``Router`` and ``AsyncRouter``: everything but the call.
+
+Per request a router takes one snapshot of the chain (``current()`` is read once), then
+walks it in order. Before every attempt it runs admission (the contract, from
+``admission``; ``allow_fallback``; the provider's circuit breaker, from ``breaker``), gives
+the attempt ``min(step timeout, time left in the request's budget)``, classifies how the
+call went (``outcomes.classify``: the status table lives there), and either returns, moves
+on to the next step, or stops. Every attempt is recorded in the request's receipt
+(``receipts``), which results and errors carry.
+
+``RouterCore`` owns that policy: admission, the budget, what an attempt's outcome leads to,
+and what follows (the counts in ``report()``, credential alerts, usage accounting, the
+warnings about providers without a transport). The two routers differ only in how they
+call a transport: ``router.Router`` calls it, ``async_router.AsyncRouter`` awaits it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from chainclient.admission import NO_CONTRACT, Contract, ContractCheck
+from chainclient.breaker import DEFAULT_BREAKER, BreakerSettings, BreakerState, CircuitBreaker
+from chainclient.errors import (
+    AllProvidersFailed,
+    DeadlineExceeded,
+    NoEligibleRoute,
+    OutcomeUnknown,
+    RequestRejected,
+    RoutingError,
+    VerificationFailed,
+)
+from chainclient.outcomes import Action, classify
+from chainclient.receipts import Answer, Attempt, CredentialAlert, RouteResult
+from chainclient.types import ChainDocument, Registry, Step
+from chainclient.walk import Walk
+
+logger = logging.getLogger("chainclient.router")
+
+REPORT_KEYS = (
+    "first_attempt_success",
+    "recovered_success",
+    "refusals",
+    "rejections",
+    "all_failed",
+    "deadline",
+    "unresolved",
+    "verify_failed",
+    "credential_alerts",
+    "skipped_no_transport",
+)
+# How each ending is counted in ``report()``; the first matching type wins.
+_ENDINGS: tuple[tuple[type[RoutingError], str], ...] = (
+    (OutcomeUnknown, "unresolved"),
+    (VerificationFailed, "verify_failed"),
+    (RequestRejected, "rejections"),  # ContentPolicyRejected included
+    (NoEligibleRoute, "refusals"),
+    (DeadlineExceeded, "deadline"),
+    (AllProvidersFailed, "all_failed"),
+)
+
+
+class Clock(Protocol):
+    """A monotonic clock in seconds; ``chainclient.testing.FakeClock`` is one."""
+
+    def now(self) -> float: ...
+
+
+class ChainSource(Protocol):
+    """Anything with a non-blocking ``current()`` returning the live chain (a ChainClient).
+
+    If it also has ``record_served(provider)`` (a ChainClient does), the router calls it
+    on every successful result, for the client's usage reports; if it has a ``registry``
+    (a ChainClient does), the router uses it unless given one.
+    """
+
+    def current(self) -> ChainDocument: ...
+
+
+class Turn(NamedTuple):
+    """A step admitted for one attempt: its share of the budget and when it started."""
+
+    step: Step
+    timeout: float
+    breaker: CircuitBreaker | None
+    started: float
+
+
+class RouterCore:
+    """What both routers share; see ``Router`` for the options."""
+
+    def __init__(
+        self,
+        source: ChainSource | ChainDocument | Sequence[Step],
+        *,
+        transports: Collection[str],
+        registry: Registry | None,
+        deadline_s: float,
+        fall_through_on_content_policy: bool,
+        on_alert: Callable[[CredentialAlert], None] | None,
+        clock: Clock | None,
+        breaker: BreakerSettings | None,
+    ) -> None:
+        if deadline_s <= 0:
+            raise ValueError("deadline_s must be positive")
+        self._snapshot = _snapshot_reader(source)
+        record_served = getattr(source, "record_served", None)
+        self._record_served: Callable[[str], object] | None = record_served if callable(record_served) else None
+        if registry is None:
+            registry = _registry_of(source)
+        self._deadline_s = float(deadline_s)
+        self._fall_through_on_content_policy = fall_through_on_content_policy
+        self._on_alert = on_alert
+        self._now: Callable[[], float] = clock.now if clock is not None else time.monotonic
+        self._breakers: dict[str, CircuitBreaker] = (
+            {name: CircuitBreaker(name, breaker) for name in transports} if breaker is not None else {}
+        )
+        self._contracts = ContractCheck(transports=transports, registry=registry)
+        self._destinations = {name: registry[name].destination for name in registry} if registry is not None else {}
+        self._counts_lock = threading.Lock()
+        self._counts = dict.fromkeys(REPORT_KEYS, 0)
+        self._transported = frozenset(transports)
+        self._untransported: set[str] = set()
+        self._warn_untransported(registry, self._snapshot())
+
+    # --- public ------------------------------------------------------------------------
+
+    def report(self) -> dict[str, int]:
+        """Counts since start (or the last ``reset_report()``) by how requests ended, plus
+        ``credential_alerts`` and ``skipped_no_transport`` (steps skipped for want of a
+        transport)."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def reset_report(self) -> None:
+        with self._counts_lock:
+            self._counts = dict.fromkeys(REPORT_KEYS, 0)
+
+    def health(self) -> dict[str, Any]:
+        """For health endpoints: providers the service cannot call (no transport), and the
+        state of each provider's circuit breaker."""
+        return {
+            "providers_without_transport": sorted(self._untransported),
+            "breakers": {name: breaker.state for name, breaker in sorted(self._breakers.items())},
+        }
+
+    def breaker_state(self, provider: str) -> BreakerState:
+        """``closed``, ``open`` or ``half_open`` (``closed`` if breakers are disabled)."""
+        breaker = self._breakers.get(provider)
+        return breaker.state if breaker is not None else "closed"
+
+    def reset_breakers(self) -> None:
+        """Close every breaker and forget counted failures (for tests)."""
+        for breaker in self._breakers.values():
+            breaker.reset()
+
+    # --- a request, step by step ---------------------------------------------------------
+
+    def _begin(
+        self,
+        *,
+        task_id: str | None,
+        contract: Contract | None,
+        side_effects: bool,
+        allow_fallback: bool,
+        verify: Callable[[Any], bool] | None,
+    ) -> Walk:
+        """A request's walk over one snapshot of the chain, with its budget starting now."""
+        return Walk(
+            task_id or uuid.uuid4().hex,
+            self._snapshot(),
+            contract=contract if contract is not None else NO_CONTRACT,
+            side_effects=side_effects,
+            allow_fallback=allow_fallback,
+            verify=verify,
+            deadline=self._now() + self._deadline_s,
+        )
+
+    def _turn(self, walk: Walk, index: int, step: Step) -> Turn | None:
+        """Admit ``step`` for an attempt (None: refused, recorded in the receipt); raise
+        DeadlineExceeded if the budget is spent."""
+        breaker = self._breakers.get(step.provider)
+        why = self._refusal(step, walk.contract, breaker, fallback_barred=bool(index) and not walk.allow_fallback)
+        if why is not None:
+            walk.refused.append((step, why))
+            if step.provider not in self._transported:
+                self._no_transport(step, walk.document)
+            return None
+        now = self._now()
+        left = walk.deadline - now
+        if left <= 0:
+            if breaker is not None:
+                breaker.release()
+            raise self._ended(walk.out_of_time(deadline_s=self._deadline_s, not_started=walk.document.chain[index:]))
+        step_timeout = step.timeout_s
+        return Turn(step, step_timeout if step_timeout <= left else left, breaker, now)
+
+    def _settle(self, walk: Walk, turn: Turn, raised: Exception | None, value: Any) -> RouteResult | None:
+        """Record how the attempt went and act on it: the result if it served the request,
+        None to try the next step; raise the request's error if it must stop here."""
+        step, breaker = turn.step, turn.breaker
+        model_id = ""
+        if type(value) is Answer:
+            value, model_id = value.value, value.model_id
+        verdict = classify(
+            raised,
+            value=value,
+            verify=walk.verify,
+            timeout_s=turn.timeout,
+            side_effects=walk.side_effects,
+            fall_through_on_content_policy=self._fall_through_on_content_policy,
+        )
+        now = self._now()
+        if breaker is not None:
+            if verdict.counts_as_failure:
+                breaker.record_failure(now)
+            else:
+                breaker.record_success(now)
+        document = walk.document
+        attempt = Attempt(
+            task_id=walk.task_id,
+            attempt_id=f"{walk.task_id}-{len(walk.attempts) + 1}",
+            provider=step.provider,
+            model=step.model,
+            dispatch=verdict.dispatch,
+            outcome=verdict.outcome,
+            status=verdict.status,
+            elapsed_s=now - turn.started,
+            timeout_s=turn.timeout,
+            reason=verdict.reason,
+            error=verdict.error,
+            destination=self._destinations.get(step.provider, "unknown"),
+            model_id=model_id or f"{step.provider}/{step.model}",
+            contract=walk.contract.identity,
+            epoch=document.epoch,
+            version=document.version,
+        )
+        walk.attempts.append(attempt)
+        if verdict.credential_alert:
+            self._credential_alert(attempt)
+        action = verdict.action
+        if action is Action.SERVED:
+            self._count("recovered_success" if len(walk.attempts) > 1 else "first_attempt_success")
+            if self._record_served is not None:
+                self._served(step.provider)
+            return walk.served(step, value)
+        if action is not Action.NEXT:
+            raise self._ended(walk.stopped(action))
+        # A timeout shortened by the budget failed because the budget ran out.
+        walk.cut_by_deadline = attempt.outcome == "timeout" and turn.timeout < step.timeout_s
+        return None
+
+    def _exhausted(self, walk: Walk) -> RoutingError:
+        """The error for a walk that reached the end of the chain unserved."""
+        return self._ended(walk.exhausted(deadline_s=self._deadline_s))
+
+    @staticmethod
+    def _interrupted(turn: Turn) -> None:
+        """The call was interrupted (KeyboardInterrupt, a cancelled task): a half-open
+        breaker's probe slot goes back unused."""
+        if turn.breaker is not None:
+            turn.breaker.release()
+
+    # --- admission -----------------------------------------------------------------------
+
+    def _refusal(
+        self, step: Step, contract: Contract, breaker: CircuitBreaker | None, *, fallback_barred: bool
+    ) -> str | None:
+        """Why this request may not try ``step`` now, or None. The breaker is asked last:
+        admitting a half-open breaker's probe takes its one slot."""
+        why = self._contracts.refusal(step, contract)
+        if why is None and fallback_barred:
+            why = "fallback not permitted (allow_fallback=False)"
+        if why is None and breaker is not None:
+            why = breaker.admit(self._now())
+        return why
+
+    def _warn_untransported(self, registry: Registry | None, document: ChainDocument) -> None:
+        """One warning at construction naming the providers this router cannot call."""
+        known = set(registry) if registry is not None else set()
+        missing = sorted((known | {step.provider for step in document.chain}) - self._transported)
+        if missing:
+            self._untransported.update(missing)
+            logger.warning(
+                "chainclient: no transport for provider(s) %s: a chain step on them is skipped (transports given: %s)",
+                ", ".join(missing),
+                ", ".join(sorted(self._transported)) or "none",
+            )
+
+    def _no_transport(self, step: Step, document: ChainDocument) -> None:
+        """Count a step skipped for want of a transport; warn the first time per provider."""
+        self._count("skipped_no_transport")
+        if step.provider in self._untransported:
+            return
+        with self._counts_lock:
+            if step.provider in self._untransported:
+                return
+            self._untransported.add(step.provider)
+        logger.warning(
+            "chainclient: chain %s v%s routes to %s but this router has no transport for %r: skipped",
+            document.name,
+            document.version,
+            step,
+            step.provider,
+        )
+
+    # --- endings -------------------------------------------------------------------------
+
+    def _ended(self, error: RoutingError) -> RoutingError:
+        """Count how the request ended, in ``report()``, and return its error to raise."""
+        for kind, key in _ENDINGS:
+            if isinstance(error, kind):
+                self._count(key)
+                break
+        return error
+
+    def _credential_alert(self, attempt: Attempt) -> None:
+        self._count("credential_alerts")
+        logger.error(
+            "chainclient: %s rejected our credentials (HTTP %s) on attempt %s; check this provider's API key",
+            attempt.provider,
+            attempt.status,
+            attempt.attempt_id,
+        )
+        if self._on_alert is None:
+            return
+        alert = CredentialAlert(
+            provider=attempt.provider,
+            model=attempt.model,
+            status=attempt.status or 0,
+            task_id=attempt.task_id,
+            attempt_id=attempt.attempt_id,
+            message=attempt.error,
+        )
+        try:
+            self._on_alert(alert)
+        except Exception:
+            # An alert hook that breaks must not break the request it is reporting on.
+            logger.exception("chainclient: on_alert hook raised")
+
+    def _count(self, key: str) -> None:
+        with self._counts_lock:
+            self._counts[key] += 1
+
+    def _served(self, provider: str) -> None:
+        assert self._record_served is not None
+        try:
+            self._record_served(provider)
+        except Exception:
+            # Usage accounting must never cost a request its answer.
+            logger.exception("chainclient: record_served(%r) raised", provider)
+
+
+def _registry_of(source: object) -> Registry | None:
+    """The registry a ChainClient was built with, so it need not be passed twice."""
+    registry = getattr(source, "registry", None)
+    return registry if isinstance(registry, Registry) else None
+
+
+def _snapshot_reader(
+    source: ChainSource | ChainDocument | Sequence[Step],
+) -> Callable[[], ChainDocument]:
+    if isinstance(source, ChainDocument):
+        return lambda: source
+    if isinstance(source, (list, tuple)):
+        steps = tuple(source)
+        if not steps or not all(isinstance(step, Step) for step in steps):
+            raise TypeError("a chain given as a list must be a non-empty list of Step")
+        document = ChainDocument.compiled_default("router", steps)
+        return lambda: document
+    current = getattr(source, "current", None)
+    if not callable(current):
+        raise TypeError(
+            "a router needs a ChainClient (anything with current()), a ChainDocument or a "
+            f"list of Step, got {type(source).__name__}"
+        )
+    reader: Callable[[], ChainDocument] = current
+    return reader
+
+
+__all__ = ["DEFAULT_BREAKER", "REPORT_KEYS", "ChainSource", "Clock", "RouterCore", "Turn"]
