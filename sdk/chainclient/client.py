@@ -7,7 +7,9 @@ reference; a daemon thread does all the I/O and swaps that reference when a newe
 document arrives.
 
 This module owns the read path (``current()``, ``health()``), the options and the
-lifecycle (``start()``, ``stop()``). The work is done by the parts it composes:
+lifecycle (``start()``, ``stop()``, and ``after_fork()``: threads do not survive ``fork()``,
+so a forked child gets fresh locks, connections and threads of its own). The work is done
+by the parts it composes:
 
 - ``transport``: the HTTP connection and the headers every request carries;
 - ``poller``: the polling thread (when to ask, what an answer means);
@@ -20,11 +22,14 @@ lifecycle (``start()``, ``stop()``). The work is done by the parts it composes:
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
@@ -42,6 +47,9 @@ from chainclient.transport import Endpoint
 from chainclient.types import ChainDocument, Registry, Step
 from chainclient.usage import MAX_REPORTED_REJECTIONS as MAX_REPORTED_REJECTIONS
 from chainclient.usage import UsageReporter
+
+# The client's logger: these lines have always been the poller's.
+logger = logging.getLogger("chainclient.client")
 
 MAX_WAIT_S = 60.0
 
@@ -82,18 +90,32 @@ class ChainClient:
             "ahead_after_s": ahead_after_s,
         }
         _check_options(chain, durations=durations, wait_s=wait_s)
-        instance = instance if instance is not None else f"{socket.gethostname()}-{os.getpid()}"
+        # A defaulted instance names this process, so a forked child renames itself.
+        self._instance_is_pid = instance is None
+        instance = instance if instance is not None else _default_instance()
         _check_header_values({"token": token, "service": service, "instance": instance})
         steps = _routable_steps(default, registry)
         endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=f"{service}/{instance}", timeout=timeout)
 
         self._chain = chain
+        self._registry = registry
+        self._default_steps = steps
+        self._on_change = on_change
+        self._service = service
+        self._endpoint = endpoint
+        self._pid = os.getpid()
         # Wall-clock time, because a pin's expiry is a wall-clock instant; tests replace it.
         self._clock: Callable[[], float] = time.time
         self._lifecycle_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._stats = ClientStats(chain=chain, ahead_after_s=float(ahead_after_s))
         self._state_file = StateFile(state_dir, chain=chain, registry=registry)
+        if state_dir is None:
+            logger.info(
+                "chain %s: state_dir=None, so no last-known-good file is kept; a restart serves "
+                "the compiled-in default until the first successful poll",
+                chain,
+            )
         self._usage = UsageReporter(
             enabled=bool(report_usage),
             interval=float(usage_interval),
@@ -103,18 +125,7 @@ class ChainClient:
             ahead=self._ahead_of_server,
             applied_version=self._applied_version,
         )
-        applier = Applier(
-            chain=chain,
-            registry=registry,
-            default_steps=steps,
-            stats=self._stats,
-            usage=self._usage,
-            state_file=self._state_file,
-            on_change=on_change,
-            held=self._held,
-            publish=self._publish,
-            now=self._now,
-        )
+        applier = self._new_applier()
         settings = PollSettings(
             poll_interval=float(poll_interval),
             wait_s=float(wait_s),
@@ -134,6 +145,12 @@ class ChainClient:
         self._snapshot: Snapshot = snapshot_of(
             self._state_file.load() or ChainDocument.compiled_default(chain, steps), steps
         )
+        _CLIENTS.add(self)  # for after_fork() in every forked child
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this client was built with: what every document is checked against."""
+        return self._registry
 
     # -- the read path ------------------------------------------------------------------
 
@@ -250,6 +267,34 @@ class ChainClient:
             # put back for the next report.
             reporting.connection.interrupt()
 
+    def after_fork(self) -> None:
+        """Make this client work in a process forked from the one that built it.
+
+        Threads do not survive ``fork()`` (gunicorn ``--preload``, Celery prefork), and
+        locks held by the parent's threads at that instant stay held in the child. In the
+        child this replaces the locks, connections and usage counts (the parent reports its
+        own), renames a defaulted ``instance`` to ``{hostname}-{child pid}``, and, if the
+        client was started, starts polling and usage reporting again. Every ``os.fork()``
+        calls it in the child already (``os.register_at_fork``); calling it again, or in
+        the process that built the client, does nothing.
+        """
+        pid = os.getpid()
+        if pid == self._pid:
+            return
+        self._pid = pid
+        started = self._poller.worker is not None and not self._stop_event.is_set()
+        self._lifecycle_lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._stats.after_fork()
+        if self._instance_is_pid:
+            self._endpoint = dataclasses.replace(self._endpoint, client_id=f"{self._service}/{_default_instance()}")
+        self._usage.after_fork(self._endpoint)
+        # A new applier: the parent's poller may have held the old one's lock (a save to
+        # the state file happens under it) at the instant of the fork.
+        self._poller.after_fork(endpoint=self._endpoint, applier=self._new_applier())
+        if started:
+            self.start()
+
     def __enter__(self) -> ChainClient:
         return self.start()
 
@@ -267,6 +312,20 @@ class ChainClient:
 
     # -- what the parts read and write (at call time: tests replace ``_clock``) ----------
 
+    def _new_applier(self) -> Applier:
+        return Applier(
+            chain=self._chain,
+            registry=self._registry,
+            default_steps=self._default_steps,
+            stats=self._stats,
+            usage=self._usage,
+            state_file=self._state_file,
+            on_change=self._on_change,
+            held=self._held,
+            publish=self._publish,
+            now=self._now,
+        )
+
     def _held(self) -> Snapshot:
         return self._snapshot
 
@@ -281,6 +340,27 @@ class ChainClient:
 
     def _ahead_of_server(self) -> OlderAnswer | None:
         return self._stats.ahead_of_server(self._clock(), held=self._snapshot.document)
+
+
+# Every client of this process, for the fork hook; weak, so clients are still collected.
+_CLIENTS: weakref.WeakSet[ChainClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Restart every client in a child of ``os.fork()``; a failure must not fail the fork."""
+    for client in list(_CLIENTS):
+        try:
+            client.after_fork()
+        except Exception:
+            logger.exception("chain %s: could not restart the client after fork()", client._chain)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; there is no fork() without it
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _default_instance() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _check_options(chain: str, *, durations: dict[str, float], wait_s: float) -> None:

@@ -81,6 +81,17 @@ class Poller:
         self.worker = Worker(self._run, name=f"chainclient-{self._chain}", endpoint=self._endpoint)
         self.worker.start(stop_event)
 
+    def after_fork(self, *, endpoint: Endpoint, applier: Applier) -> None:
+        """In a forked child: forget the parent's thread and its connection (the parent
+        still reads from that socket), and poll as ``endpoint`` through ``applier``, new
+        ones the client made for the child. Called by the client before it starts again."""
+        self.worker = None
+        self._endpoint = endpoint
+        self._applier = applier
+        # Forked children share the parent's generator state: reseed, or every worker of a
+        # fleet would jitter and back off in step.
+        self._random.seed()
+
     # -- the thread -------------------------------------------------------------------------
 
     def _run(self, stop_event: threading.Event, connection: Connection) -> None:

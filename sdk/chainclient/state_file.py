@@ -110,7 +110,10 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        # Unlock explicitly: a child forked meanwhile shares the lock through its copy of
+        # the descriptor, so closing ours alone would leave every later save waiting.
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -74,6 +74,12 @@ class ClientStats:
         self._ahead_noted = False
         self._expiry_noted: Snapshot | None = None
 
+    def after_fork(self) -> None:
+        """In a forked child: a new lock, since the parent's may have been held at the fork
+        (by a thread the child does not have). The counters are kept: they are the history
+        of the document the child inherited."""
+        self._lock = threading.Lock()
+
     def view(self) -> StatsView:
         with self._lock:
             return StatsView(

@@ -110,6 +110,19 @@ class UsageReporter:
         self.worker = Worker(self._run, name=f"chainclient-{self._chain}-usage", endpoint=self._endpoint)
         self.worker.start(stop_event)
 
+    def after_fork(self, endpoint: Endpoint) -> None:
+        """In a forked child: count from zero (the parent reports what it counted), with a
+        new lock, no thread and no connection of the parent's, as ``endpoint`` (the child's
+        identity). Called by the client before it starts again."""
+        self._endpoint = endpoint
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
+        self._served, self._refusals = {}, []
+        self.worker = None
+        self._flush_by = 0.0
+        # Forked children share the parent's generator state: reseed, or their report
+        # times would stay in step across the whole fleet of workers.
+        self._random.seed()
+
     def flush_by(self, deadline: float) -> None:
         """Give the last report, sent once stopped, until ``deadline`` (monotonic)."""
         self._flush_by = deadline
