@@ -96,7 +96,7 @@ class Router(RouterCore):
         ``verify(value)``: must return true for a value to count as success; a false result
         or an exception counts as that attempt failing, on any step (it falls through,
         unless the request has side effects).
-        ``task_id``: names the request in its receipt (default: a fresh uuid4 hex).
+        ``task_id``: names the request in its receipt (default: a fresh random 32-hex-digit id).
 
         Raises RequestRejected (400/422, or ContentPolicyRejected), OutcomeUnknown,
         VerificationFailed, NoEligibleRoute (nothing attempted), DeadlineExceeded (the

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Sequence
+from random import getrandbits
 from typing import Any, NamedTuple, Protocol
 
 from chainclient.admission import NO_CONTRACT, Contract, ContractCheck
@@ -171,7 +171,9 @@ class RouterCore:
     ) -> Walk:
         """A request's walk over one snapshot of the chain, with its budget starting now."""
         return Walk(
-            task_id or uuid.uuid4().hex,
+            # 128 random bits as 32 hex digits, as a uuid4's hex; a fifth of its cost (no
+            # system call), and the random module reseeds itself in a forked child.
+            task_id or f"{getrandbits(128):032x}",
             self._snapshot(),
             contract=contract if contract is not None else NO_CONTRACT,
             side_effects=side_effects,
