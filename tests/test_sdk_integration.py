@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from chainclient import ChainClient, Provider, Registry, Step
+from chainclient import AsyncRouter, ChainClient, Contract, Provider, ProviderError, Registry, Step
 from presets.registry import PROVIDERS
 from tests.servers import granian
 
@@ -180,3 +181,33 @@ def test_a_long_polling_sdk_applies_a_change_without_waiting_for_its_poll_interv
     finally:
         for client in clients:
             client.stop()
+
+
+def test_an_async_router_on_a_live_client_routes_by_the_selected_preset_with_a_full_receipt(
+    live_server, read_token, write_token
+) -> None:
+    async def down(step: Step, request: Any, timeout_s: float) -> str:
+        raise ProviderError(503, True, "vendor down")
+
+    async def answer(step: Step, request: Any, timeout_s: float) -> str:
+        return f"{step.provider} answered"
+
+    transports = {name: answer for name in REGISTRY}
+    client = follow(live_server.url, read_token, poll_interval=0.2, long_poll=False, service="integration")
+    with client:
+        assert wait_for(lambda: client.current().source == "live", 5)
+        router = AsyncRouter(client, transports={**transports, "vendor_b": down})  # the client's registry
+        select(live_server.url, write_token, "pin_secondary", "INC-8 vendor_a degraded")
+        assert wait_for(lambda: client.current().version == 2, 5)
+        contract = Contract(requires={"text"}, name="chat-data")
+
+        result = asyncio.run(router.complete("hello", contract=contract, task_id="t"))
+
+    head = client.current().chain[0]
+    assert head.provider == "vendor_b"  # pin_secondary leads with vendor_b, which is down
+    assert result.attempts[0].provider == "vendor_b"
+    assert result.provider == result.attempts[1].provider != "vendor_b"
+    assert [(a.destination, a.version, a.contract) for a in result.attempts] == [
+        (PROVIDERS[a.provider].destination, 2, "'chat-data' (requires [text])") for a in result.attempts
+    ]
+    assert "contract 'chat-data'" in str(result)
