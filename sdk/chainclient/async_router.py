@@ -16,22 +16,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from chainclient.admission import Contract
-from chainclient.breaker import DEFAULT_BREAKER, BreakerSettings
 from chainclient.errors import ProviderTimeout
-from chainclient.receipts import CredentialAlert, RouteResult
-from chainclient.routing import ChainSource, Clock, RouterCore
-from chainclient.types import ChainDocument, Registry, Step
+from chainclient.receipts import RouteResult
+from chainclient.routing import RouterCore
+from chainclient.types import Step
 
 AsyncTransport = Callable[[Step, Any, float], Awaitable[Any]]
 """``async def call(step, request, timeout_s) -> value``; raises the errors in
 ``chainclient.errors``, or returns ``Answer(value, model_id=...)``."""
 
 
-class AsyncRouter(RouterCore):
+class AsyncRouter(RouterCore[AsyncTransport]):
     """``Router`` for asyncio: ``await router.complete(request, ...)``.
 
     Takes the same arguments as ``Router``; ``transports`` maps provider name to an async
@@ -39,35 +38,13 @@ class AsyncRouter(RouterCore):
     breakers and counts are thread-safe).
     """
 
-    def __init__(
-        self,
-        source: ChainSource | ChainDocument | Sequence[Step],
-        *,
-        transports: Mapping[str, AsyncTransport],
-        registry: Registry | None = None,
-        deadline_s: float = 30.0,
-        fall_through_on_content_policy: bool = False,
-        on_alert: Callable[[CredentialAlert], None] | None = None,
-        clock: Clock | None = None,
-        breaker: BreakerSettings | None = DEFAULT_BREAKER,
-    ) -> None:
+    def _check_transports(self, transports: Mapping[str, AsyncTransport]) -> None:
         blocking = sorted(name for name, call in transports.items() if not _is_async(call))
         if blocking:
             raise TypeError(
                 f"AsyncRouter needs async transports (async def call(step, request, timeout_s)); "
                 f"not async: {', '.join(blocking)}. Use Router for blocking transports."
             )
-        self._transports: dict[str, AsyncTransport] = dict(transports)
-        super().__init__(
-            source,
-            transports=self._transports,
-            registry=registry,
-            deadline_s=deadline_s,
-            fall_through_on_content_policy=fall_through_on_content_policy,
-            on_alert=on_alert,
-            clock=clock,
-            breaker=breaker,
-        )
 
     async def complete(
         self,

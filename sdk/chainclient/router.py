@@ -8,7 +8,7 @@ transport, one attempt at a time, in the caller's thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from chainclient.admission import NO_CONTRACT as NO_CONTRACT
@@ -29,7 +29,7 @@ from chainclient.receipts import Outcome as Outcome
 from chainclient.receipts import Receipt as Receipt
 from chainclient.routing import REPORT_KEYS as REPORT_KEYS
 from chainclient.routing import ChainSource, Clock, RouterCore
-from chainclient.types import ChainDocument, Registry, Step
+from chainclient.types import Step
 
 Transport = Callable[[Step, Any, float], Any]
 """``call(step, request, timeout_s) -> value``; raises the errors in ``chainclient.errors``.
@@ -39,7 +39,7 @@ the vendor client's timeout. It may return ``Answer(value, model_id=...)`` to re
 model identity the provider reported."""
 
 
-class Router(RouterCore):
+class Router(RouterCore[Transport]):
     """Route requests along a chain with fallback, deadlines, admission and breakers.
 
     ``source`` is a ChainClient-like object (anything with ``current()``; read once per
@@ -51,30 +51,6 @@ class Router(RouterCore):
     its steps are skipped (``report()["skipped_no_transport"]``, ``health()``).
     ``breaker=None`` disables circuit breakers.
     """
-
-    def __init__(
-        self,
-        source: ChainSource | ChainDocument | Sequence[Step],
-        *,
-        transports: Mapping[str, Transport],
-        registry: Registry | None = None,
-        deadline_s: float = 30.0,
-        fall_through_on_content_policy: bool = False,
-        on_alert: Callable[[CredentialAlert], None] | None = None,
-        clock: Clock | None = None,
-        breaker: BreakerSettings | None = DEFAULT_BREAKER,
-    ) -> None:
-        self._transports: dict[str, Transport] = dict(transports)
-        super().__init__(
-            source,
-            transports=self._transports,
-            registry=registry,
-            deadline_s=deadline_s,
-            fall_through_on_content_policy=fall_through_on_content_policy,
-            on_alert=on_alert,
-            clock=clock,
-            breaker=breaker,
-        )
 
     def complete(
         self,

@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from random import getrandbits
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from chainclient.admission import NO_CONTRACT, Contract, ContractCheck
 from chainclient.breaker import DEFAULT_BREAKER, BreakerSettings, BreakerState, CircuitBreaker
@@ -90,23 +90,29 @@ class Turn(NamedTuple):
     started: float
 
 
-class RouterCore:
-    """What both routers share; see ``Router`` for the options."""
+TransportT = TypeVar("TransportT")
+
+
+class RouterCore(Generic[TransportT]):
+    """What both routers share, including their options (see ``Router``); ``TransportT`` is
+    the kind of transport the router calls."""
 
     def __init__(
         self,
         source: ChainSource | ChainDocument | Sequence[Step],
         *,
-        transports: Collection[str],
-        registry: Registry | None,
-        deadline_s: float,
-        fall_through_on_content_policy: bool,
-        on_alert: Callable[[CredentialAlert], None] | None,
-        clock: Clock | None,
-        breaker: BreakerSettings | None,
+        transports: Mapping[str, TransportT],
+        registry: Registry | None = None,
+        deadline_s: float = 30.0,
+        fall_through_on_content_policy: bool = False,
+        on_alert: Callable[[CredentialAlert], None] | None = None,
+        clock: Clock | None = None,
+        breaker: BreakerSettings | None = DEFAULT_BREAKER,
     ) -> None:
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
+        self._check_transports(transports)
+        self._transports: dict[str, TransportT] = dict(transports)
         self._snapshot = _snapshot_reader(source)
         record_served = getattr(source, "record_served", None)
         self._record_served: Callable[[str], object] | None = record_served if callable(record_served) else None
@@ -117,13 +123,13 @@ class RouterCore:
         self._on_alert = on_alert
         self._now: Callable[[], float] = clock.now if clock is not None else time.monotonic
         self._breakers: dict[str, CircuitBreaker] = (
-            {name: CircuitBreaker(name, breaker) for name in transports} if breaker is not None else {}
+            {name: CircuitBreaker(name, breaker) for name in self._transports} if breaker is not None else {}
         )
-        self._contracts = ContractCheck(transports=transports, registry=registry)
+        self._contracts = ContractCheck(transports=self._transports, registry=registry)
         self._destinations = {name: registry[name].destination for name in registry} if registry is not None else {}
         self._counts_lock = threading.Lock()
         self._counts = dict.fromkeys(REPORT_KEYS, 0)
-        self._transported = frozenset(transports)
+        self._transported = frozenset(self._transports)
         self._untransported: set[str] = set()
         self._warn_untransported(registry, self._snapshot())
 
@@ -157,6 +163,9 @@ class RouterCore:
         """Close every breaker and forget counted failures (for tests)."""
         for breaker in self._breakers.values():
             breaker.reset()
+
+    def _check_transports(self, transports: Mapping[str, TransportT]) -> None:
+        """Raise TypeError for transports this router cannot call (none, by default)."""
 
     # --- a request, step by step ---------------------------------------------------------
 
