@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,10 @@ def test_an_async_router_on_a_live_client_routes_by_the_selected_preset_with_a_f
         assert wait_for(lambda: client.current().version == 2, 5)
         contract = Contract(requires={"text"}, name="chat-data")
 
-        result = asyncio.run(router.complete("hello", contract=contract, task_id="t"))
+        # A loop of its own on a thread of its own: the browser tests' Playwright keeps an
+        # event loop running in the main thread while their session lasts.
+        with ThreadPoolExecutor(1) as thread:
+            result = thread.submit(asyncio.run, router.complete("hello", contract=contract, task_id="t")).result()
 
     head = client.current().chain[0]
     assert head.provider == "vendor_b"  # pin_secondary leads with vendor_b, which is down

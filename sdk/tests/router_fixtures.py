@@ -10,13 +10,14 @@ fresh event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from chainclient import AsyncRouter, Router, RouteResult, RoutingError, Step
 from chainclient.testing import FakeClock, FakeProviders, Spec, fake_chain, fake_registry
 
+T = TypeVar("T")
 ALL_OK: dict[str, Spec] = {"alpha": "ok", "beta": "ok", "gamma": "ok"}
 ROUTER_KINDS = ("sync", "async")
 # Which router ``make_router`` builds; set per test by the ``router_kind`` fixture.
@@ -30,16 +31,22 @@ class Blocking:
         self.router = router
 
     def complete(self, request: Any, **options: Any) -> RouteResult:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.router.complete(request, **options))
-        # Called from a transport, mid-request: the other request runs on its own loop.
-        with ThreadPoolExecutor(1) as thread:
-            return thread.submit(asyncio.run, self.router.complete(request, **options)).result()
+        return run_async(self.router.complete(request, **options))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.router, name)
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coroutine)``, on a thread of its own when this thread already runs an
+    event loop (a transport calling the router mid-request; Playwright's sync API, which
+    keeps one running in the main thread while the browser tests' session lasts)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 def fakes_for(specs: Mapping[str, Spec] | None = None, clock: FakeClock | None = None) -> FakeProviders:

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 import pytest
+from router_fixtures import run_async
 
 from chainclient import AsyncRouter, BreakerSettings, DeadlineExceeded, ProviderError, RouteResult, Step
 from chainclient.testing import FakeChainClient, FakeClock, FakeProviders, fake_chain, fake_registry
@@ -29,7 +30,7 @@ def test_an_attempt_past_its_timeout_is_cancelled_and_the_next_step_serves() -> 
     chain = [Step("alpha", "chat", 50), Step("beta", "chat", 10_000)]  # alpha allows 50 ms
     router = AsyncRouter(chain, transports={"alpha": slow, "beta": quick}, registry=fake_registry(), breaker=None)
 
-    result = asyncio.run(asyncio.wait_for(router.complete("hi"), timeout=30))
+    result = run_async(asyncio.wait_for(router.complete("hi"), timeout=30))
 
     assert result.provider == "beta"
     first = result.attempts[0]
@@ -41,7 +42,7 @@ def test_the_request_budget_cancels_the_last_attempt_and_is_a_deadline() -> None
     router = AsyncRouter(fake_chain(["alpha"]), transports={"alpha": slow}, deadline_s=0.05, breaker=None)
 
     with pytest.raises(DeadlineExceeded) as caught:
-        asyncio.run(asyncio.wait_for(router.complete("hi"), timeout=30))
+        run_async(asyncio.wait_for(router.complete("hi"), timeout=30))
 
     assert caught.value.attempts[0].outcome == "timeout"
 
@@ -81,13 +82,13 @@ def test_cancelling_the_caller_cancels_the_attempt_and_gives_back_the_probe_slot
         with pytest.raises(asyncio.CancelledError):
             await request
 
-    asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    run_async(asyncio.wait_for(scenario(), timeout=30))
 
     assert cancelled == ["alpha"]
     assert fakes.attempts == ["alpha", "beta", "alpha"]  # beta was not tried for the cancelled one
     fakes.configure({"alpha": "ok"})
     # The probe slot went back: the next request may probe alpha, and its success closes it.
-    assert asyncio.run(router.complete("again")).provider == "alpha"
+    assert run_async(router.complete("again")).provider == "alpha"
     assert router.breaker_state("alpha") == "closed"
 
 
@@ -102,26 +103,27 @@ def test_blocking_transports_are_refused_with_their_names() -> None:
 def test_a_thousand_concurrent_requests_share_one_loop_no_thread_and_keep_their_snapshot() -> None:
     client = FakeChainClient(fake_chain(["alpha", "beta"]), registry=fake_registry())
     threads: set[str] = set()
+    thread_counts: set[int] = set()
 
     async def alpha(step: Step, request: int, timeout_s: float) -> str:
         threads.add(threading.current_thread().name)
+        thread_counts.add(threading.active_count())
         await asyncio.sleep(0)  # every request is in flight at once
         client.set(fake_chain(["gamma"]))  # an on-call change mid-flight moves no request
         raise ProviderError(503, True, "overloaded")
 
     router = AsyncRouter(client, transports={"alpha": alpha, "beta": quick, "gamma": quick}, breaker=None)
-    threads_before = threading.active_count()
 
-    async def fleet() -> list[RouteResult]:
+    async def fleet() -> tuple[int, list[RouteResult]]:
+        threads_before = threading.active_count()
         requests = [router.complete(n) for n in range(1000)]
-        return await asyncio.gather(*requests)
+        return threads_before, await asyncio.gather(*requests)
 
-    client.set(fake_chain(["alpha", "beta"]))
-    results = asyncio.run(fleet())
+    threads_before, results = run_async(fleet())
 
-    assert threading.active_count() == threads_before
-    assert threads == {threading.current_thread().name}
+    assert len(threads) == 1  # the event loop's own
+    assert thread_counts == {threads_before}  # no thread was started for any request
     assert all(result.provider == "beta" for result in results)
     assert [r.value for r in results[:2]] == ["beta answered 0", "beta answered 1"]
     assert router.report()["recovered_success"] == 1000
-    assert asyncio.run(router.complete("after")).provider == "gamma"
+    assert run_async(router.complete("after")).provider == "gamma"
