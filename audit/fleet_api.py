@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import fleet
+from audit import fleet, provider_health
 from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
@@ -50,8 +50,55 @@ class AheadSerializer(serializers.Serializer):
     since = AwareDateTimeField()
 
 
+class HealthStepSerializer(serializers.Serializer):
+    """One step's attempts since the instance's last accepted report."""
+
+    provider = StrictCharField(max_length=100)
+    model = StrictCharField(max_length=100)
+    outcomes = serializers.DictField(child=StrictIntegerField(min_value=0, max_value=10**12))
+    latency_ms = serializers.ListField(
+        child=StrictIntegerField(min_value=0, max_value=10**12),
+        min_length=len(provider_health.LATENCY_BOUNDS_MS) + 1,
+        max_length=len(provider_health.LATENCY_BOUNDS_MS) + 1,
+    )
+
+    def validate_outcomes(self, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(provider_health.OUTCOME_CLASSES))
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown outcome class(es) {unknown}; known: {', '.join(provider_health.OUTCOME_CLASSES)}"
+            )
+        return value
+
+
+class HealthSerializer(serializers.Serializer):
+    """Provider health (chainclient 0.3.0): attempts by outcome class and served latency per
+    step, circuit-breaker openings per provider."""
+
+    latency_bounds_ms = serializers.ListField(child=StrictIntegerField())
+    steps = serializers.ListField(child=HealthStepSerializer(), max_length=provider_health.MAX_STEPS)
+    breaker_openings = serializers.DictField(
+        child=StrictIntegerField(min_value=0, max_value=10**12), required=False, default=dict
+    )
+
+    def validate_latency_bounds_ms(self, value: list[int]) -> list[int]:
+        if tuple(value) != provider_health.LATENCY_BOUNDS_MS:
+            raise serializers.ValidationError(
+                f"must be {list(provider_health.LATENCY_BOUNDS_MS)}, the histogram this control plane merges"
+            )
+        return value
+
+    def validate_breaker_openings(self, value: dict[str, int]) -> dict[str, int]:
+        if len(value) > provider_health.MAX_STEPS:
+            raise serializers.ValidationError(f"at most {provider_health.MAX_STEPS} providers per report")
+        if any(len(name) > 100 or "\x00" in name for name in value):
+            raise serializers.ValidationError("provider names are at most 100 characters, without NUL")
+        return value
+
+
 class UsageView(APIView):
-    """An SDK instance's batched report: requests served per provider, documents refused."""
+    """An SDK instance's batched report: requests served per provider, documents refused,
+    provider health."""
 
     class ProviderUsageSerializer(serializers.Serializer):
         requests = StrictIntegerField(min_value=0, max_value=10**12)
@@ -68,6 +115,7 @@ class UsageView(APIView):
         applied_version = StrictIntegerField(min_value=0, max_value=MAX_VERSION, required=False)
         providers = serializers.DictField(required=False, default=dict)
         rejected = serializers.ListField(required=False, default=list, max_length=100)
+        health = HealthSerializer(required=False)
 
         def validate_providers(self, value: dict[str, Any]) -> dict[str, Any]:
             if len(value) > 50:
@@ -105,4 +153,66 @@ class UsageView(APIView):
         usage_reports.record_usage(
             chain=chain, client=data["client"], providers=data["providers"], rejected=data["rejected"]
         )
+        if data.get("health"):
+            health = data["health"]
+            provider_health.record_health(
+                chain=chain,
+                client=data["client"],
+                steps=[
+                    provider_health.StepReport(
+                        provider=step["provider"],
+                        model=step["model"],
+                        outcomes=step["outcomes"],
+                        latency_ms=tuple(step["latency_ms"]),
+                    )
+                    for step in health["steps"]
+                ],
+                breaker_openings=health["breaker_openings"],
+            )
         return Response({"accepted": True}, status=202)
+
+
+class ChainHealthView(APIView):
+    """How each provider and model of a chain is doing, from the fleet's usage reports."""
+
+    OutputSerializer = serializer_for(provider_health.StepHealth, "StepHealthSerializer")
+
+    @extend_schema(
+        operation_id="chains_health",
+        responses={
+            200: inline_serializer(
+                "ChainHealth",
+                {
+                    "chain": serializers.CharField(),
+                    "live": serializers.ListField(
+                        child=serializers.CharField(),
+                        help_text="The live chain's steps as provider/model, in order.",
+                    ),
+                    "error_classes": serializers.ListField(
+                        child=serializers.CharField(),
+                        help_text="The outcome classes that count as the provider's errors.",
+                    ),
+                    "steps": OutputSerializer(
+                        many=True,
+                        help_text="The live chain's steps in order, then other steps reported in the last hour.",
+                    ),
+                },
+            ),
+            **errors(401, 404, 503),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        selection = services.revert_expired_and_read(chain=name)
+        live = [(step["provider"], step["model"]) for step in selection.steps]
+        # The live chain's steps in its order, then any other step reported lately, worst first.
+        reported = provider_health.chain_health(selection.chain)
+        others = [step for step in reported if (step["provider"], step["model"]) not in live]
+        steps = provider_health.step_health(selection.chain, live) + others
+        return Response(
+            {
+                "chain": selection.chain.name,
+                "live": [f"{provider}/{model}" for provider, model in live],
+                "error_classes": list(provider_health.ERROR_CLASSES),
+                "steps": steps,
+            }
+        )

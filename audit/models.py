@@ -160,3 +160,83 @@ class RejectedVersion(models.Model):
     class Meta:
         ordering = ["-at"]
         constraints = [models.UniqueConstraint(fields=["chain", "client", "version"], name="rejection_unique")]
+
+
+# --- provider health (audit.provider_health writes and reads it) ---------------------------
+
+# How the SDK classes each attempt (chainclient.health.OUTCOME_CLASSES, in its order).
+OUTCOME_CLASSES = (
+    "served",
+    "rejected",
+    "credentials",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "unknown",
+    "content_policy",
+    "unavailable",
+    "verify_failed",
+    "other",
+)
+# Upper bounds of the served-latency histogram, in milliseconds; one more bucket above.
+LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+LATENCY_FIELDS = tuple(f"latency_{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
+
+
+class ProviderHealthMinute(models.Model):
+    """What the fleet reported about one step (provider and model) of one chain in one
+    minute: attempts by outcome class, served latency as a histogram, breaker openings.
+    Reports add to it (``F()`` updates), so any number of instances merge into one row."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="provider_health")
+    provider = models.CharField(max_length=100)
+    model = models.CharField(max_length=100, help_text="blank on a provider's breaker-openings row")
+    minute = models.DateTimeField(help_text="the minute the reports arrived in (UTC, truncated)")
+    served = models.PositiveBigIntegerField(default=0)
+    rejected = models.PositiveBigIntegerField(default=0)
+    credentials = models.PositiveBigIntegerField(default=0)
+    rate_limited = models.PositiveBigIntegerField(default=0)
+    server_error = models.PositiveBigIntegerField(default=0)
+    timeout = models.PositiveBigIntegerField(default=0)
+    unknown = models.PositiveBigIntegerField(default=0)
+    content_policy = models.PositiveBigIntegerField(default=0)
+    unavailable = models.PositiveBigIntegerField(default=0)
+    verify_failed = models.PositiveBigIntegerField(default=0)
+    other = models.PositiveBigIntegerField(default=0)
+    latency_0 = models.PositiveBigIntegerField(default=0)
+    latency_1 = models.PositiveBigIntegerField(default=0)
+    latency_2 = models.PositiveBigIntegerField(default=0)
+    latency_3 = models.PositiveBigIntegerField(default=0)
+    latency_4 = models.PositiveBigIntegerField(default=0)
+    latency_5 = models.PositiveBigIntegerField(default=0)
+    latency_6 = models.PositiveBigIntegerField(default=0)
+    latency_7 = models.PositiveBigIntegerField(default=0)
+    latency_8 = models.PositiveBigIntegerField(default=0)
+    breaker_openings = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "provider", "model", "minute"], name="provider_health_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="provider_health_by_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.chain.name} {self.provider}/{self.model} at {format_time(self.minute)}"
+
+
+class ProviderReporter(models.Model):
+    """An instance that reported on a step of a chain, and when it last did (how many
+    instances stand behind a step's figures; which saw its credentials rejected)."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="provider_reporters")
+    provider = models.CharField(max_length=100)
+    model = models.CharField(max_length=100)
+    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    last_reported_at = models.DateTimeField()
+    last_credentials_failure_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "provider", "model", "client"], name="provider_reporter_unique")
+        ]
+        indexes = [models.Index(fields=["chain", "last_reported_at"], name="provider_reporter_recent")]

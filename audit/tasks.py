@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery
+from audit import alerts, delivery, provider_health
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -16,6 +16,13 @@ def alert_stale_pins() -> int:
     sweep = alerts.sweep_stale_pins()
     delivery.queue_due_deliveries()
     return sweep.raised
+
+
+@shared_task(name="audit.tasks.prune_provider_health")
+def prune_provider_health() -> int:
+    """Forget provider health older than PROVIDER_HEALTH_RETENTION_HOURS (beat: every
+    PRUNE_PROVIDER_HEALTH_EVERY_SECONDS, 600 s). Returns how many minute buckets went."""
+    return provider_health.prune()
 
 
 # Attempts are counted on the alert, not by Celery, so they survive a re-queue by a sweep;

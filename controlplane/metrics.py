@@ -3,7 +3,8 @@
 Two kinds of figures, kept apart on purpose:
 
 - Facts about chains (active version, pinned or not, pin age, changes by action, expiries,
-  alerts by kind) are read from the database at scrape time by ``ChainCollector``. The
+  alerts by kind, provider health over the last 5 minutes) are read from the database at
+  scrape time by ``ChainCollector``. The
   database is shared, so any web process answers the scrape exactly; nothing is counted in
   memory that a restart or a second process could lose or double.
 - What one process saw (chain reads by status, long polls waiting) only that process knows:
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count
@@ -24,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from audit import provider_health
 from audit.models import Alert
 from presets.models import Action, Selection
 from presets.read_path.http import bearer_token
@@ -85,6 +88,39 @@ class ChainCollector(Collector):
         ):
             open_alerts.add_metric([row["kind"]], row["n"])
         yield from (alerts, open_alerts)
+        yield from _provider_health(now)
+
+
+def _provider_health(now: datetime) -> Iterator[Metric]:
+    """The fleet's reports on each provider and model over the last 5 minutes."""
+    attempts = GaugeMetricFamily(
+        "controlplane_provider_attempts_5m",
+        "Attempts the fleet reported in the last 5 minutes, by chain, provider, model and outcome class",
+        labels=["chain", "provider", "model", "outcome"],
+    )
+    error_ratio = GaugeMetricFamily(
+        "controlplane_provider_error_ratio_5m",
+        "Share of the last 5 minutes' attempts that failed on the provider's side (0..1)",
+        labels=["chain", "provider", "model"],
+    )
+    openings = GaugeMetricFamily(
+        "controlplane_provider_breaker_openings_5m",
+        "Circuit-breaker openings the fleet reported in the last 5 minutes",
+        labels=["chain", "provider"],
+    )
+    for row in provider_health.totals(now=now):
+        chain, provider, model = row["chain__name"], row["provider"], row["model"]
+        if not model:
+            openings.add_metric([chain, provider], row["breaker_openings"] or 0)
+            continue
+        for outcome in provider_health.OUTCOME_CLASSES:
+            if row[outcome]:
+                attempts.add_metric([chain, provider, model, outcome], row[outcome])
+        errors = sum(row[name] or 0 for name in provider_health.ERROR_CLASSES)
+        total = errors + (row["served"] or 0)
+        if total:
+            error_ratio.add_metric([chain, provider, model], errors / total)
+    yield from (attempts, error_ratio, openings)
 
 
 def registry() -> CollectorRegistry:

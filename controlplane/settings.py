@@ -231,6 +231,8 @@ ALERT_EMAILS = env_list("ALERT_EMAILS", [])
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
 # Instances that have not read their chain for this long no longer count in fleet status.
 FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)
+# Provider health from the SDK's usage reports: one-minute buckets kept this long.
+PROVIDER_HEALTH_RETENTION_HOURS = env_int("PROVIDER_HEALTH_RETENTION_HOURS", 48, minimum=1, maximum=24 * 90)
 for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
     if _url and not _url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
@@ -279,6 +281,10 @@ CELERY_BEAT_SCHEDULE = {
     "alert-stale-pins": {
         "task": "audit.tasks.alert_stale_pins",
         "schedule": float(env_int("ALERT_STALE_PINS_EVERY_SECONDS", 60, minimum=1)),
+    },
+    "prune-provider-health": {
+        "task": "audit.tasks.prune_provider_health",
+        "schedule": float(env_int("PRUNE_PROVIDER_HEALTH_EVERY_SECONDS", 600, minimum=1)),
     },
 }
 

@@ -27,6 +27,7 @@ api_v1 = [
     path("alerts", audit_api.AlertsView.as_view(), name="api-alerts"),
     path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
+    path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
 ]
 
 urlpatterns = [

@@ -38,17 +38,19 @@ def pin(minutes: int = 10, preset: str = "pin_secondary") -> Selection:
     )
 
 
-def test_the_beat_schedule_runs_both_sweeps_as_registered_tasks(settings) -> None:
+def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> None:
     app.loader.import_default_modules()
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert {entry["task"] for entry in schedule.values()} == {
         "presets.tasks.expire_pins",
         "audit.tasks.alert_stale_pins",
+        "audit.tasks.prune_provider_health",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks
     assert schedule["expire-pins"]["schedule"] == 15.0
     assert schedule["alert-stale-pins"]["schedule"] == 60.0
+    assert schedule["prune-provider-health"]["schedule"] == 600.0
 
 
 def test_the_task_reverts_a_due_pin_with_a_reason_naming_it_and_raises_pin_expired(synced) -> None:

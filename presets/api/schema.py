@@ -46,7 +46,11 @@ def _field_for(hint: Any, *, allow_null: bool = False, help_text: str | None = N
         (inner,) = [a for a in args if a is not type(None)]
         return _field_for(inner, allow_null=True, help_text=help_text)
     if typing.get_origin(hint) is list:
-        return serializer_for(args[0])(many=True, **kwargs)
+        if typing.is_typeddict(args[0]):
+            return serializer_for(args[0])(many=True, **kwargs)
+        return serializers.ListField(child=_field_for(args[0]), **kwargs)
+    if typing.get_origin(hint) is dict:
+        return serializers.DictField(child=_field_for(args[1]), **kwargs)
     if typing.is_typeddict(hint):
         return serializer_for(hint)(**kwargs)
     if hint in (Instant, Time):

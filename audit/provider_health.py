@@ -1,0 +1,307 @@
+"""Provider health from the fleet: what the SDK instances report about each step they
+attempted, kept per chain x provider x model in one-minute buckets for a bounded window, and
+read back over the last 5 minutes and the last hour.
+
+The SDK's usage report carries a ``health`` section (chainclient 0.3.0): per provider and
+model, attempts by outcome class and a fixed histogram of served latency; per provider,
+circuit-breaker openings. ``record_health`` adds it to the minute it arrived in (any number of
+instances merge into one row per minute), ``step_health`` / ``chain_health`` read it,
+``prune`` keeps the window (``PROVIDER_HEALTH_RETENTION_HOURS``, 48 by default).
+
+An attempt is an *error* of the provider when it says something about the provider: server
+errors, rate limits, timeouts, unknown outcomes, rejected credentials, failed connections,
+failed verification and unclassified statuses. A rejected request (400/422) or a
+content-policy refusal is the request's doing, so it counts in neither the errors nor the
+rate's denominator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any, TypedDict
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from audit.models import LATENCY_BOUNDS_MS, LATENCY_FIELDS, OUTCOME_CLASSES, ProviderHealthMinute, ProviderReporter
+from presets.documents import Help, Time, format_time
+from presets.models import Chain
+
+# The classes that are the provider's failures (see the module's docstring).
+ERROR_CLASSES = (
+    "credentials",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "unknown",
+    "unavailable",
+    "verify_failed",
+    "other",
+)
+RECENT = timedelta(minutes=5)
+HOUR = timedelta(hours=1)
+# The sparkline: the error rate of each of the last this many minutes.
+SPARK_MINUTES = 30
+# The control plane accepts at most this many steps and providers per report.
+MAX_STEPS = 50
+
+
+def minute_of(now: datetime) -> datetime:
+    return now.replace(second=0, microsecond=0)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One step's share of a usage report, validated (``audit.fleet_api`` parses it)."""
+
+    provider: str
+    model: str
+    outcomes: Mapping[str, int]
+    latency_ms: tuple[int, ...]
+
+
+def record_health(
+    *,
+    chain: Chain,
+    client: str,
+    steps: Iterable[StepReport],
+    breaker_openings: Mapping[str, int],
+    now: datetime | None = None,
+) -> None:
+    """Add one instance's report to the minute it arrived in, and note the instance as a
+    reporter of each step (with when it last saw its credentials rejected)."""
+    now = now or timezone.now()
+    minute = minute_of(now)
+    with transaction.atomic():
+        for step in steps:
+            counts = {name: step.outcomes.get(name, 0) for name in OUTCOME_CLASSES}
+            counts.update(zip(LATENCY_FIELDS, step.latency_ms, strict=True))
+            _add(chain=chain, provider=step.provider, model=step.model, minute=minute, counts=counts)
+            reporter = {"last_reported_at": now}
+            if step.outcomes.get("credentials"):
+                reporter["last_credentials_failure_at"] = now
+            ProviderReporter.objects.update_or_create(
+                chain=chain, provider=step.provider, model=step.model, client=client, defaults=reporter
+            )
+        for provider, openings in breaker_openings.items():
+            if openings:
+                _add(chain=chain, provider=provider, model="", minute=minute, counts={"breaker_openings": openings})
+
+
+def _add(*, chain: Chain, provider: str, model: str, minute: datetime, counts: Mapping[str, int]) -> None:
+    """Add ``counts`` to the step's row for ``minute``, creating it for the first report."""
+    added = {name: value for name, value in counts.items() if value}
+    if not added:
+        added = {"served": 0}  # still a row: the step was reported in this minute
+    key = {"chain": chain, "provider": provider, "model": model, "minute": minute}
+    increments = {name: F(name) + value for name, value in added.items()}
+    if ProviderHealthMinute.objects.filter(**key).update(**increments):
+        return
+    try:
+        with transaction.atomic():  # a savepoint: the row may appear meanwhile
+            ProviderHealthMinute.objects.create(**key, **added)
+    except IntegrityError:
+        ProviderHealthMinute.objects.filter(**key).update(**increments)
+
+
+def prune(*, now: datetime | None = None) -> int:
+    """Forget buckets and reporters older than the window; returns the buckets deleted."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(hours=settings.PROVIDER_HEALTH_RETENTION_HOURS)
+    deleted, _ = ProviderHealthMinute.objects.filter(minute__lt=minute_of(cutoff)).delete()
+    ProviderReporter.objects.filter(last_reported_at__lt=cutoff).delete()
+    return deleted
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class WindowHealth(TypedDict):
+    attempts: Annotated[int, Help("Attempts that say something about the provider: served plus errors.")]
+    served: int
+    errors: Annotated[int, Help("Attempts that failed on the provider's side (see error_classes).")]
+    error_rate: Annotated[float | None, Help("errors / attempts, 0..1; null without attempts.")]
+    outcomes: Annotated[dict[str, int], Help("Every attempt by outcome class, rejected requests included.")]
+    p50_ms: Annotated[int | None, Help("Median served latency: the upper bound of its histogram bucket.")]
+    p95_ms: Annotated[int | None, Help("95th percentile served latency, as p50_ms; null if nothing was served.")]
+    breaker_openings: int
+
+
+class StepHealth(TypedDict):
+    provider: str
+    model: str
+    recent: Annotated[WindowHealth, Help("The last 5 minutes.")]
+    hour: Annotated[WindowHealth, Help("The last hour.")]
+    instances: Annotated[int, Help("Instances that reported on this step in the last 5 minutes.")]
+    credential_failures_instances: Annotated[
+        int, Help("Instances that saw this provider reject their credentials in the last 5 minutes.")
+    ]
+    sparkline: Annotated[
+        list[float | None], Help(f"Error rate of each of the last {SPARK_MINUTES} minutes, oldest first.")
+    ]
+    summary: Annotated[str, Help("The recent figures in words, as the pages show them.")]
+    last_reported_at: Annotated[Time | None, Help("When an instance last reported on this step.")]
+
+
+def step_health(chain: Chain, steps: Iterable[tuple[str, str]], *, now: datetime | None = None) -> list[StepHealth]:
+    """Health of each (provider, model) step of ``chain``, in the order given."""
+    now = now or timezone.now()
+    steps = list(dict.fromkeys(steps))
+    providers = {provider for provider, _ in steps}
+    since = minute_of(now) - timedelta(minutes=SPARK_MINUTES - 1)
+    rows = list(
+        ProviderHealthMinute.objects.filter(chain=chain, provider__in=providers, minute__gte=min(since, now - HOUR))
+    )
+    reporters = list(ProviderReporter.objects.filter(chain=chain, provider__in=providers))
+    return [_step(provider, model, rows, reporters, now) for provider, model in steps]
+
+
+def chain_health(chain: Chain, *, now: datetime | None = None) -> list[StepHealth]:
+    """Health of every step reported for ``chain`` in the last hour, worst error rate first."""
+    now = now or timezone.now()
+    reported = (
+        ProviderHealthMinute.objects.filter(chain=chain, minute__gte=minute_of(now - HOUR))
+        .exclude(model="")
+        .values_list("provider", "model")
+        .distinct()
+    )
+    health = step_health(chain, sorted(reported), now=now)
+    return sorted(health, key=lambda step: -(step["recent"]["error_rate"] or 0.0))
+
+
+def _step(
+    provider: str, model: str, rows: list[ProviderHealthMinute], reporters: list[ProviderReporter], now: datetime
+) -> StepHealth:
+    mine = [row for row in rows if row.provider == provider and row.model == model]
+    openings = [row for row in rows if row.provider == provider and row.model == ""]
+    recent_from, hour_from = minute_of(now - RECENT), minute_of(now - HOUR)
+    recent = _window([r for r in mine if r.minute >= recent_from], [r for r in openings if r.minute >= recent_from])
+    ours = [r for r in reporters if r.provider == provider and r.model == model]
+    seen_from = now - RECENT
+    last = max((r.last_reported_at for r in ours), default=None)
+    this_minute = minute_of(now)
+    by_minute = {row.minute: row for row in mine}
+    sparkline = [
+        _rate(by_minute.get(this_minute - timedelta(minutes=back))) for back in range(SPARK_MINUTES - 1, -1, -1)
+    ]
+    instances = sum(1 for r in ours if r.last_reported_at >= seen_from)
+    return StepHealth(
+        provider=provider,
+        model=model,
+        recent=recent,
+        hour=_window([r for r in mine if r.minute >= hour_from], [r for r in openings if r.minute >= hour_from]),
+        instances=instances,
+        credential_failures_instances=sum(
+            1 for r in ours if r.last_credentials_failure_at is not None and r.last_credentials_failure_at >= seen_from
+        ),
+        sparkline=sparkline,
+        summary=describe(provider, recent, instances),
+        last_reported_at=format_time(last),
+    )
+
+
+def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinute]) -> WindowHealth:
+    outcomes = {name: sum(getattr(row, name) for row in rows) for name in OUTCOME_CLASSES}
+    errors = sum(outcomes[name] for name in ERROR_CLASSES)
+    attempts = outcomes["served"] + errors
+    histogram = [sum(getattr(row, name) for row in rows) for name in LATENCY_FIELDS]
+    return WindowHealth(
+        attempts=attempts,
+        served=outcomes["served"],
+        errors=errors,
+        error_rate=errors / attempts if attempts else None,
+        outcomes={name: count for name, count in outcomes.items() if count},
+        p50_ms=_percentile(histogram, 0.50),
+        p95_ms=_percentile(histogram, 0.95),
+        breaker_openings=sum(row.breaker_openings for row in openings),
+    )
+
+
+def _rate(row: ProviderHealthMinute | None) -> float | None:
+    if row is None:
+        return None
+    errors = sum(getattr(row, name) for name in ERROR_CLASSES)
+    attempts = row.served + errors
+    return errors / attempts if attempts else None
+
+
+def _percentile(histogram: list[int], share: float) -> int | None:
+    """The upper bound of the bucket holding the ``share`` quantile (the last bucket, above
+    the highest bound, reads as that bound)."""
+    total = sum(histogram)
+    if not total:
+        return None
+    wanted, seen = share * total, 0
+    for index, count in enumerate(histogram):
+        seen += count
+        if seen >= wanted:
+            return LATENCY_BOUNDS_MS[min(index, len(LATENCY_BOUNDS_MS) - 1)]
+    return LATENCY_BOUNDS_MS[-1]
+
+
+def describe(provider: str, window: WindowHealth, instances: int) -> str:
+    """One line an on-call engineer reads: ``vendor_a: 41.2 % errors (mostly 5xx), p95
+    2.5 s, 38 instances`` (the last 5 minutes)."""
+    reporting = f"{instances} instance{'' if instances == 1 else 's'}"
+    if not window["attempts"]:
+        return f"{provider}: no attempts reported in the last 5 min ({reporting})"
+    rate = window["error_rate"] or 0.0
+    parts = [f"{provider}: {rate * 100:.1f} % errors"]
+    worst = max(ERROR_CLASSES, key=lambda name: window["outcomes"].get(name, 0))
+    if window["outcomes"].get(worst):
+        parts[0] += f" (mostly {_CLASS_WORDS[worst]})"
+    if window["p95_ms"] is not None:
+        parts.append(f"p95 {_seconds(window['p95_ms'])}")
+    parts.append(reporting)
+    return ", ".join(parts)
+
+
+_CLASS_WORDS = {
+    "credentials": "rejected credentials",
+    "rate_limited": "429 rate limits",
+    "server_error": "5xx",
+    "timeout": "timeouts",
+    "unknown": "unknown outcomes",
+    "unavailable": "refused connections",
+    "verify_failed": "failed verification",
+    "other": "other statuses",
+}
+
+
+def _seconds(milliseconds: int) -> str:
+    return f"{milliseconds} ms" if milliseconds < 1000 else f"{milliseconds / 1000:g} s"
+
+
+def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per chain x provider x model over the last 5 minutes, for ``/metrics``."""
+    now = now or timezone.now()
+    sums = {name: Sum(name) for name in (*OUTCOME_CLASSES, "breaker_openings")}
+    return list(
+        ProviderHealthMinute.objects.filter(minute__gte=minute_of(now - RECENT))
+        .values("chain__name", "provider", "model")
+        .annotate(**sums)
+        .order_by("chain__name", "provider", "model")
+    )
+
+
+__all__ = [
+    "ERROR_CLASSES",
+    "LATENCY_BOUNDS_MS",
+    "OUTCOME_CLASSES",
+    "StepHealth",
+    "StepReport",
+    "WindowHealth",
+    "chain_health",
+    "describe",
+    "prune",
+    "record_health",
+    "step_health",
+    "totals",
+]

@@ -1,0 +1,216 @@
+"""Provider health from the fleet's usage reports: merged per minute, read over 5 minutes and
+an hour, bounded in storage, in the API and in /metrics; bad reports refused whole."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.test import Client
+
+from audit import provider_health
+from audit.models import LATENCY_BOUNDS_MS, ProviderHealthMinute, ProviderReporter, ProviderUsage
+from audit.tasks import prune_provider_health
+from tests.metrics_text import value
+
+pytestmark = pytest.mark.usefixtures("synced")
+
+T0 = datetime(2026, 11, 30, 2, 0, 30, tzinfo=UTC)
+BOUNDS = list(LATENCY_BOUNDS_MS)
+
+
+def latency(**buckets: int) -> list[int]:
+    """A histogram with ``b3=5`` meaning 5 served attempts in bucket 3 (500..1000 ms)."""
+    counts = [0] * (len(BOUNDS) + 1)
+    for name, count in buckets.items():
+        counts[int(name[1:])] = count
+    return counts
+
+
+def step(provider: str, model: str, outcomes: dict[str, int], histogram: list[int] | None = None) -> dict[str, Any]:
+    return {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
+
+
+def report(client: Client, instance: str, steps: list[dict[str, Any]], chain: str = "chat", **health: Any):  # type: ignore[no-untyped-def]
+    body = {
+        "client": f"checkout/{instance}",
+        "health": {"latency_bounds_ms": BOUNDS, "steps": steps, **health},
+    }
+    return client.post(f"/api/v1/chains/{chain}/usage", body, content_type="application/json")
+
+
+def health_of(client: Client, chain: str = "chat") -> dict[str, Any]:
+    response = client.get(f"/api/v1/chains/{chain}/health")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}
+
+
+def test_reports_from_many_instances_merge_into_rates_latency_and_instance_counts(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(4):
+            response = report(
+                reader,
+                f"i{n}",
+                [
+                    step("vendor_a", "large", {"served": 5, "server_error": 5}, latency(b3=5)),
+                    step("vendor_b", "large", {"served": 10, "rejected": 2}, latency(b1=9, b4=1)),
+                ],
+                breaker_openings={"vendor_a": 1},
+            )
+            assert response.status_code == 202, response.content
+
+        document = health_of(reader)
+
+    steps = by_step(document)
+    head = steps["vendor_a/large"]
+    assert head["recent"]["attempts"] == 40
+    assert head["recent"]["error_rate"] == pytest.approx(0.5)
+    assert head["recent"]["outcomes"] == {"served": 20, "server_error": 20}
+    assert head["recent"]["p95_ms"] == 1000
+    assert head["recent"]["breaker_openings"] == 4
+    assert head["instances"] == 4
+    assert head["summary"] == "vendor_a: 50.0 % errors (mostly 5xx), p95 1 s, 4 instances"
+    second = steps["vendor_b/large"]
+    # A rejected request (400/422) is the request's doing: neither an error nor an attempt.
+    assert (second["recent"]["attempts"], second["recent"]["error_rate"]) == (40, 0.0)
+    assert second["recent"]["outcomes"]["rejected"] == 8
+    assert (second["recent"]["p50_ms"], second["recent"]["p95_ms"]) == (250, 2500)  # 4 of 40 above 1 s
+    assert [s["provider"] for s in document["steps"]] == ["vendor_a", "vendor_b", "self_hosted"]  # live order
+    # One row per step per minute, however many instances report.
+    assert ProviderHealthMinute.objects.exclude(model="").count() == 2
+
+
+def test_the_live_chain_s_steps_are_listed_even_before_any_report(reader: Client) -> None:
+    document = health_of(reader)
+
+    assert document["live"] == ["vendor_a/large", "vendor_b/large", "self_hosted/8b"]
+    assert [f"{s['provider']}/{s['model']}" for s in document["steps"]] == document["live"]
+    first = document["steps"][0]
+    assert (first["recent"]["attempts"], first["recent"]["error_rate"], first["instances"]) == (0, None, 0)
+    assert first["summary"] == "vendor_a: no attempts reported in the last 5 min (0 instances)"
+    assert "server_error" in document["error_classes"] and "rejected" not in document["error_classes"]
+
+
+def test_the_recent_window_and_the_sparkline_follow_the_clock(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        report(reader, "i1", [step("vendor_a", "large", {"served": 1, "timeout": 3})])
+        clock.shift(timedelta(minutes=2))
+        report(reader, "i1", [step("vendor_a", "large", {"served": 4})])
+        now = health_of(reader)["steps"][0]
+        clock.shift(timedelta(minutes=10))
+        later = health_of(reader)["steps"][0]
+
+    assert now["recent"]["error_rate"] == pytest.approx(3 / 8)
+    assert now["sparkline"][-3:] == [0.75, None, 0.0]
+    assert len(now["sparkline"]) == provider_health.SPARK_MINUTES
+    assert later["recent"]["attempts"] == 0  # 10 minutes on: out of the 5-minute window
+    assert later["hour"]["attempts"] == 8
+    assert later["instances"] == 0
+
+
+def test_instances_that_saw_their_credentials_rejected_are_counted(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            report(reader, f"i{n}", [step("vendor_a", "large", {"credentials": 2, "served": 1})])
+        report(reader, "i9", [step("vendor_a", "large", {"served": 3})])
+        head = by_step(health_of(reader))["vendor_a/large"]
+
+    assert head["credential_failures_instances"] == 3
+    assert head["instances"] == 4
+    assert "mostly rejected credentials" in head["summary"]
+
+
+def test_storage_stays_within_the_window_over_three_simulated_days(reader: Client, settings) -> None:
+    settings.PROVIDER_HEALTH_RETENTION_HOURS = 48
+    with time_machine.travel(T0, tick=False) as clock:
+        for tick in range(3 * 24 * 6):  # a report every 10 minutes for 3 days
+            report(reader, f"i{tick % 3}", [step("vendor_a", "large", {"served": 1})])
+            if tick % 6 == 5:  # the beat's prune, hourly here
+                prune_provider_health()
+            clock.shift(timedelta(minutes=10))
+        oldest = ProviderHealthMinute.objects.order_by("minute").first()
+        assert oldest is not None
+        assert oldest.minute >= provider_health.minute_of(datetime.now(UTC) - timedelta(hours=49))
+    # 48 h of one report per 10 minutes, plus the hour since the last prune.
+    assert ProviderHealthMinute.objects.count() <= 49 * 6
+    assert ProviderReporter.objects.count() == 3
+
+
+def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> None:
+    settings.PROVIDER_HEALTH_RETENTION_HOURS = 1
+    with time_machine.travel(T0, tick=False) as clock:
+        report(reader, "i1", [step("vendor_a", "large", {"served": 1})])
+        clock.shift(timedelta(hours=2))
+        out = __import__("io").StringIO()
+        call_command("prune_provider_health", stdout=out)
+    assert out.getvalue().strip() == "pruned 1 provider-health minute bucket(s)"
+    assert not ProviderReporter.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("health", "fragment"),
+    [
+        ({"latency_bounds_ms": [1, 2], "steps": []}, "the histogram this control plane merges"),
+        ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"exploded": 1})]}, "unknown outcome"),
+        ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"served": -1})]}, "greater than or equal"),
+        (
+            {"latency_bounds_ms": BOUNDS, "steps": [{**step("vendor_a", "large", {}), "latency_ms": [1, 2]}]},
+            "at least 9 elements",
+        ),
+        ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {})] * 51}, "no more than 50 elements"),
+    ],
+    ids=["other-bounds", "unknown-class", "negative", "short-histogram", "too-many-steps"],
+)
+def test_a_bad_health_report_is_refused_whole_with_what_was_wrong(reader: Client, health, fragment: str) -> None:
+    body = {
+        "client": "checkout/i1",
+        "providers": {"vendor_a": {"requests": 5, "last_served_at": "2026-11-30T02:00:00Z"}},
+        "health": health,
+    }
+    response = reader.post("/api/v1/chains/chat/usage", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "validation_error"
+    assert fragment in response.content.decode()
+    assert not ProviderUsage.objects.exists()  # nothing of the report was applied
+    assert not ProviderHealthMinute.objects.exists()
+
+
+def test_health_needs_a_token_and_a_known_chain(client: Client, reader: Client) -> None:
+    assert client.get("/api/v1/chains/chat/health").status_code == 401
+    assert reader.get("/api/v1/chains/nope/health").status_code == 404
+
+
+def test_metrics_show_each_step_s_attempts_and_error_ratio(reader: Client) -> None:
+    report(
+        reader, "i1", [step("vendor_a", "large", {"served": 3, "rate_limited": 1})], breaker_openings={"vendor_a": 2}
+    )
+
+    text = Client().get("/metrics").content.decode()
+
+    labels = {"chain": "chat", "provider": "vendor_a", "model": "large"}
+    assert value(text, "controlplane_provider_attempts_5m", {**labels, "outcome": "rate_limited"}) == 1
+    assert value(text, "controlplane_provider_error_ratio_5m", labels) == 0.25
+    assert value(text, "controlplane_provider_breaker_openings_5m", {"chain": "chat", "provider": "vendor_a"}) == 2
+
+
+def test_steps_reported_outside_the_live_chain_follow_it_worst_first(reader: Client) -> None:
+    report(
+        reader,
+        "i1",
+        [
+            step("vendor_b", "small", {"served": 9, "timeout": 1}),
+            step("self_hosted", "70b", {"served": 1, "server_error": 1}),
+        ],
+    )
+
+    names = [f"{s['provider']}/{s['model']}" for s in health_of(reader)["steps"]]
+
+    assert names == ["vendor_a/large", "vendor_b/large", "self_hosted/8b", "self_hosted/70b", "vendor_b/small"]
