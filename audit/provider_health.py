@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from audit.models import LATENCY_BOUNDS_MS, LATENCY_FIELDS, OUTCOME_CLASSES, ProviderHealthMinute, ProviderReporter
 from presets.documents import Help, Time, format_time
-from presets.models import Chain
+from presets.models import Chain, Preset
 
 # The classes that are the provider's failures (see the module's docstring).
 ERROR_CLASSES = (
@@ -279,6 +279,119 @@ def _seconds(milliseconds: int) -> str:
     return f"{milliseconds} ms" if milliseconds < 1000 else f"{milliseconds / 1000:g} s"
 
 
+@dataclass(frozen=True)
+class Failing:
+    """A step over the failure threshold now: what the pages' "failing now" line and the
+    ``provider_failing`` alert say."""
+
+    chain: str
+    provider: str
+    model: str
+    attempts: int
+    errors: int
+    worst: str
+    """The error class with the most attempts."""
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.attempts
+
+    def describe(self) -> str:
+        return (
+            f"{self.provider}/{self.model} on {self.chain}: {self.error_rate * 100:.1f} % errors "
+            f"(mostly {_CLASS_WORDS[self.worst]}) over the last {settings.PROVIDER_FAILING_MINUTES} min, "
+            f"{self.errors} of {self.attempts} attempts"
+        )
+
+
+def failing_steps(*, now: datetime | None = None, chain: Chain | None = None) -> list[Failing]:
+    """Steps whose error rate over the last PROVIDER_FAILING_MINUTES is at least
+    PROVIDER_FAILING_ERROR_PERCENT with PROVIDER_FAILING_MIN_ATTEMPTS attempts or more,
+    worst first."""
+    now = now or timezone.now()
+    since = minute_of(now - timedelta(minutes=settings.PROVIDER_FAILING_MINUTES))
+    rows = ProviderHealthMinute.objects.filter(minute__gte=since).exclude(model="")
+    if chain is not None:
+        rows = rows.filter(chain=chain)
+    sums = {name: Sum(name) for name in OUTCOME_CLASSES}
+    failing = []
+    for row in rows.values("chain__name", "provider", "model").annotate(**sums):
+        errors_by_class = {name: row[name] or 0 for name in ERROR_CLASSES}
+        errors = sum(errors_by_class.values())
+        attempts = errors + (row["served"] or 0)
+        if attempts < settings.PROVIDER_FAILING_MIN_ATTEMPTS:
+            continue
+        if errors * 100 < settings.PROVIDER_FAILING_ERROR_PERCENT * attempts:
+            continue
+        worst = max(ERROR_CLASSES, key=lambda name: errors_by_class[name])
+        failing.append(Failing(row["chain__name"], row["provider"], row["model"], attempts, errors, worst))
+    return sorted(failing, key=lambda step: (-step.error_rate, step.chain, step.provider, step.model))
+
+
+def credential_failures(*, now: datetime | None = None) -> dict[tuple[str, str], list[str]]:
+    """Per (chain, provider): the instances that saw its credentials rejected in the last
+    PROVIDER_FAILING_MINUTES, when at least PROVIDER_CREDENTIALS_INSTANCES did."""
+    now = now or timezone.now()
+    since = now - timedelta(minutes=settings.PROVIDER_FAILING_MINUTES)
+    seen: dict[tuple[str, str], set[str]] = {}
+    for chain, provider, client in ProviderReporter.objects.filter(last_credentials_failure_at__gte=since).values_list(
+        "chain__name", "provider", "client"
+    ):
+        seen.setdefault((chain, provider), set()).add(client)
+    return {
+        key: sorted(clients)
+        for key, clients in sorted(seen.items())
+        if len(clients) >= settings.PROVIDER_CREDENTIALS_INSTANCES
+    }
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The reviewed preset whose steps look healthiest, and why: shown, never applied."""
+
+    preset: str
+    reason: str
+
+
+def healthiest_preset(
+    chain: Chain, presets: Iterable[Preset], *, live: str, now: datetime | None = None
+) -> Suggestion | None:
+    """The active preset to consider when the live one's head is failing, or None.
+
+    Presets are ranked by their steps' recent error rates in chain order (the head counts
+    most); a step nobody reported on ranks behind every healthy one and ahead of a failing
+    one. Only a preset whose head is healthier than the live head is suggested."""
+    candidates = [preset for preset in presets if not preset.is_retired]
+    steps = {(step["provider"], step["model"]) for preset in candidates for step in preset.steps}
+    health = {(h["provider"], h["model"]): h for h in step_health(chain, sorted(steps), now=now)}
+
+    def rank(preset: Preset) -> tuple[float, ...]:
+        return tuple(_risk(health[(step["provider"], step["model"])]) for step in preset.steps)
+
+    by_name = {preset.name: preset for preset in candidates}
+    if live not in by_name:
+        return None
+    best = min(candidates, key=lambda preset: (rank(preset), preset.name))
+    live_head, best_head = rank(by_name[live])[0], rank(best)[0]
+    if best.name == live or best_head >= live_head or live_head < _FAILING:
+        return None
+    head = health[(best.steps[0]["provider"], best.steps[0]["model"])]
+    return Suggestion(best.name, f"its head {head['summary']}")
+
+
+# A step's risk for ranking presets: its recent error rate; unknown (no attempts) sits between
+# a healthy step and one at the failure threshold.
+_FAILING = 1.0
+
+
+def _risk(step: StepHealth) -> float:
+    rate = step["recent"]["error_rate"]
+    threshold = settings.PROVIDER_FAILING_ERROR_PERCENT / 100
+    if rate is None:
+        return threshold / 2
+    return _FAILING + rate if rate >= threshold else rate
+
+
 def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
     """Per chain x provider x model over the last 5 minutes, for ``/metrics``."""
     now = now or timezone.now()
@@ -293,10 +406,15 @@ def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
 
 __all__ = [
     "ERROR_CLASSES",
+    "Failing",
+    "credential_failures",
+    "failing_steps",
+    "healthiest_preset",
     "LATENCY_BOUNDS_MS",
     "OUTCOME_CLASSES",
     "StepHealth",
     "StepReport",
+    "Suggestion",
     "WindowHealth",
     "chain_health",
     "describe",

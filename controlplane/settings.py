@@ -233,6 +233,15 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
 FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)
 # Provider health from the SDK's usage reports: one-minute buckets kept this long.
 PROVIDER_HEALTH_RETENTION_HOURS = env_int("PROVIDER_HEALTH_RETENTION_HOURS", 48, minimum=1, maximum=24 * 90)
+# A step is failing when, over the last PROVIDER_FAILING_MINUTES, at least
+# PROVIDER_FAILING_MIN_ATTEMPTS attempts were reported and PROVIDER_FAILING_ERROR_PERCENT of
+# them failed on the provider's side (pages' "failing now" line, provider_failing alerts).
+PROVIDER_FAILING_ERROR_PERCENT = env_int("PROVIDER_FAILING_ERROR_PERCENT", 20, minimum=1, maximum=100)
+PROVIDER_FAILING_MINUTES = env_int("PROVIDER_FAILING_MINUTES", 5, minimum=1, maximum=60)
+PROVIDER_FAILING_MIN_ATTEMPTS = env_int("PROVIDER_FAILING_MIN_ATTEMPTS", 20, minimum=1)
+# provider_credentials: this many instances saw a provider reject their credentials (401/403)
+# in the last PROVIDER_FAILING_MINUTES.
+PROVIDER_CREDENTIALS_INSTANCES = env_int("PROVIDER_CREDENTIALS_INSTANCES", 3, minimum=1)
 for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
     if _url and not _url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")

@@ -3,6 +3,7 @@ an hour, bounded in storage, in the API and in /metrics; bad reports refused who
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,8 @@ from django.test import Client
 from audit import provider_health
 from audit.models import LATENCY_BOUNDS_MS, ProviderHealthMinute, ProviderReporter, ProviderUsage
 from audit.tasks import prune_provider_health
+from presets.models import Chain
+from presets.selectors import active_presets
 from tests.metrics_text import value
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -148,7 +151,7 @@ def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> Non
     with time_machine.travel(T0, tick=False) as clock:
         report(reader, "i1", [step("vendor_a", "large", {"served": 1})])
         clock.shift(timedelta(hours=2))
-        out = __import__("io").StringIO()
+        out = io.StringIO()
         call_command("prune_provider_health", stdout=out)
     assert out.getvalue().strip() == "pruned 1 provider-health minute bucket(s)"
     assert not ProviderReporter.objects.exists()
@@ -214,3 +217,55 @@ def test_steps_reported_outside_the_live_chain_follow_it_worst_first(reader: Cli
     names = [f"{s['provider']}/{s['model']}" for s in health_of(reader)["steps"]]
 
     assert names == ["vendor_a/large", "vendor_b/large", "self_hosted/8b", "self_hosted/70b", "vendor_b/small"]
+
+
+def test_a_step_over_the_threshold_with_enough_attempts_is_failing_now(reader: Client, settings) -> None:
+    settings.PROVIDER_FAILING_ERROR_PERCENT = 20
+    settings.PROVIDER_FAILING_MIN_ATTEMPTS = 20
+    with time_machine.travel(T0, tick=False) as clock:
+        report(reader, "i1", [step("vendor_a", "large", {"served": 10, "server_error": 9})])
+        assert provider_health.failing_steps() == []  # 19 attempts: too few to judge
+        report(reader, "i2", [step("vendor_a", "large", {"served": 8, "server_error": 2})])
+        report(reader, "i3", [step("vendor_b", "large", {"served": 80, "timeout": 19})])
+        (failing,) = provider_health.failing_steps()
+        clock.shift(timedelta(minutes=settings.PROVIDER_FAILING_MINUTES + 1))
+        assert provider_health.failing_steps() == []  # out of the window
+
+    assert (failing.chain, failing.provider, failing.model, failing.worst) == (
+        "chat",
+        "vendor_a",
+        "large",
+        "server_error",
+    )
+    assert failing.error_rate == pytest.approx(11 / 29)
+    assert (
+        failing.describe()
+        == "vendor_a/large on chat: 37.9 % errors (mostly 5xx) over the last 5 min, 11 of 29 attempts"
+    )
+
+
+def test_credential_failures_count_once_enough_instances_saw_them(reader: Client, settings) -> None:
+    settings.PROVIDER_CREDENTIALS_INSTANCES = 3
+    with time_machine.travel(T0, tick=False):
+        for n in range(2):
+            report(reader, f"i{n}", [step("vendor_a", "large", {"credentials": 1})])
+        assert provider_health.credential_failures() == {}
+        report(reader, "i2", [step("vendor_a", "large", {"credentials": 4})])
+        failures = provider_health.credential_failures()
+
+    assert failures == {("chat", "vendor_a"): ["checkout/i0", "checkout/i1", "checkout/i2"]}
+
+
+def test_the_healthiest_reviewed_preset_is_suggested_only_when_the_live_head_fails(reader: Client) -> None:
+    chain = Chain.objects.get(name="chat")
+    presets = list(active_presets(chain=chain.pk).values())
+    with time_machine.travel(T0, tick=False):
+        assert provider_health.healthiest_preset(chain, presets, live="normal") is None  # nothing known
+        report(reader, "i1", [step("vendor_a", "large", {"served": 50, "server_error": 50})])
+        report(reader, "i2", [step("vendor_b", "large", {"served": 100})])
+        suggestion = provider_health.healthiest_preset(chain, presets, live="normal")
+        assert provider_health.healthiest_preset(chain, presets, live="pin_secondary") is None
+
+    assert suggestion is not None
+    assert suggestion.preset == "pin_secondary"
+    assert suggestion.reason == "its head vendor_b: 0.0 % errors, 1 instance"
