@@ -84,11 +84,14 @@ class CircuitBreaker:
                 self._probe_in_flight = False
                 logger.info("chainclient: circuit breaker for %s closed (probe succeeded)", self.provider)
 
-    def record_failure(self, now: float) -> None:
+    def record_failure(self, now: float) -> bool:
+        """Count a failure; True when this call opened the breaker (closed or half-open to
+        open), for the fleet's count of openings in the usage reports."""
         with self._lock:
             if self._state == "half_open":
                 self._open(now, "probe failed")
-            elif self._state == "closed":
+                return True
+            if self._state == "closed":
                 failures = self._failures
                 failures.append(now)
                 horizon = now - self.settings.window_s
@@ -96,6 +99,8 @@ class CircuitBreaker:
                     failures.popleft()
                 if len(failures) >= self.settings.failure_threshold:
                     self._open(now, f"{len(failures)} failures in {self.settings.window_s:g}s")
+                    return True
+            return False
 
     def release(self) -> None:
         """Give back a probe slot taken by ``admit`` for an attempt that never ran."""

@@ -17,6 +17,7 @@ by the parts it composes:
 - ``snapshot``: what ``current()`` reads, and a pin's expiry, precomputed;
 - ``state_file``: the last-known-good file, which never goes back;
 - ``usage``: ``record_served`` and the usage reports, from a thread of their own;
+- ``health``: the attempts and breaker openings those reports carry (``record_attempt``);
 - ``stats``: the counters ``health()`` reports, and the episodes logged once each.
 """
 
@@ -38,6 +39,7 @@ from chainclient.applier import Applier
 from chainclient.applier import OnChange as OnChange
 from chainclient.poller import REPOLL_SPREAD_S as REPOLL_SPREAD_S
 from chainclient.poller import Poller, PollSettings
+from chainclient.receipts import Attempt
 from chainclient.snapshot import Snapshot, snapshot_of
 from chainclient.state_file import STATE_FORMAT as STATE_FORMAT
 from chainclient.state_file import StateFile
@@ -229,6 +231,24 @@ class ChainClient:
         with ``report_usage=False``.
         """
         self._usage.record_served(provider)
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        """Count one attempt for the provider health in the next usage report: its outcome
+        class under its (provider, model) and, if it served, its latency bucket.
+
+        The Router calls this on every attempt it makes (``Attempt`` is the receipt's line);
+        call it yourself if you route without a Router. No request content is kept. A lock
+        and a few dict operations, never I/O; a no-op with ``report_usage=False``.
+        """
+        self._usage.record_attempt(attempt)
+
+    def record_breaker_opened(self, provider: str) -> None:
+        """Count one opening of ``provider``'s circuit breaker for the next usage report.
+
+        The Router calls this whenever a breaker opens (after the threshold of failures, or
+        a failed half-open probe). A no-op with ``report_usage=False``.
+        """
+        self._usage.record_breaker_opened(provider)
 
     # -- lifecycle ----------------------------------------------------------------------
 

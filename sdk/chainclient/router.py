@@ -43,8 +43,10 @@ class Router(RouterCore[Transport]):
     """Route requests along a chain with fallback, deadlines, admission and breakers.
 
     ``source`` is a ChainClient-like object (anything with ``current()``; read once per
-    request; its ``record_served(provider)``, if it has one, is told who served each
-    success; its ``registry``, if it has one, is used unless ``registry=`` is given), a
+    request; its ``record_served(provider)``, ``record_attempt(attempt)`` and
+    ``record_breaker_opened(provider)``, if it has them, are told who served each success,
+    every attempt and every breaker opening; its ``registry``, if it has one, is used unless
+    ``registry=`` is given), a
     fixed ``ChainDocument``, or a list of ``Step`` (marking: not degraded).
     ``transports`` maps provider name to ``call(step, request, timeout_s) -> value``; a
     provider in the registry or the chain without one is warned about at construction and

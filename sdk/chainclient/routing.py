@@ -9,8 +9,8 @@ on to the next step, or stops. Every attempt is recorded in the request's receip
 (``receipts``), which results and errors carry.
 
 ``RouterCore`` owns that policy: admission, the budget, what an attempt's outcome leads to,
-and what follows (the counts in ``report()``, credential alerts, usage accounting, the
-warnings about providers without a transport). The two routers differ only in how they
+and what follows (the counts in ``report()``, credential alerts, usage and health
+accounting, the warnings about providers without a transport). The two routers differ only in how they
 call a transport: ``router.Router`` calls it, ``async_router.AsyncRouter`` awaits it.
 """
 
@@ -74,8 +74,11 @@ class ChainSource(Protocol):
     """Anything with a non-blocking ``current()`` returning the live chain (a ChainClient).
 
     If it also has ``record_served(provider)`` (a ChainClient does), the router calls it
-    on every successful result, for the client's usage reports; if it has a ``registry``
-    (a ChainClient does), the router uses it unless given one.
+    on every successful result, for the client's usage reports; ``record_attempt(attempt)``,
+    on every attempt it settles (served or not), and ``record_breaker_opened(provider)``,
+    whenever a provider's circuit breaker opens, for the provider health in those reports.
+    If it has a ``registry`` (a ChainClient does), the router uses it unless given one.
+    Each hook is looked up once, when the router is built.
     """
 
     def current(self) -> ChainDocument: ...
@@ -114,8 +117,9 @@ class RouterCore(Generic[TransportT]):
         self._check_transports(transports)
         self._transports: dict[str, TransportT] = dict(transports)
         self._snapshot = _snapshot_reader(source)
-        record_served = getattr(source, "record_served", None)
-        self._record_served: Callable[[str], object] | None = record_served if callable(record_served) else None
+        self._record_served: Callable[[str], object] | None = _hook(source, "record_served")
+        self._record_attempt: Callable[[Attempt], object] | None = _hook(source, "record_attempt")
+        self._record_breaker_opened: Callable[[str], object] | None = _hook(source, "record_breaker_opened")
         if registry is None:
             registry = _registry_of(source)
         self._deadline_s = float(deadline_s)
@@ -228,7 +232,8 @@ class RouterCore(Generic[TransportT]):
         now = self._now()
         if breaker is not None:
             if verdict.counts_as_failure:
-                breaker.record_failure(now)
+                if breaker.record_failure(now) and self._record_breaker_opened is not None:
+                    self._breaker_opened(step.provider)
             else:
                 breaker.record_success(now)
         document = walk.document
@@ -251,6 +256,8 @@ class RouterCore(Generic[TransportT]):
             version=document.version,
         )
         walk.attempts.append(attempt)
+        if self._record_attempt is not None:
+            self._attempted(attempt)
         if verdict.credential_alert:
             self._credential_alert(attempt)
         action = verdict.action
@@ -364,6 +371,28 @@ class RouterCore(Generic[TransportT]):
         except Exception:
             # Usage accounting must never cost a request its answer.
             logger.exception("chainclient: record_served(%r) raised", provider)
+
+    def _attempted(self, attempt: Attempt) -> None:
+        assert self._record_attempt is not None
+        try:
+            self._record_attempt(attempt)
+        except Exception:
+            # Health accounting must never cost a request its answer (nor its error).
+            logger.exception("chainclient: record_attempt(%s) raised", attempt.attempt_id)
+
+    def _breaker_opened(self, provider: str) -> None:
+        assert self._record_breaker_opened is not None
+        try:
+            self._record_breaker_opened(provider)
+        except Exception:
+            logger.exception("chainclient: record_breaker_opened(%r) raised", provider)
+
+
+def _hook(source: object, name: str) -> Callable[..., object] | None:
+    """The source's accounting method ``name``, if it has one: looked up once, at
+    construction; a router over a plain list of steps only checks for None per attempt."""
+    hook = getattr(source, name, None)
+    return hook if callable(hook) else None
 
 
 def _registry_of(source: object) -> Registry | None:

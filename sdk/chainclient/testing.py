@@ -39,6 +39,7 @@ from chainclient.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
+from chainclient.receipts import Attempt
 from chainclient.router import Transport
 from chainclient.types import ChainDocument, Provider, Registry, Step
 
@@ -306,13 +307,17 @@ _KEYWORDS: dict[str, Callable[[FakeProviders, str], FakeProviders]] = {
 class FakeChainClient:
     """A stand-in for ``ChainClient``: ``current()`` returns whatever was last ``set()``;
     ``served`` counts, per provider, the successes a Router recorded (``record_served``);
-    ``registry``, if given, is the one a Router built on it uses (as a ChainClient's)."""
+    ``attempts`` lists every attempt it told (``record_attempt``) and ``breaker_openings``
+    counts the breakers it opened (``record_breaker_opened``); ``registry``, if given, is
+    the one a Router built on it uses (as a ChainClient's)."""
 
     def __init__(self, chain: ChainDocument | Sequence[Step], *, registry: Registry | None = None) -> None:
         self.registry = registry
         self._document = _as_document(chain)
         self._lock = threading.Lock()
         self._served: dict[str, int] = {}
+        self._attempts: list[Attempt] = []
+        self._openings: dict[str, int] = {}
 
     def current(self) -> ChainDocument:
         return self._document
@@ -326,6 +331,26 @@ class FakeChainClient:
         """Requests served per provider, as ``ChainClient`` would report them."""
         with self._lock:
             return dict(self._served)
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts.append(attempt)
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Every attempt a Router recorded, in order (what ``ChainClient`` tallies for health)."""
+        with self._lock:
+            return list(self._attempts)
+
+    def record_breaker_opened(self, provider: str) -> None:
+        with self._lock:
+            self._openings[provider] = self._openings.get(provider, 0) + 1
+
+    @property
+    def breaker_openings(self) -> dict[str, int]:
+        """Circuit breaker openings per provider, as ``ChainClient`` would report them."""
+        with self._lock:
+            return dict(self._openings)
 
     def set(self, chain: ChainDocument | Sequence[Step]) -> None:
         """Make ``chain`` live, as a selection reaching the poller would."""

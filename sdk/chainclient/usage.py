@@ -1,4 +1,6 @@
-"""Usage reports: which providers served how many requests, and which documents were refused.
+"""Usage reports: which providers served how many requests, and which documents were refused;
+with the provider health the router saw (``health``: attempts by outcome class, served
+latencies, breaker openings).
 
 ``record_served`` is on every request's path (the Router calls it on each success), so it
 is one dict lookup and an increment under a lock nothing holds for long, and never I/O.
@@ -19,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chainclient.health import HealthCounts, HealthTally
+from chainclient.receipts import Attempt
 from chainclient.stats import ClientStats, OlderAnswer
 from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message
 
@@ -70,6 +74,7 @@ class UsageReporter:
         self._lock = threading.Lock()
         self._served: Served = {}
         self._refusals: list[Refusal] = []
+        self._health = HealthTally()
         self.worker: Worker | None = None
         self._flush_by = 0.0  # monotonic deadline of the last report, set by stop()
 
@@ -87,6 +92,16 @@ class UsageReporter:
                 entry[1] = now
             elif len(self._served) < _MAX_REPORTED_PROVIDERS:
                 self._served[provider] = [1, now]
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        """Count one settled attempt for the report's health; a no-op when reporting is off."""
+        if self.enabled:
+            self._health.record(attempt)
+
+    def record_breaker_opened(self, provider: str) -> None:
+        """Count one opening of ``provider``'s breaker; a no-op when reporting is off."""
+        if self.enabled:
+            self._health.record_opening(provider)
 
     def record_refused(self, version: object, why: str) -> None:
         """List a refused document (once per version) for the next report."""
@@ -117,6 +132,7 @@ class UsageReporter:
         self._endpoint = endpoint
         self._lock = threading.Lock()  # the parent's may have been held at the fork
         self._served, self._refusals = {}, []
+        self._health = HealthTally()  # a new lock too
         self.worker = None
         self._flush_by = 0.0
         # Forked children share the parent's generator state: reseed, or their report
@@ -139,16 +155,18 @@ class UsageReporter:
             connection.close()
 
     def _report(self, connection: Connection, timeout: float, stop_event: threading.Event) -> None:
-        """Send what was served and refused since the last accepted report, if anything."""
+        """Send what was served and refused, and the provider health, since the last accepted
+        report, if anything."""
         ahead = self._ahead()
         with self._lock:
             served, self._served = self._served, {}
             refusals, self._refusals = self._refusals, []
+        health = self._health.take()
         # No empty reports, except while ahead: the fleet page must keep showing that.
-        if not served and not refusals and ahead is None:
+        if not served and not refusals and health.empty and ahead is None:
             return
         try:
-            error = self._send(connection, timeout, served, refusals, ahead)
+            error = self._send(connection, timeout, served, refusals, health, ahead)
         except Exception as exc:  # a bug here must not lose the counts or end reporting
             logger.exception("chain %s: unexpected error while reporting usage", self._chain)
             error = f"unexpected {type(exc).__name__}: {exc}"
@@ -160,6 +178,7 @@ class UsageReporter:
             self._accepted()
         else:
             self._put_back(served, refusals)
+            self._health.put_back(health)
             if not stop_event.is_set() or self._flush_by > time.monotonic():
                 self._failed(error, served, refusals)
 
@@ -169,11 +188,16 @@ class UsageReporter:
         timeout: float,
         served: Served,
         refusals: list[Refusal],
+        health: HealthCounts,
         ahead: OlderAnswer | None,
     ) -> str | None:
         """POST one report; None when the control plane accepted it, else why not."""
         version = self._applied_version()
-        body = json.dumps(_report_body(self._endpoint.client_id, version, served, refusals, ahead)).encode("utf-8")
+        report = _report_body(self._endpoint.client_id, version, served, refusals, ahead)
+        health_body = health.body()
+        if health_body is not None:  # the key is left out when there is nothing in it
+            report["health"] = health_body
+        body = json.dumps(report).encode("utf-8")
         headers = self._endpoint.report_headers(applied_version=version)
         try:
             status, _, response = connection.request(
@@ -186,13 +210,18 @@ class UsageReporter:
     def _put_back(self, served: Served, refusals: list[Refusal]) -> None:
         """Merge an unsent report into what has been recorded since it was taken."""
         with self._lock:
-            for provider, (count, last) in served.items():
-                entry = self._served.get(provider)
-                if entry is None:
-                    self._served[provider] = [count, last]
-                else:
-                    entry[0] += count
-                    entry[1] = max(entry[1], last)
+            # The older batch first, and never more providers than a report may carry (the
+            # control plane would refuse it, and it would be retried forever).
+            providers: Served = {}
+            for batch in (served, self._served):
+                for provider, (count, last) in batch.items():
+                    entry = providers.get(provider)
+                    if entry is not None:
+                        entry[0] += count
+                        entry[1] = max(entry[1], last)
+                    elif len(providers) < _MAX_REPORTED_PROVIDERS:
+                        providers[provider] = [count, last]
+            self._served = providers
             merged = refusals
             for refusal in self._refusals:
                 _add_refusal(merged, refusal)

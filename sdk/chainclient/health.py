@@ -1,0 +1,208 @@
+"""Provider health from the fleet: how each step's attempts ended, how long the served ones
+took, and how often each provider's circuit breaker opened, for the usage report.
+
+The router tells its source about every attempt it settles (``record_attempt``) and every
+breaker it opens (``record_breaker_opened``); a ``ChainClient`` tallies them here and its
+usage thread sends them as the report's ``"health"`` key. Only counts leave the process:
+the provider, the model, an outcome class and a latency bucket, never request content.
+Latencies go into a fixed histogram (``LATENCY_BOUNDS_MS``), so the control plane merges
+the fleet's reports by adding them up.
+
+The tally follows the usage report's life: ``take()`` swaps out what was recorded, a report
+that fails is merged back with ``put_back()`` and sent later, so nothing is lost and
+nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from chainclient.outcomes import CREDENTIAL_STATUSES
+from chainclient.receipts import Attempt
+
+OUTCOME_CLASSES = (
+    "served",
+    "rejected",
+    "credentials",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "unknown",
+    "content_policy",
+    "unavailable",
+    "verify_failed",
+    "other",
+)
+"""How an attempt ended, as the usage report counts it (see ``outcome_class``)."""
+
+LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+"""Upper bounds (inclusive) of the served-latency buckets; one more bucket counts the rest."""
+
+# The bounds in whole microseconds: a latency is compared as an integer, rounded, so a
+# clock's float noise cannot move an attempt that took exactly 100 ms into the next bucket
+# (and an integer rounding is a third of the cost of round(ms, 3) on the attempt's path).
+_BOUNDS_US = tuple(bound * 1000 for bound in LATENCY_BOUNDS_MS)
+
+# The control plane refuses a report naming more; new keys past the cap are dropped, as
+# record_served drops new providers past its own.
+MAX_REPORTED_STEPS = 50
+MAX_REPORTED_BREAKER_PROVIDERS = 50
+
+# Outcomes whose class does not depend on the status; a "failed" attempt's does.
+_BY_OUTCOME = {
+    "ok": "served",
+    "rejected": "rejected",
+    "refused": "content_policy",
+    "timeout": "timeout",
+    "unavailable": "unavailable",
+    "verify_failed": "verify_failed",
+    "error": "unknown",  # an unexpected exception: nobody knows what happened
+}
+
+
+def outcome_class(attempt: Attempt) -> str:
+    """The class (one of ``OUTCOME_CLASSES``) the usage report counts ``attempt`` under."""
+    outcome = attempt.outcome
+    if outcome != "failed":
+        return _BY_OUTCOME.get(outcome, "other")
+    status = attempt.status
+    if status is None:
+        return "unknown"  # sent, and no answer came back
+    if status in CREDENTIAL_STATUSES:
+        return "credentials"
+    if status == 429:
+        return "rate_limited"
+    if 500 <= status <= 599:
+        return "server_error"
+    return "other"
+
+
+def latency_bucket(elapsed_s: float) -> int:
+    """The histogram bucket of a served attempt that took ``elapsed_s`` seconds: bucket i
+    counts latencies in (bounds[i-1], bounds[i]] ms, the last one those past 30 s."""
+    return bisect_left(_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
+
+
+@dataclass
+class StepHealth:
+    """One (provider, model)'s counts: attempts per outcome class, served latencies."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    latency_ms: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
+
+    def add(self, other: StepHealth) -> None:
+        for kind, count in other.outcomes.items():
+            self.outcomes[kind] = self.outcomes.get(kind, 0) + count
+        self.latency_ms = [mine + theirs for mine, theirs in zip(self.latency_ms, other.latency_ms, strict=True)]
+
+
+@dataclass
+class HealthCounts:
+    """A batch of counts taken from the tally for one usage report."""
+
+    steps: dict[tuple[str, str], StepHealth] = field(default_factory=dict)
+    breaker_openings: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps and not self.breaker_openings
+
+    def body(self) -> dict[str, Any] | None:
+        """The usage report's ``"health"`` value; None when there is nothing to say."""
+        if self.empty:
+            return None
+        return {
+            "latency_bounds_ms": list(LATENCY_BOUNDS_MS),
+            "steps": [
+                {
+                    "provider": provider,
+                    "model": model,
+                    # Only the classes that happened, in OUTCOME_CLASSES order.
+                    "outcomes": {kind: step.outcomes[kind] for kind in OUTCOME_CLASSES if step.outcomes.get(kind)},
+                    "latency_ms": list(step.latency_ms),
+                }
+                for (provider, model), step in self.steps.items()
+            ],
+            "breaker_openings": dict(self.breaker_openings),
+        }
+
+
+class HealthTally:
+    """What the router told a client since its last accepted report; thread-safe.
+
+    ``record`` is on every attempt's path: one classification, then a lock and a few dict
+    operations, never I/O.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[tuple[str, str], StepHealth] = {}
+        self._openings: dict[str, int] = {}
+
+    def record(self, attempt: Attempt) -> None:
+        """Count one settled attempt under its (provider, model)."""
+        kind = outcome_class(attempt)
+        bucket = latency_bucket(attempt.elapsed_s) if kind == "served" else -1
+        key = (attempt.provider, attempt.model)
+        with self._lock:
+            steps = self._steps
+            step = steps.get(key)
+            if step is None:
+                if len(steps) >= MAX_REPORTED_STEPS:
+                    return
+                step = steps[key] = StepHealth()
+            step.outcomes[kind] = step.outcomes.get(kind, 0) + 1
+            if bucket >= 0:
+                step.latency_ms[bucket] += 1
+
+    def record_opening(self, provider: str) -> None:
+        """Count one opening of ``provider``'s circuit breaker."""
+        with self._lock:
+            openings = self._openings
+            if provider in openings:
+                openings[provider] += 1
+            elif len(openings) < MAX_REPORTED_BREAKER_PROVIDERS:
+                openings[provider] = 1
+
+    def take(self) -> HealthCounts:
+        """Everything recorded so far, leaving the tally empty (for a report)."""
+        with self._lock:
+            taken = HealthCounts(self._steps, self._openings)
+            self._steps, self._openings = {}, {}
+        return taken
+
+    def put_back(self, taken: HealthCounts) -> None:
+        """Merge a batch whose report failed with what was recorded since it was taken.
+
+        The batch's keys come first: past the caps, keys first seen since are the ones
+        dropped, as they would have been had the batch never been taken."""
+        with self._lock:
+            steps, openings = taken.steps, taken.breaker_openings
+            for key, step in self._steps.items():
+                held = steps.get(key)
+                if held is not None:
+                    held.add(step)
+                elif len(steps) < MAX_REPORTED_STEPS:
+                    steps[key] = step
+            for provider, count in self._openings.items():
+                if provider in openings:
+                    openings[provider] += count
+                elif len(openings) < MAX_REPORTED_BREAKER_PROVIDERS:
+                    openings[provider] = count
+            self._steps, self._openings = steps, openings
+
+
+__all__ = [
+    "LATENCY_BOUNDS_MS",
+    "MAX_REPORTED_BREAKER_PROVIDERS",
+    "MAX_REPORTED_STEPS",
+    "OUTCOME_CLASSES",
+    "HealthCounts",
+    "HealthTally",
+    "StepHealth",
+    "latency_bucket",
+    "outcome_class",
+]
