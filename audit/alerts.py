@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.delivery import queue_delivery
-from audit.models import Alert, AlertKind, DeliveryState
+from audit.models import PROVIDER_ALERTS, Alert, AlertKind, DeliveryState
 from audit.notifiers import LOG, NOTIFIERS
 from presets.documents import format_duration, format_time
 from presets.exceptions import NotFound
@@ -66,8 +66,10 @@ def raise_alert(
     details: dict[str, Any],
     now: datetime,
     resolution: str | None = None,
+    subject: str = "",
 ) -> tuple[Alert, bool]:
-    """Record an alert once per (kind, chain, version); returns it and whether it is new.
+    """Record an alert once per (kind, chain, version), or for a provider alert once while
+    one is open for (kind, chain, subject); returns it and whether it is new.
 
     A new alert gets a delivery record for the log and every configured notifier. When the
     caller's transaction commits its log line is written and its delivery is queued. An
@@ -86,11 +88,15 @@ def raise_alert(
     pending = len(deliveries) > 1
     # The unique constraint makes this a conditional insert: of two sweeps racing, one
     # creates the alert and the other gets it back.
+    if kind in PROVIDER_ALERTS:
+        key: dict[str, Any] = {"kind": kind, "chain": chain, "subject": subject, "resolved_at__isnull": True}
+        once: dict[str, Any] = {"version": version}
+    else:
+        key, once = {"kind": kind, "chain": chain, "version": version}, {"subject": subject}
     alert, created = Alert.objects.get_or_create(
-        kind=kind,
-        chain=chain,
-        version=version,
+        **key,
         defaults={
+            **once,
             "message": message,
             "details": details,
             "created_at": now,

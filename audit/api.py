@@ -40,7 +40,7 @@ class AlertsView(APIView):
         chain = serializers.CharField(help_text="the chain's name")
         version = serializers.IntegerField(
             help_text="stale_pin: the version where the pin started; pin_expired: the version "
-            "the automatic revert created"
+            "the automatic revert created; provider alerts: the chain's version when raised"
         )
         preset = serializers.CharField(allow_null=True, help_text="the pinned preset")
         actor = serializers.CharField(allow_null=True, help_text="stale_pin: who pinned; pin_expired: system:expiry")
@@ -53,6 +53,11 @@ class AlertsView(APIView):
             allow_null=True, help_text="how long the pin had been live (stale_pin) or lasted (pin_expired)"
         )
         age = serializers.CharField(help_text="age_seconds, readable: 1 h 5 min")
+        subject = serializers.CharField(
+            allow_blank=True,
+            help_text="provider_failing: the step (vendor_a/large); provider_credentials: the provider; "
+            "blank for pin alerts",
+        )
         message = serializers.CharField()
         url = serializers.URLField(help_text="the chain's page in the web UI")
         created_at = serializers.DateTimeField()

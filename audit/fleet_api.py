@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -10,13 +11,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import fleet, provider_health
+from audit import fleet, provider_alerts, provider_health
 from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
 from presets import services
 from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
 from presets.api.schema import errors, serializer_for
+
+log = logging.getLogger(__name__)
 
 
 class FleetView(APIView):
@@ -169,6 +172,12 @@ class UsageView(APIView):
                 ],
                 breaker_openings=health["breaker_openings"],
             )
+            # The report is stored: judging the alerts must not fail it (an SDK would resend
+            # it and count it twice), so a failure here is logged and left to the beat.
+            try:
+                provider_alerts.sweep_after_report()
+            except Exception:
+                log.exception("provider alerts: the sweep after a usage report failed")
         return Response({"accepted": True}, status=202)
 
 

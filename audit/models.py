@@ -10,6 +10,10 @@ sweeps racing can never raise it twice:
   another preset, reverted or expired ends, and its alert is resolved.
 - ``pin_expired``: ``version`` is the version the automatic revert created. It reports an
   event, so it is born resolved (``?open=true`` lists only conditions still going on).
+- ``provider_failing`` and ``provider_credentials`` (from the fleet's provider health):
+  ``subject`` names the step (``vendor_a/large``) or the provider (``vendor_a``), and
+  ``version`` is the chain's version when it was raised. At most one is open per (kind,
+  chain, subject); it resolves itself when the condition ends, and a later one is new.
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ from presets.models import Chain
 class AlertKind(models.TextChoices):
     STALE_PIN = "stale_pin"
     PIN_EXPIRED = "pin_expired"
+    PROVIDER_FAILING = "provider_failing"
+    PROVIDER_CREDENTIALS = "provider_credentials"
+
+
+PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
+PROVIDER_ALERTS = (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS)
 
 
 class DeliveryState(models.TextChoices):
@@ -48,6 +58,9 @@ class Alert(models.Model):
     kind = models.CharField(max_length=20, choices=AlertKind.choices)
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="alerts")
     version = models.PositiveIntegerField()
+    subject = models.CharField(
+        max_length=201, blank=True, default="", help_text="provider alerts: the step or provider concerned"
+    )
     message = models.TextField()
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -62,7 +75,16 @@ class Alert(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["kind", "chain", "version"], name="alert_once_per_kind_chain_version"),
+            models.UniqueConstraint(
+                fields=["kind", "chain", "version"],
+                condition=models.Q(kind__in=PIN_ALERTS),
+                name="alert_once_per_kind_chain_version",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "chain", "subject"],
+                condition=models.Q(kind__in=PROVIDER_ALERTS, resolved_at__isnull=True),
+                name="provider_alert_one_open",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -104,6 +126,7 @@ class Alert(models.Model):
             "expires_at": details.get("expires_at"),
             "age_seconds": details.get("age_seconds"),
             "age": self.age,
+            "subject": self.subject,
             "message": self.message,
             "url": self.chain_url,
             "created_at": format_time(self.created_at),

@@ -40,6 +40,10 @@ def title_of(alert: Alert) -> str:
         return f"{alert.chain.name} pinned to {details.get('preset')} for {alert.age}"
     if alert.kind == AlertKind.PIN_EXPIRED:
         return f"{alert.chain.name}: pin {details.get('preset')} expired, reverted to the default"
+    if alert.kind == AlertKind.PROVIDER_FAILING:
+        return f"{alert.chain.name}: {alert.subject} is failing"
+    if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
+        return f"{alert.chain.name}: {alert.subject} rejects the fleet's credentials"
     return f"{alert.kind} on {alert.chain.name}"
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery, provider_health
+from audit import alerts, delivery, provider_alerts, provider_health
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -14,6 +14,16 @@ def alert_stale_pins() -> int:
     """Raise and resolve stale-pin alerts, then queue deliveries that are due (beat: every
     ALERT_STALE_PINS_EVERY_SECONDS, 60 s). Returns how many alerts it raised."""
     sweep = alerts.sweep_stale_pins()
+    delivery.queue_due_deliveries()
+    return sweep.raised
+
+
+@shared_task(name="audit.tasks.alert_providers")
+def alert_providers() -> int:
+    """Raise and resolve provider_failing and provider_credentials alerts, then queue
+    deliveries that are due (beat: every PROVIDER_ALERTS_EVERY_SECONDS, 15 s; usage reports
+    also run it). Returns how many alerts it raised."""
+    sweep = provider_alerts.sweep()
     delivery.queue_due_deliveries()
     return sweep.raised
 

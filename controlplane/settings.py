@@ -291,6 +291,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "audit.tasks.alert_stale_pins",
         "schedule": float(env_int("ALERT_STALE_PINS_EVERY_SECONDS", 60, minimum=1)),
     },
+    "alert-providers": {
+        "task": "audit.tasks.alert_providers",
+        "schedule": float(env_int("PROVIDER_ALERTS_EVERY_SECONDS", 15, minimum=1)),
+    },
     "prune-provider-health": {
         "task": "audit.tasks.prune_provider_health",
         "schedule": float(env_int("PRUNE_PROVIDER_HEALTH_EVERY_SECONDS", 600, minimum=1)),

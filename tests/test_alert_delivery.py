@@ -96,6 +96,7 @@ def test_the_webhook_receives_the_documented_json(synced, settings, webhook) -> 
             "expires_at": "2026-11-29T06:00:00Z",
             "age_seconds": 3660,
             "age": "1 h 1 min",
+            "subject": "",
             "message": alert.message,
             "url": "https://cp.example.com/chains/chat/",
             "created_at": "2026-11-29T03:01:00Z",

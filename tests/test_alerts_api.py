@@ -29,6 +29,7 @@ ALERT_FIELDS = {
     "expires_at",
     "age_seconds",
     "age",
+    "subject",
     "message",
     "url",
     "created_at",

@@ -44,12 +44,14 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     assert {entry["task"] for entry in schedule.values()} == {
         "presets.tasks.expire_pins",
         "audit.tasks.alert_stale_pins",
+        "audit.tasks.alert_providers",
         "audit.tasks.prune_provider_health",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks
     assert schedule["expire-pins"]["schedule"] == 15.0
     assert schedule["alert-stale-pins"]["schedule"] == 60.0
+    assert schedule["alert-providers"]["schedule"] == 15.0
     assert schedule["prune-provider-health"]["schedule"] == 600.0
 
 

@@ -1,0 +1,123 @@
+"""Alerts from the fleet's provider health: ``provider_failing`` when a step's error rate is
+over the threshold (``provider_health.failing_steps``), ``provider_credentials`` when enough
+instances saw a provider reject their credentials (``provider_health.credential_failures``).
+
+Each is raised once while its condition lasts (one open per chain and subject) and resolves
+itself when the condition ends, with a resolution that says how. ``sweep`` runs after usage
+reports arrive (at most every ``EVALUATE_EVERY_S`` per process) and from the beat, so alerts
+also resolve when reports stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit import provider_health
+from audit.alerts import raise_alert
+from audit.models import Alert, AlertKind
+from presets.models import Chain, Selection
+
+# Usage reports arrive many per second from a large fleet: judge at most this often.
+EVALUATE_EVERY_S = 5.0
+_last_evaluated = 0.0
+_evaluating = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ProviderSweep:
+    raised: int
+    resolved: int
+
+
+def sweep_after_report() -> ProviderSweep | None:
+    """``sweep`` unless this process ran one in the last ``EVALUATE_EVERY_S`` seconds."""
+    global _last_evaluated
+    with _evaluating:
+        if time.monotonic() - _last_evaluated < EVALUATE_EVERY_S:
+            return None
+        _last_evaluated = time.monotonic()
+    return sweep()
+
+
+def sweep(*, now: datetime | None = None) -> ProviderSweep:
+    """Raise the provider alerts whose condition holds now; resolve the open ones whose
+    condition ended."""
+    now = now or timezone.now()
+    failing = {(step.chain, f"{step.provider}/{step.model}"): step for step in provider_health.failing_steps(now=now)}
+    credentials = provider_health.credential_failures(now=now)
+    raised = resolved = 0
+    with transaction.atomic():
+        chains = {
+            chain.name: chain for chain in Chain.objects.filter(name__in={c for c, _ in [*failing, *credentials]})
+        }
+        versions = dict(Selection.objects.filter(chain__in=chains.values()).values_list("chain__name", "version"))
+        for (chain_name, subject), step in failing.items():
+            _, created = raise_alert(
+                kind=AlertKind.PROVIDER_FAILING,
+                chain=chains[chain_name],
+                version=versions.get(chain_name, 0),
+                subject=subject,
+                message=step.describe(),
+                details={
+                    "provider": step.provider,
+                    "model": step.model,
+                    "error_rate": round(step.error_rate, 4),
+                    "errors": step.errors,
+                    "attempts": step.attempts,
+                    "worst": step.worst,
+                    "window_minutes": settings.PROVIDER_FAILING_MINUTES,
+                },
+                now=now,
+            )
+            raised += created
+        for (chain_name, provider), clients in credentials.items():
+            shown = ", ".join(clients[:5]) + (f" and {len(clients) - 5} more" if len(clients) > 5 else "")
+            _, created = raise_alert(
+                kind=AlertKind.PROVIDER_CREDENTIALS,
+                chain=chains[chain_name],
+                version=versions.get(chain_name, 0),
+                subject=provider,
+                message=(
+                    f"{provider} rejected the credentials (HTTP 401/403) of {len(clients)} instance(s) of "
+                    f"{chain_name} in the last {settings.PROVIDER_FAILING_MINUTES} min: {shown}; check its API key"
+                ),
+                details={"provider": provider, "instances": len(clients), "clients": clients[:20]},
+                now=now,
+            )
+            raised += created
+        resolved += _resolve(AlertKind.PROVIDER_FAILING, still=set(failing), now=now)
+        resolved += _resolve(AlertKind.PROVIDER_CREDENTIALS, still=set(credentials), now=now)
+    return ProviderSweep(raised=raised, resolved=resolved)
+
+
+def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:
+    """Resolve the open alerts of ``kind`` whose (chain, subject) is no longer in ``still``."""
+    minutes = settings.PROVIDER_FAILING_MINUTES
+    resolved = 0
+    for alert in Alert.objects.select_for_update().filter(kind=kind, resolved_at__isnull=True).select_related("chain"):
+        if (alert.chain.name, alert.subject) in still:
+            continue
+        if kind == AlertKind.PROVIDER_FAILING:
+            alert.resolution = (
+                f"{alert.subject} is below {settings.PROVIDER_FAILING_ERROR_PERCENT} % errors over the last "
+                f"{minutes} min, or had fewer than {settings.PROVIDER_FAILING_MIN_ATTEMPTS} attempts to judge"
+            )
+        else:
+            alert.resolution = (
+                f"fewer than {settings.PROVIDER_CREDENTIALS_INSTANCES} instances saw {alert.subject} reject "
+                f"their credentials in the last {minutes} min"
+            )
+        alert.resolved_at = now
+        alert.save(update_fields=["resolution", "resolved_at"])
+        resolved += 1
+    return resolved
+
+
+__all__ = ["EVALUATE_EVERY_S", "ProviderSweep", "sweep", "sweep_after_report"]
