@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from audit.models import LATENCY_BOUNDS_MS, LATENCY_FIELDS, OUTCOME_CLASSES, ProviderHealthMinute, ProviderReporter
@@ -76,39 +76,78 @@ def record_health(
     now: datetime | None = None,
 ) -> None:
     """Add one instance's report to the minute it arrived in, and note the instance as a
-    reporter of each step (with when it last saw its credentials rejected)."""
+    reporter of each step (with when it last saw its credentials rejected).
+
+    Three statements whatever the report holds: one upsert adds every step's counts to its
+    minute's row, two record the reporters (with and without rejected credentials)."""
     now = now or timezone.now()
-    minute = minute_of(now)
-    with transaction.atomic():
-        for step in steps:
-            counts = {name: step.outcomes.get(name, 0) for name in OUTCOME_CLASSES}
-            counts.update(zip(LATENCY_FIELDS, step.latency_ms, strict=True))
-            _add(chain=chain, provider=step.provider, model=step.model, minute=minute, counts=counts)
-            reporter = {"last_reported_at": now}
-            if step.outcomes.get("credentials"):
-                reporter["last_credentials_failure_at"] = now
-            ProviderReporter.objects.update_or_create(
-                chain=chain, provider=step.provider, model=step.model, client=client, defaults=reporter
-            )
-        for provider, openings in breaker_openings.items():
-            if openings:
-                _add(chain=chain, provider=provider, model="", minute=minute, counts={"breaker_openings": openings})
-
-
-def _add(*, chain: Chain, provider: str, model: str, minute: datetime, counts: Mapping[str, int]) -> None:
-    """Add ``counts`` to the step's row for ``minute``, creating it for the first report."""
-    added = {name: value for name, value in counts.items() if value}
-    if not added:
-        added = {"served": 0}  # still a row: the step was reported in this minute
-    key = {"chain": chain, "provider": provider, "model": model, "minute": minute}
-    increments = {name: F(name) + value for name, value in added.items()}
-    if ProviderHealthMinute.objects.filter(**key).update(**increments):
+    rows: dict[tuple[str, str], dict[str, int]] = {}
+    credentials: set[tuple[str, str]] = set()
+    for step in steps:
+        counts = rows.setdefault((step.provider, step.model), dict.fromkeys(_COUNTED, 0))
+        for name in OUTCOME_CLASSES:
+            counts[name] += step.outcomes.get(name, 0)
+        for name, value in zip(LATENCY_FIELDS, step.latency_ms, strict=True):
+            counts[name] += value
+        if step.outcomes.get("credentials"):
+            credentials.add((step.provider, step.model))
+    for provider, openings in breaker_openings.items():
+        if openings:
+            rows.setdefault((provider, ""), dict.fromkeys(_COUNTED, 0))["breaker_openings"] += openings
+    if not rows:
         return
-    try:
-        with transaction.atomic():  # a savepoint: the row may appear meanwhile
-            ProviderHealthMinute.objects.create(**key, **added)
-    except IntegrityError:
-        ProviderHealthMinute.objects.filter(**key).update(**increments)
+    with transaction.atomic():
+        _add(chain=chain, minute=minute_of(now), rows=rows)
+        reporters = [
+            ProviderReporter(
+                chain=chain,
+                provider=provider,
+                model=model,
+                client=client,
+                last_reported_at=now,
+                last_credentials_failure_at=now if (provider, model) in credentials else None,
+            )
+            for provider, model in rows
+            if model
+        ]
+        for rejected in (True, False):
+            batch = [r for r in reporters if (r.last_credentials_failure_at is not None) is rejected]
+            if batch:
+                ProviderReporter.objects.bulk_create(
+                    batch,
+                    update_conflicts=True,
+                    unique_fields=["chain", "provider", "model", "client"],
+                    update_fields=["last_reported_at", "last_credentials_failure_at"]
+                    if rejected
+                    else ["last_reported_at"],
+                )
+
+
+# Every counter of a minute's row: outcome classes, latency buckets, breaker openings.
+_COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, "breaker_openings")
+
+
+def _add(*, chain: Chain, minute: datetime, rows: Mapping[tuple[str, str], Mapping[str, int]]) -> None:
+    """Add each (provider, model)'s counts to its row for ``minute``, creating the rows a
+    first report needs: one ``INSERT ... ON CONFLICT DO UPDATE`` adding to what is there
+    (PostgreSQL and SQLite both have it; the ORM's upsert can only overwrite)."""
+    table = connection.ops.quote_name(ProviderHealthMinute._meta.db_table)
+    key = ("chain_id", "provider", "model", "minute")
+    columns = ", ".join(connection.ops.quote_name(name) for name in (*key, *_COUNTED))
+    placeholders = "(" + ", ".join(["%s"] * (len(key) + len(_COUNTED))) + ")"
+    additions = ", ".join(
+        f"{column} = {table}.{column} + EXCLUDED.{column}" for column in map(connection.ops.quote_name, _COUNTED)
+    )
+    stamp = connection.ops.adapt_datetimefield_value(minute)
+    params: list[Any] = []
+    for (provider, model), counts in rows.items():
+        params.extend((chain.pk, provider, model, stamp, *(counts[name] for name in _COUNTED)))
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(rows))} "
+        f"ON CONFLICT (chain_id, provider, model, minute) DO UPDATE SET {additions}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def prune(*, now: datetime | None = None) -> int:
