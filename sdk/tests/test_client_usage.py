@@ -309,6 +309,22 @@ def test_a_report_names_at_most_fifty_providers(make_client, control_plane):
     assert sorted(body["providers"]) == sorted(f"provider_{number}" for number in range(50))
 
 
+def test_a_failed_report_merged_back_still_names_at_most_fifty_providers(make_client):
+    client = make_client()
+    usage = client._usage
+    for number in range(40):
+        client.record_served(f"old_{number}")
+    with usage._lock:  # a report takes what was recorded ...
+        taken, usage._served = usage._served, {}
+    for number in range(40):  # ... more providers serve meanwhile ...
+        client.record_served(f"new_{number}")
+
+    usage._put_back(taken, [])  # ... and the report failed
+
+    assert len(usage._served) == 50  # never a report the control plane would refuse forever
+    assert all(f"old_{number}" in usage._served for number in range(40))  # the older batch first
+
+
 @pytest.mark.parametrize("usage_interval", [0, -1, float("nan"), float("inf")], ids=["zero", "negative", "nan", "inf"])
 def test_it_refuses_a_usage_interval_that_is_not_a_positive_number(make_client, usage_interval):
     with pytest.raises(ValueError, match="usage_interval"):
