@@ -16,7 +16,7 @@ import time_machine
 from django.test import Client
 
 from audit.models import Alert, AlertKind
-from chainclient import ChainClient, ProviderError, Provider, Registry, Router, Step
+from chainclient import ChainClient, Provider, ProviderError, Registry, Router, Step
 from chainclient.testing import FakeProviders
 from presets.registry import PROVIDERS
 
