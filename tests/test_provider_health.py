@@ -269,3 +269,10 @@ def test_the_healthiest_reviewed_preset_is_suggested_only_when_the_live_head_fai
     assert suggestion is not None
     assert suggestion.preset == "pin_secondary"
     assert suggestion.reason == "its head vendor_b: 0.0 % errors, 1 instance"
+
+
+def test_the_server_merges_the_outcome_classes_and_histogram_the_sdk_sends() -> None:
+    from chainclient import health as sdk_health
+
+    assert provider_health.OUTCOME_CLASSES == sdk_health.OUTCOME_CLASSES
+    assert provider_health.LATENCY_BOUNDS_MS == tuple(sdk_health.LATENCY_BOUNDS_MS)
