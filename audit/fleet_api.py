@@ -214,9 +214,7 @@ class ChainHealthView(APIView):
         selection = services.revert_expired_and_read(chain=name)
         live = [(step["provider"], step["model"]) for step in selection.steps]
         # The live chain's steps in its order, then any other step reported lately, worst first.
-        reported = provider_health.chain_health(selection.chain)
-        others = [step for step in reported if (step["provider"], step["model"]) not in live]
-        steps = provider_health.step_health(selection.chain, live) + others
+        steps = provider_health.chain_health(selection.chain, first=live)
         return Response(
             {
                 "chain": selection.chain.name,

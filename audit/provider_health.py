@@ -202,17 +202,32 @@ def step_health(chain: Chain, steps: Iterable[tuple[str, str]], *, now: datetime
     return [_step(provider, model, rows, reporters, now) for provider, model in steps]
 
 
-def chain_health(chain: Chain, *, now: datetime | None = None) -> list[StepHealth]:
-    """Health of every step reported for ``chain`` in the last hour, worst error rate first."""
+def chain_health(
+    chain: Chain, *, first: Iterable[tuple[str, str]] = (), now: datetime | None = None
+) -> list[StepHealth]:
+    """Health of the ``first`` steps in their order (the live chain's, say), then of every
+    other step reported for ``chain`` in the last hour, worst error rate first."""
     now = now or timezone.now()
+    first = list(dict.fromkeys(first))
     reported = (
         ProviderHealthMinute.objects.filter(chain=chain, minute__gte=minute_of(now - HOUR))
         .exclude(model="")
         .values_list("provider", "model")
         .distinct()
     )
-    health = step_health(chain, sorted(reported), now=now)
-    return sorted(health, key=lambda step: -(step["recent"]["error_rate"] or 0.0))
+    others = sorted(set(reported) - set(first))
+    health = step_health(chain, first + others, now=now)
+    ordered, rest = health[: len(first)], health[len(first) :]
+    return ordered + sorted(rest, key=lambda step: -(step["recent"]["error_rate"] or 0.0))
+
+
+def health_by_step(
+    chain: Chain, step_lists: Iterable[Iterable[Mapping[str, Any]]], *, now: datetime | None = None
+) -> dict[tuple[str, str], StepHealth]:
+    """The health of every step in ``step_lists`` (chains of steps as presets hold them),
+    keyed by (provider, model): what the pages show beside each step, in one read."""
+    keys = [(step["provider"], step["model"]) for steps in step_lists for step in steps]
+    return {(h["provider"], h["model"]): h for h in step_health(chain, keys, now=now)}
 
 
 def _step(
@@ -393,24 +408,27 @@ class Suggestion:
 
 
 def healthiest_preset(
-    chain: Chain, presets: Iterable[Preset], *, live: str, now: datetime | None = None
+    presets: Iterable[Preset], health: Mapping[tuple[str, str], StepHealth], *, live: str
 ) -> Suggestion | None:
     """The active preset to consider when the live one's head is failing, or None.
 
-    Presets are ranked by their steps' recent error rates in chain order (the head counts
-    most); a step nobody reported on ranks behind every healthy one and ahead of a failing
-    one. Only a preset whose head is healthier than the live head is suggested."""
+    ``health`` holds every step of ``presets`` (``health_by_step``). Presets are ranked by
+    their steps' recent error rates in chain order (the head counts most); a step nobody
+    reported on ranks behind every healthy one and ahead of a failing one, and a preset
+    marked degraded ranks behind every other. Only a preset whose head is healthier than the
+    failing live head is suggested."""
     candidates = [preset for preset in presets if not preset.is_retired]
-    steps = {(step["provider"], step["model"]) for preset in candidates for step in preset.steps}
-    health = {(h["provider"], h["model"]): h for h in step_health(chain, sorted(steps), now=now)}
 
     def rank(preset: Preset) -> tuple[float, ...]:
         return tuple(_risk(health[(step["provider"], step["model"])]) for step in preset.steps)
 
+    def degraded(preset: Preset) -> bool:
+        return bool((preset.marking or {}).get("degraded"))
+
     by_name = {preset.name: preset for preset in candidates}
     if live not in by_name:
         return None
-    best = min(candidates, key=lambda preset: (rank(preset), preset.name))
+    best = min(candidates, key=lambda preset: (degraded(preset), rank(preset), preset.name))
     live_head, best_head = rank(by_name[live])[0], rank(best)[0]
     if best.name == live or best_head >= live_head or live_head < _FAILING:
         return None
@@ -448,6 +466,7 @@ __all__ = [
     "Failing",
     "credential_failures",
     "failing_steps",
+    "health_by_step",
     "healthiest_preset",
     "LATENCY_BOUNDS_MS",
     "OUTCOME_CLASSES",

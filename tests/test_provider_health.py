@@ -13,36 +13,16 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit import provider_health
-from audit.models import LATENCY_BOUNDS_MS, ProviderHealthMinute, ProviderReporter, ProviderUsage
+from audit.models import ProviderHealthMinute, ProviderReporter, ProviderUsage
 from audit.tasks import prune_provider_health
 from presets.models import Chain
 from presets.selectors import active_presets
+from tests.health_reports import BOUNDS, latency, report, step
 from tests.metrics_text import value
 
 pytestmark = pytest.mark.usefixtures("synced")
 
 T0 = datetime(2026, 11, 30, 2, 0, 30, tzinfo=UTC)
-BOUNDS = list(LATENCY_BOUNDS_MS)
-
-
-def latency(**buckets: int) -> list[int]:
-    """A histogram with ``b3=5`` meaning 5 served attempts in bucket 3 (500..1000 ms)."""
-    counts = [0] * (len(BOUNDS) + 1)
-    for name, count in buckets.items():
-        counts[int(name[1:])] = count
-    return counts
-
-
-def step(provider: str, model: str, outcomes: dict[str, int], histogram: list[int] | None = None) -> dict[str, Any]:
-    return {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
-
-
-def report(client: Client, instance: str, steps: list[dict[str, Any]], chain: str = "chat", **health: Any):  # type: ignore[no-untyped-def]
-    body = {
-        "client": f"checkout/{instance}",
-        "health": {"latency_bounds_ms": BOUNDS, "steps": steps, **health},
-    }
-    return client.post(f"/api/v1/chains/{chain}/usage", body, content_type="application/json")
 
 
 def health_of(client: Client, chain: str = "chat") -> dict[str, Any]:
@@ -259,12 +239,21 @@ def test_credential_failures_count_once_enough_instances_saw_them(reader: Client
 def test_the_healthiest_reviewed_preset_is_suggested_only_when_the_live_head_fails(reader: Client) -> None:
     chain = Chain.objects.get(name="chat")
     presets = list(active_presets(chain=chain.pk).values())
+
+    def suggest(live: str) -> provider_health.Suggestion | None:
+        health = provider_health.health_by_step(chain, [preset.steps for preset in presets])
+        return provider_health.healthiest_preset(presets, health, live=live)
+
     with time_machine.travel(T0, tick=False):
-        assert provider_health.healthiest_preset(chain, presets, live="normal") is None  # nothing known
+        assert suggest("normal") is None  # nothing known
         report(reader, "i1", [step("vendor_a", "large", {"served": 50, "server_error": 50})])
+        # vendor_b unheard of: the only preset without vendor_a is local_only, marked degraded
+        assert suggest("normal") == provider_health.Suggestion(
+            "pin_secondary", "its head vendor_b: no attempts reported in the last 5 min (0 instances)"
+        )
         report(reader, "i2", [step("vendor_b", "large", {"served": 100})])
-        suggestion = provider_health.healthiest_preset(chain, presets, live="normal")
-        assert provider_health.healthiest_preset(chain, presets, live="pin_secondary") is None
+        suggestion = suggest("normal")
+        assert suggest("pin_secondary") is None
 
     assert suggestion is not None
     assert suggestion.preset == "pin_secondary"

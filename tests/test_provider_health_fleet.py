@@ -1,10 +1,12 @@
 """The provider-health promise as a system: 40 real SDK instances route real requests (their
-vendors faked by chainclient.testing) and report to a real running control plane; the API
-shows the truth within 15 s, provider_failing is raised once, and resolves on recovery."""
+vendors faked by chainclient.testing) and report to a real running control plane; the API and
+the on-call pages show the truth within 15 s, provider_failing is raised once, and resolves on
+recovery."""
 
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import Alert, AlertKind
@@ -79,11 +82,20 @@ def fleet(live_server: Any, read_token: str) -> Iterator[tuple[list[Instance], t
         instance.client.stop()
 
 
+def shown_rate(html: str, provider: str) -> float:
+    """The error rate a page shows for ``provider``, in percent."""
+    match = re.search(rf'<span class="health-summary">{provider}: ([0-9.]+) % errors', html)
+    assert match, f"no health shown for {provider}"
+    return float(match.group(1))
+
+
 def test_forty_instances_show_a_failing_vendor_raise_one_alert_and_resolve_it(
-    fleet: tuple[list[Instance], threading.Event], reader: Client, settings: Any
+    fleet: tuple[list[Instance], threading.Event], reader: Client, alice: User, settings: Any
 ) -> None:
     settings.PROVIDER_FAILING_MINUTES = 1
     instances, failing = fleet
+    oncall = Client()
+    oncall.force_login(alice)
 
     def traffic() -> None:  # every instance serves two requests a round, as services do
         for instance in instances:
@@ -106,6 +118,20 @@ def test_forty_instances_show_a_failing_vendor_raise_one_alert_and_resolve_it(
         recent = head()["recent"]
         assert abs(recent["error_rate"] - 0.5) <= 0.05, recent
         assert recent["outcomes"]["server_error"] > 0
+        # The dashboard: the failing-now line and the head's step, within 5 points of the truth.
+        dashboard = oncall.get("/").content.decode()
+        failing_now = re.search(r"vendor_a/large on chat: ([0-9.]+) % errors \(mostly 5xx\)", dashboard)
+        assert failing_now and abs(float(failing_now.group(1)) - 50) <= 5, failing_now
+        assert abs(shown_rate(dashboard, "vendor_a") - 50) <= 5
+        assert f"{INSTANCES} instances" in dashboard
+        # The review page for pin_secondary: the live head's health beside the new head's.
+        review = oncall.post(
+            "/chains/chat/select",
+            {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1", "expected_version": "1"},
+        ).content.decode()
+        live_card, after = review.split('id="after-heading"')
+        assert abs(shown_rate(live_card, "vendor_a") - 50) <= 5
+        assert shown_rate(after.split("</ol>")[0], "vendor_b") <= 5  # its head, first in its steps
         wait_for(lambda: len(failing_alerts()) == 1, WITHIN_S, traffic)
 
         failing.clear()  # vendor_a recovers

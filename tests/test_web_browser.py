@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
+from tests.health_reports import vendor_a_failing
 
 # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
 # plain synchronous code, so Django's "called from an async context" guard must stand aside.
@@ -389,6 +390,7 @@ def axe_violations(page: Any) -> list[str]:
 def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
     open_page: Callable[..., Any],
     alice: User,
+    reader: Client,
     color_scheme: str,
     settings: Any,
 ) -> None:
@@ -402,6 +404,7 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
     checked["dashboard, all default"] = axe_violations(page)
 
     pin("local_only", chain="incident-summary")  # a degraded pin
+    vendor_a_failing(reader)  # a "failing now" line, step health, sparklines and a suggestion
     with time_machine.travel(timezone.now() - timedelta(minutes=5)):
         pin()  # older than the alert threshold: a stale pin
     pages = {
@@ -442,6 +445,7 @@ def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, re
 
     for n in range(3):
         read_as(f"pod-{n}", 1)
+    vendor_a_failing(reader)
     pin(actor="alice")
     read_as("pod-0", 2)
     read_as("pod-1", 2)

@@ -9,6 +9,8 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from presets.documents import format_duration, format_time
 from presets.web import display
@@ -68,3 +70,44 @@ def timeout(step: dict[str, Any]) -> str:
 def iso(value: datetime | None) -> str:
     """RFC 3339 in UTC for a <time datetime> the script counts down to."""
     return format_time(value) or ""
+
+
+@register.simple_tag
+def sparkline(row: display.StepRow) -> str:
+    """A step's error rate over the last minutes as a small inline SVG bar chart, drawn on
+    the server (no script): one bar a minute, its height the error rate, red at or over the
+    failure threshold; a minute without attempts is a dot on the baseline."""
+    health = row.health
+    if health is None:
+        return ""
+    rates = health["sparkline"]
+    width, height, bar = 3 * len(rates), 16, 2
+    shapes = []
+    for index, rate in enumerate(rates):
+        x = index * 3
+        if rate is None:
+            shapes.append(
+                format_html('<rect class="spark-none" x="{}" y="{}" width="{}" height="1"/>', x, height - 1, bar)
+            )
+            continue
+        tall = max(1, round(rate * height))
+        kind = "spark-bad" if rate >= row.failing_rate else "spark-ok"
+        shapes.append(
+            format_html('<rect class="{}" x="{}" y="{}" width="{}" height="{}"/>', kind, x, height - tall, bar, tall)
+        )
+    known = [rate for rate in rates if rate is not None]
+    if known:
+        words = (
+            f"Error rate per minute over the last {len(rates)} min: highest {max(known) * 100:.0f} %, "
+            f"latest {known[-1] * 100:.0f} %"
+        )
+    else:
+        words = f"No attempts reported in the last {len(rates)} min"
+    return format_html(
+        '<svg class="sparkline" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{words}">'
+        "<title>{words}</title>{shapes}</svg>",
+        w=width,
+        h=height,
+        words=words,
+        shapes=mark_safe("".join(shapes)),  # each built by format_html above
+    )

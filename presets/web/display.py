@@ -4,13 +4,19 @@ read: nothing here queries the database or decides whether a change is allowed (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from presets.documents import format_duration
 from presets.models import Preset, Selection
+
+if TYPE_CHECKING:
+    from audit.provider_health import StepHealth
+
+# The fleet's health of each step, keyed by (provider, model): ``provider_health.health_by_step``.
+HealthMap = Mapping[tuple[str, str], "StepHealth"]
 
 
 def format_clock(value: datetime, *, now: datetime) -> str:
@@ -29,6 +35,35 @@ def format_minutes(minutes: int) -> str:
 def step_label(step: dict[str, Any]) -> str:
     """One step as "vendor_b/large"."""
     return f"{step['provider']}/{step['model']}"
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of a chain as the pages list it: the step, and how the fleet finds it lately
+    (None when nobody reported on it in the last hour: nothing worth a line)."""
+
+    step: dict[str, Any]
+    health: StepHealth | None = None
+    failing_rate: float = 1.0  # the error rate at which a step reads as failing
+
+    @property
+    def health_class(self) -> str:
+        """``failing`` at or over the failure threshold, ``ok`` under it, ``quiet`` when no
+        attempt was reported in the last 5 minutes."""
+        if self.health is None or not self.health["recent"]["attempts"]:
+            return "quiet"
+        return "failing" if (self.health["recent"]["error_rate"] or 0.0) >= self.failing_rate else "ok"
+
+
+def step_rows(steps: list[dict[str, Any]], health: HealthMap | None, *, failing_rate: float = 1.0) -> list[StepRow]:
+    """``steps`` with the health of each, for a step list."""
+    rows = []
+    for step in steps:
+        known = (health or {}).get((step["provider"], step["model"]))
+        if known is not None and not (known["hour"]["attempts"] or known["hour"]["outcomes"] or known["instances"]):
+            known = None
+        rows.append(StepRow(step, known, failing_rate))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -77,6 +112,7 @@ class LiveState:
     pinned_for: timedelta | None
     expires_in: timedelta | None
     fleet_summary: str = ""
+    steps: list[StepRow] = field(default_factory=list)  # the live steps, with their health
 
     @property
     def chain(self) -> str:
@@ -98,15 +134,18 @@ def live_state(
     alert_after: timedelta,
     pinned_for: timedelta | None = None,
     fleet_summary: str = "",
+    health: HealthMap | None = None,
+    failing_rate: float = 1.0,
 ) -> LiveState:
     """The card facts of one live selection at ``now``; ``pinned_for`` is the live pin's age
-    (``selectors.pin_age``)."""
+    (``selectors.pin_age``), ``health`` the fleet's view of its steps."""
     return LiveState(
         selection=selection,
         is_stale=pinned_for is not None and pinned_for > alert_after,
         pinned_for=pinned_for,
         expires_in=selection.expires_at - now if selection.expires_at else None,
         fleet_summary=fleet_summary,
+        steps=step_rows(selection.steps, health, failing_rate=failing_rate),
     )
 
 
@@ -118,6 +157,7 @@ class PresetChoice:
     is_live: bool
     change: ChainChange
     warning: str | None = None  # e.g. its head has not served a request lately
+    steps: list[StepRow] = field(default_factory=list)  # its steps, with their health
 
     @property
     def name(self) -> str:
@@ -133,7 +173,12 @@ class PresetChoice:
 
 
 def preset_choices(
-    presets: list[Preset], selection: Selection, warn: Callable[[list[dict[str, Any]]], str | None] | None = None
+    presets: list[Preset],
+    selection: Selection,
+    warn: Callable[[list[dict[str, Any]]], str | None] | None = None,
+    *,
+    health: HealthMap | None = None,
+    failing_rate: float = 1.0,
 ) -> list[PresetChoice]:
     """The presets one can pin (the default is reached with "Revert to default")."""
     return [
@@ -142,6 +187,7 @@ def preset_choices(
             is_live=p.pk == selection.preset_id,
             change=compare_steps(selection.steps, p.steps),
             warning=warn(p.steps) if warn and p.pk != selection.preset_id else None,
+            steps=step_rows(p.steps, health, failing_rate=failing_rate),
         )
         for p in presets
         if not p.is_default

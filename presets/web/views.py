@@ -25,15 +25,24 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from audit import provider_health
 from audit.alerts import recent_alerts
 from audit.fleet import chain_fleet, fleet_summary, idle_head_warning, idle_head_warnings
 from audit.history import entry, history_rows
 from presets import selectors, services
 from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import Selection
+from presets.models import Preset, Selection
 from presets.roles import ONCALL_GROUP, actor_of, can_change
-from presets.web.display import LiveState, compare_steps, format_clock, live_state, preset_choices
+from presets.web.display import (
+    HealthMap,
+    LiveState,
+    compare_steps,
+    format_clock,
+    live_state,
+    preset_choices,
+    step_rows,
+)
 from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
 
 HISTORY_PAGE_SIZE = 25
@@ -50,14 +59,18 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     selections = services.revert_expired_and_read_all(now=now)
     presets = selectors.active_presets_by_chain()
-    cards = [
-        {
-            "live": _live_state(s, now=now),
-            "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
-        }
-        for s in selections
-    ]
-    return _page(request, "presets/dashboard.html", {"cards": cards, "refresh": "reload"})
+    cards = []
+    for s in selections:
+        health, suggestion = _health(s, presets.get(s.chain_id, []), now=now)
+        cards.append(
+            {
+                "live": _live_state(s, now=now, health=health),
+                "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
+                "suggestion": suggestion,
+            }
+        )
+    context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
+    return _page(request, "presets/dashboard.html", context)
 
 
 @require_GET
@@ -305,13 +318,18 @@ def _confirm_page(
     conflict: dict[str, Any] | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    # The health of the steps about to serve, next to the live ones': one read for both.
+    now = timezone.now()
+    steps = summary.get("steps", [])
+    health = provider_health.health_by_step(live.chain, [live.steps, steps], now=now)
     return _page(
         request,
         "presets/confirm.html",
         {
             "chain_name": name,
-            "live": _live_state(live, now=timezone.now()),
+            "live": _live_state(live, now=now, health=health),
             "summary": summary,
+            "step_rows": step_rows(steps, health, failing_rate=_failing_rate()),
             "form": form,
             "reason": form.data.get("reason", ""),
             # The page asks about the version live now; confirming sends that version back.
@@ -351,7 +369,9 @@ def _chain_page(
 ) -> HttpResponse:
     now = timezone.now()
     selection = _live(name, now=now)
-    live = _live_state(selection, now=now)
+    presets = list(selectors.active_presets(chain=selection.chain_id).values())
+    health, suggestion = _health(selection, presets, now=now)
+    live = _live_state(selection, now=now, health=health)
     version = selection.version
     chosen = request.GET.get("preset", "")
     if select_form is None:
@@ -370,12 +390,15 @@ def _chain_page(
     if chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
     choices = preset_choices(
-        list(selectors.active_presets(chain=selection.chain_id).values()),
+        presets,
         selection,
         warn=idle_head_warnings(selection.chain),
+        health=health,
+        failing_rate=_failing_rate(),
     )
     context = {
         "live": live,
+        "suggestion": suggestion,
         "choices": choices,
         "pinnable": any(not c.is_live for c in choices),
         "default_preset": selection.chain.default_preset,
@@ -427,15 +450,31 @@ def _alerts_context() -> dict[str, Any]:
     return {"alerts": recent_alerts(limit=ALERTS_PAGE_SIZE)}
 
 
-def _live_state(selection: Selection, *, now: Any) -> LiveState:
-    """A chain's card facts, with the pin's true start and how far the fleet has got."""
+def _live_state(selection: Selection, *, now: Any, health: HealthMap | None = None) -> LiveState:
+    """A chain's card facts, with the pin's true start, how far the fleet has got and, when
+    given, how the fleet finds each live step."""
     return live_state(
         selection,
         now=now,
         alert_after=_alert_after(),
         pinned_for=selectors.pin_age(selection, now=now),
         fleet_summary=fleet_summary(chain_fleet(selection, now)),
+        health=health,
+        failing_rate=_failing_rate(),
     )
+
+
+def _health(
+    selection: Selection, presets: list[Preset], *, now: Any
+) -> tuple[HealthMap, provider_health.Suggestion | None]:
+    """The fleet's health of the live steps and of every reviewed preset's (one read), and
+    the preset to consider if the live head is failing (shown, never applied)."""
+    health = provider_health.health_by_step(selection.chain, [selection.steps, *(p.steps for p in presets)], now=now)
+    return health, provider_health.healthiest_preset(presets, health, live=selection.preset.name)
+
+
+def _failing_rate() -> float:
+    return settings.PROVIDER_FAILING_ERROR_PERCENT / 100
 
 
 def _page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:

@@ -1,0 +1,55 @@
+"""Usage reports with a ``health`` section, as chainclient sends them, for tests that need a
+fleet's view of its providers without running the fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import Client
+from django.utils import timezone
+
+from audit.models import LATENCY_BOUNDS_MS
+from presets.documents import format_time
+
+BOUNDS = list(LATENCY_BOUNDS_MS)
+
+
+def latency(**buckets: int) -> list[int]:
+    """A histogram with ``b3=5`` meaning 5 served attempts in bucket 3 (500..1000 ms)."""
+    counts = [0] * (len(BOUNDS) + 1)
+    for name, count in buckets.items():
+        counts[int(name[1:])] = count
+    return counts
+
+
+def step(provider: str, model: str, outcomes: dict[str, int], histogram: list[int] | None = None) -> dict[str, Any]:
+    return {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
+
+
+def report(client: Client, instance: str, steps: list[dict[str, Any]], chain: str = "chat", **health: Any):  # type: ignore[no-untyped-def]
+    """POST one instance's usage report; as the SDK does, it counts the requests each
+    provider served (``providers``) beside the health of every step."""
+    served: dict[str, int] = {}
+    for reported in steps:
+        served[reported["provider"]] = served.get(reported["provider"], 0) + reported["outcomes"].get("served", 0)
+    now = format_time(timezone.now())
+    body = {
+        "client": f"checkout/{instance}",
+        "providers": {name: {"requests": count, "last_served_at": now} for name, count in served.items() if count},
+        "health": {"latency_bounds_ms": BOUNDS, "steps": steps, **health},
+    }
+    return client.post(f"/api/v1/chains/{chain}/usage", body, content_type="application/json")
+
+
+def vendor_a_failing(reader: Client, instances: int = 3) -> None:
+    """Half of vendor_a's attempts answer 503 on every instance; vendor_b serves the rest."""
+    for n in range(instances):
+        response = report(
+            reader,
+            f"i{n}",
+            [
+                step("vendor_a", "large", {"served": 50, "server_error": 50}, latency(b4=50)),
+                step("vendor_b", "large", {"served": 50}, latency(b3=48, b5=2)),
+            ],
+        )
+        assert response.status_code == 202, response.content
