@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
-from tests.health_reports import vendor_a_failing
+from tests.health_reports import report, step, vendor_a_failing
 
 # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
 # plain synchronous code, so Django's "called from an async context" guard must stand aside.
@@ -445,7 +445,12 @@ def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, re
 
     for n in range(3):
         read_as(f"pod-{n}", 1)
-    vendor_a_failing(reader)
+    for minutes_ago in range(25, -1, -1):  # vendor_a healthy, then failing for the last 8 min
+        with time_machine.travel(timezone.now() - timedelta(minutes=minutes_ago)):
+            if minutes_ago > 8:
+                report(reader, "pod-0", [step("vendor_a", "large", {"served": 40, "timeout": 1})])
+            else:
+                vendor_a_failing(reader)
     pin(actor="alice")
     read_as("pod-0", 2)
     read_as("pod-1", 2)
