@@ -19,6 +19,9 @@ from presets.providers import get_registry
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# The real-browser fixtures (browser, open_page, ...) for every page test module.
+pytest_plugins = ["tests.browser"]
+
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres") and not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):

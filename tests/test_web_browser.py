@@ -7,12 +7,10 @@ machine and fail in CI (CI=true), where both must be installed.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,127 +18,17 @@ from typing import Any
 import pytest
 import time_machine
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
+from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations
 from tests.health_reports import report, step, vendor_a_failing
 
-# Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
-# plain synchronous code, so Django's "called from an async context" guard must stand aside.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = Path("/usr/bin/chromium")
-AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
-IN_CI = os.environ.get("CI") == "true"
-PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1280, "height": 860}
 REASON = "INC-4411 vendor_a returns 200s with garbage"
-
-
-def _missing() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is not installed (pip install -r requirements-dev.txt)"
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing (apt-get install chromium)"
-    if not AXE.exists():
-        return f"{AXE} is missing (npm ci)"
-    return None
-
-
-MISSING = _missing()
-
-
-def require_browser() -> None:
-    """Skip without Chromium, Playwright or axe-core; in CI, where they must be, fail."""
-    if MISSING:
-        if IN_CI:
-            pytest.fail(f"browser tests must run in CI: {MISSING}")
-        pytest.skip(MISSING)
-
-
-@pytest.fixture(autouse=True)
-def _browser_requirements() -> None:
-    require_browser()
-
-
-@pytest.fixture(autouse=True)
-def _roles(transactional_db: Any) -> None:
-    # A transactional test empties the tables afterwards, including the role groups that a
-    # data migration created; put them back for alice and bob.
-    for name in ("viewer", "oncall"):
-        Group.objects.get_or_create(name=name)
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    require_browser()  # session fixtures run before the autouse check above
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def open_page(browser: Any, live_server: Any, synced: None) -> Iterator[Callable[..., Any]]:
-    """open_page(user=None, path="/", color_scheme="light", viewport=PHONE, javascript=True,
-    fake_clock=False): a new browser context, signed in as ``user``, showing ``path``."""
-    contexts: list[Any] = []
-
-    def open_(
-        user: User | None = None,
-        path: str = "/",
-        *,
-        color_scheme: str = "light",
-        viewport: dict[str, int] = PHONE,
-        javascript: bool = True,
-        fake_clock: bool = False,
-    ) -> Any:
-        context = browser.new_context(
-            base_url=live_server.url,
-            color_scheme=color_scheme,
-            viewport=viewport,
-            java_script_enabled=javascript,
-        )
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        if user is not None:
-            client = Client()
-            client.force_login(user)
-            context.add_cookies(
-                [
-                    {
-                        "name": settings.SESSION_COOKIE_NAME,
-                        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
-                        "url": live_server.url,
-                    }
-                ]
-            )
-        page = context.new_page()
-        if fake_clock:
-            page.clock.install()  # timers then run when the test says (page.clock.run_for)
-        page.goto(path)
-        return page
-
-    yield open_
-    for context in contexts:
-        context.close()
 
 
 def live(chain: str = "chat") -> Selection:
@@ -155,25 +43,6 @@ def pin(
     reason: str = REASON,
 ) -> Selection:
     return services.select_preset(chain=chain, preset=preset, actor=actor, reason=reason)
-
-
-class Clicks:
-    """Counts the clicks a person makes; typing is not a click."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, locator: Any) -> None:
-        locator.click()
-        self.count += 1
-
-
-def api_document(live_server: Any, token: str, chain: str = "chat") -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{live_server.url}/api/v1/chains/{chain}", headers={"Authorization": f"Bearer {token}"}
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.load(response)
 
 
 # --- the on-call flows ------------------------------------------------------------------------
@@ -373,17 +242,6 @@ def test_a_page_with_a_form_says_the_chain_changed_instead_of_reloading(
 
 
 # --- accessibility, themes, phone width -----------------------------------------------------
-
-
-def axe_violations(page: Any) -> list[str]:
-    # Not add_script_tag: that is an inline script, which the pages' CSP rightly refuses.
-    page.evaluate(AXE.read_text())
-    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-    return [
-        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
 
 
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])

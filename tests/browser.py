@@ -1,0 +1,161 @@
+"""Real Chromium (Playwright) for the page tests: the browser, a signed-in page on the live
+server, axe-core checks and click counting. Test modules import the fixtures they use.
+
+Needs Debian's chromium at /usr/bin/chromium (Playwright cannot download its own browser here)
+and axe-core from npm (``npm ci``). Without them these tests are skipped on a developer's
+machine and fail in CI (CI=true), where both must be installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+# Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
+# plain synchronous code, so Django's "called from an async context" guard must stand aside.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
+IN_CI = os.environ.get("CI") == "true"
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 860}
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -r requirements-dev.txt)"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    if not AXE.exists():
+        return f"{AXE} is missing (npm ci)"
+    return None
+
+
+MISSING = _missing()
+
+
+def require_browser() -> None:
+    """Skip without Chromium, Playwright or axe-core; in CI, where they must be, fail."""
+    if MISSING:
+        if IN_CI:
+            pytest.fail(f"browser tests must run in CI: {MISSING}")
+        pytest.skip(MISSING)
+
+
+@pytest.fixture
+def browser_ready(transactional_db: Any) -> None:
+    """Chromium, Playwright and axe-core are there (else skip, or fail in CI), and the role
+    groups too: a transactional test empties the tables afterwards, including the groups a
+    data migration created; put them back for alice and bob."""
+    require_browser()
+    for name in ("viewer", "oncall"):
+        Group.objects.get_or_create(name=name)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def open_page(browser_ready: None, browser: Any, live_server: Any, synced: None) -> Iterator[Callable[..., Any]]:
+    """open_page(user=None, path="/", color_scheme="light", viewport=PHONE, javascript=True,
+    fake_clock=False): a new browser context, signed in as ``user``, showing ``path``."""
+    contexts: list[Any] = []
+
+    def open_(
+        user: User | None = None,
+        path: str = "/",
+        *,
+        color_scheme: str = "light",
+        viewport: dict[str, int] = PHONE,
+        javascript: bool = True,
+        fake_clock: bool = False,
+    ) -> Any:
+        context = browser.new_context(
+            base_url=live_server.url,
+            color_scheme=color_scheme,
+            viewport=viewport,
+            java_script_enabled=javascript,
+        )
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        if user is not None:
+            client = Client()
+            client.force_login(user)
+            context.add_cookies(
+                [
+                    {
+                        "name": settings.SESSION_COOKIE_NAME,
+                        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                        "url": live_server.url,
+                    }
+                ]
+            )
+        page = context.new_page()
+        if fake_clock:
+            page.clock.install()  # timers then run when the test says (page.clock.run_for)
+        page.goto(path)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+class Clicks:
+    """Counts the clicks a person makes; typing is not a click."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, locator: Any) -> None:
+        locator.click()
+        self.count += 1
+
+
+def api_document(live_server: Any, token: str, chain: str = "chat") -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{live_server.url}/api/v1/chains/{chain}", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+def axe_violations(page: Any) -> list[str]:
+    # Not add_script_tag: that is an inline script, which the pages' CSP rightly refuses.
+    page.evaluate(AXE.read_text())
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
