@@ -49,6 +49,16 @@ def recent_alerts(*, limit: int = 100, open_only: bool = False, chain: str | Non
     return list(alerts[:limit])
 
 
+def open_alert_count() -> int:
+    """How many alerts report a condition still going on: the count in the pages' top nav."""
+    return Alert.objects.filter(resolved_at__isnull=True).count()
+
+
+# Alerts that report something that happened rather than a condition: raised already
+# resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved".
+EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED})
+
+
 def alert_entry(alert: Alert) -> dict[str, Any]:
     """One alert as the API shows it: its document and its delivery state per notifier."""
     return {**alert.to_document(), "deliveries": alert.deliveries}

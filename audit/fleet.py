@@ -32,11 +32,17 @@ def idle_head_warning(chain: Chain, steps: list[dict[str, Any]], now: datetime |
 
 
 def idle_head_warnings(chain: Chain, now: datetime | None = None) -> Callable[[list[dict[str, Any]]], str | None]:
-    """``idle_head_warning`` for many presets of one chain, with the usage read once."""
+    """``idle_head_warning`` for many presets of one chain, with the usage read once.
+
+    Only a chain whose services report usage can tell an idle provider from one nobody
+    measures: with no usage reported for the chain in 24 h, nothing is warned about."""
     now = now or timezone.now()
     last = last_served(chain)
+    measured = any(now - served <= timedelta(hours=24) for served in last.values())
 
     def warning(steps: list[dict[str, Any]]) -> str | None:
+        if not measured:
+            return None
         head = steps[0]["provider"]
         served = last.get(head)
         if served is not None and now - served <= timedelta(hours=24):

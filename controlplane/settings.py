@@ -63,6 +63,8 @@ if not SECRET_KEY:
     SECRET_KEY = "insecure-local-only-" + str(BASE_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A form older than its person's last sign-in fails the check: say so in the site's layout.
+CSRF_FAILURE_VIEW = "presets.web.errors.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -105,6 +107,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "presets.web.context_processors.open_alerts",
             ],
         },
     },
@@ -339,7 +342,12 @@ LOGGING = {
         },
         "json": {"()": "controlplane.logging_json.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # Expected refusals (a viewer's forbidden POST, a failed CSRF check: any 4xx) are one
+    # line without a traceback; a 500 keeps its traceback at ERROR.
+    "filters": {"refusals_on_one_line": {"()": "controlplane.log_filters.RefusalsOnOneLine"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["refusals_on_one_line"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -14,6 +14,7 @@ from controlplane import health, metrics
 from controlplane.database_outage import database_unavailable
 from presets.api import views as api
 from presets.api.errors import api_not_found, api_server_error
+from presets.web import history as web_history
 from presets.web import views as web
 
 api_v1 = [
@@ -46,9 +47,9 @@ urlpatterns = [
     path("chains/<slug:name>/select", web.select, name="chain-select"),
     path("chains/<slug:name>/revert", web.revert, name="chain-revert"),
     path("chains/<slug:name>/extend", web.extend, name="chain-extend"),
-    path("chains/<slug:name>/history/", web.chain_history, name="chain-history"),
+    path("chains/<slug:name>/history/", web_history.chain_history, name="chain-history"),
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
-    path("history/", web.all_history, name="history"),
+    path("history/", web_history.all_history, name="history"),
     path("alerts/", web.alerts, name="alerts"),
 ]
 

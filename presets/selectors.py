@@ -30,6 +30,7 @@ class PinStart:
     at: datetime
     actor: str
     reason: str
+    action: str = Action.SELECT
 
     def age(self, now: datetime) -> timedelta:
         """How long the pin has been served at ``now``."""
@@ -42,12 +43,18 @@ def pin_start(*, chain: Chain, version: int) -> PinStart | None:
     row = (
         Selection.history.filter(chain_id=chain.pk, version__lte=version, action__in=[Action.SELECT, Action.RESTORE])
         .order_by("-version")
-        .values("version", "updated_at", "updated_by", "reason")
+        .values("version", "updated_at", "updated_by", "reason", "action")
         .first()
     )
     if row is None:
         return None
-    return PinStart(version=row["version"], at=row["updated_at"], actor=row["updated_by"], reason=row["reason"])
+    return PinStart(
+        version=row["version"],
+        at=row["updated_at"],
+        actor=row["updated_by"],
+        reason=row["reason"],
+        action=row["action"],
+    )
 
 
 def live_pin_start(selection: Selection) -> PinStart | None:
@@ -56,7 +63,11 @@ def live_pin_start(selection: Selection) -> PinStart | None:
     if not selection.is_pinned:
         return None
     return pin_start(chain=selection.chain, version=selection.version) or PinStart(
-        version=selection.version, at=selection.updated_at, actor=selection.updated_by, reason=selection.reason
+        version=selection.version,
+        at=selection.updated_at,
+        actor=selection.updated_by,
+        reason=selection.reason,
+        action=selection.action,
     )
 
 

@@ -102,25 +102,66 @@ def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: 
 
 
 def extend_pin(
-    *, chain: str, expires_at: Expiry = None, actor: str, reason: str, expected_version: int | None = None
+    *,
+    chain: str,
+    expires_at: Expiry = None,
+    actor: str,
+    reason: str,
+    expected_version: int | None = None,
+    shorten: bool = False,
 ) -> Selection:
-    """Keep the live pin for longer (a decision someone takes, with a reason)."""
+    """Keep the live pin for longer (a decision someone takes, with a reason).
+
+    Extending never ends a pin sooner than it ends now: an earlier expiry is refused unless
+    ``shorten`` says ending it earlier is the point (then only an earlier expiry is taken).
+    Either way the change is recorded as ``extend``, with the old and the new expiry."""
     reason = clean_reason(reason)
     now = _now()
     with _changing(chain, expected_version) as selection:
         if not selection.is_pinned:
             raise InvalidInput("chain", f"{chain} is not pinned: only a pin can be extended")
+        until = resolve_expiry(expires_at, now=now)
+        refusal = expiry_change_refusal(selection, until, shorten=shorten, expires_at=expires_at)
+        if refusal is not None:
+            raise refusal
         return _apply(
             selection,
             preset=selection.preset,
             action=Action.EXTEND,
             actor=actor,
             reason=reason,
-            expires_at=resolve_expiry(expires_at, now=now),
+            expires_at=until,
             now=now,
             steps=selection.steps,
             marking=selection.marking,
         )
+
+
+def expiry_change_refusal(
+    selection: Selection, until: datetime, *, shorten: bool, expires_at: Expiry = None
+) -> InvalidInput | None:
+    """Why moving the live pin's expiry to ``until`` is refused, or None: extending must not
+    end the pin sooner, shortening must end it sooner (the pages ask before they change)."""
+    current = selection.expires_at
+    assert current is not None  # only a pin is extended
+    field = "duration_minutes" if isinstance(expires_at, timedelta) else "expires_at"
+    if not shorten and until < current:
+        return InvalidInput(
+            field,
+            f"that would end the pin at {format_time(until)}, before its current expiry "
+            f"{format_time(current)}: extending never shortens a pin. To end it earlier on "
+            f'purpose, shorten it ("shorten": true, or "End the pin earlier" on the chain page), '
+            f"or revert to the default now",
+            expires_at=format_time(current),
+        )
+    if shorten and until >= current:
+        return InvalidInput(
+            field,
+            f"the pin already ends at {format_time(current)}; shortening must end it before then "
+            f"(to keep it longer, extend it)",
+            expires_at=format_time(current),
+        )
+    return None
 
 
 def restore(*, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None) -> Selection:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import time_machine
@@ -86,19 +86,21 @@ def usage(client: Client, body: object, chain: str = "chat"):  # type: ignore[no
 def test_the_idle_head_warning_appears_and_disappears_as_usage_is_reported(reader: Client) -> None:
     chat = Chain.objects.get(name="chat")
     pin_secondary = chat.presets.get(name="pin_secondary").steps
-    assert "vendor_b has not served a chat request in the last 24 h" in idle_head_warning(chat, pin_secondary)
+
+    def served(provider: str, at: datetime) -> None:
+        body = {"client": "checkout/i1", "providers": {provider: {"requests": 3, "last_served_at": at.isoformat()}}}
+        assert usage(reader, body).status_code == 202
+
+    # A fresh install: no service reports usage yet, so no provider can be called idle.
+    assert idle_head_warning(chat, pin_secondary) is None
     now = timezone.now()
-    response = usage(
-        reader,
-        {
-            "client": "checkout/i1",
-            "applied_version": 1,
-            "providers": {"vendor_b": {"requests": 3, "last_served_at": now.isoformat()}},
-        },
-    )
-    assert response.status_code == 202
+    served("vendor_a", now)
+    assert "vendor_b has not served a chat request in the last 24 h" in idle_head_warning(chat, pin_secondary)
+    served("vendor_b", now)
     assert idle_head_warning(chat, pin_secondary) is None
     with time_machine.travel(now + timedelta(hours=25)):
+        assert idle_head_warning(chat, pin_secondary) is None  # nothing measured for 24 h
+        served("vendor_a", timezone.now())
         assert "vendor_b has not served" in idle_head_warning(chat, pin_secondary)
 
 

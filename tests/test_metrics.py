@@ -49,7 +49,7 @@ def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
     with time_machine.travel(timezone.now().replace(microsecond=0), tick=False) as clock:
         services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
         clock.shift(timedelta(minutes=10))
-        services.extend_pin(chain="chat", actor="alice", reason="still broken", expires_at=timedelta(hours=2))
+        services.extend_pin(chain="chat", actor="alice", reason="still broken", expires_at=timedelta(hours=6))
         clock.shift(timedelta(minutes=5))
         text = scrape()
     assert value(text, "controlplane_chain_version", {"chain": "chat"}) == 3

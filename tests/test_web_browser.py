@@ -28,6 +28,7 @@ from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations
 from tests.health_reports import report, step, vendor_a_failing
 
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
+PHONE_SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot-phone.png"
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 
 
@@ -107,12 +108,15 @@ def test_a_change_between_page_load_and_submit_is_shown_and_asked_again(
     assert (live().version, live().preset.name) == (3, "pin_secondary")
 
 
-def test_revert_to_default_from_the_dashboard(open_page: Callable[..., Any], alice: User) -> None:
+def test_revert_to_default_from_the_dashboard_is_one_click_and_a_confirm(
+    open_page: Callable[..., Any], alice: User
+) -> None:
     pin()
     page = open_page(alice, "/")
-    page.locator("section[data-chain=chat]").get_by_role("link", name="Revert or extend…").click()
-    page.get_by_role("button", name="Revert to default (normal)…").click()
-    page.get_by_role("button", name="Revert to normal").click()
+    click = Clicks()
+    click(page.locator("section[data-chain=chat]").get_by_role("button", name="Revert to normal…"))
+    click(page.get_by_role("button", name="Revert to normal", exact=True))
+    assert click.count == 2
     page.wait_for_url(re.compile(r"/chains/chat/$"))
     assert "chat is now v3: normal (default, no expiry)" in page.get_by_role("status").first.inner_text()
     assert (live().version, live().preset.name, live().action) == (3, "normal", "revert")
@@ -244,21 +248,23 @@ def test_a_page_with_a_form_says_the_chain_changed_instead_of_reloading(
 # --- accessibility, themes, phone width -----------------------------------------------------
 
 
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390px", "1280px"])
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])
-def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
+def test_every_page_has_no_serious_accessibility_violations_and_fits_its_width(
     open_page: Callable[..., Any],
     alice: User,
     reader: Client,
     color_scheme: str,
+    viewport: dict[str, int],
     settings: Any,
 ) -> None:
     settings.PIN_ALERT_AFTER_MINUTES = 1
-    page = open_page(None, "/accounts/login/", color_scheme=color_scheme)
+    page = open_page(None, "/accounts/login/", color_scheme=color_scheme, viewport=viewport)
     # The page follows the system setting (the stylesheet's light-dark() colours).
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert background == {"light": "rgb(243, 244, 246)", "dark": "rgb(15, 18, 22)"}[color_scheme]
     checked: dict[str, list[str]] = {"login": axe_violations(page)}
-    page = open_page(alice, "/", color_scheme=color_scheme)
+    page = open_page(alice, "/", color_scheme=color_scheme, viewport=viewport)
     checked["dashboard, all default"] = axe_violations(page)
 
     pin("local_only", chain="incident-summary")  # a degraded pin
@@ -276,14 +282,21 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
         page.goto(path)
         checked[name] = axe_violations(page)
         width = page.evaluate("() => document.documentElement.scrollWidth")
-        assert width <= PHONE["width"], f"{name} is {width}px wide"
+        assert width <= viewport["width"], f"{name} is {width}px wide"
     page.goto("/chains/chat/")
     page.get_by_role("button", name="Review and pin…").click()  # no preset, no reason
     checked["chain with errors"] = axe_violations(page)
     page.get_by_role("radio", name="drop_vendor_b").check()
     page.locator("#id_reason").fill("INC-7")
     page.get_by_role("button", name="Review and pin…").click()
-    checked["confirmation"] = axe_violations(page)
+    checked["confirmation, danger"] = axe_violations(page)  # it drops vendor_b; its head fails
+    page.goto("/")
+    page.locator("section[data-chain=chat]").get_by_role("button", name="Revert to normal…").click()
+    checked["confirmation, caution"] = axe_violations(page)
+    page.goto("/chains/chat/")
+    page.get_by_role("radio", name="drop_vendor_b").check()
+    page.locator("#id_reason").fill("INC-7")
+    page.get_by_role("button", name="Review and pin…").click()
     services.revert_to_default(chain="chat", actor="carol", reason="meanwhile")
     page.get_by_role("button", name="Pin drop_vendor_b for 4 h").click()
     assert page.get_by_role("alert").is_visible()
@@ -293,7 +306,8 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_a_phone(
 
 
 def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path) -> None:
-    """Takes the README's picture; UPDATE_SCREENSHOT=1 writes it to docs/screenshot.png."""
+    """Takes the README's pictures (a laptop, and a phone in the dark); UPDATE_SCREENSHOT=1
+    writes them to docs/screenshot.png and docs/screenshot-phone.png."""
 
     def read_as(instance: str, version: int) -> None:
         reader.get(
@@ -316,7 +330,12 @@ def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, re
     assert "2 of 3 instances on v2" in page.inner_text("body")
     target = tmp_path / "dashboard.png"
     page.screenshot(path=str(target), full_page=True)
-    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    phone = open_page(alice, "/", viewport=PHONE, color_scheme="dark")
+    phone_target = tmp_path / "dashboard-phone.png"
+    phone.screenshot(path=str(phone_target))  # what a phone shows before any scrolling
+    for taken in (target, phone_target):
+        assert taken.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("UPDATE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(exist_ok=True)
         shutil.copyfile(target, SCREENSHOT)
+        shutil.copyfile(phone_target, PHONE_SCREENSHOT)

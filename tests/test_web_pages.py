@@ -111,7 +111,7 @@ def test_the_dashboard_shows_each_chain_with_its_live_preset_steps_and_state(
     html = page(oncall, "/")
     for chain in ("chat", "incident-summary"):
         assert f'data-chain="{chain}" data-version="1"' in html
-    assert html.count('class="badge badge-default">Default<') == 2
+    assert html.count('class="badge badge-default">Default<') == 2 * 2  # the strip's line and the card
     assert "vendor_a/large" in html and "self_hosted/8b" in html
     assert "system:sync" in html
     assert "The default preset: no expiry." in html
@@ -413,10 +413,11 @@ def test_history_is_paginated_newest_first(oncall: Client) -> None:
         pin("pin_secondary", reason=f"round {n}")
         services.revert_to_default(chain="chat", actor="carol", reason=f"back {n}")
     first = page(oncall, "/chains/chat/history/")
-    assert "Page 1 of 2" in first and 'id="chat-v31"' in first and 'id="chat-v1"' not in first
-    second = page(oncall, "/chains/chat/history/?page=2")
-    assert 'id="chat-v1"' in second and 'id="chat-v31"' not in second
-    assert "Page 2 of 2" in page(oncall, "/chains/chat/history/?page=99")
+    assert 'id="chat-v31"' in first and 'id="chat-v7"' in first and 'id="chat-v6"' not in first
+    older = re.search(r'href="([^"]+)" rel="next">Older</a>', first)
+    assert older, "no link to older changes"
+    second = page(oncall, older.group(1).replace("&amp;", "&"))
+    assert 'id="chat-v1"' in second and 'id="chat-v31"' not in second and 'rel="next"' not in second
 
 
 def test_the_history_of_all_chains_lists_every_chain(oncall: Client) -> None:
@@ -464,7 +465,9 @@ def test_a_forged_post_by_a_viewer_is_forbidden_and_writes_nothing(viewer: Clien
 
 
 def test_changes_are_posts_only(oncall: Client) -> None:
-    assert oncall.get("/chains/chat/select").status_code == 405
+    assert oncall.put("/chains/chat/select").status_code == 405
+    assert oncall.get("/chains/chat/select").status_code == 302  # to the chain page: nothing changed
+    assert live().version == 1
 
 
 def test_a_post_without_the_csrf_token_is_refused(alice: User) -> None:
@@ -518,18 +521,23 @@ def test_the_alerts_page_lists_raised_alerts_escaped(oncall: Client) -> None:
 
 
 def test_the_chain_page_shows_fleet_convergence_and_warns_about_an_idle_head(oncall: Client, reader) -> None:
+    def served(provider: str) -> None:
+        reader.post(
+            "/api/v1/chains/chat/usage",
+            {
+                "client": "checkout/a",
+                "providers": {provider: {"requests": 1, "last_served_at": timezone.now().isoformat()}},
+            },
+            content_type="application/json",
+        )
+
     reader.get("/api/v1/chains/chat", headers={"X-Chain-Client": "checkout/a", "X-Chain-Applied-Version": "1"})
     html = page(oncall, "/chains/chat/")
     assert "1 of 1 instances on v1" in html
-    assert "vendor_b has not served a chat request in the last 24 h" in html
-    reader.post(
-        "/api/v1/chains/chat/usage",
-        {
-            "client": "checkout/a",
-            "providers": {"vendor_b": {"requests": 1, "last_served_at": timezone.now().isoformat()}},
-        },
-        content_type="application/json",
-    )
+    assert "has not served" not in html  # no usage reported yet: nothing to warn about
+    served("vendor_a")
+    assert "vendor_b has not served a chat request in the last 24 h" in page(oncall, "/chains/chat/")
+    served("vendor_b")
     assert "vendor_b has not served" not in page(oncall, "/chains/chat/")
 
 

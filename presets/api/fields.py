@@ -29,6 +29,15 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only: "yes", 1 or "false" as a string are refused, not guessed."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 instant with its time zone: "06:00" alone is a different instant in every
     office, so it is refused rather than read as UTC."""

@@ -17,6 +17,7 @@ from presets.api.authentication import CanWrite
 from presets.api.fields import (
     AwareDateTimeField,
     ReasonField,
+    StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     expiry_from,
@@ -180,12 +181,19 @@ class RevertView(WriteView):
 
 
 class ExtendView(WriteView):
-    InputSerializer = PinInput
+    class InputSerializer(PinInput):
+        shorten = StrictBooleanField(
+            required=False,
+            default=False,
+            help_text="true to end the pin earlier than it ends now; otherwise an expiry before the "
+            "current one is refused (extending never shortens a pin).",
+        )
 
     @extend_schema(operation_id="chains_extend", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
         data, who = self.change(request)
-        return document_response(services.extend_pin(chain=name, expires_at=expiry_from(data), **who))
+        expiry = expiry_from(data)
+        return document_response(services.extend_pin(chain=name, expires_at=expiry, shorten=data["shorten"], **who))
 
 
 class RestoreView(WriteView):

@@ -4,14 +4,20 @@ The countdown texts match what ``presets/static/presets/app.js`` writes as it up
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
+from audit.alerts import EVENT_KINDS
+from audit.delivery import DELIVERY_LEASE
+from audit.models import Alert, DeliveryState
+from audit.notifiers import LOG
 from presets.documents import format_duration, format_time
 from presets.web import display
 
@@ -111,3 +117,112 @@ def sparkline(row: display.StepRow) -> str:
         words=words,
         shapes=mark_safe("".join(shapes)),  # each built by format_html above
     )
+
+
+# --- the alerts page ----------------------------------------------------------------------
+
+# An ISO 8601 instant with its offset, as alert messages carry them ("2026-11-30T15:51:03Z").
+ISO_INSTANT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})(?![\w:+-])")
+
+
+@register.filter
+def clock_times(text: str | None) -> str:
+    """``text``, escaped, with each ISO 8601 instant in it written as the pages write times
+    ("15:51 UTC") inside a ``<time>`` that keeps the exact instant. Alert messages are stored
+    and sent (webhook, email) with ISO times; only the page reads them this way."""
+    if not text:
+        return ""
+    now = timezone.now()
+    parts, start = [], 0
+    for match in ISO_INSTANT.finditer(text):
+        try:
+            value = datetime.fromisoformat(match.group().replace("Z", "+00:00"))
+        except ValueError:  # shaped like a time but not one (month 13): left as written
+            continue
+        parts.append(conditional_escape(text[start : match.start()]))
+        parts.append(format_html('<time datetime="{}">{}</time>', match.group(), display.format_clock(value, now=now)))
+        start = match.end()
+    parts.append(conditional_escape(text[start:]))
+    return mark_safe("".join(parts))  # every part escaped or built by format_html above
+
+
+@register.filter
+def alert_state(alert: Alert) -> str:
+    """``open`` or ``resolved`` for a condition (a stale pin, a failing provider); ``event``
+    for something that happened (an expired pin), which is raised already resolved."""
+    if alert.kind in EVENT_KINDS:
+        return "event"
+    return "open" if alert.is_open else "resolved"
+
+
+@dataclass(frozen=True)
+class AlertSection:
+    """A heading of the alerts page and its alerts; ``empty`` is said when there are none
+    (a section without it is left out)."""
+
+    title: str
+    alerts: list[Alert]
+    empty: str = ""
+
+
+@register.filter
+def alert_sections(alerts: list[Alert]) -> list[AlertSection]:
+    """The open alerts first, then the rest, each newest first (the order they come in)."""
+    open_ = [a for a in alerts if alert_state(a) == "open"]
+    rest = [a for a in alerts if alert_state(a) != "open"]
+    return [AlertSection("Open now", open_, "Nothing open."), AlertSection("Recent", rest)]
+
+
+@dataclass(frozen=True)
+class DeliveryLine:
+    """Where an alert was sent and how that went, in words: ``state`` is ``pending``,
+    ``delivered`` or ``failed``."""
+
+    notifier: str
+    state: str
+    words: str
+
+
+# Each notifier as the page names it, in the order it lists them.
+NOTIFIER_LABELS = {"webhook": "Webhook", "email": "Email"}
+
+
+@register.filter
+def delivery_lines(alert: Alert) -> list[DeliveryLine]:
+    """Each notifier's delivery of ``alert`` but the log's (always written), or one line
+    saying that no webhook or email is set up."""
+    now = timezone.now()
+    order = list(NOTIFIER_LABELS)
+    names = sorted(alert.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
+    lines = [
+        DeliveryLine(
+            name,
+            alert.deliveries[name]["state"],
+            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(alert, alert.deliveries[name], now=now)}",
+        )
+        for name in names
+        if name != LOG.name
+    ]
+    return lines or [DeliveryLine(LOG.name, DeliveryState.DELIVERED, "Only logged: no webhook or email is set up.")]
+
+
+def _delivery_words(alert: Alert, record: dict[str, Any], *, now: datetime) -> str:
+    attempts = int(record.get("attempts") or 0)
+    error = record.get("last_error") or "no reason given"
+    tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
+    if record["state"] == DeliveryState.DELIVERED:
+        return f"delivered {clock(record.get('delivered_at'))}" + (f" after {tries}" if attempts > 1 else "")
+    if record["state"] == DeliveryState.FAILED:
+        return f"failed after {tries}, not retried: {error}"
+    if attempts == 0:
+        # A worker tries a new alert within seconds; a sweep queues it again after a lease.
+        late = alert.created_at < now - DELIVERY_LEASE
+        return "pending, not tried yet" + (": is a worker running?" if late else "")
+    words = f"pending, attempt {attempts} failed: {error}"
+    if alert.delivery_due_at is None:
+        return words
+    # A failed attempt moves the alert's lease past the backoff: the retry runs at its start.
+    retry_at = alert.delivery_due_at - DELIVERY_LEASE
+    if retry_at < now - timedelta(minutes=1):
+        return f"{words}; the next try was due {clock(retry_at)}: is a worker running?"
+    return f"{words}; next try at about {clock(retry_at)}"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from presets.documents import format_duration
 from presets.models import Preset, Selection
+from presets.selectors import PinStart
 
 if TYPE_CHECKING:
     from audit.provider_health import StepHealth
@@ -104,6 +105,31 @@ def _providers(steps: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class ChangeFacts:
+    """Who made a change, when, which action and why: what a card's By/When/Why show."""
+
+    actor: str
+    at: datetime
+    action: str
+    reason: str
+
+    @property
+    def done(self) -> str:
+        """The action as a past participle: "extended", "synced"."""
+        return _DONE.get(self.action, self.action)
+
+
+_DONE = {
+    "select": "pinned",
+    "revert": "reverted",
+    "extend": "extended",
+    "restore": "restored",
+    "expire": "expired",
+    "sync": "synced",
+}
+
+
+@dataclass(frozen=True)
 class LiveState:
     """A chain's live selection with the facts its card shows."""
 
@@ -113,6 +139,24 @@ class LiveState:
     expires_in: timedelta | None
     fleet_summary: str = ""
     steps: list[StepRow] = field(default_factory=list)  # the live steps, with their health
+    pin_start: PinStart | None = None  # the select or restore that began the live pin
+
+    @property
+    def origin(self) -> ChangeFacts:
+        """The change that made the live preset live: for a pin, who pinned it and why (an
+        extension or a sync since does not replace that); else the latest change."""
+        start, s = self.pin_start, self.selection
+        if start is not None and start.version != s.version:
+            return ChangeFacts(start.actor, start.at, start.action, start.reason)
+        return ChangeFacts(s.updated_by, s.updated_at, s.action, s.reason)
+
+    @property
+    def latest(self) -> ChangeFacts | None:
+        """The latest change when it is not the origin (an extension of the pin, say)."""
+        start, s = self.pin_start, self.selection
+        if start is None or start.version == s.version:
+            return None
+        return ChangeFacts(s.updated_by, s.updated_at, s.action, s.reason)
 
     @property
     def chain(self) -> str:
@@ -132,17 +176,19 @@ def live_state(
     *,
     now: datetime,
     alert_after: timedelta,
-    pinned_for: timedelta | None = None,
     fleet_summary: str = "",
     health: HealthMap | None = None,
     failing_rate: float = 1.0,
+    pin_start: PinStart | None = None,
 ) -> LiveState:
-    """The card facts of one live selection at ``now``; ``pinned_for`` is the live pin's age
-    (``selectors.pin_age``), ``health`` the fleet's view of its steps."""
+    """The card facts of one live selection at ``now``; ``pin_start`` is where the live pin
+    began (``selectors.live_pin_start``), ``health`` the fleet's view of its steps."""
+    pinned_for = pin_start.age(now) if pin_start is not None else None
     return LiveState(
         selection=selection,
         is_stale=pinned_for is not None and pinned_for > alert_after,
         pinned_for=pinned_for,
+        pin_start=pin_start,
         expires_in=selection.expires_at - now if selection.expires_at else None,
         fleet_summary=fleet_summary,
         steps=step_rows(selection.steps, health, failing_rate=failing_rate),

@@ -104,15 +104,47 @@ class SelectForm(DurationMixin, ChangeForm):
 
 
 class ExtendForm(DurationMixin, ChangeForm):
-    """Keep the live pin for longer: the new expiry counts from now."""
+    """Keep the live pin for longer: for a chosen time counted from now, or (the quick "+1 h"
+    buttons) by adding ``add_minutes`` to its current expiry. Never shorter: the service
+    refuses an earlier expiry, which is ``ShortenForm``'s job."""
 
     field_ids = "extend_%s"
+    add_minutes = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+    shorten = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["duration_minutes"].label = "Keep it pinned for"
-        self.fields["duration_minutes"].help_text = "Counted from now, not from the old expiry."
+        duration = self.fields["duration_minutes"]
+        duration.required = False
+        duration.label = "Keep it pinned for"
+        duration.help_text = "Counted from now; it must end later than it ends now."
         self.fields["reason"].help_text = "Why it must stay pinned longer."
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean() or {}
+        if data.get("add_minutes") is None and data.get("duration_minutes") is None:
+            self.add_error("duration_minutes", "choose how long")
+        return data
+
+
+# How soon "End the pin earlier" may end it.
+SHORTEN_STEPS = (15, 30, 60, 120)
+
+
+class ShortenForm(ExtendForm):
+    """End the live pin earlier than planned, on purpose (then the default serves again)."""
+
+    field_ids = "shorten_%s"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        duration = self.fields["duration_minutes"]
+        duration.widget.choices = [(m, format_minutes(m)) for m in SHORTEN_STEPS]
+        duration.initial = SHORTEN_STEPS[0]
+        duration.label = "End it in"
+        duration.help_text = "Counted from now; it must be before the pin ends now. To end it now, revert."
+        self.fields["shorten"].initial = True
+        self.fields["reason"].help_text = "Why the pin can end sooner."
 
 
 class RevertForm(ChangeForm):

@@ -18,12 +18,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import provider_health
 from audit.alerts import recent_alerts
@@ -39,20 +39,24 @@ from presets.web.display import (
     LiveState,
     compare_steps,
     format_clock,
+    format_minutes,
     live_state,
     preset_choices,
+    step_label,
     step_rows,
 )
-from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm
+from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
 
-HISTORY_PAGE_SIZE = 25
+# The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
+QUICK_EXTEND_MINUTES = (60, 240)
 ALERTS_PAGE_SIZE = 100
+OPEN_ALERTS_MAX = 1000
 
 
 # --- reading pages ----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every chain as a card: what it serves, since when, why, until when."""
@@ -73,30 +77,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return _page(request, "presets/dashboard.html", context)
 
 
-@require_GET
+@require_safe
 @login_required
 def chain_page(request: HttpRequest, name: str) -> HttpResponse:
     """One chain: its live state, the reviewed presets to pin, revert and extend."""
     return _chain_page(request, name)
 
 
-@require_GET
-@login_required
-def chain_history(request: HttpRequest, name: str) -> HttpResponse:
-    """Every change of one chain, newest first, each with a one-click restore."""
-    live = _live(name)
-    return _history_page(request, rows=history_rows(chain=name), lives={name: live}, chain=live)
-
-
-@require_GET
-@login_required
-def all_history(request: HttpRequest) -> HttpResponse:
-    """Every change of every chain, newest first."""
-    lives = {s.chain.name: s for s in services.revert_expired_and_read_all()}
-    return _history_page(request, rows=history_rows(), lives=lives, chain=None)
-
-
-@require_GET
+@require_safe
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Open and recent alerts, when the audit app provides them."""
@@ -107,16 +95,32 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 
 def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A change's view: a POST, by someone signed in with the on-call role."""
+    """A change's view: a POST, by someone signed in with the on-call role.
 
-    @require_POST
+    A GET of a change's URL (a bookmark, or signing in again after the session expired
+    mid-change, which lands on the URL the form posted to) changes nothing: it goes to the
+    chain's page, saying so."""
+
+    @require_http_methods(["GET", "HEAD", "POST"])
     @login_required
     @wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            return _nothing_changed(request, kwargs["name"], history="version" in kwargs)
         _require_oncall(request)
         return view(request, *args, **kwargs)
 
     return checked
+
+
+def _nothing_changed(request: HttpRequest, name: str, *, history: bool) -> HttpResponse:
+    _live(name)  # an unknown chain is a 404, not a redirect to one
+    messages.info(
+        request,
+        f"Nothing was changed: a change is made from its review page, with a reason and a "
+        f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
+    )
+    return redirect("chain-history" if history else "chain", name=name)
 
 
 @_oncall_change
@@ -127,6 +131,15 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
         if preset is None:
             raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
+        if preset.is_default:  # selecting the default serves it with no expiry: say so
+            return {
+                "title": f"Serve {name}'s default, {preset.name}, again?",
+                "confirm_label": f"Revert to {preset.name}",
+                **_target(live, preset.name, preset.steps, preset.marking),
+                "until": None,
+                "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+                "caution": _ending_pin(live, preset.steps),
+            }
         until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
         return {
             "title": f"Pin {preset.name} on {name}?",
@@ -157,6 +170,7 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
             **_target(live, default.name, default.steps, default.marking),
             "until": None,
             "hidden": {},
+            "caution": _ending_pin(live, default.steps),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
@@ -174,26 +188,54 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
 
 @_oncall_change
 def extend(request: HttpRequest, name: str) -> HttpResponse:
-    """Keep the live pin for longer, counted from now (review, then confirm)."""
+    """Keep the live pin for longer (from now, or "+1 h" on its expiry), or, from the separate
+    "End the pin earlier" form, end it sooner (review, then confirm)."""
+    shorten = request.POST.get("shorten") == "true"
+
+    def until_of(live: Selection, data: dict[str, Any]) -> services.Expiry:
+        if data.get("add_minutes"):
+            assert live.expires_at is not None  # a pin
+            return live.expires_at + timedelta(minutes=data["add_minutes"])
+        return timedelta(minutes=data["duration_minutes"])
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
         if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
             return {"title": f"{name} has no pin to extend any more", "blocked": True}
-        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
+        now = timezone.now()
+        expiry = until_of(live, data)
+        until = services.resolve_expiry(expiry, now=now)
+        refusal = services.expiry_change_refusal(live, until, shorten=shorten, expires_at=expiry)
+        if refusal is not None:
+            raise refusal
+        assert live.expires_at is not None
+        if shorten:
+            title, label = f"End the pin of {live.preset.name} on {name} earlier?", "End the pin at"
+        else:
+            title, label = f"Extend the pin of {live.preset.name} on {name}?", "Extend until"
+        label = f"{label} {format_clock(until, now=now)}"
+        if data.get("add_minutes"):
+            label += f" (+{format_minutes(data['add_minutes'])})"
         return {
-            "title": f"Extend the pin of {live.preset.name} on {name}?",
-            "confirm_label": f"Extend until {format_clock(until, now=timezone.now())}",
+            "title": title,
+            "confirm_label": label,
             **_target(live, live.preset.name, live.steps, live.marking),
             "until": until,
-            "hidden": {"duration_minutes": data["duration_minutes"]},
+            "was_until": live.expires_at,
+            "hidden": {
+                "duration_minutes": data.get("duration_minutes") or "",
+                "add_minutes": data.get("add_minutes") or "",
+                "shorten": "true" if shorten else "",
+            },
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        expiry = timedelta(minutes=data["duration_minutes"])
-        return services.extend_pin(chain=name, expires_at=expiry, **_who(request, data))
+        return services.extend_pin(
+            chain=name, expires_at=until_of(_live(name), data), shorten=shorten, **_who(request, data)
+        )
 
-    back = _back_to_chain_page(request, name, "extend_form")
-    return _change(request, name, ExtendForm, describe=describe, apply=apply, origin=back)
+    form_class, form_name = (ShortenForm, "shorten_form") if shorten else (ExtendForm, "extend_form")
+    back = _back_to_chain_page(request, name, form_name)
+    return _change(request, name, form_class, describe=describe, apply=apply, origin=back)
 
 
 @_oncall_change
@@ -254,6 +296,32 @@ def _who(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
 def _target(live: Selection, name: str, steps: list[dict[str, Any]], marking: dict[str, Any]) -> dict[str, Any]:
     """What a change would serve, and how that differs from what is live."""
     return {"target": name, "steps": steps, "marking": marking, "change": compare_steps(live.steps, steps)}
+
+
+def _ending_pin(live: Selection, steps: list[dict[str, Any]]) -> str | None:
+    """What ending the live pin does, said before it is confirmed."""
+    if not live.is_pinned or not steps:
+        return None
+    return f"This ends the pin of {live.preset.name}: {step_label(steps[0])} serves first again."
+
+
+def _dangers(summary: dict[str, Any], health: HealthMap, *, chain: str) -> list[str]:
+    """Why a change needs a second look: the preset is marked degraded, providers lose all
+    traffic, or the fleet finds its head failing now."""
+    dangers = []
+    marking = summary.get("marking") or {}
+    if marking.get("degraded"):
+        note = f": {marking['note']}" if marking.get("note") else ""
+        dangers.append(f"{summary['target']} is marked degraded{note}")
+    change = summary.get("change")
+    if change is not None and change.dropped:
+        dropped = ", ".join(change.dropped)
+        dangers.append(f"{dropped} will get no {chain} traffic")
+    rows = step_rows(summary.get("steps", [])[:1], health, failing_rate=_failing_rate())
+    if rows and rows[0].health_class == "failing":
+        assert rows[0].health is not None
+        dangers.append(f"its head is failing now: {rows[0].health['summary']}")
+    return dangers
 
 
 def _change(
@@ -322,13 +390,14 @@ def _confirm_page(
     now = timezone.now()
     steps = summary.get("steps", [])
     health = provider_health.health_by_step(live.chain, [live.steps, steps], now=now)
-    return _page(
+    response = _page(
         request,
         "presets/confirm.html",
         {
             "chain_name": name,
             "live": _live_state(live, now=now, health=health),
             "summary": summary,
+            "dangers": [] if summary.get("blocked") else _dangers(summary, health, chain=name),
             "step_rows": step_rows(steps, health, failing_rate=_failing_rate()),
             "form": form,
             "reason": form.data.get("reason", ""),
@@ -341,6 +410,9 @@ def _confirm_page(
         },
         status=status,
     )
+    # A review offers a change: Back after confirming must not show it again from a cache.
+    add_never_cache_headers(response)
+    return response
 
 
 def _changed_message(selection: Selection) -> str:
@@ -365,6 +437,7 @@ def _chain_page(
     select_form: ChangeForm | None = None,
     revert_form: ChangeForm | None = None,
     extend_form: ChangeForm | None = None,
+    shorten_form: ChangeForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
@@ -385,6 +458,8 @@ def _chain_page(
         )
     if extend_form is None:
         extend_form = ExtendForm(initial={"expected_version": version})
+    if shorten_form is None:
+        shorten_form = ShortenForm(initial={"expected_version": version, "shorten": True})
     # The reason box takes the focus when the person came to pin (a preset chosen on the
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
     if chosen or select_form.is_bound or not live.is_pinned:
@@ -405,49 +480,18 @@ def _chain_page(
         "select_form": select_form,
         "revert_form": revert_form,
         "extend_form": extend_form,
+        "shorten_form": shorten_form,
         "chosen": select_form["preset"].value() or "",
         "refresh": "notice",
     }
     return _page(request, "presets/chain.html", context, status=status)
 
 
-def _history_page(
-    request: HttpRequest, *, rows: Any, lives: dict[str, Selection], chain: Selection | None
-) -> HttpResponse:
-    page = Paginator(rows, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
-    items = [_history_item(row, lives.get(row.chain.name)) for row in page]
-    return _page(
-        request,
-        "presets/history.html",
-        {
-            "page": page,
-            "items": items,
-            "chain": chain,
-            "lives": [_live_state(s, now=timezone.now()) for s in lives.values()],
-            "refresh": "notice",
-        },
-    )
-
-
-def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
-    """One history row with what its Restore button would do (the service decides if it may)."""
-    refusal = services.restore_refusal(
-        chain=row.chain.name,
-        version=row.version,
-        previous=row.previous_preset,
-        live_preset_id=live.preset_id if live is not None else None,
-    )
-    return {
-        "entry": entry(row),
-        "restore_block": refusal.field_message if refusal is not None else None,
-        "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by {row.updated_by})",
-        "expected_version": live.version if live is not None else None,
-        "is_live": live is not None and live.version == row.version,
-    }
-
-
 def _alerts_context() -> dict[str, Any]:
-    return {"alerts": recent_alerts(limit=ALERTS_PAGE_SIZE)}
+    """Every open alert however old (a condition still going on), then the recent rest."""
+    still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True)
+    shown = {alert.pk for alert in still_open}
+    return {"alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown]}
 
 
 def _live_state(selection: Selection, *, now: Any, health: HealthMap | None = None) -> LiveState:
@@ -457,7 +501,7 @@ def _live_state(selection: Selection, *, now: Any, health: HealthMap | None = No
         selection,
         now=now,
         alert_after=_alert_after(),
-        pinned_for=selectors.pin_age(selection, now=now),
+        pin_start=selectors.live_pin_start(selection),
         fleet_summary=fleet_summary(chain_fleet(selection, now)),
         health=health,
         failing_rate=_failing_rate(),
@@ -484,6 +528,7 @@ def _page(request: HttpRequest, template: str, context: dict[str, Any], status: 
         "can_change": can_change(user),
         "role": " · ".join(roles),
         "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
+        "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],
         **context,
     }
     return render(request, template, context, status=status)

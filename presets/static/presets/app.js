@@ -1,4 +1,4 @@
-/* The on-call pages work without this script. With it: pin countdowns tick, and the page
+/* The on-call pages work without this script. With it: pin countdowns and "ago" times tick, and the page
    notices when a chain changed elsewhere (the dashboard reloads itself; a page with a form
    says so instead, so nobody loses what they were typing). No framework, no inline code. */
 (function () {
@@ -32,6 +32,10 @@
       } else {
         el.textContent = "expires in " + formatDuration(left);
       }
+    });
+    // "12 min ago" next to a change keeps counting too (same words as the server's).
+    document.querySelectorAll("time[data-since]").forEach(function (el) {
+      el.textContent = formatDuration((now - Date.parse(el.getAttribute("datetime"))) / 1000) + " ago";
     });
     return expired;
   }

@@ -1,0 +1,284 @@
+"""Server time of the history pages (every filter, deep pages) and the dashboard with 100,000
+history rows on PostgreSQL.
+
+Fills the database with ten chains (the example presets' two and eight copies of chat) and
+``--rows`` history rows written straight into the history table with COPY (a few seconds),
+then times each page through Django's test client in this process: the whole request (URL
+routing, session, middleware, the view's queries, the template), without a network or a web
+server. Prints the median and p95 per page, their ratio to the 50 ms budget and the queries
+each page ran.
+
+    python bench/history_pages.py [--rows 100000] [--repeat 40] [--database-url postgres://...]
+
+By default on a scratch database (created with ``--admin-url``, dropped at exit); with
+``--database-url`` on that database, which is emptied and refilled (and left filled, for
+EXPLAIN): give it a scratch one.
+
+Ends with one line of key=value figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+BUDGET_MS = 50.0
+CHAINS = ["chat", "incident-summary", *(f"chat-{n}" for n in range(2, 10))]
+PEOPLE = ["alice", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=40, help="timed requests per page")
+    parser.add_argument(
+        "--admin-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL allowed to create and drop the scratch database",
+    )
+    parser.add_argument("--database-url", help="use (empty and refill) this PostgreSQL database instead")
+    args = parser.parse_args()
+    if args.database_url:
+        run(args.database_url, args)
+        return
+    import psycopg
+
+    name = f"bench_history_{os.getpid()}"
+    with psycopg.connect(args.admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        run(f"{args.admin_url.rsplit('/', 1)[0]}/{name}", args)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(args.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(database_url: str, args: argparse.Namespace) -> None:
+    os.environ.update(
+        DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="controlplane.settings", DEBUG="false", LOG_LEVEL="ERROR"
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    fill(args.rows)
+    print(f"filled {args.rows:,} history rows in {time.perf_counter() - started:.1f} s")
+    measure(args.repeat)
+
+
+# --- the data -------------------------------------------------------------------------------
+
+
+def fill(rows: int) -> None:
+    """Ten synced chains, then ``rows`` history rows over two years (chat has 40 % of them),
+    each chain's versions consecutive, and each selection at its last version."""
+    from django.contrib.auth.models import Group, User
+    from django.db import connection
+
+    from presets import services
+    from presets.models import Chain, Preset, Selection
+    from presets.presets_file import parse_presets
+    from presets.providers import get_registry
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE presets_historicalselection, presets_selection, presets_historicalpreset, presets_preset, "
+            "presets_historicalchain, presets_chain, auth_user CASCADE"
+        )
+    example = json.loads((ROOT / "presets" / "presets.example.json").read_text())
+    for name in CHAINS[2:]:
+        example["chains"][name] = example["chains"]["chat"]
+    services.sync_presets(presets_file=parse_presets(json.dumps(example), registry=get_registry()))
+    user = User.objects.create_user("bench", password="bench-pass-123")
+    user.groups.add(Group.objects.get_or_create(name="oncall")[0])
+
+    rng = random.Random(7)
+    presets = {c.name: {p.name: p for p in Preset.objects.filter(chain=c)} for c in Chain.objects.all()}
+    chains = {c.name: c for c in Chain.objects.all()}
+    state = {s.chain.name: s for s in Selection.objects.select_related("chain", "preset")}
+    now = datetime.now(UTC)
+    moment = now - timedelta(days=730)
+    step = timedelta(days=730) / rows
+    columns = (
+        "id, version, steps, marking, updated_by, reason, updated_at, expires_at, action, previous_version, "
+        "previous_steps, previous_expires_at, history_date, history_change_reason, history_type, chain_id, "
+        "preset_id, previous_preset_id"
+    )
+    buffer = io.StringIO()
+    for n in range(rows):
+        moment += step * rng.uniform(0.2, 1.8)
+        moment = min(moment, now - timedelta(seconds=rows - n))
+        name = "chat" if rng.random() < 0.4 else rng.choice(CHAINS[1:])
+        live = state[name]
+        chain_presets = presets[name]
+        default = chain_presets["normal"]
+        pins = [p for p in chain_presets.values() if p.pk != default.pk]
+        pinned = live.preset_id != default.pk
+        if pinned:
+            action = rng.choices(["extend", "revert", "expire", "restore", "sync"], [3, 4, 4, 1, 1])[0]
+        else:
+            action = rng.choices(["select", "restore", "sync"], [12, 1, 1])[0]
+        if action in ("select", "restore") and not pinned:
+            preset, expires = rng.choice(pins), moment + timedelta(hours=4)
+        elif action in ("revert", "expire") or (action == "restore" and pinned):
+            preset, expires = default, None
+        else:  # extend or sync keep the preset
+            preset, expires = live.preset, (moment + timedelta(hours=4) if pinned else None)
+        actor = {
+            "expire": "system:expiry",
+            "sync": "system:sync",
+        }.get(action) or ("token:deploy-bot" if rng.random() < 0.05 else rng.choice(PEOPLE[:-1]))
+        if rng.random() < 0.0001:
+            actor = "mallory"  # a rare actor
+        reason = f"INC-{rng.randint(1000, 9999)} {action} by {actor}: " + "vendor_a slow " * rng.randint(0, 8)
+        row = (
+            live.pk,
+            live.version + 1,
+            json.dumps(preset.steps),
+            json.dumps(preset.marking),
+            actor,
+            reason.strip(),
+            moment.isoformat(),
+            expires.isoformat() if expires else None,
+            action,
+            live.version,
+            json.dumps(live.steps),
+            live.expires_at.isoformat() if live.expires_at else None,
+            moment.isoformat(),
+            None,
+            "~",
+            chains[name].pk,
+            preset.pk,
+            live.preset_id,
+        )
+        buffer.write("\t".join(r"\N" if v is None else str(v).replace("\\", "\\\\") for v in row) + "\n")
+        live.version += 1
+        live.preset, live.preset_id, live.steps, live.expires_at = preset, preset.pk, preset.steps, expires
+        live.updated_at, live.action, live.updated_by, live.reason = moment, action, actor, reason.strip()
+    with connection.cursor() as cursor:
+        with cursor.connection.cursor().copy(f"COPY presets_historicalselection ({columns}) FROM STDIN") as copy:
+            copy.write(buffer.getvalue())
+        cursor.execute("ANALYZE presets_historicalselection")
+    for live in state.values():
+        # A live pin has not expired yet (else the pages would revert it, writing).
+        expires = now + timedelta(hours=2) if live.expires_at else None
+        Selection.objects.filter(pk=live.pk).update(
+            version=live.version,
+            preset=live.preset_id,
+            steps=live.steps,
+            expires_at=expires,
+            updated_at=live.updated_at,
+            action=live.action,
+            updated_by=live.updated_by,
+            reason=live.reason,
+        )
+
+
+# --- the measurement ------------------------------------------------------------------------
+
+
+def cases() -> list[tuple[str, str]]:
+    from presets.models import Selection
+
+    history = Selection.history
+    oldest = list(history.order_by("history_date", "history_id").values_list("history_id", "history_date")[:200])
+    deep_id, deep_date = oldest[100]
+    chat_deep = history.filter(chain__name="chat").order_by("version").values_list("history_id", flat=True)[100]
+    alice_deep = history.filter(updated_by="alice").order_by("history_date").values_list("history_id", flat=True)[100]
+    a_year_ago = (deep_date + timedelta(days=365)).strftime("%Y-%m-%dT%H:%M")
+    a_year_ago_next_day = (deep_date + timedelta(days=366)).strftime("%Y-%m-%dT%H:%M")
+    early = (deep_date + timedelta(days=3)).strftime("%Y-%m-%d")
+    return [
+        ("dashboard", "/"),
+        ("all: newest", "/history/"),
+        ("all: page 4,000 (older_than)", f"/history/?older_than={deep_id}"),
+        ("all: near the oldest, going newer", f"/history/?newer_than={deep_id}"),
+        ("all: chain", "/history/?chain=incident-summary"),
+        ("all: actor", "/history/?actor=alice"),
+        ("all: action select", "/history/?action=select"),
+        ("all: action restore", "/history/?action=restore"),
+        ("all: rare actor", "/history/?actor=mallory"),
+        ("all: no such actor", "/history/?actor=nobody"),
+        ("all: a day a year ago", f"/history/?since={a_year_ago}&until={a_year_ago_next_day}"),
+        ("all: until the first days", f"/history/?until={early}"),
+        ("all: chain+actor+action", "/history/?chain=chat-9&actor=alice&action=restore"),
+        ("all: actor+action, none match", "/history/?actor=system:expiry&action=select"),
+        ("all: actor, deep page", f"/history/?actor=alice&older_than={alice_deep}"),
+        ("all: bad date (400)", "/history/?since=yesterday"),
+        ("chat: newest", "/chains/chat/history/"),
+        ("chat: deep page", f"/chains/chat/history/?older_than={chat_deep}"),
+        ("chat: actor", "/chains/chat/history/?actor=alice"),
+        ("chat: action restore", "/chains/chat/history/?action=restore"),
+        ("chat: rare actor", "/chains/chat/history/?actor=mallory"),
+        ("chat: actor+action, none match", "/chains/chat/history/?actor=system:expiry&action=select"),
+        ("chat: a day a year ago", f"/chains/chat/history/?since={a_year_ago}&until={a_year_ago_next_day}"),
+        ("chat: until the first days", f"/chains/chat/history/?until={early}"),
+    ]
+
+
+class Counted:
+    """A database execute wrapper that counts the queries."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.count += 1
+        return execute(sql, params, many, context)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def measure(repeat: int) -> None:
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # the bad-filter page's 400s
+    client = Client()
+    client.force_login(User.objects.get(username="bench"))
+    results = []
+    print(f"{'page':38} {'median ms':>9} {'p95 ms':>7} {'p95/50ms':>8} {'queries':>7}  status")
+    for label, url in cases():
+        for _ in range(3):  # warm up: templates, the connection pool, PostgreSQL's caches
+            client.get(url)
+        queries = Counted()
+        with connection.execute_wrapper(queries):
+            status = client.get(url).status_code
+        timings = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            client.get(url)
+            timings.append((time.perf_counter() - started) * 1000)
+        timings.sort()
+        median, p95 = statistics.median(timings), timings[min(len(timings) - 1, int(0.95 * len(timings)))]
+        results.append((label, median, p95))
+        print(f"{label:38} {median:9.1f} {p95:7.1f} {p95 / BUDGET_MS:8.2f} {len(queries):7}  {status}")
+    worst = max(results, key=lambda r: r[2])
+    print(
+        f"pages={len(results)} worst_p95_ms={worst[2]:.1f} worst_page={worst[0].replace(' ', '_')!s} "
+        f"worst_median_ms={max(r[1] for r in results):.1f} budget_ratio={worst[2] / BUDGET_MS:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+"""The alerts page and what every page shows of alerts, the CSRF failure page, and refusals
+logged on one line, through Django's test client."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+from unittest import mock
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
+
+from audit import alerts
+from audit import delivery as alert_delivery
+from audit.models import Alert
+from presets import services
+from presets.models import Selection
+from presets.templatetags.oncall import clock_times
+from presets.web.errors import WayBack, way_back
+
+pytestmark = pytest.mark.usefixtures("synced")
+
+T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
+REASON = "INC-7 vendor_a returns garbage"
+
+
+@pytest.fixture
+def oncall(client: Client, alice: User) -> Client:
+    client.force_login(alice)
+    return client
+
+
+def page(client: Client, url: str = "/alerts/") -> str:
+    response = client.get(url)
+    assert response.status_code == 200, url
+    return response.content.decode()
+
+
+def text_of(html: str) -> str:
+    """The page's words, as a person reads them: tags dropped, spaces collapsed."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def items(html: str) -> list[str]:
+    """Each alert on the page, in order, as its words."""
+    return [text_of(item).strip() for item in re.findall(r'<li class="alert-item.*?</ul>\s*</li>', html, re.S)]
+
+
+def pin(chain: str = "chat", preset: str = "pin_secondary", **kwargs: Any) -> Selection:
+    return services.select_preset(chain=chain, preset=preset, actor="alice", reason=REASON, **kwargs)
+
+
+def stale_alert(clock: Any, chain: str = "chat", preset: str = "pin_secondary") -> Alert:
+    """Pin ``chain`` now and sweep 61 minutes later: its stale_pin alert, open."""
+    pin(chain, preset)
+    clock.shift(timedelta(minutes=61))
+    alerts.sweep_stale_pins()
+    return Alert.objects.get(kind="stale_pin", chain__name=chain, resolved_at__isnull=True)
+
+
+def expired_alert(clock: Any, chain: str = "incident-summary", preset: str = "local_only") -> Alert:
+    """Pin ``chain`` for 30 minutes and let it expire: its pin_expired alert."""
+    pin(chain, preset, expires_at=timedelta(minutes=30))
+    clock.shift(timedelta(minutes=31))
+    assert services.expire_pins(chains=[chain]) == 1
+    return Alert.objects.get(kind="pin_expired", chain__name=chain)
+
+
+# --- the alerts page ----------------------------------------------------------------------------
+
+
+def test_each_alert_links_to_its_chain_page(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)
+        expired_alert(clock)
+        html = page(oncall)
+    assert re.search(r'on\s+<a href="/chains/chat/">chat</a>', html)
+    assert re.search(r'on\s+<a href="/chains/incident-summary/">incident-summary</a>', html)
+
+
+def test_open_alerts_come_first_then_the_recent_rest_newest_first(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        pin("incident-summary", "local_only")  # stays pinned: its stale alert stays open
+        pin("chat", expires_at=timedelta(minutes=90))
+        clock.shift(timedelta(minutes=61))
+        assert alerts.sweep_stale_pins().raised == 2
+        clock.shift(timedelta(minutes=30))
+        assert services.expire_pins() == 1  # chat: pin_expired, and its stale alert resolved
+        html = page(oncall)
+
+    order = [(item.split()[0], item.split()[1], item.split()[3]) for item in items(html)]
+    assert order == [
+        ("Open", "stale_pin", "incident-summary"),
+        ("Event", "pin_expired", "chat"),
+        ("Resolved", "stale_pin", "chat"),
+    ]
+    assert html.index("Open now") < html.index("incident-summary") < html.index("Recent") < html.index("pin_expired")
+
+
+def test_with_nothing_open_the_page_says_so_above_the_recent_alerts(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        expired_alert(clock)
+        words = text_of(page(oncall))
+    assert "Open now Nothing open. Recent Event pin_expired" in words
+
+
+def test_an_expired_pin_is_an_event_not_a_resolved_alert(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = expired_alert(clock)
+        html = page(oncall)
+    assert alert.resolved_at == alert.created_at  # raised resolved: it reports what happened
+    [item] = items(html)
+    assert item.split()[:2] == ["Event", "pin_expired"]
+    assert "Resolved" not in item and "resolved" not in item
+    assert '<span class="badge badge-event">Event</span>' in html
+
+
+def test_a_stale_pin_reads_open_then_resolved_with_what_ended_it(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)
+        [item] = items(page(oncall))
+        assert item.startswith("Open stale_pin on chat v2")
+        clock.shift(timedelta(minutes=4))
+        services.revert_to_default(chain="chat", actor="carol", reason="vendor_a is back")
+        alerts.sweep_stale_pins()
+        [item] = items(page(oncall))
+    assert item.startswith("Resolved stale_pin on chat v2")
+    assert "Raised 03:01 UTC · resolved 03:05 UTC: pin ended by v3: revert to normal by carol: vendor_a is back" in item
+
+
+def test_times_in_a_message_read_as_the_pages_write_them_and_the_stored_message_keeps_iso(
+    oncall: Client,
+) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = stale_alert(clock)
+        html = page(oncall)
+    [item] = items(html)
+    assert "it expires at 06:00 UTC. Keep it on purpose" in item
+    assert "2026-11-29T06:00:00Z" not in item
+    assert '<time datetime="2026-11-29T06:00:00Z">06:00 UTC</time>' in html
+    alert.refresh_from_db()
+    assert "it expires at 2026-11-29T06:00:00Z." in alert.message  # stored, and sent, as it was
+    assert alert.to_document()["message"] == alert.message  # the webhook's body
+
+
+NOW = datetime(2026, 11, 29, 3, 1, tzinfo=UTC)
+MESSAGES = [
+    ("expires at 2026-11-29T06:00:00Z.", 'expires at <time datetime="2026-11-29T06:00:00Z">06:00 UTC</time>.'),
+    ("at 2026-11-30T15:51:03.512Z", 'at <time datetime="2026-11-30T15:51:03.512Z">Mon 30 Nov 15:51 UTC</time>'),
+    ("2026-11-29T08:00:00+02:00", '<time datetime="2026-11-29T08:00:00+02:00">06:00 UTC</time>'),
+    ("<b>2026-11-29T06:00Z</b>", '&lt;b&gt;<time datetime="2026-11-29T06:00Z">06:00 UTC</time>&lt;/b&gt;'),
+    ("month 2026-13-45T06:00:00Z", "month 2026-13-45T06:00:00Z"),
+    ("no zone 2026-11-29T06:00:00", "no zone 2026-11-29T06:00:00"),
+    ("", ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"), MESSAGES, ids=["today", "another day", "offset", "escaped", "not a time", "no zone", "empty"]
+)
+def test_clock_times_rewrites_each_iso_instant_and_escapes_the_rest(message: str, shown: str) -> None:
+    with time_machine.travel(NOW, tick=False):
+        assert clock_times(message) == shown
+
+
+def test_a_reason_in_a_message_stays_escaped_next_to_a_rewritten_time(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="<b>x</b> since 01:00")
+        clock.shift(timedelta(minutes=61))
+        alerts.sweep_stale_pins()
+        html = page(oncall)
+    assert "&lt;b&gt;x&lt;/b&gt; since 01:00" in html and "<b>x</b>" not in html
+
+
+# --- delivery state -----------------------------------------------------------------------------
+
+
+def test_the_delivery_to_each_notifier_is_said_in_words(oncall: Client, settings: Any, webhook: Any) -> None:
+    settings.ALERT_WEBHOOK_URL = webhook.url
+    settings.ALERT_EMAILS = ["oncall@example.com"]
+    webhook.answers = [500]
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = stale_alert(clock)
+        assert "Webhook: pending, not tried yet Email: pending, not tried yet" in items(page(oncall))[0]
+        clock.shift(alert_delivery.DELIVERY_LEASE + timedelta(seconds=1))
+        assert "Webhook: pending, not tried yet: is a worker running?" in items(page(oncall))[0]
+        clock.shift(-alert_delivery.DELIVERY_LEASE - timedelta(seconds=1))
+
+        alert_delivery.deliver_alert(alert_id=alert.pk)
+        [item] = items(page(oncall))
+        assert "Webhook: pending, attempt 1 failed: webhook answered HTTP 500 Internal Server Error; " in item
+        assert "next try at about 03:01 UTC Email: delivered 03:01 UTC" in item  # webhook, then email
+
+        clock.shift(timedelta(minutes=10))  # no worker took the retry
+        [item] = items(page(oncall))
+        assert "the next try was due 03:01 UTC: is a worker running?" in item
+
+
+def test_a_delivery_given_up_says_failed_with_its_last_error(oncall: Client, settings: Any, webhook: Any) -> None:
+    settings.ALERT_WEBHOOK_URL = webhook.url
+    settings.ALERT_DELIVERY_MAX_ATTEMPTS = 1
+    webhook.answers = [503]
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = stale_alert(clock)
+        alert_delivery.deliver_alert(alert_id=alert.pk)
+        html = page(oncall)
+    failed = "Webhook: failed after 1 attempt, not retried: webhook answered HTTP 503 Service Unavailable"
+    assert failed in text_of(html)
+    assert '<li class="delivery delivery-failed">' in html
+
+
+def test_an_alert_with_no_webhook_or_email_says_it_was_only_logged(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)
+        [item] = items(page(oncall))
+    assert item.endswith("Only logged: no webhook or email is set up.")
+
+
+# --- the open count in the top nav ---------------------------------------------------------------
+
+
+def alerts_link(html: str) -> str:
+    """The nav's Alerts link: its label for screen readers, if any, and its words."""
+    match = re.search(r'<a href="/alerts/"[^>]*?(?: aria-label="([^"]*)")?>(.*?)</a>', html, re.S)
+    assert match, "no Alerts link in the nav"
+    label, words = match.groups()
+    return f"{text_of(words)} [{label}]" if label else text_of(words)
+
+
+@pytest.mark.parametrize(
+    "url", ["/", "/chains/chat/", "/chains/chat/history/", "/history/", "/alerts/", "/chains/nope/"]
+)
+def test_every_signed_in_page_shows_the_open_alert_count_in_the_nav(oncall: Client, url: str) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)  # open
+        expired_alert(clock)  # an event: not open
+        response = oncall.get(url)
+    assert alerts_link(response.content.decode()) == "Alerts(1) [Alerts, 1 open]"
+
+
+def test_with_nothing_open_the_nav_says_alerts_alone(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        expired_alert(clock)
+        assert alerts_link(page(oncall, "/")) == "Alerts"
+
+
+def alert_queries(client: Client, url: str) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    return [q["sql"] for q in queries.captured_queries if '"audit_alert"' in q["sql"]]
+
+
+def test_the_count_is_one_query_and_only_on_pages_that_show_the_nav(oncall: Client, client: Client) -> None:
+    [count] = alert_queries(oncall, "/history/")
+    assert "COUNT(" in count and "resolved_at" in count
+    client.logout()
+    assert alert_queries(client, "/accounts/login/") == []
+
+
+# --- the CSRF failure page ------------------------------------------------------------------------
+
+
+def form_token(html: str) -> str:
+    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    assert match, "no CSRF token in the form"
+    return match.group(1)
+
+
+def sign_in(client: Client, username: str, password: str) -> None:
+    token = form_token(client.get("/accounts/login/").content.decode())
+    response = client.post(
+        "/accounts/login/", {"username": username, "password": password, "csrfmiddlewaretoken": token}
+    )
+    assert response.status_code == 302
+
+
+@pytest.fixture
+def stale_form(alice: User) -> tuple[Client, str]:
+    """Alice's browser (CSRF checks on) with the chain page's form token from before she
+    signed out and in again: the form that can no longer be sent."""
+    browser = Client(enforce_csrf_checks=True)
+    sign_in(browser, "alice", "alice-pass-123")
+    old_token = form_token(page(browser, "/chains/chat/"))
+    browser.post("/accounts/logout/", {"csrfmiddlewaretoken": old_token})
+    sign_in(browser, "alice", "alice-pass-123")
+    return browser, old_token
+
+
+def select_data(token: str) -> dict[str, str]:
+    return {
+        "preset": "pin_secondary",
+        "duration_minutes": "240",
+        "reason": REASON,
+        "expected_version": "1",
+        "confirmed": "yes",
+        "csrfmiddlewaretoken": token,
+    }
+
+
+def test_a_form_from_before_signing_in_again_shows_the_page_and_changes_nothing(
+    stale_form: tuple[Client, str],
+) -> None:
+    browser, old_token = stale_form
+    before = Selection.history.count()
+    response = browser.post(
+        "/chains/chat/select", select_data(old_token), headers={"referer": "http://testserver/chains/chat/select"}
+    )
+
+    assert response.status_code == 403
+    assert [t.name for t in response.templates][:2] == ["403_csrf.html", "base.html"]
+    html = response.content.decode()
+    words = text_of(html)
+    assert "Nothing was changed" in words
+    assert "on a page opened before you last signed in (here or in another tab), or your session has expired" in words
+    assert '<a class="button button-primary" href="/chains/chat/">Back to chain chat</a>' in html
+    assert "Sign out" in words and alerts_link(html) == "Alerts"  # the site's layout, signed in
+    assert "CSRF token from POST incorrect" in words
+    assert Selection.history.count() == before
+    assert Selection.objects.get(chain__name="chat").version == 1
+
+
+def test_signed_out_the_page_offers_to_sign_in_again_and_come_back(alice: User) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.get("/accounts/login/")
+    response = browser.post(
+        "/accounts/login/",
+        {"username": "alice", "password": "alice-pass-123", "csrfmiddlewaretoken": "x" * 64},
+        headers={"referer": "http://testserver/chains/chat/history/"},
+    )
+    assert response.status_code == 403
+    html = response.content.decode()
+    link = '<a class="button button-primary" href="/accounts/login/?next=/chains/chat/history/">Sign in again</a>'
+    assert link in html
+    assert "Sign out" not in html
+
+
+def test_without_the_cookie_the_page_asks_to_allow_cookies(alice: User) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    response = browser.post("/chains/chat/select", select_data("x" * 64))
+    assert response.status_code == 403
+    assert "Your browser did not send this site's security cookie" in text_of(response.content.decode())
+
+
+WAYS_BACK = [
+    ("/chains/chat/select", None, "/chains/chat/", "chain chat"),
+    ("/chains/chat/select", "http://testserver/chains/chat/?preset=b", "/chains/chat/?preset=b", "chain chat"),
+    ("/chains/chat/history/3/restore", "http://testserver/history/?page=2", "/history/?page=2", "the history"),
+    ("/chains/chat/history/3/restore", None, "/chains/chat/", "chain chat"),
+    ("/chains/chat/revert", "http://testserver/alerts/", "/alerts/", "the alerts"),
+    ("/chains/chat/revert", "https://evil.example/history/", "/chains/chat/", "chain chat"),
+    ("/chains/chat/revert", "http://testserver//evil.example/history/", "/chains/chat/", "chain chat"),
+    ("/chains/chat/revert", "javascript:alert(1)", "/chains/chat/", "chain chat"),
+    ("/accounts/logout/", "http://testserver/admin/", "/", "the dashboard"),
+    ("/nowhere", None, "/", "the dashboard"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "referer", "url", "label"),
+    WAYS_BACK,
+    ids=[
+        "a change: its chain",
+        "the referring page with its query",
+        "restore from all history",
+        "restore without a referer",
+        "from the alerts page",
+        "another site's referer is ignored",
+        "a protocol-relative path is ignored",
+        "a script URL is ignored",
+        "not a page of ours: the dashboard",
+        "unknown: the dashboard",
+    ],
+)
+def test_the_way_back_is_a_page_of_ours(path: str, referer: str | None, url: str, label: str) -> None:
+    headers = {"referer": referer} if referer else {}
+    request = RequestFactory().post(path, headers=headers)
+    assert way_back(request) == WayBack(url, label)
+
+
+# --- refusals in the log -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_output() -> Iterator[StringIO]:
+    """What the configured console handler (settings.LOGGING) writes, with its filter and
+    formatter: the log as it reaches the operator."""
+    handler = next(h for h in logging.getLogger().handlers if h.name == "console")
+    stream = StringIO()
+    previous = handler.setStream(stream)
+    yield stream
+    handler.setStream(previous)
+
+
+def test_a_viewers_forbidden_post_is_one_warning_line_without_a_traceback(
+    client: Client, bob: User, log_output: StringIO
+) -> None:
+    client.force_login(bob)
+    response = client.post("/chains/chat/revert", {"reason": "forged", "expected_version": "1", "confirmed": "yes"})
+    assert response.status_code == 403
+    output = log_output.getvalue()
+    [line] = [line for line in output.splitlines() if "/chains/chat/revert" in line]
+    assert "Traceback" not in output
+    assert line.endswith(
+        "WARNING django.request Forbidden (Permission denied): /chains/chat/revert: "
+        "changing a selection needs the oncall role (POST 403, user bob)"
+    )
+
+
+def test_a_csrf_failure_is_one_warning_line_naming_who(stale_form: tuple[Client, str], log_output: StringIO) -> None:
+    browser, old_token = stale_form
+    browser.post("/chains/chat/select", select_data(old_token))
+    output = log_output.getvalue()
+    [line] = [line for line in output.splitlines() if "/chains/chat/select" in line]
+    assert "Traceback" not in output
+    assert line.endswith(
+        "WARNING django.security.csrf Forbidden (CSRF token from POST incorrect.): /chains/chat/select "
+        "(POST 403, user alice)"
+    )
+
+
+def test_a_server_error_still_logs_its_traceback_at_error(alice: User, log_output: StringIO) -> None:
+    client = Client(raise_request_exception=False)
+    client.force_login(alice)
+    with mock.patch("presets.web.views.recent_alerts", side_effect=RuntimeError("the alerts read broke")):
+        assert client.get("/alerts/").status_code == 500
+    output = log_output.getvalue()
+    assert "ERROR django.request Internal Server Error: /alerts/\nTraceback (most recent call last):" in output
+    assert output.rstrip().endswith("RuntimeError: the alerts read broke")
+
+
+def test_other_records_pass_the_filter_untouched(log_output: StringIO) -> None:
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        logging.getLogger("presets.services").warning("kept with its traceback", exc_info=True)
+    output = log_output.getvalue()
+    assert "WARNING presets.services kept with its traceback\nTraceback" in output
+
+
+def test_a_read_tokens_refused_write_names_the_token_never_its_secret(
+    reader: Client, read_token: str, log_output: StringIO
+) -> None:
+    response = reader.post("/api/v1/chains/chat/revert", {"reason": "x"}, content_type="application/json")
+    assert response.status_code == 403
+    output = log_output.getvalue()
+    [line] = [line for line in output.splitlines() if "/api/v1/chains/chat/revert" in line]
+    assert line.endswith("WARNING django.request Forbidden: /api/v1/chains/chat/revert (POST 403, user token:reader)")
+    assert read_token not in output
+
+
+def test_an_open_alert_older_than_a_page_of_recent_ones_is_still_listed_first(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        old = stale_alert(clock)
+        chat = old.chain
+        clock.shift(timedelta(minutes=1))
+        Alert.objects.bulk_create(
+            Alert(kind="pin_expired", chain=chat, version=100 + n, message=f"event {n}", resolved_at=T0)
+            for n in range(120)
+        )
+        html = page(oncall)
+
+    assert "stale_pin" in items(html)[0]
+    assert html.count('<li class="alert-item') == 1 + 100  # every open one, then a page of the rest

@@ -1,0 +1,287 @@
+"""On-call pages without dead ends, through Django's test client: change URLs opened with a GET,
+review pages never cached, extending that never shortens (and a separate way to end a pin
+earlier), who pinned and why kept after an extension, an honest review of the default preset,
+danger and caution on the confirm button, quiet idle-head warnings, the one-line-per-chain
+strip and one-click revert / +1 h / +4 h."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from presets import services
+from presets.exceptions import InvalidInput
+from presets.models import Selection
+from tests.health_reports import vendor_a_failing
+
+pytestmark = pytest.mark.usefixtures("synced")
+
+REASON = "INC-4411 vendor_a returns 200s with garbage"
+
+
+@pytest.fixture
+def oncall(client: Client, alice: User) -> Client:
+    client.force_login(alice)
+    return client
+
+
+def live(chain: str = "chat") -> Selection:
+    return Selection.objects.select_related("preset").get(chain__name=chain)
+
+
+def history_count() -> int:
+    return Selection.history.filter(chain__name="chat").count()
+
+
+def pin(preset: str = "pin_secondary", *, actor: str = "carol", reason: str = REASON, **kwargs: Any) -> Selection:
+    return services.select_preset(chain="chat", preset=preset, actor=actor, reason=reason, **kwargs)
+
+
+def text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
+
+
+def confirm_button(html: str) -> str:
+    match = re.search(r'<button type="submit" class="button ([\w-]+)" name="confirmed"', html)
+    assert match, "no confirm button"
+    return match.group(1)
+
+
+def review(client: Client, url: str, **data: Any) -> Any:
+    data.setdefault("expected_version", str(live().version))
+    data.setdefault("reason", REASON)
+    return client.post(url, data)
+
+
+# --- change URLs opened with a GET (a bookmark, or signing in again mid-change) -------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "lands_on"),
+    [
+        ("/chains/chat/select", "/chains/chat/"),
+        ("/chains/chat/revert", "/chains/chat/"),
+        ("/chains/chat/extend", "/chains/chat/"),
+        ("/chains/chat/history/2/restore", "/chains/chat/history/"),
+    ],
+)
+def test_a_get_of_a_change_url_lands_on_its_page_saying_nothing_was_changed(
+    oncall: Client, url: str, lands_on: str
+) -> None:
+    pin()
+    response = oncall.get(url, follow=True)
+
+    assert response.redirect_chain == [(lands_on, 302)]
+    assert "Nothing was changed" in response.content.decode()
+    assert (live().version, history_count()) == (2, 2)
+
+
+def test_signing_in_again_after_the_session_expired_mid_change_lands_on_the_chain_page(
+    client: Client, alice: User
+) -> None:
+    # The session ended while the review page was open: confirming sends the person to sign in.
+    confirmed = client.post("/chains/chat/select", {"preset": "pin_secondary", "confirmed": "yes"})
+    assert confirmed.status_code == 302
+    login = confirmed["Location"]
+    assert login.startswith("/accounts/login/?next=/chains/chat/select")
+
+    signed_in = client.post(
+        login, {"username": "alice", "password": "alice-pass-123", "next": "/chains/chat/select"}, follow=True
+    )
+
+    assert signed_in.redirect_chain[-1] == ("/chains/chat/", 302)
+    assert signed_in.status_code == 200
+    assert "Nothing was changed" in signed_in.content.decode()
+    assert live().version == 1
+
+
+def test_a_get_of_an_unknown_chains_change_url_is_a_404(oncall: Client) -> None:
+    assert oncall.get("/chains/nope/select").status_code == 404
+
+
+def test_head_answers_on_the_reading_pages(oncall: Client) -> None:
+    for url in ("/", "/chains/chat/", "/alerts/"):
+        assert oncall.head(url).status_code == 200, url
+
+
+# --- review pages ---------------------------------------------------------------------------------
+
+
+def test_a_review_page_is_never_stored_by_the_browser(oncall: Client) -> None:
+    response = review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60")
+
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"]
+    assert "Pin pin_secondary for 1 h" in response.content.decode()
+
+
+def test_selecting_the_default_preset_reviews_as_what_it_does(oncall: Client) -> None:
+    pin()
+    response = review(oncall, "/chains/chat/select", preset="normal", duration_minutes="240")
+    html = response.content.decode()
+
+    assert "Serve chat&#x27;s default, normal, again?" in html
+    assert "Revert to normal" in html and "Pin normal" not in html
+    assert "No expiry." in text(html.split('id="after-heading"')[1])
+    assert "This ends the pin of pin_secondary: vendor_a/large serves first again." in text(html)
+
+
+# --- extend never shortens; ending a pin earlier is its own, clearly worded change ---------------
+
+
+def test_extend_refuses_to_shorten_a_pin_in_the_service_the_api_and_the_pages(oncall: Client, writer: Client) -> None:
+    pin(expires_at=timedelta(hours=8))
+    until = live().expires_at
+
+    with pytest.raises(InvalidInput) as refused:
+        services.extend_pin(chain="chat", expires_at=timedelta(minutes=30), actor="carol", reason="r")
+    assert "extending never shortens a pin" in refused.value.message
+    api = writer.post(
+        "/api/v1/chains/chat/extend", {"reason": "r", "duration_minutes": 30}, content_type="application/json"
+    )
+    assert api.status_code == 400
+    assert api.json()["error"]["details"]["field"] == "duration_minutes"
+    assert "extending never shortens a pin" in api.json()["error"]["message"]
+    page = review(oncall, "/chains/chat/extend", duration_minutes="30")
+    assert page.status_code == 400
+    assert "extending never shortens a pin" in page.content.decode()
+
+    assert (live().version, live().expires_at) == (2, until)
+
+
+def test_ending_a_pin_earlier_is_reviewed_as_such_and_recorded(oncall: Client, writer: Client) -> None:
+    pin(expires_at=timedelta(hours=8))
+    now = timezone.now()
+    response = review(oncall, "/chains/chat/extend", duration_minutes="30", shorten="true")
+    html = response.content.decode()
+    assert "End the pin of pin_secondary on chat earlier?" in html
+    assert "End the pin at" in html
+
+    confirmed = review(
+        oncall, "/chains/chat/extend", duration_minutes="30", shorten="true", confirmed="yes", reason="INC-1 over"
+    )
+
+    assert confirmed.status_code == 302
+    selection = live()
+    assert selection.action == "extend" and selection.reason == "INC-1 over"
+    assert selection.expires_at is not None
+    assert timedelta(minutes=29) < selection.expires_at - now <= timedelta(minutes=31)
+    # Shortening must shorten: a later expiry is refused with the way to extend instead.
+    later = writer.post(
+        "/api/v1/chains/chat/extend",
+        {"reason": "r", "duration_minutes": 600, "shorten": True},
+        content_type="application/json",
+    )
+    assert later.status_code == 400
+    assert "to keep it longer, extend it" in later.json()["error"]["message"]
+    assert (
+        writer.post(
+            "/api/v1/chains/chat/extend", {"reason": "r", "shorten": "yes"}, content_type="application/json"
+        ).status_code
+        == 400
+    )
+
+
+def test_plus_one_hour_adds_to_the_current_expiry(oncall: Client) -> None:
+    pin(expires_at=timedelta(hours=2))
+    until = live().expires_at
+    assert until is not None
+
+    response = review(oncall, "/chains/chat/extend", add_minutes="60")
+    assert "(+1 h)" in response.content.decode()
+    done = review(oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes")
+
+    assert done.status_code == 302
+    assert live().expires_at == until + timedelta(hours=1)
+
+
+def test_the_card_keeps_who_pinned_and_why_after_an_extension(oncall: Client) -> None:
+    pin(actor="carol", reason="INC-4411 vendor_a garbage")
+    services.extend_pin(chain="chat", expires_at=timedelta(hours=6), actor="dave", reason="still bad at 04:00")
+
+    card = text(page_card(oncall))
+
+    assert "By carol" in card
+    assert "Why INC-4411 vendor_a garbage" in card
+    assert "Then extended by dave" in card and "still bad at 04:00" in card
+
+
+def page_card(client: Client, chain: str = "chat") -> str:
+    html = client.get("/").content.decode()
+    match = re.search(rf'<section class="card[^"]*"[^>]*data-chain="{chain}".*?</section>', html, re.S)
+    assert match
+    return match.group(0)
+
+
+# --- danger and caution on the confirm button ------------------------------------------------------
+
+
+def test_a_degraded_preset_dropping_vendors_gets_a_danger_confirm_saying_why(oncall: Client) -> None:
+    html = review(oncall, "/chains/chat/select", preset="local_only", duration_minutes="60").content.decode()
+
+    assert confirm_button(html) == "button-danger"
+    note = text(re.search(r'<div class="danger-note".*?</div>', html, re.S).group(0))  # type: ignore[union-attr]
+    assert "local_only is marked degraded: Self-hosted 8b only: shorter, weaker answers." in note
+    assert "vendor_a, vendor_b will get no chat traffic" in note
+
+
+def test_a_preset_whose_head_is_failing_now_gets_a_danger_confirm(oncall: Client, reader: Client) -> None:
+    with time_machine.travel(timezone.now(), tick=False):
+        vendor_a_failing(reader)
+        html = review(oncall, "/chains/chat/select", preset="drop_vendor_b", duration_minutes="60").content.decode()
+
+    assert confirm_button(html) == "button-danger"
+    assert "its head is failing now: vendor_a: 50.0 % errors" in text(html)
+
+
+def test_a_safe_pin_keeps_the_plain_confirm_and_a_revert_gets_caution(oncall: Client) -> None:
+    html = review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60").content.decode()
+    assert confirm_button(html) == "button-primary"
+    assert "danger-note" not in html
+
+    pin()
+    html = review(oncall, "/chains/chat/revert").content.decode()
+    assert confirm_button(html) == "button-caution"
+    assert "This ends the pin of pin_secondary: vendor_a/large serves first again." in text(html)
+
+
+# --- the dashboard: one line per chain, one-click changes ------------------------------------------
+
+
+def test_the_strip_has_one_line_per_chain_with_state_expiry_who_and_why(oncall: Client) -> None:
+    pin(actor="carol", reason="INC-4411 vendor_a garbage")
+    html = oncall.get("/").content.decode()
+    strip = re.search(r'<ul class="now-strip".*?</ul>', html, re.S)
+    assert strip
+
+    items = [text(item) for item in re.findall(r"<li .*?</li>", strip.group(0), re.S)]
+    assert items == [
+        "chat pin_secondary Pinned expires in 4 h pinned by carol : INC-4411 vendor_a garbage",
+        "incident-summary normal Default system:sync : chain created from presets file presets.example.json "
+        + items[1].split("presets.example.json ")[1],
+    ]
+    assert html.index("now-strip") < html.index('class="card')
+
+
+def test_revert_and_extend_are_one_click_from_the_dashboard_then_a_review(oncall: Client) -> None:
+    pin()
+    card = page_card(oncall)
+    forms = re.findall(r'<form method="post" action="([^"]+)" class="inline-form">(.*?)</form>', card, re.S)
+    actions = {re.search(r"<button[^>]*>([^<]+)</button>", body).group(1): (url, body) for url, body in forms}  # type: ignore[union-attr]
+    assert set(actions) == {"Revert to normal…", "+1 h", "+4 h"}
+
+    url, body = actions["Revert to normal…"]
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body))
+    reviewed = oncall.post(url, fields)
+
+    assert reviewed.status_code == 200
+    assert "Revert chat to its default, normal?" in reviewed.content.decode()
+    assert fields["reason"] == "end pin of pin_secondary (v2): back to default"
+    assert live().version == 2  # reviewed, not made
