@@ -191,15 +191,30 @@ class StepHealth(TypedDict):
 
 def step_health(chain: Chain, steps: Iterable[tuple[str, str]], *, now: datetime | None = None) -> list[StepHealth]:
     """Health of each (provider, model) step of ``chain``, in the order given."""
-    now = now or timezone.now()
     steps = list(dict.fromkeys(steps))
-    providers = {provider for provider, _ in steps}
+    return list(_health({chain.pk: steps}, now=now or timezone.now())[chain.pk].values())
+
+
+def _health(
+    wanted: Mapping[int, list[tuple[str, str]]], *, now: datetime
+) -> dict[int, dict[tuple[str, str], StepHealth]]:
+    """The health of each chain's (provider, model) steps, in the order given, for any number
+    of chains (keyed by chain id) in two queries."""
+    providers = {provider for steps in wanted.values() for provider, _ in steps}
     since = minute_of(now) - timedelta(minutes=SPARK_MINUTES - 1)
-    rows = list(
-        ProviderHealthMinute.objects.filter(chain=chain, provider__in=providers, minute__gte=min(since, now - HOUR))
-    )
-    reporters = list(ProviderReporter.objects.filter(chain=chain, provider__in=providers))
-    return [_step(provider, model, rows, reporters, now) for provider, model in steps]
+    rows: dict[int, list[ProviderHealthMinute]] = {chain: [] for chain in wanted}
+    reporters: dict[int, list[ProviderReporter]] = {chain: [] for chain in wanted}
+    if providers:
+        for row in ProviderHealthMinute.objects.filter(
+            chain_id__in=wanted, provider__in=providers, minute__gte=min(since, now - HOUR)
+        ):
+            rows[row.chain_id].append(row)
+        for reporter in ProviderReporter.objects.filter(chain_id__in=wanted, provider__in=providers):
+            reporters[reporter.chain_id].append(reporter)
+    return {
+        chain: {(p, m): _step(p, m, rows[chain], reporters[chain], now) for p, m in steps}
+        for chain, steps in wanted.items()
+    }
 
 
 def chain_health(
@@ -226,8 +241,19 @@ def health_by_step(
 ) -> dict[tuple[str, str], StepHealth]:
     """The health of every step in ``step_lists`` (chains of steps as presets hold them),
     keyed by (provider, model): what the pages show beside each step, in one read."""
-    keys = [(step["provider"], step["model"]) for steps in step_lists for step in steps]
-    return {(h["provider"], h["model"]): h for h in step_health(chain, keys, now=now)}
+    return health_by_chain({chain: step_lists}, now=now)[chain.pk]
+
+
+def health_by_chain(
+    wanted: Mapping[Chain, Iterable[Iterable[Mapping[str, Any]]]], *, now: datetime | None = None
+) -> dict[int, dict[tuple[str, str], StepHealth]]:
+    """``health_by_step`` for many chains at once (the dashboard), by chain id: two queries
+    however many chains."""
+    keys = {
+        chain.pk: list(dict.fromkeys((step["provider"], step["model"]) for steps in lists for step in steps))
+        for chain, lists in wanted.items()
+    }
+    return _health(keys, now=now or timezone.now())
 
 
 def _step(
@@ -466,6 +492,7 @@ __all__ = [
     "Failing",
     "credential_failures",
     "failing_steps",
+    "health_by_chain",
     "health_by_step",
     "healthiest_preset",
     "LATENCY_BOUNDS_MS",

@@ -63,9 +63,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     selections = services.revert_expired_and_read_all(now=now)
     presets = selectors.active_presets_by_chain()
+    # Every chain's live and reviewed steps' health in one read.
+    healths = provider_health.health_by_chain(
+        {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
+    )
     cards = []
     for s in selections:
-        health, suggestion = _health(s, presets.get(s.chain_id, []), now=now)
+        health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
         cards.append(
             {
                 "live": _live_state(s, now=now, health=health),
@@ -509,11 +513,14 @@ def _live_state(selection: Selection, *, now: Any, health: HealthMap | None = No
 
 
 def _health(
-    selection: Selection, presets: list[Preset], *, now: Any
+    selection: Selection, presets: list[Preset], *, now: Any, health: HealthMap | None = None
 ) -> tuple[HealthMap, provider_health.Suggestion | None]:
-    """The fleet's health of the live steps and of every reviewed preset's (one read), and
-    the preset to consider if the live head is failing (shown, never applied)."""
-    health = provider_health.health_by_step(selection.chain, [selection.steps, *(p.steps for p in presets)], now=now)
+    """The fleet's health of the live steps and of every reviewed preset's (one read, unless
+    given), and the preset to consider if the live head is failing (shown, never applied)."""
+    if health is None:
+        health = provider_health.health_by_step(
+            selection.chain, [selection.steps, *(p.steps for p in presets)], now=now
+        )
     return health, provider_health.healthiest_preset(presets, health, live=selection.preset.name)
 
 
