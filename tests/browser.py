@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,3 +160,11 @@ def axe_violations(page: Any) -> list[str]:
         for v in result["violations"]
         if v["impact"] in ("serious", "critical")
     ]
+
+
+def sign_in_on_the_page(page: Any, username: str = "alice", password: str = "alice-pass-123") -> None:
+    """Fill in and send the sign-in form the page shows, as a person does."""
+    page.wait_for_url(re.compile(r"/accounts/login/"))
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()

@@ -89,6 +89,21 @@ def write_token(db: Any) -> str:
 
 
 @pytest.fixture
+def oncall(client: Client, alice: User) -> Client:
+    """The test client signed in as alice, who has the on-call role."""
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def viewer(bob: User) -> Client:
+    """A client of its own signed in as bob, who may only look."""
+    client = Client()
+    client.force_login(bob)
+    return client
+
+
+@pytest.fixture
 def reader(read_token: str) -> Client:
     return Client(headers={"Authorization": f"Bearer {read_token}"})
 

@@ -32,12 +32,6 @@ T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 REASON = "INC-7 vendor_a returns garbage"
 
 
-@pytest.fixture
-def oncall(client: Client, alice: User) -> Client:
-    client.force_login(alice)
-    return client
-
-
 def page(client: Client, url: str = "/alerts/") -> str:
     response = client.get(url)
     assert response.status_code == 200, url

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
-from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations
+from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations, sign_in_on_the_page
 from tests.health_reports import report, step, vendor_a_failing
 
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
@@ -51,10 +51,7 @@ def pin(
 
 def test_signing_in_with_the_form_lands_on_the_dashboard(open_page: Callable[..., Any], alice: User) -> None:
     page = open_page(None, "/")
-    assert "/accounts/login/" in page.url
-    page.get_by_label("Username").fill("alice")
-    page.get_by_label("Password").fill("alice-pass-123")
-    page.get_by_role("button", name="Sign in").click()
+    sign_in_on_the_page(page)
     page.wait_for_url(re.compile(r"/$"))
     assert page.get_by_role("heading", name="What is live").is_visible()
     assert page.locator("section[data-chain=chat] .preset-name").inner_text() == "normal"
@@ -142,8 +139,10 @@ def test_restore_from_history_with_the_prefilled_reason(open_page: Callable[...,
     assert row.get_by_label("Reason for restoring pin_secondary").input_value() == (
         "undo v3 (revert of normal by carol)"
     )
-    row.get_by_role("button", name="Restore pin_secondary…").click()
-    page.get_by_role("button", name="Restore pin_secondary").click()
+    click = Clicks()
+    click(row.get_by_role("button", name="Restore pin_secondary…"))
+    click(page.get_by_role("button", name="Restore pin_secondary", exact=True))
+    assert click.count == 2  # one click, then the confirm
     page.wait_for_url(re.compile(r"/chains/chat/$"))
     selection = live()
     assert (selection.version, selection.preset.name, selection.action) == (

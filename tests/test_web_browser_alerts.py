@@ -18,7 +18,7 @@ from audit import delivery as alert_delivery
 from audit.models import Alert
 from presets import services
 from presets.models import Selection
-from tests.browser import LAPTOP, PHONE, axe_violations
+from tests.browser import LAPTOP, PHONE, axe_violations, sign_in_on_the_page
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 THEMES = ["light", "dark"]
@@ -86,10 +86,7 @@ def sign_out_and_in_again(page: Any) -> None:
     """What a person does in another tab of the same browser."""
     page.goto("/")
     page.get_by_role("button", name="Sign out").click()
-    page.wait_for_url(re.compile(r"/accounts/login/"))
-    page.get_by_label("Username").fill("alice")
-    page.get_by_label("Password").fill("alice-pass-123")
-    page.get_by_role("button", name="Sign in").click()
+    sign_in_on_the_page(page)
     page.wait_for_url(re.compile(r"/$"))
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
-from tests.browser import PHONE, Clicks
+from tests.browser import PHONE, Clicks, sign_in_on_the_page
 from tests.health_reports import vendor_a_failing
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
@@ -63,10 +63,7 @@ def test_signing_in_again_mid_change_lands_on_the_chain_page_not_an_error(open_a
     page.get_by_role("button", name="Review and pin…").click()
     page.context.clear_cookies(name=settings.SESSION_COOKIE_NAME)  # the session expires meanwhile
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
-    page.wait_for_url(re.compile(r"/accounts/login/"))
-    page.get_by_label("Username").fill("alice")
-    page.get_by_label("Password").fill("alice-pass-123")
-    page.get_by_role("button", name="Sign in").click()
+    sign_in_on_the_page(page)
 
     page.wait_for_url(re.compile(r"/chains/chat/$"))
     assert "Nothing was changed" in page.get_by_role("status").first.inner_text()

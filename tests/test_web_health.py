@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -25,19 +24,6 @@ pytestmark = pytest.mark.usefixtures("synced")
 
 T0 = datetime(2026, 11, 30, 2, 0, 30, tzinfo=UTC)
 REASON = "INC-4411 vendor_a answers 503"
-
-
-@pytest.fixture
-def oncall(client: Client, alice: User) -> Client:
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def viewer(bob: User) -> Client:
-    client = Client()
-    client.force_login(bob)
-    return client
 
 
 def page(client: Client, url: str) -> str:

@@ -10,7 +10,6 @@ from html import unescape
 
 import pytest
 import time_machine
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -27,18 +26,6 @@ SUMMARY = "incident-summary"
 def at(clock: str) -> datetime:
     hours, minutes = clock.split(":")
     return DAY.replace(hour=int(hours), minute=int(minutes))
-
-
-@pytest.fixture
-def oncall(client: Client, alice: User) -> Client:
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def viewer(client: Client, bob: User) -> Client:
-    client.force_login(bob)
-    return client
 
 
 @pytest.fixture

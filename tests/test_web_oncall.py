@@ -26,12 +26,6 @@ pytestmark = pytest.mark.usefixtures("synced")
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 
 
-@pytest.fixture
-def oncall(client: Client, alice: User) -> Client:
-    client.force_login(alice)
-    return client
-
-
 def live(chain: str = "chat") -> Selection:
     return Selection.objects.select_related("preset").get(chain__name=chain)
 

@@ -56,18 +56,6 @@ def select_data(**overrides: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-@pytest.fixture
-def oncall(client: Client, alice: User) -> Client:
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def viewer(client: Client, bob: User) -> Client:
-    client.force_login(bob)
-    return client
-
-
 PAGES = ["/", "/chains/chat/", "/chains/chat/history/", "/history/", "/alerts/"]
 
 
