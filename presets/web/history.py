@@ -28,7 +28,7 @@ from presets import selectors, services
 from presets.exceptions import InvalidInput
 from presets.models import Action, Selection
 from presets.web.display import LiveState, live_state
-from presets.web.views import _live, _page
+from presets.web.pages import live_or_404, render_page
 
 HISTORY_PAGE_SIZE = 25
 # A history row's id is a PostgreSQL integer: a cursor past it names no row.
@@ -40,7 +40,7 @@ ACTOR_MAX = 150  # Selection.updated_by
 @login_required
 def chain_history(request: HttpRequest, name: str) -> HttpResponse:
     """Every change of one chain, newest first, each with a one-click restore."""
-    live = _live(name)
+    live = live_or_404(name)
     return _history_page(request, lives={name: live}, chain=live)
 
 
@@ -218,7 +218,7 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
     }
     if page is None:  # the filter has errors: show them, and no list that would ignore them
         context.update(form=form, has_errors=True, cursor_errors=_cursor_errors(form))
-        return _page(request, "presets/history.html", context, status=400)
+        return render_page(request, "presets/history.html", context, status=400)
     context.update(
         form=HistoryFilterForm(params, chains=chains),
         filtered=bool(params),
@@ -229,7 +229,7 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         newer_url=_link(request, params, newer_than=page.newer_than) if page.newer_than else None,
         older_url=_link(request, params, older_than=page.older_than) if page.older_than else None,
     )
-    return _page(request, "presets/history.html", context)
+    return render_page(request, "presets/history.html", context)
 
 
 def _strip_state(selection: Selection, *, now: datetime) -> LiveState:

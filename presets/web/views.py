@@ -19,7 +19,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
@@ -31,7 +31,7 @@ from audit.fleet import chain_fleet, fleet_summary, idle_head_warning, idle_head
 from audit.history import entry, history_rows
 from presets import selectors, services
 from presets.documents import format_duration
-from presets.exceptions import Conflict, InvalidInput, NotFound
+from presets.exceptions import Conflict, InvalidInput
 from presets.models import Preset, Selection
 from presets.roles import ONCALL_GROUP, actor_of, can_change
 from presets.web.display import (
@@ -46,9 +46,8 @@ from presets.web.display import (
     step_rows,
 )
 from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
+from presets.web.pages import live_or_404, render_page
 
-# The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
-QUICK_EXTEND_MINUTES = (60, 240)
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
 
@@ -78,7 +77,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             }
         )
     context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
-    return _page(request, "presets/dashboard.html", context)
+    return render_page(request, "presets/dashboard.html", context)
 
 
 @require_safe
@@ -92,7 +91,7 @@ def chain_page(request: HttpRequest, name: str) -> HttpResponse:
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Open and recent alerts, when the audit app provides them."""
-    return _page(request, "presets/alerts.html", _alerts_context())
+    return render_page(request, "presets/alerts.html", _alerts_context())
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -118,7 +117,7 @@ def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 
 def _nothing_changed(request: HttpRequest, name: str, *, history: bool) -> HttpResponse:
-    _live(name)  # an unknown chain is a 404, not a redirect to one
+    live_or_404(name)  # an unknown chain is a 404, not a redirect to one
     messages.info(
         request,
         f"Nothing was changed: a change is made from its review page, with a reason and a "
@@ -234,7 +233,7 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
 
     def apply(data: dict[str, Any]) -> Selection:
         return services.extend_pin(
-            chain=name, expires_at=until_of(_live(name), data), shorten=shorten, **_who(request, data)
+            chain=name, expires_at=until_of(live_or_404(name), data), shorten=shorten, **_who(request, data)
         )
 
     form_class, form_name = (ShortenForm, "shorten_form") if shorten else (ExtendForm, "extend_form")
@@ -269,7 +268,7 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
 
     def origin(bound: ChangeForm) -> HttpResponse:
         # The reason was typed on the history page: ask for it again on the confirmation page.
-        live = _live(name)
+        live = live_or_404(name)
         try:
             summary = describe(live, {})
         except InvalidInput as error:
@@ -347,7 +346,7 @@ def _change(
                 form.add_service_error(error)
         return origin(form)
     data = form.cleaned_data
-    live = _live(name)
+    live = live_or_404(name)
     cancel = cancel or reverse("chain", args=[name])
     try:
         if not data["confirmed"]:
@@ -366,7 +365,7 @@ def _change(
     except Conflict as error:
         # Someone changed the chain since this person looked: nothing was written. Show what
         # happened and ask again, against the version that is live now.
-        live = _live(name)
+        live = live_or_404(name)
         try:
             summary = describe(live, data)
         except InvalidInput as invalid:
@@ -394,7 +393,7 @@ def _confirm_page(
     now = timezone.now()
     steps = summary.get("steps", [])
     health = provider_health.health_by_step(live.chain, [live.steps, steps], now=now)
-    response = _page(
+    response = render_page(
         request,
         "presets/confirm.html",
         {
@@ -445,7 +444,7 @@ def _chain_page(
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
-    selection = _live(name, now=now)
+    selection = live_or_404(name, now=now)
     presets = list(selectors.active_presets(chain=selection.chain_id).values())
     health, suggestion = _health(selection, presets, now=now)
     live = _live_state(selection, now=now, health=health)
@@ -488,7 +487,7 @@ def _chain_page(
         "chosen": select_form["preset"].value() or "",
         "refresh": "notice",
     }
-    return _page(request, "presets/chain.html", context, status=status)
+    return render_page(request, "presets/chain.html", context, status=status)
 
 
 def _alerts_context() -> dict[str, Any]:
@@ -528,29 +527,9 @@ def _failing_rate() -> float:
     return settings.PROVIDER_FAILING_ERROR_PERCENT / 100
 
 
-def _page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
-    user = request.user
-    roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
-    context = {
-        "can_change": can_change(user),
-        "role": " · ".join(roles),
-        "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
-        "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],
-        **context,
-    }
-    return render(request, template, context, status=status)
-
-
 def _require_oncall(request: HttpRequest) -> None:
     if not can_change(request.user):
         raise PermissionDenied(f"changing a selection needs the {ONCALL_GROUP} role")
-
-
-def _live(name: str, now: Any = None) -> Selection:
-    try:
-        return services.revert_expired_and_read(chain=name, now=now)
-    except NotFound:
-        raise Http404(f"unknown chain {name!r}") from None
 
 
 def _alert_after() -> timedelta:

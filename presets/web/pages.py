@@ -1,0 +1,41 @@
+"""What every on-call page shares: its layout's context (who is signed in, in which role, the
+quick-change buttons) and the chain it is about, or a 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from presets import services
+from presets.exceptions import NotFound
+from presets.models import Selection
+from presets.roles import can_change
+from presets.web.display import format_minutes
+
+# The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
+QUICK_EXTEND_MINUTES = (60, 240)
+
+
+def render_page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    """``template`` with ``context`` and what every page's layout needs."""
+    user = request.user
+    roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
+    context = {
+        "can_change": can_change(user),
+        "role": " · ".join(roles),
+        "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
+        "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],
+        **context,
+    }
+    return render(request, template, context, status=status)
+
+
+def live_or_404(name: str, now: Any = None) -> Selection:
+    """The chain's live selection (an expired pin reverted first), or a 404 for an unknown chain."""
+    try:
+        return services.revert_expired_and_read(chain=name, now=now)
+    except NotFound:
+        raise Http404(f"unknown chain {name!r}") from None
