@@ -96,6 +96,13 @@ def test_signing_in_again_after_the_session_expired_mid_change_lands_on_the_chai
     assert live().version == 1
 
 
+def test_a_head_of_a_change_url_redirects_without_leaving_a_message_for_later(oncall: Client) -> None:
+    response = oncall.head("/chains/chat/select")
+
+    assert (response.status_code, response["Location"]) == (302, "/chains/chat/")
+    assert "Nothing was changed" not in oncall.get("/chains/chat/").content.decode()
+
+
 def test_a_get_of_an_unknown_chains_change_url_is_a_404(oncall: Client) -> None:
     assert oncall.get("/chains/nope/select").status_code == 404
 

@@ -118,11 +118,12 @@ def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 def _nothing_changed(request: HttpRequest, name: str, *, history: bool) -> HttpResponse:
     live_or_404(name)  # an unknown chain is a 404, not a redirect to one
-    messages.info(
-        request,
-        f"Nothing was changed: a change is made from its review page, with a reason and a "
-        f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
-    )
+    if request.method == "GET":  # a HEAD (a link checker, say) leaves no message for later
+        messages.info(
+            request,
+            f"Nothing was changed: a change is made from its review page, with a reason and a "
+            f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
+        )
     return redirect("chain-history" if history else "chain", name=name)
 
 
