@@ -16,7 +16,6 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -24,11 +23,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from audit.history import HistoryFilter, entry, history_page, recent_actors
-from presets import selectors, services
+from presets import services
 from presets.exceptions import InvalidInput
 from presets.models import Action, Selection
-from presets.web.display import LiveState, live_state
-from presets.web.pages import live_or_404, render_page
+from presets.web.pages import live_card, live_or_404, render_page
 
 HISTORY_PAGE_SIZE = 25
 # A history row's id is a PostgreSQL integer: a cursor past it names no row.
@@ -207,7 +205,7 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
             page = history_page(chain=chain_name, filters=form.filters(), **cursor, size=HISTORY_PAGE_SIZE)
         except InvalidInput as error:
             form.add_error(error.field, error.field_message)
-    strip = [_strip_state(s, now=now) for s in lives.values()]
+    strip = [live_card(s, now=now, fleet=False) for s in lives.values()]  # no fleet figures: they cost queries a chain
     context: dict[str, Any] = {
         "chain": chain,
         "lives": strip,
@@ -230,13 +228,6 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         older_url=_link(request, params, older_than=page.older_than) if page.older_than else None,
     )
     return render_page(request, "presets/history.html", context)
-
-
-def _strip_state(selection: Selection, *, now: datetime) -> LiveState:
-    """What the "live now" strip shows of a chain: its preset and whether it is pinned or a
-    stale pin (not the fleet's figures, which the cards show: they cost queries per chain)."""
-    alert_after = timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES)
-    return live_state(selection, now=now, alert_after=alert_after, pin_start=selectors.live_pin_start(selection))
 
 
 def _link(request: HttpRequest, params: dict[str, str], **cursor: int) -> str:

@@ -1,19 +1,21 @@
 """What every on-call page shares: its layout's context (who is signed in, in which role, the
-quick-change buttons) and the chain it is about, or a 404."""
+quick-change buttons), the chain it is about (or a 404) and the facts a chain's card shows."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from presets import services
+from audit.fleet import chain_fleet, fleet_summary
+from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
 from presets.roles import can_change
-from presets.web.display import format_minutes
+from presets.web.display import HealthMap, LiveState, format_minutes, live_state
 
 # The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
 QUICK_EXTEND_MINUTES = (60, 240)
@@ -39,3 +41,23 @@ def live_or_404(name: str, now: Any = None) -> Selection:
         return services.revert_expired_and_read(chain=name, now=now)
     except NotFound:
         raise Http404(f"unknown chain {name!r}") from None
+
+
+def live_card(selection: Selection, *, now: datetime, health: HealthMap | None = None, fleet: bool = True) -> LiveState:
+    """A chain's card facts: the pin's true start, whether it is stale and, unless ``fleet``
+    is false (a list of every chain, where they would cost queries a chain), how far the
+    fleet has got; with ``health``, how the fleet finds each live step."""
+    return live_state(
+        selection,
+        now=now,
+        alert_after=timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES),
+        pin_start=selectors.live_pin_start(selection),
+        fleet_summary=fleet_summary(chain_fleet(selection, now)) if fleet else "",
+        health=health,
+        failing_rate=failing_rate(),
+    )
+
+
+def failing_rate() -> float:
+    """The error rate at which the pages show a step as failing (0..1)."""
+    return settings.PROVIDER_FAILING_ERROR_PERCENT / 100

@@ -14,7 +14,6 @@ from datetime import timedelta
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -27,7 +26,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import provider_health
 from audit.alerts import recent_alerts
-from audit.fleet import chain_fleet, fleet_summary, idle_head_warning, idle_head_warnings
+from audit.fleet import idle_head_warning, idle_head_warnings
 from audit.history import entry, history_rows
 from presets import selectors, services
 from presets.documents import format_duration
@@ -36,17 +35,15 @@ from presets.models import Preset, Selection
 from presets.roles import ONCALL_GROUP, actor_of, can_change
 from presets.web.display import (
     HealthMap,
-    LiveState,
     compare_steps,
     format_clock,
     format_minutes,
-    live_state,
     preset_choices,
     step_label,
     step_rows,
 )
 from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
-from presets.web.pages import live_or_404, render_page
+from presets.web.pages import failing_rate, live_card, live_or_404, render_page
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
@@ -71,7 +68,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
         cards.append(
             {
-                "live": _live_state(s, now=now, health=health),
+                "live": live_card(s, now=now, health=health),
                 "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
                 "suggestion": suggestion,
             }
@@ -321,7 +318,7 @@ def _dangers(summary: dict[str, Any], health: HealthMap, *, chain: str) -> list[
     if change is not None and change.dropped:
         dropped = ", ".join(change.dropped)
         dangers.append(f"{dropped} will get no {chain} traffic")
-    rows = step_rows(summary.get("steps", [])[:1], health, failing_rate=_failing_rate())
+    rows = step_rows(summary.get("steps", [])[:1], health, failing_rate=failing_rate())
     if rows and rows[0].health_class == "failing":
         assert rows[0].health is not None
         dangers.append(f"its head is failing now: {rows[0].health['summary']}")
@@ -399,10 +396,10 @@ def _confirm_page(
         "presets/confirm.html",
         {
             "chain_name": name,
-            "live": _live_state(live, now=now, health=health),
+            "live": live_card(live, now=now, health=health),
             "summary": summary,
             "dangers": [] if summary.get("blocked") else _dangers(summary, health, chain=name),
-            "step_rows": step_rows(steps, health, failing_rate=_failing_rate()),
+            "step_rows": step_rows(steps, health, failing_rate=failing_rate()),
             "form": form,
             "reason": form.data.get("reason", ""),
             # The page asks about the version live now; confirming sends that version back.
@@ -448,7 +445,7 @@ def _chain_page(
     selection = live_or_404(name, now=now)
     presets = list(selectors.active_presets(chain=selection.chain_id).values())
     health, suggestion = _health(selection, presets, now=now)
-    live = _live_state(selection, now=now, health=health)
+    live = live_card(selection, now=now, health=health)
     version = selection.version
     chosen = request.GET.get("preset", "")
     if select_form is None:
@@ -473,7 +470,7 @@ def _chain_page(
         selection,
         warn=idle_head_warnings(selection.chain),
         health=health,
-        failing_rate=_failing_rate(),
+        failing_rate=failing_rate(),
     )
     context = {
         "live": live,
@@ -498,20 +495,6 @@ def _alerts_context() -> dict[str, Any]:
     return {"alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown]}
 
 
-def _live_state(selection: Selection, *, now: Any, health: HealthMap | None = None) -> LiveState:
-    """A chain's card facts, with the pin's true start, how far the fleet has got and, when
-    given, how the fleet finds each live step."""
-    return live_state(
-        selection,
-        now=now,
-        alert_after=_alert_after(),
-        pin_start=selectors.live_pin_start(selection),
-        fleet_summary=fleet_summary(chain_fleet(selection, now)),
-        health=health,
-        failing_rate=_failing_rate(),
-    )
-
-
 def _health(
     selection: Selection, presets: list[Preset], *, now: Any, health: HealthMap | None = None
 ) -> tuple[HealthMap, provider_health.Suggestion | None]:
@@ -524,14 +507,6 @@ def _health(
     return health, provider_health.healthiest_preset(presets, health, live=selection.preset.name)
 
 
-def _failing_rate() -> float:
-    return settings.PROVIDER_FAILING_ERROR_PERCENT / 100
-
-
 def _require_oncall(request: HttpRequest) -> None:
     if not can_change(request.user):
         raise PermissionDenied(f"changing a selection needs the {ONCALL_GROUP} role")
-
-
-def _alert_after() -> timedelta:
-    return timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES)
