@@ -100,6 +100,20 @@ def deliver_alert(*, alert_id: int, now: datetime | None = None) -> float | None
     return retry_in
 
 
+def next_retry_at(alert: Alert) -> datetime | None:
+    """When a worker tries ``alert``'s pending deliveries again after a failed attempt (the
+    failure moved its lease past the backoff: the retry runs where the lease starts), or None."""
+    if alert.delivery_due_at is None:
+        return None
+    return alert.delivery_due_at - DELIVERY_LEASE
+
+
+def first_attempt_overdue(alert: Alert, *, now: datetime) -> bool:
+    """Whether a delivery never tried is late: a worker tries a new alert within seconds, and
+    a sweep queues it again once its lease has run out."""
+    return alert.created_at < now - DELIVERY_LEASE
+
+
 def queue_delivery(*, alert_id: int, now: datetime | None = None) -> bool:
     """Hand an alert's due deliveries to a worker. False when none is due, another task
     holds them, or the broker refused (the alert then stays due for the next sweep)."""

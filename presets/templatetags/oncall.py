@@ -15,7 +15,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
 from audit.alerts import EVENT_KINDS
-from audit.delivery import DELIVERY_LEASE
+from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.models import Alert, DeliveryState
 from audit.notifiers import LOG
 from presets.documents import format_duration, format_time
@@ -215,14 +215,12 @@ def _delivery_words(alert: Alert, record: dict[str, Any], *, now: datetime) -> s
     if record["state"] == DeliveryState.FAILED:
         return f"failed after {tries}, not retried: {error}"
     if attempts == 0:
-        # A worker tries a new alert within seconds; a sweep queues it again after a lease.
-        late = alert.created_at < now - DELIVERY_LEASE
+        late = first_attempt_overdue(alert, now=now)
         return "pending, not tried yet" + (": is a worker running?" if late else "")
     words = f"pending, attempt {attempts} failed: {error}"
-    if alert.delivery_due_at is None:
+    retry_at = next_retry_at(alert)
+    if retry_at is None:
         return words
-    # A failed attempt moves the alert's lease past the backoff: the retry runs at its start.
-    retry_at = alert.delivery_due_at - DELIVERY_LEASE
     if retry_at < now - timedelta(minutes=1):
         return f"{words}; the next try was due {clock(retry_at)}: is a worker running?"
     return f"{words}; next try at about {clock(retry_at)}"
