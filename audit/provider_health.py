@@ -182,6 +182,13 @@ class StepHealth(TypedDict):
     credential_failures_instances: Annotated[
         int, Help("Instances that saw this provider reject their credentials in the last 5 minutes.")
     ]
+    failing: Annotated[
+        bool,
+        Help(
+            "At or over PROVIDER_FAILING_ERROR_PERCENT errors with at least PROVIDER_FAILING_MIN_ATTEMPTS "
+            "attempts in the last 5 minutes: the rule of the pages' 'failing now' and of provider_failing."
+        ),
+    ]
     sparkline: Annotated[
         list[float | None], Help(f"Error rate of each of the last {SPARK_MINUTES} minutes, oldest first.")
     ]
@@ -281,6 +288,7 @@ def _step(
         credential_failures_instances=sum(
             1 for r in ours if r.last_credentials_failure_at is not None and r.last_credentials_failure_at >= seen_from
         ),
+        failing=is_failing(attempts=recent["attempts"], errors=recent["errors"]),
         sparkline=sparkline,
         summary=describe(provider, recent, instances),
         last_reported_at=format_time(last),
@@ -384,6 +392,15 @@ class Failing:
         )
 
 
+def is_failing(*, attempts: int, errors: int) -> bool:
+    """A step is failing at PROVIDER_FAILING_ERROR_PERCENT errors or more, judged on at least
+    PROVIDER_FAILING_MIN_ATTEMPTS attempts (fewer say too little)."""
+    return (
+        attempts >= settings.PROVIDER_FAILING_MIN_ATTEMPTS
+        and errors * 100 >= settings.PROVIDER_FAILING_ERROR_PERCENT * attempts
+    )
+
+
 def failing_steps(*, now: datetime | None = None, chain: Chain | None = None) -> list[Failing]:
     """Steps whose error rate over the last PROVIDER_FAILING_MINUTES is at least
     PROVIDER_FAILING_ERROR_PERCENT with PROVIDER_FAILING_MIN_ATTEMPTS attempts or more,
@@ -399,9 +416,7 @@ def failing_steps(*, now: datetime | None = None, chain: Chain | None = None) ->
         errors_by_class = {name: row[name] or 0 for name in ERROR_CLASSES}
         errors = sum(errors_by_class.values())
         attempts = errors + (row["served"] or 0)
-        if attempts < settings.PROVIDER_FAILING_MIN_ATTEMPTS:
-            continue
-        if errors * 100 < settings.PROVIDER_FAILING_ERROR_PERCENT * attempts:
+        if not is_failing(attempts=attempts, errors=errors):
             continue
         worst = max(ERROR_CLASSES, key=lambda name: errors_by_class[name])
         failing.append(Failing(row["chain__name"], row["provider"], row["model"], attempts, errors, worst))
@@ -469,10 +484,11 @@ _FAILING = 1.0
 
 def _risk(step: StepHealth) -> float:
     rate = step["recent"]["error_rate"]
-    threshold = settings.PROVIDER_FAILING_ERROR_PERCENT / 100
+    if step["failing"]:
+        return _FAILING + (rate or 0.0)
     if rate is None:
-        return threshold / 2
-    return _FAILING + rate if rate >= threshold else rate
+        return settings.PROVIDER_FAILING_ERROR_PERCENT / 100 / 2
+    return rate
 
 
 def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -495,6 +511,7 @@ __all__ = [
     "health_by_chain",
     "health_by_step",
     "healthiest_preset",
+    "is_failing",
     "LATENCY_BOUNDS_MS",
     "OUTCOME_CLASSES",
     "StepHealth",

@@ -110,6 +110,20 @@ def test_a_healthier_reviewed_preset_is_suggested_with_a_link_to_review_it_never
     assert "Review pin_secondary" not in as_viewer
 
 
+def test_a_step_reads_failing_by_the_same_rule_as_the_failing_now_line(oncall: Client, reader: Client) -> None:
+    # Two errors in three attempts: too few attempts to judge (PROVIDER_FAILING_MIN_ATTEMPTS).
+    with time_machine.travel(T0, tick=False):
+        report(reader, "i0", [step("vendor_a", "large", {"served": 1, "server_error": 2})])
+        few = page(oncall, "/")
+        report(reader, "i1", [step("vendor_a", "large", {"served": 9, "server_error": 18})])
+        enough = page(oncall, "/")
+
+    assert 'class="step step-ok"' in step_line(card(few, "chat"), "vendor_a/large")
+    assert "Failing now" not in few and "Healthier now" not in few
+    assert 'class="step step-failing"' in step_line(card(enough, "chat"), "vendor_a/large")
+    assert "Failing now" in enough
+
+
 def test_no_suggestion_while_the_live_head_is_healthy(oncall: Client, reader: Client) -> None:
     with time_machine.travel(T0, tick=False):
         report(reader, "i0", [step("vendor_a", "large", {"served": 100}), step("vendor_b", "large", {"served": 5})])
@@ -160,11 +174,12 @@ def test_a_quiet_step_reads_as_quiet_and_the_sparkline_keeps_its_history(oncall:
     assert 'aria-label="Error rate per minute over the last 30 min: highest 50 %, latest 50 %"' in html
 
 
-def test_the_sparkline_draws_one_bar_a_minute_scaled_to_the_error_rate() -> None:
+def test_the_sparkline_draws_one_bar_a_minute_scaled_to_the_error_rate(settings: Any) -> None:
+    settings.PROVIDER_FAILING_ERROR_PERCENT = 20
     rates: list[float | None] = [None] * (SPARK_MINUTES - 3) + [0.0, 0.5, 1.0]
     health: Any = {"sparkline": rates}
 
-    svg = str(sparkline(StepRow({"provider": "p", "model": "m"}, health, failing_rate=0.2)))
+    svg = str(sparkline(StepRow({"provider": "p", "model": "m"}, health)))
 
     assert svg.startswith('<svg class="sparkline" viewBox="0 0 90 16" width="90" height="16" role="img"')
     assert "<title>Error rate per minute over the last 30 min: highest 100 %, latest 100 %</title>" in svg

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
+from django.conf import settings
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
@@ -97,7 +98,7 @@ def sparkline(row: display.StepRow) -> str:
             )
             continue
         tall = max(1, round(rate * height))
-        kind = "spark-bad" if rate >= row.failing_rate else "spark-ok"
+        kind = "spark-bad" if rate * 100 >= settings.PROVIDER_FAILING_ERROR_PERCENT else "spark-ok"
         shapes.append(
             format_html('<rect class="{}" x="{}" y="{}" width="{}" height="{}"/>', kind, x, height - tall, bar, tall)
         )

@@ -45,25 +45,24 @@ class StepRow:
 
     step: dict[str, Any]
     health: StepHealth | None = None
-    failing_rate: float = 1.0  # the error rate at which a step reads as failing
 
     @property
     def health_class(self) -> str:
-        """``failing`` at or over the failure threshold, ``ok`` under it, ``quiet`` when no
-        attempt was reported in the last 5 minutes."""
+        """``failing`` by the fleet's rule (``provider_health.is_failing``), ``quiet`` when no
+        attempt was reported in the last 5 minutes, else ``ok``."""
         if self.health is None or not self.health["recent"]["attempts"]:
             return "quiet"
-        return "failing" if (self.health["recent"]["error_rate"] or 0.0) >= self.failing_rate else "ok"
+        return "failing" if self.health["failing"] else "ok"
 
 
-def step_rows(steps: list[dict[str, Any]], health: HealthMap | None, *, failing_rate: float = 1.0) -> list[StepRow]:
+def step_rows(steps: list[dict[str, Any]], health: HealthMap | None) -> list[StepRow]:
     """``steps`` with the health of each, for a step list."""
     rows = []
     for step in steps:
         known = (health or {}).get((step["provider"], step["model"]))
         if known is not None and not (known["hour"]["attempts"] or known["hour"]["outcomes"] or known["instances"]):
             known = None
-        rows.append(StepRow(step, known, failing_rate))
+        rows.append(StepRow(step, known))
     return rows
 
 
@@ -178,7 +177,6 @@ def live_state(
     alert_after: timedelta,
     fleet_summary: str = "",
     health: HealthMap | None = None,
-    failing_rate: float = 1.0,
     pin_start: PinStart | None = None,
 ) -> LiveState:
     """The card facts of one live selection at ``now``; ``pin_start`` is where the live pin
@@ -191,7 +189,7 @@ def live_state(
         pin_start=pin_start,
         expires_in=selection.expires_at - now if selection.expires_at else None,
         fleet_summary=fleet_summary,
-        steps=step_rows(selection.steps, health, failing_rate=failing_rate),
+        steps=step_rows(selection.steps, health),
     )
 
 
@@ -224,7 +222,6 @@ def preset_choices(
     warn: Callable[[list[dict[str, Any]]], str | None] | None = None,
     *,
     health: HealthMap | None = None,
-    failing_rate: float = 1.0,
 ) -> list[PresetChoice]:
     """The presets one can pin (the default is reached with "Revert to default")."""
     return [
@@ -233,7 +230,7 @@ def preset_choices(
             is_live=p.pk == selection.preset_id,
             change=compare_steps(selection.steps, p.steps),
             warning=warn(p.steps) if warn and p.pk != selection.preset_id else None,
-            steps=step_rows(p.steps, health, failing_rate=failing_rate),
+            steps=step_rows(p.steps, health),
         )
         for p in presets
         if not p.is_default

@@ -54,10 +54,4 @@ def live_card(selection: Selection, *, now: datetime, health: HealthMap | None =
         pin_start=selectors.live_pin_start(selection),
         fleet_summary=fleet_summary(chain_fleet(selection, now)) if fleet else "",
         health=health,
-        failing_rate=failing_rate(),
     )
-
-
-def failing_rate() -> float:
-    """The error rate at which the pages show a step as failing (0..1)."""
-    return settings.PROVIDER_FAILING_ERROR_PERCENT / 100

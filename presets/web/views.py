@@ -43,7 +43,7 @@ from presets.web.display import (
     step_rows,
 )
 from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
-from presets.web.pages import failing_rate, live_card, live_or_404, render_page
+from presets.web.pages import live_card, live_or_404, render_page
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
@@ -318,7 +318,7 @@ def _dangers(summary: dict[str, Any], health: HealthMap, *, chain: str) -> list[
     if change is not None and change.dropped:
         dropped = ", ".join(change.dropped)
         dangers.append(f"{dropped} will get no {chain} traffic")
-    rows = step_rows(summary.get("steps", [])[:1], health, failing_rate=failing_rate())
+    rows = step_rows(summary.get("steps", [])[:1], health)
     if rows and rows[0].health_class == "failing":
         assert rows[0].health is not None
         dangers.append(f"its head is failing now: {rows[0].health['summary']}")
@@ -399,7 +399,7 @@ def _confirm_page(
             "live": live_card(live, now=now, health=health),
             "summary": summary,
             "dangers": [] if summary.get("blocked") else _dangers(summary, health, chain=name),
-            "step_rows": step_rows(steps, health, failing_rate=failing_rate()),
+            "step_rows": step_rows(steps, health),
             "form": form,
             "reason": form.data.get("reason", ""),
             # The page asks about the version live now; confirming sends that version back.
@@ -470,7 +470,6 @@ def _chain_page(
         selection,
         warn=idle_head_warnings(selection.chain),
         health=health,
-        failing_rate=failing_rate(),
     )
     context = {
         "live": live,
