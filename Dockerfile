@@ -8,9 +8,16 @@ RUN useradd --system --home-dir /app controlplane \
 COPY requirements.txt ./
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
-RUN python manage.py collectstatic --no-input -v0
+# The settings refuse to load without a strong SECRET_KEY: collecting static files gets a
+# throwaway one that is kept nowhere (each deployment sets its own at run time).
+RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+    python manage.py collectstatic --no-input -v0
 USER controlplane
 EXPOSE 8000
+# The web process with docker-compose.yml's defaults; compose gives each service its command
+# (release, web, worker, beat). Beat's schedule file is VAR_DIR/celerybeat-schedule; no health
+# check reads a file (beat and the worker answer `celery inspect ping`, web /readyz).
 CMD ["granian", "--interface", "asgi", "--host", "0.0.0.0", "--port", "8000", "--workers", "2", \
-     "--no-ws", "--respawn-failed-workers", "--static-path-route", "/static", \
-     "--static-path-mount", "/app/static", "controlplane.asgi:application"]
+     "--no-ws", "--respawn-failed-workers", "--backlog", "4096", "--backpressure", "4096", \
+     "--static-path-route", "/static", "--static-path-mount", "/app/static", \
+     "controlplane.asgi:application"]

@@ -15,20 +15,22 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PY) -m pip install --quiet -r requirements-dev.txt -e ./sdk
 	touch $@
 
-# The browser tests inject axe-core from npm into the pages they check.
-node_modules/.installed: package.json package-lock.json
-	npm ci --silent
-	touch $@
+install: $(VENV)/.installed
 
-install: $(VENV)/.installed $(if $(wildcard package.json),node_modules/.installed)
+# Local runs sign sessions with a random key generated once under VAR_DIR (mode 0600), which
+# later manage.py commands in this checkout read too; a deployment sets SECRET_KEY instead
+# (README, "Secret key"; controlplane/secret_key.py).
+LOCAL_SECRET_KEY = $(or $(VAR_DIR),var)/secret_key
+run test lint bench: $(LOCAL_SECRET_KEY)
+$(LOCAL_SECRET_KEY): | $(VENV)/.installed
+	$(PY) -m controlplane.secret_key $@
 
 run: install
 	mkdir -p $${VAR_DIR:-var}
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py sync_presets
-	$(PY) manage.py ensure_local_admin
 	$(PY) manage.py collectstatic --no-input -v0
-	$(PY) -m controlplane.run_local 127.0.0.1:$(PORT)  # web + Celery worker with beat
+	$(PY) -m controlplane.run_local 127.0.0.1:$(PORT)  # web + Celery worker with beat, then the admin's sign-in
 
 # The production web process: the ASGI read front plus Django under granian (chosen by
 # measurement, bench/README.md); static files served by granian from var/static.

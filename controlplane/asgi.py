@@ -4,12 +4,17 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from controlplane import telemetry
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+telemetry.setup()  # when OTEL_* asks for traces; before Django builds its middleware
 django_application = get_asgi_application()
 
+from controlplane import pool_metrics  # noqa: E402
 from presets.read_path.counters import prepare_multiprocess_dir  # noqa: E402
 from presets.read_path.front import ReadFront  # noqa: E402 - needs Django set up first
 
 prepare_multiprocess_dir()
 
-application = ReadFront(django_application)
+# Once a second with its own figures, the front writes this process's database pool use.
+application = telemetry.trace_front(ReadFront(django_application, on_flush=[pool_metrics.record]))

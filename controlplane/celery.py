@@ -9,11 +9,15 @@ from pathlib import Path
 
 from celery import Celery
 
+from controlplane import celery_metrics  # noqa: F401 - task counts and durations for /metrics
+from controlplane.telemetry import trace_worker_processes
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+trace_worker_processes()  # when OTEL_* asks for traces: each worker process, after its fork
 
 
 @app.on_after_configure.connect

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
+from presets.read_path import notifications
 from presets.read_path.http import error_body
 
 
@@ -14,10 +15,18 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """The process can serve: its database answers."""
+    """The process can serve: its database answers. A process running the read front also
+    says how its long polls learn of changes (``change_notifications``: ``listen``, or
+    ``polling`` with the ``detail`` of why): polling still serves, so it stays ready."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except DatabaseError:
         return JsonResponse(error_body(503, "database unreachable"), status=503)
-    return JsonResponse({"status": "ready"})
+    body = {"status": "ready"}
+    state = notifications.state()
+    if state is not None:
+        body["change_notifications"] = state.mode
+        if state.detail:
+            body["detail"] = state.detail
+    return JsonResponse(body)

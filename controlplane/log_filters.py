@@ -1,17 +1,25 @@
-"""Refusals on one line: what Django logs about a 4xx answer, without the traceback.
+"""Log filters on the console handler: refusals on one line, and the request in every record.
 
-A viewer posting a change (``PermissionDenied``), a form that outlived its CSRF token or a
-request for a host not allowed is an expected refusal, not a bug in this code; Django logs
-the first with the exception's traceback, some 35 lines for one refusal. Those records are
-rewritten to one line that says what was refused (method, path, status, who); answers of
-500 and above keep their traceback.
+Refusals: a viewer posting a change (``PermissionDenied``), a form that outlived its CSRF
+token or a request for a host not allowed is an expected refusal, not a bug in this code;
+Django logs the first with the exception's traceback, some 35 lines for one refusal. Those
+records are rewritten to one line that says what was refused (method, path, status, who);
+answers of 500 and above keep their traceback.
+
+The request: every record written while a request is answered gets its ``request_id``, and
+Django's line about a refused or failed request the access line's fields (``RequestFields``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
+from django.http import HttpRequest
 from django.utils.functional import LazyObject, empty
+
+from presets.read_path import request_context
+from presets.read_path.request_context import method_label, route_of
 
 # The loggers Django reports refused requests to (``django.utils.log.log_response``):
 # ``django.request`` and ``django.security.*`` (``csrf``, ``DisallowedHost``, ...).
@@ -47,6 +55,33 @@ class RefusalsOnOneLine(logging.Filter):
         record.exc_info = None
         record.exc_text = None
         record.stack_info = None
+
+
+class RequestFields(logging.Filter):
+    """On a handler: gives each record written during a request its ``request_id``.
+
+    Django's own line about a 4xx or 5xx answer (``REQUEST_LOGGERS``, with ``status_code``
+    and ``request``) is that request's only line, the access log leaving those to it; it gets
+    the access line's fields too: ``method``, ``route``, ``path`` and ``duration_ms``. Never
+    drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = request_context.current.get()
+        if context is None:
+            return True
+        if not hasattr(record, "request_id"):
+            record.request_id = context.request_id
+        request = getattr(record, "request", None)
+        if (
+            isinstance(request, HttpRequest)
+            and isinstance(getattr(record, "status_code", None), int)
+            and _is_request_logger(record.name)
+        ):
+            record.method = method_label(request.method)
+            record.route = route_of(request)
+            record.path = request.path
+            record.duration_ms = round((time.perf_counter() - context.started) * 1000, 1)
+        return True
 
 
 def _is_request_logger(name: str) -> bool:

@@ -28,8 +28,12 @@ def _escape(char: str) -> str:
 
 
 class PlainFormatter(logging.Formatter):
-    """``logging.Formatter`` with the rendered message escaped by ``escape_controls``."""
+    """``logging.Formatter`` with the rendered message escaped by ``escape_controls``, and
+    `` request_id=...`` after it when the record was written during a request."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's naming
         escaped = logging.makeLogRecord({**record.__dict__, "message": escape_controls(record.message)})
-        return super().formatMessage(escaped)
+        line = super().formatMessage(escaped)
+        request_id = getattr(record, "request_id", None)
+        # The id is one of the safe characters request_context accepts; escaped all the same.
+        return f"{line} request_id={escape_controls(str(request_id))}" if request_id else line

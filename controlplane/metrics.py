@@ -7,8 +7,10 @@ Two kinds of figures, kept apart on purpose:
   scrape time by ``ChainCollector``. The
   database is shared, so any web process answers the scrape exactly; nothing is counted in
   memory that a restart or a second process could lose or double.
-- What one process saw (chain reads by status, long polls waiting) only that process knows:
-  ``presets.read_path.counters`` writes them to the multiprocess files summed here.
+- What one process saw (chain reads by status, long polls waiting, request durations by
+  route, its database pool's use, a Celery worker's tasks) only that process knows:
+  ``presets.read_path.counters``, ``controlplane.pool_metrics`` and
+  ``controlplane.celery_metrics`` write them to the multiprocess files summed here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from audit import provider_health
 from audit.models import Alert
+from controlplane import pool_metrics
 from presets.models import Action, Selection
 from presets.read_path.http import bearer_token
 from presets.selectors import pin_age
@@ -143,4 +146,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             return response
     if request.method != "GET":
         return HttpResponse(status=405, headers={"Allow": "GET"})
+    pool_metrics.record()  # this process's pool as of now; the others' as of their last second
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE)

@@ -12,6 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.secret_key import LOCAL_KEY_NAME, configured_secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 
@@ -54,13 +56,11 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set (a long random string)")
-    # A per-checkout key keeps local runs and tests working without configuration; deployments
-    # set SECRET_KEY (docker-compose.yml requires it).
-    SECRET_KEY = "insecure-local-only-" + str(BASE_DIR)
+# A strong SECRET_KEY, or the process refuses to start. Without one, the key `make run` and
+# `make test` generate once into VAR_DIR/secret_key (mode 0600) is used: a local run needs no
+# configuration, and a deployment that forgot the key stops instead of signing sessions with
+# a key anyone could guess. DEBUG=true generates that file on first use.
+SECRET_KEY = configured_secret_key(os.environ.get("SECRET_KEY", ""), local_file=VAR_DIR / LOCAL_KEY_NAME, create=DEBUG)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # A form older than its person's last sign-in fails the check: say so in the site's layout.
@@ -82,6 +82,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so it sees every answer: the request id (X-Request-ID), the request's time in
+    # /metrics and its access line.
+    "controlplane.request_context.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "controlplane.database_outage.DatabaseOutageMiddleware",
     "controlplane.query_string.RefuseUnstorableQueryMiddleware",
@@ -153,6 +156,31 @@ else:
     # With a pool this checks each connection as it is handed out, so a database restart
     # costs no request an error (the pool replaces connections the server closed).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+# --- Change notifications (LISTEN) ------------------------------------------------------
+# Each web process holds one LISTEN connection that wakes its long polls as a change commits,
+# made with DATABASE_URL's settings (sslmode, sslrootcert, options... included). LISTEN needs
+# a session of its own, which a transaction pooler (PgBouncer pool_mode=transaction) does not
+# keep: behind one, set LISTEN_DATABASE_URL to a direct connection to the same database (its
+# own ?sslmode=... applies). Changes still NOTIFY through DATABASE_URL. /readyz says which.
+LISTEN_DATABASE_URL = env_str("LISTEN_DATABASE_URL", "")
+LISTEN_DATABASE = None
+if LISTEN_DATABASE_URL:
+    _use = "use e.g. postgres://user@db-host:5432/name, or leave it unset"
+    try:
+        LISTEN_DATABASE = dj_database_url.parse(LISTEN_DATABASE_URL)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"LISTEN_DATABASE_URL is not a database URL ({exc}); {_use}") from None
+    if LISTEN_DATABASE["ENGINE"] not in {"django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis"}:
+        raise ImproperlyConfigured(f"LISTEN_DATABASE_URL must be a postgres:// URL (LISTEN is PostgreSQL's): {_use}")
+    if not LISTEN_DATABASE["NAME"]:
+        raise ImproperlyConfigured(f"LISTEN_DATABASE_URL must name the database: {_use}")
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        raise ImproperlyConfigured("LISTEN_DATABASE_URL is for PostgreSQL: unset it, or make DATABASE_URL postgres://")
+    LISTEN_DATABASE["OPTIONS"] = {
+        "connect_timeout": DATABASES["default"]["OPTIONS"]["connect_timeout"],
+        **LISTEN_DATABASE.get("OPTIONS", {}),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -164,21 +192,35 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
 # --- Sign-in throttling (django-axes) ----------------------------------------------------
-# Failures are counted per (username, client address) in the database, so every web process
-# sees the same count, and one attacker cannot lock a person out from everywhere. The lock
-# lifts by itself after LOGIN_LOCKOUT_MINUTES; an admin can lift it at once with
-# `manage.py axes_reset_username NAME`.
+# Failures are counted in the database, so every web process sees the same count, over the
+# last LOGIN_LOCKOUT_MINUTES: LOGIN_FAILURE_LIMIT for one username from one address pauses
+# that username there (one attacker cannot lock a person out from everywhere), and
+# LOGIN_ADDRESS_FAILURE_LIMIT from one address, whatever the usernames, pauses every sign-in
+# from it (spraying one password over many usernames), high enough that an office behind one
+# address is not paused by a few typos. Pauses lift by themselves; an admin lifts one at once
+# with `manage.py axes_reset_username NAME` or `manage.py axes_reset_ip ADDRESS`.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+LOGIN_ADDRESS_FAILURE_LIMIT = env_int("LOGIN_ADDRESS_FAILURE_LIMIT", 20, minimum=1, maximum=100_000)
+if LOGIN_ADDRESS_FAILURE_LIMIT < LOGIN_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        f"LOGIN_ADDRESS_FAILURE_LIMIT={LOGIN_ADDRESS_FAILURE_LIMIT} is below LOGIN_FAILURE_LIMIT="
+        f"{LOGIN_FAILURE_LIMIT}: the address-wide limit counts every username's failures, make it at least as high"
+    )
+# Axes counts per (username, address); the callable answers 0 once the address is over its limit.
+AXES_FAILURE_LIMIT = "controlplane.login_lockout.failure_limit"
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1, maximum=24 * 60))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "controlplane.login_lockout.client_address"
 AXES_RESET_ON_SUCCESS = True
 # A fixed window the lockout page can state; retrying while locked does not extend it.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_CALLABLE = "controlplane.login_lockout.lockout_response"
+# No "AXES: BEGIN ..." banner from every process and management command.
+AXES_VERBOSE = False
 
 # --- HTTPS and browser protections -------------------------------------------------------
 # HTTPS=true (set in docker-compose.yml) is for a deployment behind a TLS-terminating proxy
@@ -190,6 +232,10 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind such a proxy every connection comes from the proxy: sign-in throttling takes the
+# client's address from X-Forwarded-For instead, the entry the outermost of this many proxies
+# appended (1 with HTTPS; 0 reads the connection's address).
+FORWARDED_FOR_PROXIES = env_int("FORWARDED_FOR_PROXIES", 1 if HTTPS else 0, minimum=0, maximum=10)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
@@ -265,6 +311,10 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "controlplane@localhost")
+# "Forgotten your password?" mails a reset link, so it is offered only where mail is set up:
+# EMAIL_HOST given in the environment. Elsewhere /accounts/password_reset/ answers 404 with
+# how an administrator sets a new password (`manage.py changepassword NAME`).
+PASSWORD_RESET_ENABLED = bool(os.environ.get("EMAIL_HOST", "").strip())
 
 # --- Celery -----------------------------------------------------------------------------
 # Without CELERY_BROKER_URL the broker is kombu's filesystem transport under var/, so
@@ -344,13 +394,33 @@ LOGGING = {
     },
     # Expected refusals (a viewer's forbidden POST, a failed CSRF check: any 4xx) are one
     # line without a traceback; a 500 keeps its traceback at ERROR.
-    "filters": {"refusals_on_one_line": {"()": "controlplane.log_filters.RefusalsOnOneLine"}},
+    # Every record written during a request names it (request_id).
+    "filters": {
+        "refusals_on_one_line": {"()": "controlplane.log_filters.RefusalsOnOneLine"},
+        "request_fields": {"()": "controlplane.log_filters.RequestFields"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["refusals_on_one_line"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["refusals_on_one_line", "request_fields"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# One line per request on `controlplane.access` (method, route, path, status_code,
+# duration_ms, request_id) at INFO; on by default with LOG_FORMAT=json. A 4xx or 5xx Django
+# answers is already its django.request line, which carries those fields instead. The read
+# front's 200s and 304s (`controlplane.access.reads`: every SDK poll, where a line costs as
+# much as the read) only with ACCESS_LOG_READS.
+ACCESS_LOG = env_bool("ACCESS_LOG", LOG_FORMAT == "json")
+ACCESS_LOG_READS = env_bool("ACCESS_LOG_READS", False)
+if not ACCESS_LOG:
+    LOGGING["loggers"]["controlplane.access"] = {"level": "WARNING"}  # type: ignore[index]
+if not ACCESS_LOG_READS:
+    LOGGING["loggers"]["controlplane.access.reads"] = {"level": "WARNING"}  # type: ignore[index]
 
 # History is append-only: the admin shows it but offers no "revert to this" form.
 SIMPLE_HISTORY_REVERT_DISABLED = True
@@ -365,3 +435,8 @@ PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "pr
 # prometheus_client reads the variable when it is imported and when a metric is created.
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# A Celery worker's task metrics: with a port, the worker serves them at
+# http://<worker>:<port>/metrics (METRICS_TOKEN applies). Needed where the worker has a metrics
+# directory of its own (a container); under `make run` it shares VAR_DIR/prometheus with the
+# web process, whose /metrics shows them. 0: no server.
+CELERY_METRICS_PORT = env_int("CELERY_METRICS_PORT", 0, minimum=0, maximum=65535)

@@ -1,7 +1,6 @@
 import sys
 
 from django.contrib import admin
-from django.contrib.auth.views import LogoutView
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
@@ -10,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from audit import api as audit_api
 from audit import fleet_api
-from controlplane import health, metrics
+from controlplane import account_pages, health, metrics
 from controlplane.database_outage import database_unavailable
 from presets.api import views as api
 from presets.api.errors import api_not_found, api_server_error
@@ -38,9 +37,8 @@ urlpatterns = [
     path("readyz", health.readyz),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
-    # Logout is a POST (a form button); it lands on the login page.
-    path("accounts/logout/", LogoutView.as_view(next_page="login"), name="logout"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Sign in and out, password change, and password reset where email is configured.
+    path("accounts/", include(account_pages.urlpatterns)),
     # The on-call pages (DESIGN §8). A change POSTs twice to its URL: review, then confirm.
     path("", web.dashboard, name="dashboard"),
     path("chains/<slug:name>/", web.chain_page, name="chain"),

@@ -2,12 +2,16 @@
 server, axe-core checks and click counting. Test modules import the fixtures they use.
 
 Needs Debian's chromium at /usr/bin/chromium (Playwright cannot download its own browser here)
-and axe-core from npm (``npm ci``). Without them these tests are skipped on a developer's
-machine and fail in CI (CI=true), where both must be installed.
+and axe-core, whose axe.min.js the axe-playwright-python package ships (requirements-dev.txt).
+Without them these tests are skipped on a developer's machine and fail in CI (CI=true), where
+both must be installed.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
+import importlib.util
 import json
 import os
 import re
@@ -21,14 +25,15 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from tests.conftest import needs
+
 # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
 # plain synchronous code, so Django's "called from an async context" guard must stand aside.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = Path("/usr/bin/chromium")
-AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
+AXE_PACKAGE = "axe_playwright_python"
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
-IN_CI = os.environ.get("CI") == "true"
 PHONE = {"width": 390, "height": 844}
 LAPTOP = {"width": 1280, "height": 860}
 
@@ -40,9 +45,15 @@ def _missing() -> str | None:
         return "the playwright package is not installed (pip install -r requirements-dev.txt)"
     if not CHROMIUM.exists():
         return f"{CHROMIUM} is missing (apt-get install chromium)"
-    if not AXE.exists():
-        return f"{AXE} is missing (npm ci)"
+    if importlib.util.find_spec(AXE_PACKAGE) is None:
+        return f"axe-core is missing: the {AXE_PACKAGE} package is not installed (pip install -r requirements-dev.txt)"
     return None
+
+
+@functools.cache
+def axe_script() -> str:
+    """axe-core's axe.min.js, as the axe-playwright-python package ships it."""
+    return (importlib.resources.files(AXE_PACKAGE) / "axe.min.js").read_text()
 
 
 MISSING = _missing()
@@ -51,9 +62,7 @@ MISSING = _missing()
 def require_browser() -> None:
     """Skip without Chromium, Playwright or axe-core; in CI, where they must be, fail."""
     if MISSING:
-        if IN_CI:
-            pytest.fail(f"browser tests must run in CI: {MISSING}")
-        pytest.skip(MISSING)
+        needs(f"the browser tests need {MISSING}")
 
 
 @pytest.fixture
@@ -153,7 +162,7 @@ def api_document(live_server: Any, token: str, chain: str = "chat") -> dict[str,
 
 def axe_violations(page: Any) -> list[str]:
     # Not add_script_tag: that is an inline script, which the pages' CSP rightly refuses.
-    page.evaluate(AXE.read_text())
+    page.evaluate(axe_script())
     result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
     return [
         f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"

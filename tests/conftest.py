@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from django.conf import settings
@@ -19,16 +19,26 @@ from presets.providers import get_registry
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+
+def needs(message: str) -> NoReturn:
+    """A test that cannot run here: skipped on a developer's machine, failed in CI
+    (CI=true), where everything the suite needs must be."""
+    if IN_CI:
+        pytest.fail(message + " (CI must run it)")
+    pytest.skip(message)
+
+
+# Child processes (granian, celery, manage.py) often run with a VAR_DIR of their own, where
+# there is no generated local key: they sign with the suite's (controlplane/secret_key.py).
+os.environ.setdefault("SECRET_KEY", settings.SECRET_KEY)
+
 # The real-browser fixtures (browser, open_page, ...) for every page test module.
 pytest_plugins = ["tests.browser"]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres") and not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
-        message = "needs PostgreSQL: set DATABASE_URL=postgres://..."
-        if IN_CI:
-            pytest.fail(message + " (CI must run it)")
-        pytest.skip(message)
+        needs("needs PostgreSQL: set DATABASE_URL=postgres://...")
 
 
 @pytest.fixture(autouse=True)
@@ -142,10 +152,7 @@ def redis_url() -> Any:
     try:
         client.ping()
     except redis.exceptions.RedisError as exc:
-        message = f"needs Redis at {url} ({exc})"
-        if IN_CI:
-            pytest.fail(message + " (CI must run it)")
-        pytest.skip(message)
+        needs(f"needs Redis at {url} ({exc})")
     client.flushdb()
     yield url
     client.flushdb()

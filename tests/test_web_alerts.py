@@ -405,19 +405,20 @@ def test_a_viewers_forbidden_post_is_one_warning_line_without_a_traceback(
     assert "Traceback" not in output
     assert line.endswith(
         "WARNING django.request Forbidden (Permission denied): /chains/chat/revert: "
-        "changing a selection needs the oncall role (POST 403, user bob)"
+        "changing a selection needs the oncall role (POST 403, user bob) "
+        f"request_id={response['X-Request-ID']}"
     )
 
 
 def test_a_csrf_failure_is_one_warning_line_naming_who(stale_form: tuple[Client, str], log_output: StringIO) -> None:
     browser, old_token = stale_form
-    browser.post("/chains/chat/select", select_data(old_token))
+    response = browser.post("/chains/chat/select", select_data(old_token))
     output = log_output.getvalue()
     [line] = [line for line in output.splitlines() if "/chains/chat/select" in line]
     assert "Traceback" not in output
     assert line.endswith(
         "WARNING django.security.csrf Forbidden (CSRF token from POST incorrect.): /chains/chat/select "
-        "(POST 403, user alice)"
+        f"(POST 403, user alice) request_id={response['X-Request-ID']}"
     )
 
 
@@ -425,9 +426,13 @@ def test_a_server_error_still_logs_its_traceback_at_error(alice: User, log_outpu
     client = Client(raise_request_exception=False)
     client.force_login(alice)
     with mock.patch("presets.web.views.recent_alerts", side_effect=RuntimeError("the alerts read broke")):
-        assert client.get("/alerts/").status_code == 500
+        response = client.get("/alerts/")
+    assert response.status_code == 500
     output = log_output.getvalue()
-    assert "ERROR django.request Internal Server Error: /alerts/\nTraceback (most recent call last):" in output
+    assert (
+        f"ERROR django.request Internal Server Error: /alerts/ request_id={response['X-Request-ID']}\n"
+        "Traceback (most recent call last):"
+    ) in output
     assert output.rstrip().endswith("RuntimeError: the alerts read broke")
 
 
@@ -447,7 +452,10 @@ def test_a_read_tokens_refused_write_names_the_token_never_its_secret(
     assert response.status_code == 403
     output = log_output.getvalue()
     [line] = [line for line in output.splitlines() if "/api/v1/chains/chat/revert" in line]
-    assert line.endswith("WARNING django.request Forbidden: /api/v1/chains/chat/revert (POST 403, user token:reader)")
+    assert line.endswith(
+        "WARNING django.request Forbidden: /api/v1/chains/chat/revert (POST 403, user token:reader) "
+        f"request_id={response['X-Request-ID']}"
+    )
     assert read_token not in output
 
 

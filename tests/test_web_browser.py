@@ -1,8 +1,8 @@
 """The on-call pages in a real Chromium (Playwright), against a live server and database.
 
 Needs Debian's chromium at /usr/bin/chromium (Playwright cannot download its own browser here)
-and axe-core from npm (``npm ci``). Without them these tests are skipped on a developer's
-machine and fail in CI (CI=true), where both must be installed.
+and axe-core (the axe-playwright-python package, see tests/browser.py). Without them these
+tests are skipped on a developer's machine and fail in CI (CI=true), where both must be installed.
 """
 
 from __future__ import annotations

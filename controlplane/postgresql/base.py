@@ -63,3 +63,11 @@ def _raise_if_unreachable(settings: dict[str, Any]) -> None:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         raise PoolTimeout(f"the database server {host}:{port} is unreachable: {exc}") from None
+
+
+def pool_stats(alias: str = "default") -> dict[str, int] | None:
+    """psycopg_pool's figures for this process's pool of ``alias`` (``pool_size``,
+    ``pool_available``, ``requests_waiting``, ``pool_max``, ...), or None while the process has
+    no pool: reading them never opens one (the ``pool`` property would)."""
+    pool: ConnectionPool | None = getattr(base.DatabaseWrapper, "_connection_pools", {}).get(alias)
+    return pool.get_stats() if pool is not None else None

@@ -1,21 +1,25 @@
-"""What this process answered (chain reads by status, long polls waiting), for /metrics.
+"""What this process answered (chain reads by status, long polls waiting, how long each
+request took), for /metrics.
 
 Only this process knows these figures. They go through prometheus_client's multiprocess mode:
 each process writes its values to files in ``PROMETHEUS_MULTIPROC_DIR`` and a scrape sums
-them across the host's processes. The read front counts in a plain dict on the hot path
-(``read_counts``) and hands the counts over once a second (``flush_front``), so a read costs a
-dict update, not a locked file write. The scrape itself is ``controlplane.metrics``.
+them across the host's processes. The read front counts in plain dicts on the hot path
+(``read_counts``, ``front_durations``, ``front_holds``) and hands them over once a second
+(``flush_front``), so a read costs a few dict updates, not locked file writes. The scrape
+itself is ``controlplane.metrics``.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from bisect import bisect_left
 from collections import defaultdict
+from math import inf
 from pathlib import Path
 
 from django.conf import settings
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.multiprocess import mark_process_dead
 
 # Metric files are created as metrics are; the directory must exist first.
@@ -32,6 +36,25 @@ LONG_POLL_WAITERS = Gauge(
     registry=None,
     multiprocess_mode="livesum",
 )
+# Reads answered from the snapshot take well under a millisecond; pages and writes tens.
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+REQUEST_DURATION = Histogram(
+    "controlplane_http_request_duration_seconds",
+    "Time to answer a request, by route (URL pattern), method and status; a held long poll's "
+    "wait is not in it (controlplane_long_poll_hold_seconds)",
+    ["route", "method", "status"],
+    buckets=REQUEST_BUCKETS,
+    registry=None,
+)
+# A long poll is held up to its ``wait`` (at most 60 s) until its chain changes.
+HOLD_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0)
+LONG_POLL_HOLD = Histogram(
+    "controlplane_long_poll_hold_seconds",
+    "How long long polls were held waiting for a change, by status (200 changed, 304 the wait ran out)",
+    ["status"],
+    buckets=HOLD_BUCKETS,
+    registry=None,
+)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -43,14 +66,53 @@ def count_read(status: int) -> None:
     READ_REQUESTS.labels(str(status)).inc()
 
 
+def time_request(route: str, method: str, status: int, seconds: float) -> None:
+    """One request answered by Django (the read front batches its own: ``Durations``)."""
+    REQUEST_DURATION.labels(route, method, str(status)).observe(seconds)
+
+
+class Durations:
+    """Observations of one histogram kept in memory until ``flush``: on the hot path, a
+    bucket's count and the sum go up in a dict, as ``Histogram.observe`` would in its file."""
+
+    def __init__(self, histogram: Histogram, buckets: tuple[float, ...]) -> None:
+        self.histogram = histogram
+        self.bounds = (*buckets, inf)  # the histogram's buckets, +Inf included
+        # label values -> [sum of seconds, count in bucket 0, ..., count in +Inf]
+        self.pending: dict[tuple[str | int, ...], list[float]] = {}
+
+    def observe(self, labels: tuple[str | int, ...], seconds: float) -> None:
+        row = self.pending.get(labels)
+        if row is None:
+            row = self.pending[labels] = [0.0] * (len(self.bounds) + 1)
+        row[0] += seconds
+        row[1 + bisect_left(self.bounds, seconds)] += 1  # the first bucket with seconds <= bound
+
+    def flush(self) -> None:
+        """Add what was observed since the last flush to the shared files."""
+        pending, self.pending = self.pending, {}  # the event loop is single-threaded
+        for labels, row in pending.items():
+            child = self.histogram.labels(*map(str, labels))
+            # The histogram's own sum and per-bucket values (what observe() increments); the
+            # public API has no "add n observations" (tests/test_observability.py checks the result
+            # equals observe()'s).
+            child._sum.inc(row[0])
+            for bucket, n in zip(child._buckets, row[1:], strict=True):
+                if n:
+                    bucket.inc(n)
+
+
 def flush_front(counts: dict[int, int], *, waiters: int) -> None:
-    """Hand the read front's counts since the last flush to the shared files, and reset them."""
+    """Hand the read front's counts and durations since the last flush to the shared files,
+    and reset them."""
     for status, n in list(counts.items()):
         if not n:
             continue
         counts[status] -= n  # the event loop is single-threaded: nothing lands in between
         READ_REQUESTS.labels(str(status)).inc(n)
     LONG_POLL_WAITERS.set(waiters)
+    front_durations.flush()
+    front_holds.flush()
 
 
 def prepare_multiprocess_dir(path: str | None = None) -> Path:
@@ -94,3 +156,6 @@ def _alive(pid: int) -> bool:
 
 # Answers by status since the last flush: a dict update per read on the front.
 read_counts: defaultdict[int, int] = defaultdict(int)
+# The front's reads by (route, method, status), and its held long polls by (status,).
+front_durations = Durations(REQUEST_DURATION, REQUEST_BUCKETS)
+front_holds = Durations(LONG_POLL_HOLD, HOLD_BUCKETS)

@@ -7,24 +7,40 @@ history, sessions, the UI, the admin) goes to Django unchanged. The front shares
 code for what matters: tokens are looked up by ``models.use_token``, documents come from
 ``Selection.to_document``, expiry from ``services.revert_expired_and_read``, and errors, ETag
 matching and the bearer header from ``read_path.http`` (which the DRF API uses too).
+
+Each read it answers gets a request id (``request_context``: the ``X-Request-ID`` header and
+the log records' ``request_id``) and is timed by route for /metrics; a held long poll's wait
+is timed apart (``counters.front_holds``). All of it is kept in memory on the hot path and
+written once a second, with the read counts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
 from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
-from presets.read_path import counters
+from presets.read_path import counters, request_context
 from presets.read_path.http import BEARER_HELP, bearer_token, error_body, matches, wait_seconds
-from presets.read_path.snapshot import Entry, Snapshot, in_worker_thread
+from presets.read_path.request_context import (
+    CHAIN_ROUTE,
+    CHAINS_ROUTE,
+    RequestContext,
+    access_log,
+    log_access,
+    reads_log,
+    request_id_from,
+)
+from presets.read_path.snapshot import Entry, Snapshot
 from presets.read_path.tokens import TokenCache
+from presets.read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +64,31 @@ class ReadFront:
     """Answer token-authenticated chain reads from the snapshot; hand the rest to Django."""
 
     def __init__(
-        self, django_app: ASGIApp, snapshot: Snapshot | None = None, fleet: FleetRecorder | None = None
+        self,
+        django_app: ASGIApp,
+        snapshot: Snapshot | None = None,
+        fleet: FleetRecorder | None = None,
+        on_flush: Sequence[Callable[[], None]] = (),
     ) -> None:
+        """``on_flush``: more of this process's figures to write for /metrics once a second
+        (the project's wiring passes the database pool's, which the read path cannot see)."""
         self.django_app = django_app
         self.snapshot = snapshot or Snapshot()
         self.tokens = TokenCache()
         self.fleet = fleet or recorder
+        self.on_flush = tuple(on_flush)
+        self._starting: asyncio.Task[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
+        if self._starting is None:
+            # Started by the lifespan or by the first read; the tasks started here outlive
+            # that read, so they start outside its context (their log lines name no request).
+            loop = asyncio.get_running_loop()
+            self._starting = loop.create_task(self._start_once(), context=contextvars.Context())
+        await asyncio.shield(self._starting)
+
+    async def _start_once(self) -> None:
         await self.snapshot.start()
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_periodically())
@@ -68,6 +100,8 @@ class ReadFront:
             await asyncio.sleep(FLEET_FLUSH_S)
             try:
                 counters.flush_front(counters.read_counts, waiters=self.snapshot.waiters)
+                for flush in self.on_flush:
+                    flush()
             except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
                 log.warning("metrics: flush failed: %s", exc)
             if self.fleet.has_pending:
@@ -77,6 +111,7 @@ class ReadFront:
                     log.warning("fleet status: flush failed: %s", exc)
 
     async def stop(self) -> None:
+        self._starting = None
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
@@ -86,13 +121,9 @@ class ReadFront:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        if scope["type"] == "http" and scope["method"] == "GET":
-            path: str = scope["path"]
-            if path == PREFIX or (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1 :]):
-                headers = dict(scope["headers"])
-                if b"authorization" in headers:
-                    await self._read(scope, send, path[len(PREFIX) + 1 :], headers)
-                    return
+        if answers_itself(scope):
+            await self._answer(scope, send, scope["path"], dict(scope["headers"]))
+            return
         await self.django_app(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -106,7 +137,37 @@ class ReadFront:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _read(self, scope: Scope, send: Send, name: str, headers: dict[bytes, bytes]) -> None:
+    async def _answer(self, scope: Scope, send: Send, path: str, headers: dict[bytes, bytes]) -> None:
+        """One token read: its request id in the answer and in every log record meanwhile;
+        its time in /metrics and in the access log."""
+        started = time.perf_counter()
+        answer = _Answer(send, request_id_from(headers.get(b"x-request-id")), started)
+        context = request_context.current.set(answer)
+        try:
+            await self._read(scope, answer, path[len(PREFIX) + 1 :], headers)
+            seconds = time.perf_counter() - started
+            route = CHAINS_ROUTE if path == PREFIX else CHAIN_ROUTE
+            # A held long poll's wait is the client's choice, not the front's work: it is
+            # timed on its own (controlplane_long_poll_hold_seconds).
+            held = answer.held
+            counters.front_durations.observe((route, "GET", answer.status), seconds - (held or 0.0))
+            if held is not None:
+                counters.front_holds.observe((answer.status,), held)
+            line = reads_log if answer.status < 400 else access_log
+            if line.isEnabledFor(logging.INFO):
+                log_access(
+                    method="GET",
+                    route=route,
+                    path=path,
+                    status=answer.status,
+                    seconds=seconds,
+                    held_seconds=held,
+                    logger=line,
+                )
+        finally:
+            request_context.current.reset(context)
+
+    async def _read(self, scope: Scope, send: _Answer, name: str, headers: dict[bytes, bytes]) -> None:
         raw = bearer_token(headers[b"authorization"])
         if raw is None:
             await _error(send, 401, BEARER_HELP, auth=True)
@@ -153,11 +214,14 @@ class ReadFront:
             self.fleet.seen(name, *identity)
         if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
         if matches(if_none_match, entry.etag) and wait:
+            held_since = time.perf_counter()
             try:
                 entry = await self._wait(name, entry, wait)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
+            finally:
+                send.held = time.perf_counter() - held_since
         if matches(if_none_match, entry.etag):
             await _respond(send, 304, b"", entry.etag)
         else:
@@ -203,23 +267,58 @@ class ReadFront:
                 return entry
 
 
+def answers_itself(scope: Scope) -> bool:
+    """Whether the front answers this request itself: a GET of the chain list or of one
+    chain with an Authorization header (a token read, long polls included); everything else
+    is Django's. The project's wiring traces the two apart by it (controlplane/telemetry.py)."""
+    if scope["type"] != "http" or scope["method"] != "GET":
+        return False
+    path: str = scope["path"]
+    if path != PREFIX and not (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1 :]):
+        return False
+    for name, _ in scope["headers"]:
+        if name == b"authorization":
+            return True
+    return False
+
+
+class _Answer(RequestContext):
+    """One read the front answers: the request (its id for the header and the log records)
+    and what /metrics and the access line need of its answer: the status, and how long it
+    was held waiting for a change (a long poll)."""
+
+    __slots__ = ("held", "send", "status")
+
+    def __init__(self, send: Send, request_id: str, started: float) -> None:
+        self.request_id = request_id
+        self.started = started
+        self.send = send
+        self.status = 0
+        self.held: float | None = None
+
+
 async def _respond(
-    send: Send, status: int, body: bytes, etag: str | None = None, extra: list[tuple[bytes, bytes]] | None = None
+    send: _Answer,
+    status: int,
+    body: bytes,
+    etag: str | None = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
+    send.status = status
     counters.read_counts[status] += 1
-    headers = [_NO_CACHE]
+    headers = [_NO_CACHE, (b"x-request-id", send.request_id.encode())]
     if status != 304:
         headers.append(_JSON)
     if etag is not None:
         headers.append((b"etag", etag.encode()))
     if extra:
         headers += extra
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send.send({"type": "http.response.start", "status": status, "headers": headers})
+    await send.send({"type": "http.response.body", "body": body})
 
 
 async def _error(
-    send: Send, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
+    send: _Answer, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
 ) -> None:
     extra = [(b"www-authenticate", b"Bearer")] if auth else None
     if status == 503:

@@ -5,7 +5,8 @@ wait here on an asyncio event (no thread, no connection held). Freshness:
 
 - PostgreSQL: one LISTEN connection per process; each change NOTIFYs in its own transaction
   (``notifications``), so every web process applies that chain's document as it commits.
-  A cheap version check every few seconds backs the listener up across reconnects.
+  A cheap version check every few seconds backs the listener up across reconnects, and
+  serves alone when LISTEN cannot work (``/readyz`` then says ``polling`` and why).
 - other databases (SQLite for local runs): the version check runs every quarter second.
 
 An expired pin is never served: the front asks ``services.revert_expired_and_read``.
@@ -15,23 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
-from presets.read_path.notifications import decode_payload, listen
+from presets.read_path.notifications import State, decode_payload, listen, set_state
+from presets.read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 PG_SAFETY_POLL_S = 5.0
 FALLBACK_POLL_S = 0.25
@@ -75,25 +71,6 @@ def entry_from_document(document: ChainDocument, *, expires_at: float | None) ->
     )
 
 
-def _with_fresh_connection(func: Callable[P, R]) -> Callable[P, R]:
-    """Database work done for the front runs in a worker thread outside any request: open a
-    connection for it and close it after, so no idle connection is left per thread."""
-
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        close_old_connections()
-        try:
-            return func(*args, **kwargs)
-        finally:
-            connections.close_all()
-
-    return wrapper
-
-
-def in_worker_thread(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """``func`` as an awaitable run in a worker thread with its own short-lived connection."""
-    return sync_to_async(_with_fresh_connection(func), thread_sensitive=False)
-
-
 def _load_all() -> dict[str, Entry]:
     selections = services.revert_expired_and_read_all()
     epoch = current_epoch()
@@ -135,6 +112,7 @@ class Snapshot:
         await asyncio.shield(self._started)
 
     async def _start(self) -> None:
+        set_state(State("starting", "the snapshot is loading; LISTEN is not yet checked"))
         while True:
             try:
                 self._replace_all(await in_worker_thread(_load_all)())
@@ -142,10 +120,13 @@ class Snapshot:
             except Exception as exc:  # the database may be down at start; keep trying
                 log.warning("chain snapshot: initial load failed (%s); retrying", exc)
                 await asyncio.sleep(1.0)
-        vendor = connections["default"].vendor
-        if vendor == "postgresql":
-            self._tasks.append(asyncio.ensure_future(listen(self)))
-        interval = PG_SAFETY_POLL_S if vendor == "postgresql" else FALLBACK_POLL_S
+        database = connections["default"]
+        interval = PG_SAFETY_POLL_S if database.vendor == "postgresql" else FALLBACK_POLL_S
+        if database.vendor == "postgresql":
+            self._tasks.append(asyncio.ensure_future(listen(self, polling_every=interval)))
+        else:
+            detail = f"{database.display_name} has no LISTEN/NOTIFY: chain versions are checked every {interval:g} s"
+            set_state(State("polling", detail), warn=False)
         self._tasks.append(asyncio.ensure_future(self._poll_versions(interval)))
 
     async def stop(self) -> None:
@@ -157,6 +138,7 @@ class Snapshot:
             except BaseException:  # noqa: BLE001 - cancelled or already failed: both fine
                 pass
         self._tasks.clear()
+        set_state(None)
 
     # --- reads ----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from presets.models import use_token
-from presets.read_path.snapshot import in_worker_thread
+from presets.read_path.worker_threads import in_worker_thread
 
 TOKEN_CACHE_S = 5.0
 TOKEN_CACHE_MAX = 10_000

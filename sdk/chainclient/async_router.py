@@ -71,8 +71,8 @@ class AsyncRouter(RouterCore[AsyncTransport]):
                 continue
             try:
                 raised, value = await _call(transports[step.provider], step, request, turn.timeout)
-            except BaseException:  # the task was cancelled (or interrupted)
-                self._interrupted(turn)
+            except BaseException as interruption:  # the task was cancelled (or interrupted)
+                self._interrupted(turn, interruption)
                 raise
             result = self._settle(walk, turn, raised, value)
             if result is not None:

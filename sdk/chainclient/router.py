@@ -95,8 +95,8 @@ class Router(RouterCore[Transport]):
                 continue
             try:
                 raised, value = _call(transports[step.provider], step, request, turn.timeout)
-            except BaseException:
-                self._interrupted(turn)
+            except BaseException as interruption:
+                self._interrupted(turn, interruption)
                 raise
             result = self._settle(walk, turn, raised, value)
             if result is not None:

@@ -6,7 +6,8 @@ walks it in order. Before every attempt it runs admission (the contract, from
 the attempt ``min(step timeout, time left in the request's budget)``, classifies how the
 call went (``outcomes.classify``: the status table lives there), and either returns, moves
 on to the next step, or stops. Every attempt is recorded in the request's receipt
-(``receipts``), which results and errors carry.
+(``receipts``), which results and errors carry, and is a span when the service uses
+OpenTelemetry (``tracing``).
 
 ``RouterCore`` owns that policy: admission, the budget, what an attempt's outcome leads to,
 and what follows (the counts in ``report()``, credential alerts, usage and health
@@ -36,6 +37,7 @@ from chainclient.errors import (
 )
 from chainclient.outcomes import Action, classify
 from chainclient.receipts import Answer, Attempt, CredentialAlert, RouteResult
+from chainclient.tracing import AttemptSpan, attempt_ended, attempt_interrupted, attempt_started
 from chainclient.types import ChainDocument, Registry, Step
 from chainclient.walk import Walk
 
@@ -85,12 +87,14 @@ class ChainSource(Protocol):
 
 
 class Turn(NamedTuple):
-    """A step admitted for one attempt: its share of the budget and when it started."""
+    """A step admitted for one attempt: its share of the budget, when it started, and its
+    OpenTelemetry span (None without OpenTelemetry: see ``tracing``)."""
 
     step: Step
     timeout: float
     breaker: CircuitBreaker | None
     started: float
+    span: AttemptSpan | None = None
 
 
 TransportT = TypeVar("TransportT")
@@ -212,7 +216,8 @@ class RouterCore(Generic[TransportT]):
                 breaker.release()
             raise self._ended(walk.out_of_time(deadline_s=self._deadline_s, not_started=walk.document.chain[index:]))
         step_timeout = step.timeout_s
-        return Turn(step, step_timeout if step_timeout <= left else left, breaker, now)
+        span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1)
+        return Turn(step, step_timeout if step_timeout <= left else left, breaker, now, span)
 
     def _settle(self, walk: Walk, turn: Turn, raised: Exception | None, value: Any) -> RouteResult | None:
         """Record how the attempt went and act on it: the result if it served the request,
@@ -256,6 +261,8 @@ class RouterCore(Generic[TransportT]):
             version=document.version,
         )
         walk.attempts.append(attempt)
+        if turn.span is not None:
+            attempt_ended(turn.span, attempt, raised, model_reported=bool(model_id))
         if self._record_attempt is not None:
             self._attempted(attempt)
         if verdict.credential_alert:
@@ -277,11 +284,13 @@ class RouterCore(Generic[TransportT]):
         return self._ended(walk.exhausted(deadline_s=self._deadline_s))
 
     @staticmethod
-    def _interrupted(turn: Turn) -> None:
+    def _interrupted(turn: Turn, error: BaseException) -> None:
         """The call was interrupted (KeyboardInterrupt, a cancelled task): a half-open
-        breaker's probe slot goes back unused."""
+        breaker's probe slot goes back unused, and the attempt's span ends."""
         if turn.breaker is not None:
             turn.breaker.release()
+        if turn.span is not None:
+            attempt_interrupted(turn.span, error)
 
     # --- admission -----------------------------------------------------------------------
 

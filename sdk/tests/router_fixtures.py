@@ -10,6 +10,7 @@ fresh event loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -40,13 +41,14 @@ class Blocking:
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coroutine)``, on a thread of its own when this thread already runs an
     event loop (a transport calling the router mid-request; Playwright's sync API, which
-    keeps one running in the main thread while the browser tests' session lasts)."""
+    keeps one running in the main thread while the browser tests' session lasts), with this
+    thread's context either way (the caller's current span, as ``asyncio.to_thread`` would)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
     with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
+        return thread.submit(contextvars.copy_context().run, asyncio.run, coroutine).result()
 
 
 def fakes_for(specs: Mapping[str, Spec] | None = None, clock: FakeClock | None = None) -> FakeProviders:
