@@ -56,7 +56,7 @@ lint: install
 	$(VENV)/bin/mypy controlplane presets audit sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
-BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py promises.py provider_health_ingest.py history_pages.py
+BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py promises.py provider_health_ingest.py history_pages.py export_history.py
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll

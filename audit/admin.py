@@ -1,10 +1,10 @@
-"""Admin: alerts are read-only here (the sweeps raise and resolve them)."""
+"""Admin: alerts and notifications are read-only here (the sweeps and changes make them)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from audit.models import Alert
+from audit.models import Alert, Notification
 from presets.admin import ReadOnlyAdminMixin
 
 
@@ -17,4 +17,15 @@ class AlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="delivery")
     def delivery(self, obj: Alert) -> str:
+        return ", ".join(f"{name}: {d['state']}" for name, d in obj.deliveries.items())
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "kind", "chain", "version", "delivery"]
+    list_filter = ["kind", "chain"]
+    list_select_related = ["chain"]
+
+    @admin.display(description="delivery")
+    def delivery(self, obj: Notification) -> str:
         return ", ".join(f"{name}: {d['state']}" for name, d in obj.deliveries.items())

@@ -1,5 +1,6 @@
 """Alerts (DESIGN §9): raising and resolving them, the stale-pin sweep, and the read the API
-and the alerts page share (``recent_alerts``). Delivery to the notifiers is ``audit.delivery``.
+and the alerts page share (``recent_alerts``). Delivery to the notifiers is ``audit.delivery``;
+a resolution is told to them too (``audit.notifications.notify_resolved``).
 
 Which pin an alert is about: a pin *episode* starts with the select or restore that made a
 non-default preset live and lasts through extensions (and syncs of its definition), which
@@ -21,9 +22,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit import messages
 from audit.delivery import queue_delivery
 from audit.models import PROVIDER_ALERTS, Alert, AlertKind, DeliveryState
-from audit.notifiers import LOG, NOTIFIERS
+from audit.notifications import notify_resolved, resolution_deliveries
+from audit.notifiers import LOG, planned_deliveries
 from presets.documents import format_duration, format_time
 from presets.exceptions import NotFound
 from presets.models import Action, Chain, Selection, lock_selection
@@ -39,7 +42,7 @@ def recent_alerts(*, limit: int = 100, open_only: bool = False, chain: str | Non
     """Alerts newest first, with their chain loaded: the alerts page and GET /api/v1/alerts.
 
     ``open_only`` keeps the conditions still going on (a stale pin not yet ended)."""
-    alerts = Alert.objects.select_related("chain").order_by("-created_at", "-id")
+    alerts = Alert.objects.select_related("chain", "resolution_notification").order_by("-created_at", "-id")
     if open_only:
         alerts = alerts.filter(resolved_at__isnull=True)
     if chain is not None:
@@ -54,14 +57,14 @@ def open_alert_count() -> int:
     return Alert.objects.filter(resolved_at__isnull=True).count()
 
 
-# Alerts that report something that happened rather than a condition: raised already
-# resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved".
-EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED})
-
-
 def alert_entry(alert: Alert) -> dict[str, Any]:
-    """One alert as the API shows it: its document and its delivery state per notifier."""
-    return {**alert.to_document(), "deliveries": alert.deliveries}
+    """One alert as the API shows it: its document, and the delivery state per notifier of
+    its raising and of its resolution."""
+    return {
+        **alert.to_document(),
+        "deliveries": alert.deliveries,
+        "resolution_deliveries": resolution_deliveries(alert),
+    }
 
 
 # --- raising and resolving ------------------------------------------------------------------
@@ -81,20 +84,13 @@ def raise_alert(
     """Record an alert once per (kind, chain, version), or for a provider alert once while
     one is open for (kind, chain, subject); returns it and whether it is new.
 
-    A new alert gets a delivery record for the log and every configured notifier. When the
-    caller's transaction commits its log line is written and its delivery is queued. An
+    A new alert gets a delivery record for the log and every notifier that takes it. When
+    the caller's transaction commits its log line is written and its delivery is queued. An
     event that leaves nothing open is raised with its ``resolution``."""
     deliveries = {
         LOG.name: {"state": DeliveryState.DELIVERED, "attempts": 1, "last_error": "", "delivered_at": format_time(now)},
+        **planned_deliveries(messages.ALERT_RAISED, alert_kind=kind),
     }
-    for notifier in NOTIFIERS.values():
-        if notifier is not LOG and notifier.is_configured():
-            deliveries[notifier.name] = {
-                "state": DeliveryState.PENDING,
-                "attempts": 0,
-                "last_error": "",
-                "delivered_at": None,
-            }
     pending = len(deliveries) > 1
     # The unique constraint makes this a conditional insert: of two sweeps racing, one
     # creates the alert and the other gets it back.
@@ -122,7 +118,7 @@ def raise_alert(
 
 
 def _announce(alert: Alert) -> None:
-    LOG.send(alert)
+    LOG.send(messages.raised(alert))
     if alert.delivery_due_at is not None:
         queue_delivery(alert_id=alert.pk, now=max(timezone.now(), alert.delivery_due_at))
 
@@ -191,6 +187,7 @@ def _resolve_ended_stale_alerts(*, chain: Chain, live_pin_version: int | None, n
             )[:600]
             alert.resolved_at = ended.updated_at
         alert.save(update_fields=["resolution", "resolved_at"])
+        notify_resolved(alert=alert, now=now)
         log.info("alert %s on %s v%d resolved: %s", alert.kind, chain.name, alert.version, alert.resolution)
         resolved += 1
     return resolved

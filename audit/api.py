@@ -66,7 +66,14 @@ class AlertsView(APIView):
         )
         resolution = serializers.CharField(allow_blank=True, help_text="how it ended")
         deliveries = serializers.DictField(
-            child=DeliverySerializer(), help_text="per notifier (log, webhook, email): its delivery state"
+            child=DeliverySerializer(),
+            help_text="per notifier (log, webhook, slack, pagerduty, email): the delivery of its raising",
+        )
+        resolution_deliveries = serializers.DictField(
+            child=DeliverySerializer(),
+            allow_null=True,
+            help_text="per notifier (webhook, slack, pagerduty, email): the delivery of its resolution; "
+            "null while open, for an event (pin_expired), or when no notifier took it",
         )
 
     @extend_schema(

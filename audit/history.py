@@ -1,5 +1,5 @@
 """Reading the audit trail: each historical selection row as a self-contained entry, filtered
-and paged for the history pages.
+and paged for the history pages, and read whole, oldest first, for the audit export.
 
 The pages page by *keyset* ("older than this row"), not by offset: with a long trail an
 offset makes the database walk every row before the page and a page count walks them all, on
@@ -8,6 +8,7 @@ every page; a keyset reads one page's rows from an index whatever its depth.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
@@ -189,3 +190,41 @@ def entry(row: Any) -> HistoryEntry:
 def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[HistoryEntry]:
     rows = history_rows(chain=chain, before=before)[:limit]
     return [entry(row) for row in rows]
+
+
+# --- every change, oldest first: the audit export (audit/history_export.py) -------------------
+
+
+def history_position(*, chain: str, version: int) -> tuple[datetime, int] | None:
+    """Where a chain's version stands in the all-chains order (``ALL_ORDER``): its row's
+    sort key, or None when the history has no such version."""
+    key = (
+        Selection.history.filter(chain_id=_chain_id(chain), version=version)
+        .order_by("-history_id")
+        .values_list(*ALL_ORDER)
+        .first()
+    )
+    return (key[0], key[1]) if key is not None else None
+
+
+def history_batches(
+    *, filters: HistoryFilter, after: tuple[datetime, int] | None = None, size: int
+) -> Iterator[list[Any]]:
+    """Every row the filter admits, oldest first (``ALL_ORDER`` ascending), after the row
+    whose sort key is ``after`` (from the oldest without it), in lists of at most ``size``.
+    Each list is one query that starts its index scan after the previous list's last row, so
+    memory and the cost of a read stay the same at any depth and no query outlives its list.
+    The few chains and presets a list names are read once for it, not joined to every row."""
+    rows = (
+        history_rows(filters=filters)
+        .select_related(None)
+        .prefetch_related("chain", "preset", "previous_preset")
+        .order_by(*ALL_ORDER)
+    )
+    while True:
+        batch = list((rows if after is None else rows.filter(_beyond(ALL_ORDER, after, older=False)))[:size])
+        if batch:
+            yield batch
+        if len(batch) < size:
+            return
+        after = (batch[-1].history_date, batch[-1].history_id)

@@ -1,5 +1,5 @@
 """Audit models. The selection history itself is django-simple-history's table on Selection;
-alerts (DESIGN §9) live here.
+alerts (DESIGN §9) and the notifications of changes and resolutions live here.
 
 An alert is raised once per (kind, chain, version), enforced by a unique constraint, so two
 sweeps racing can never raise it twice:
@@ -18,6 +18,7 @@ sweeps racing can never raise it twice:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +38,10 @@ class AlertKind(models.TextChoices):
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
 PROVIDER_ALERTS = (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS)
+# Alerts that report something that happened rather than a condition: raised already
+# resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
+# and PagerDuty is not paged for them.
+EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED})
 
 
 class DeliveryState(models.TextChoices):
@@ -45,15 +50,40 @@ class DeliveryState(models.TextChoices):
     FAILED = "failed"
 
 
-class Alert(models.Model):
+# The namespace of the event ids derived from a row (``Alert.raised_event_id``).
+EVENT_IDS = uuid.UUID("5b0f4d52-7a4e-4f61-9c1e-0c6f2a9d3e17")
+
+
+class Deliverable(models.Model):
+    """Something the notifiers deliver, with its delivery state per notifier: an alert being
+    raised (``Alert``), a change or an alert's resolution (``Notification``).
+
+    ``deliveries`` maps each notifier to ``{"state": "pending|delivered|failed", "attempts":
+    n, "last_error": str, "delivered_at": time|None}``; ``audit.delivery`` moves them on."""
+
+    deliveries = models.JSONField(default=dict)
+    # When a sweep should next hand the pending deliveries to a worker; null when none is
+    # pending. Queuing a delivery task moves it ahead (a lease), so that sweeps do not queue a
+    # second task while the first waits or backs off, yet take over if it was lost.
+    delivery_due_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        abstract = True
+
+    def pending_deliveries(self) -> list[str]:
+        """The notifiers that still have to deliver this."""
+        return [name for name, d in self.deliveries.items() if d["state"] == DeliveryState.PENDING]
+
+
+class Alert(Deliverable):
     """Something about a chain that a person should know, with its delivery per notifier.
 
     ``details`` holds the facts at the time it was raised (``preset``, ``actor``,
     ``reason``, ``pin_version``, ``pinned_by``, ``pinned_at``, ``expires_at``,
     ``age_seconds``).
-    ``deliveries`` maps each notifier (``log``, ``webhook``, ``email``) to
-    ``{"state": "pending|delivered|failed", "attempts": n, "last_error": str,
-    "delivered_at": time|None}``."""
+    ``deliveries`` is the delivery of its raising to each notifier (``log``, ``webhook``,
+    ``slack``, ``pagerduty``, ``email``); its resolution's is its ``resolution_notification``."""
 
     kind = models.CharField(max_length=20, choices=AlertKind.choices)
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="alerts")
@@ -63,14 +93,8 @@ class Alert(models.Model):
     )
     message = models.TextField()
     details = models.JSONField(default=dict)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolution = models.CharField(max_length=600, blank=True)
-    deliveries = models.JSONField(default=dict)
-    # When a sweep should next hand the pending deliveries to a worker; null when none is
-    # pending. Queuing a delivery task moves it ahead (a lease), so that sweeps do not queue a
-    # second task while the first waits or backs off, yet take over if it was lost.
-    delivery_due_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -105,9 +129,20 @@ class Alert(models.Model):
         """The chain's page in the web UI, where the pin can be kept or reverted."""
         return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/chains/{self.chain.name}/"
 
-    def pending_deliveries(self) -> list[str]:
-        """The notifiers that still have to deliver this alert."""
-        return [name for name, d in self.deliveries.items() if d["state"] == DeliveryState.PENDING]
+    @property
+    def is_event(self) -> bool:
+        """Whether it reports something that happened (raised resolved), not a condition."""
+        return self.kind in EVENT_KINDS
+
+    @property
+    def dedup_key(self) -> str:
+        """The key PagerDuty groups this alert's trigger and resolve under."""
+        return f"controlplane-alert-{self.pk}"
+
+    @property
+    def raised_event_id(self) -> str:
+        """The id of the event "this alert was raised", the same on every retry of its delivery."""
+        return str(uuid.uuid5(EVENT_IDS, f"alert {self.pk} raised {self.created_at.isoformat()}"))
 
     def to_document(self) -> dict[str, Any]:
         """The alert as JSON: the webhook's body, and (with ``deliveries``) the API's entry."""
@@ -133,6 +168,40 @@ class Alert(models.Model):
             "resolved_at": format_time(self.resolved_at),
             "resolution": self.resolution,
         }
+
+
+class NotificationKind(models.TextChoices):
+    CHANGE = "change"
+    ALERT_RESOLVED = "alert.resolved"
+
+
+class Notification(Deliverable):
+    """A change of what a chain serves, or an alert's resolution, to tell the notifiers that
+    take it (``audit.notifications``), with its delivery per notifier.
+
+    ``details`` is the change as a history entry (``audit.history.HistoryEntry``) at the time
+    it was made; empty for a resolution, which is told from its alert. ``event_id`` is the id
+    receivers see, the same on every retry."""
+
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    kind = models.CharField(max_length=20, choices=NotificationKind.choices)
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="notifications")
+    version = models.PositiveIntegerField(help_text="the change's version; a resolution: its alert's")
+    alert = models.OneToOneField(
+        Alert, null=True, blank=True, on_delete=models.PROTECT, related_name="resolution_notification"
+    )
+    details = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.chain.name} v{self.version}"
+
+    @property
+    def chain_url(self) -> str:
+        """The chain's page in the web UI."""
+        return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/chains/{self.chain.name}/"
 
 
 # --- fleet status (audit.fleet_recorder writes instances, audit.usage the reports) --------

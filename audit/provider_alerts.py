@@ -22,6 +22,7 @@ from django.utils import timezone
 from audit import provider_health
 from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind
+from audit.notifications import notify_resolved
 from presets.models import Chain, Selection
 
 # Usage reports arrive many per second from a large fleet: judge at most this often.
@@ -116,6 +117,7 @@ def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:
             )
         alert.resolved_at = now
         alert.save(update_fields=["resolution", "resolved_at"])
+        notify_resolved(alert=alert, now=now)
         resolved += 1
     return resolved
 

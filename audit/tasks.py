@@ -1,4 +1,4 @@
-"""Celery tasks of the audit app; thin: each calls the alert services and returns."""
+"""Celery tasks of the audit app; thin: each calls the alert and delivery services and returns."""
 
 from __future__ import annotations
 
@@ -41,5 +41,14 @@ def prune_provider_health() -> int:
 def deliver_alert(self: Any, alert_id: int) -> None:
     """Deliver one alert to its pending notifiers; retry with backoff while any is pending."""
     retry_in = delivery.deliver_alert(alert_id=alert_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+@shared_task(bind=True, name="audit.tasks.deliver_notification", max_retries=None)
+def deliver_notification(self: Any, notification_id: int) -> None:
+    """Deliver one change or resolution to its pending notifiers; retry with backoff while any
+    is pending."""
+    retry_in = delivery.deliver_notification(notification_id=notification_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)

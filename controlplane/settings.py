@@ -5,9 +5,11 @@ Bad values fail at start with a message naming the variable and what it accepts.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -92,6 +94,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After authentication: the signed-in person is the actor of the access changes a
+    # request makes (the admin's role and flag changes), in the access history.
+    "controlplane.access_actor.AccessActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.security_headers.ContentSecurityPolicyMiddleware",
@@ -222,6 +227,125 @@ AXES_LOCKOUT_CALLABLE = "controlplane.login_lockout.lockout_response"
 # No "AXES: BEGIN ..." banner from every process and management command.
 AXES_VERBOSE = False
 
+# --- Single sign-on: OpenID Connect, a trusted proxy's headers, local passwords ----------
+# README "Single sign-on". OpenID Connect (controlplane/sso.py) is on when OIDC_ISSUER is set:
+# the sign-in page offers "Sign in with OIDC_PROVIDER_NAME", the provider's endpoints come from
+# <OIDC_ISSUER>/.well-known/openid-configuration at the first sign-in (each OIDC_*_ENDPOINT
+# given replaces its entry), and the provider sends people back to /accounts/oidc/callback/.
+# A trusted reverse proxy (controlplane/proxy_auth.py) names the person in
+# PROXY_AUTH_USER_HEADER, believed only from PROXY_AUTH_TRUSTED_PROXIES (elsewhere: 403).
+# Both take roles from the provider's groups at every sign-in (controlplane/sso_accounts.py):
+# OIDC_ONCALL_GROUPS, OIDC_VIEWER_GROUPS, OIDC_STAFF_GROUPS; a person in none of them is
+# refused, or with OIDC_UNMAPPED_USERS=viewer signed in as a viewer.
+# LOCAL_PASSWORDS=false turns password sign-in off (the pages and the admin's).
+
+
+def _sso_url(name: str, value: str) -> str:
+    """An https:// URL (http:// only on this machine, for a provider run locally)."""
+    parts = urlsplit(value)
+    local = parts.hostname in {"localhost", "127.0.0.1", "::1"}
+    if not parts.hostname or parts.scheme not in {"https", "http"} or (parts.scheme == "http" and not local):
+        raise ImproperlyConfigured(f"{name}={value!r} must be an https:// URL (http:// only for localhost)")
+    return value
+
+
+def _header_name(name: str) -> str:
+    value = env_str(name, "").strip()
+    if value and not all(char.isascii() and (char.isalnum() or char == "-") for char in value):
+        raise ImproperlyConfigured(f"{name}={value!r} is not an HTTP header name: use letters, digits and -")
+    return value
+
+
+OIDC_ISSUER = env_str("OIDC_ISSUER", "").strip()
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "").strip()
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+# Explicit endpoints, for a provider without a discovery document (or one that is wrong).
+_OIDC_ENDPOINT_VARIABLES = {
+    "authorization_endpoint": "OIDC_AUTHORIZATION_ENDPOINT",
+    "token_endpoint": "OIDC_TOKEN_ENDPOINT",
+    "userinfo_endpoint": "OIDC_USERINFO_ENDPOINT",
+    "jwks_uri": "OIDC_JWKS_ENDPOINT",
+}
+OIDC_ENDPOINTS = {key: env_str(name, "").strip() for key, name in _OIDC_ENDPOINT_VARIABLES.items()}
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "").strip() or (urlsplit(OIDC_ISSUER).hostname or "single sign-on")
+OIDC_SCOPES = env_str("OIDC_SCOPES", "openid email profile groups").split()
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username").strip()
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups").strip()
+OIDC_ONCALL_GROUPS = env_list("OIDC_ONCALL_GROUPS", [])
+OIDC_VIEWER_GROUPS = env_list("OIDC_VIEWER_GROUPS", [])
+OIDC_STAFF_GROUPS = env_list("OIDC_STAFF_GROUPS", [])
+OIDC_UNMAPPED_USERS = env_str("OIDC_UNMAPPED_USERS", "refuse").strip().lower()
+OIDC_SIGN_ALGORITHM = env_str("OIDC_SIGN_ALGORITHM", "RS256").strip()
+OIDC_TOKEN_AUTH_METHOD = env_str("OIDC_TOKEN_AUTH_METHOD", "client_secret_basic").strip()
+OIDC_TIMEOUT_SECONDS = env_int("OIDC_TIMEOUT_SECONDS", 10, minimum=1, maximum=60)
+# A CA file for a provider whose certificate a private CA signed.
+OIDC_CA_BUNDLE = env_str("OIDC_CA_BUNDLE", "").strip()
+# Roles are read at sign-in: a session single sign-on made lasts this long, so a group removed
+# at the provider takes effect within it (Django's two weeks otherwise).
+OIDC_SESSION_HOURS = env_int("OIDC_SESSION_HOURS", 12, minimum=1, maximum=24 * 14)
+if OIDC_UNMAPPED_USERS not in {"refuse", "viewer"}:
+    raise ImproperlyConfigured(f"OIDC_UNMAPPED_USERS={OIDC_UNMAPPED_USERS!r} must be refuse or viewer")
+if OIDC_ISSUER:
+    _sso_url("OIDC_ISSUER", OIDC_ISSUER)
+    for _name, _value in (("OIDC_CLIENT_ID", OIDC_CLIENT_ID), ("OIDC_CLIENT_SECRET", OIDC_CLIENT_SECRET)):
+        if not _value:
+            raise ImproperlyConfigured(f"OIDC_ISSUER is set but {_name} is not: copy it from the provider's client")
+    if "openid" not in OIDC_SCOPES:
+        raise ImproperlyConfigured(f"OIDC_SCOPES={' '.join(OIDC_SCOPES)!r} must include openid")
+    for _name, _value in (("OIDC_USERNAME_CLAIM", OIDC_USERNAME_CLAIM), ("OIDC_GROUPS_CLAIM", OIDC_GROUPS_CLAIM)):
+        if not _value:
+            raise ImproperlyConfigured(f"{_name} is empty: name the claim (e.g. preferred_username, groups)")
+    for _key, _value in OIDC_ENDPOINTS.items():
+        if _value:
+            _sso_url(_OIDC_ENDPOINT_VARIABLES[_key], _value)
+    if OIDC_CA_BUNDLE and not Path(OIDC_CA_BUNDLE).is_file():
+        raise ImproperlyConfigured(f"OIDC_CA_BUNDLE={OIDC_CA_BUNDLE!r} is not a file: give the PEM file of the CA")
+elif OIDC_CLIENT_ID or OIDC_CLIENT_SECRET or any(OIDC_ENDPOINTS.values()):
+    raise ImproperlyConfigured("OIDC_CLIENT_ID, OIDC_CLIENT_SECRET or an OIDC_*_ENDPOINT is set without OIDC_ISSUER")
+if OIDC_SIGN_ALGORITHM not in {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512"}:
+    raise ImproperlyConfigured(f"OIDC_SIGN_ALGORITHM={OIDC_SIGN_ALGORITHM!r} must be RS256, RS384, RS512 or ES256-512")
+if OIDC_TOKEN_AUTH_METHOD not in {"client_secret_basic", "client_secret_post"}:
+    raise ImproperlyConfigured(
+        f"OIDC_TOKEN_AUTH_METHOD={OIDC_TOKEN_AUTH_METHOD!r} must be client_secret_basic or client_secret_post"
+    )
+
+PROXY_AUTH_USER_HEADER = _header_name("PROXY_AUTH_USER_HEADER")
+PROXY_AUTH_GROUPS_HEADER = _header_name("PROXY_AUTH_GROUPS_HEADER")
+PROXY_AUTH_TRUSTED_PROXIES = env_list("PROXY_AUTH_TRUSTED_PROXIES", [])
+for _entry in PROXY_AUTH_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"PROXY_AUTH_TRUSTED_PROXIES: {_entry!r} is not an address or network (e.g. 10.0.0.5, 10.0.0.0/24)"
+        ) from None
+if PROXY_AUTH_USER_HEADER and not PROXY_AUTH_TRUSTED_PROXIES:
+    raise ImproperlyConfigured(
+        "PROXY_AUTH_USER_HEADER is set but PROXY_AUTH_TRUSTED_PROXIES is empty: list the proxy's addresses"
+    )
+if not PROXY_AUTH_USER_HEADER and (PROXY_AUTH_GROUPS_HEADER or PROXY_AUTH_TRUSTED_PROXIES):
+    raise ImproperlyConfigured(
+        "PROXY_AUTH_GROUPS_HEADER or PROXY_AUTH_TRUSTED_PROXIES is set without PROXY_AUTH_USER_HEADER"
+    )
+
+LOCAL_PASSWORDS = env_bool("LOCAL_PASSWORDS", True)
+if not LOCAL_PASSWORDS and not (OIDC_ISSUER or PROXY_AUTH_USER_HEADER):
+    raise ImproperlyConfigured(
+        "LOCAL_PASSWORDS=false leaves no way to sign in: set OIDC_ISSUER or PROXY_AUTH_USER_HEADER too"
+    )
+# Both are always listed and do nothing until configured, so a session made by one ends when
+# it is turned off. Without local passwords, Django's password backend goes (and with it the
+# sessions it made).
+AUTHENTICATION_BACKENDS += ["controlplane.sso.OIDCBackend", "controlplane.proxy_auth.ProxyBackend"]
+if not LOCAL_PASSWORDS:
+    AUTHENTICATION_BACKENDS.remove("django.contrib.auth.backends.ModelBackend")
+# Right after AuthenticationMiddleware (it needs request.user); it returns at once unless
+# PROXY_AUTH_USER_HEADER is set.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "controlplane.proxy_auth.ProxyAuthMiddleware",
+)
+
 # --- HTTPS and browser protections -------------------------------------------------------
 # HTTPS=true (set in docker-compose.yml) is for a deployment behind a TLS-terminating proxy
 # that sets X-Forwarded-Proto: it redirects plain http to https, marks cookies Secure and
@@ -282,6 +406,13 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
 FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)
 # Provider health from the SDK's usage reports: one-minute buckets kept this long.
 PROVIDER_HEALTH_RETENTION_HOURS = env_int("PROVIDER_HEALTH_RETENTION_HOURS", 48, minimum=1, maximum=24 * 90)
+# The audit export (GET /api/v1/history, manage.py export_history; audit/history_export.py).
+# It ends at the changes made this many seconds before it starts: a change is stamped a moment
+# before it commits, and one still committing when an export read past its time would be
+# skipped by a resume. Raise it if commits can take longer or the web hosts' clocks differ.
+HISTORY_EXPORT_SETTLE_SECONDS = env_int("HISTORY_EXPORT_SETTLE_SECONDS", 5, minimum=0, maximum=3600)
+# Rows per database read and per chunk written: an export's memory is about this many entries.
+HISTORY_EXPORT_BATCH_ROWS = env_int("HISTORY_EXPORT_BATCH_ROWS", 1000, minimum=1, maximum=10_000)
 # A step is failing when, over the last PROVIDER_FAILING_MINUTES, at least
 # PROVIDER_FAILING_MIN_ATTEMPTS attempts were reported and PROVIDER_FAILING_ERROR_PERCENT of
 # them failed on the provider's side (pages' "failing now" line, provider_failing alerts).
@@ -303,6 +434,52 @@ for _address in ALERT_EMAILS:
 ALERT_DELIVERY_MAX_ATTEMPTS = env_int("ALERT_DELIVERY_MAX_ATTEMPTS", 8, minimum=1)
 ALERT_DELIVERY_BACKOFF_SECONDS = env_int("ALERT_DELIVERY_BACKOFF_SECONDS", 10, minimum=1)
 ALERT_WEBHOOK_TIMEOUT_SECONDS = env_int("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
+# Change notifications (README, "Change notifications"): every change and every alert raised
+# and resolved go to each target set here, with the delivery, retries and backoff above.
+# NOTIFY_WEBHOOK_URL gets every event, signed with NOTIFY_WEBHOOK_SECRET (HMAC-SHA256);
+# ALERT_WEBHOOK_URL, its older alerts-only form, keeps its body when it is set instead.
+NOTIFY_WEBHOOK_URL = env_str("NOTIFY_WEBHOOK_URL", "").strip()
+NOTIFY_WEBHOOK_SECRET = env_str("NOTIFY_WEBHOOK_SECRET", "").strip()
+SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL", "").strip()
+PAGERDUTY_ROUTING_KEY = env_str("PAGERDUTY_ROUTING_KEY", "").strip()
+PAGERDUTY_EVENTS_URL = env_str("PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue").strip()
+# Changes go to PagerDuty as change events (shown beside incidents, never paged) unless false.
+PAGERDUTY_CHANGE_EVENTS = env_bool("PAGERDUTY_CHANGE_EVENTS", True)
+PAGERDUTY_CHANGE_EVENTS_URL = env_str(
+    "PAGERDUTY_CHANGE_EVENTS_URL", "https://events.pagerduty.com/v2/change/enqueue"
+).strip()
+# ALERT_EMAILS get alerts; with NOTIFY_EMAIL_CHANGES=true every change too. NOTIFY_EMAILS is
+# another name for ALERT_EMAILS.
+NOTIFY_EMAIL_CHANGES = env_bool("NOTIFY_EMAIL_CHANGES", False)
+if env_list("NOTIFY_EMAILS", []):
+    if ALERT_EMAILS:
+        raise ImproperlyConfigured("NOTIFY_EMAILS and ALERT_EMAILS are both set: they name the same list, keep one")
+    ALERT_EMAILS = env_list("NOTIFY_EMAILS", [])
+    for _address in ALERT_EMAILS:
+        if "@" not in _address.strip("@"):
+            raise ImproperlyConfigured(
+                f"NOTIFY_EMAILS: {_address!r} is not an email address (use a comma-separated list)"
+            )
+if NOTIFY_WEBHOOK_URL and ALERT_WEBHOOK_URL:
+    raise ImproperlyConfigured(
+        "NOTIFY_WEBHOOK_URL and ALERT_WEBHOOK_URL are both set: NOTIFY_WEBHOOK_URL replaces "
+        "ALERT_WEBHOOK_URL (and also gets alerts), keep one"
+    )
+if NOTIFY_WEBHOOK_URL and len(NOTIFY_WEBHOOK_SECRET) < 32:
+    raise ImproperlyConfigured(
+        "NOTIFY_WEBHOOK_SECRET must be set, at least 32 characters, with NOTIFY_WEBHOOK_URL (the receiver "
+        'checks signatures with it): python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+    )
+for _name, _url in (
+    ("NOTIFY_WEBHOOK_URL", NOTIFY_WEBHOOK_URL),
+    ("SLACK_WEBHOOK_URL", SLACK_WEBHOOK_URL),
+    ("PAGERDUTY_EVENTS_URL", PAGERDUTY_EVENTS_URL),
+    ("PAGERDUTY_CHANGE_EVENTS_URL", PAGERDUTY_CHANGE_EVENTS_URL),
+):
+    if _url and not _url.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
+if PAGERDUTY_ROUTING_KEY and not (PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL):
+    raise ImproperlyConfigured("PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL must not be empty")
 # Outgoing mail for ALERT_EMAILS (Django's SMTP backend).
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)

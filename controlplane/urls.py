@@ -8,11 +8,14 @@ from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView
 
 from audit import api as audit_api
-from audit import fleet_api
+from audit import fleet_api, history_api
+from audit import notifications_api as audit_notifications_api
 from controlplane import account_pages, health, metrics
 from controlplane.database_outage import database_unavailable
+from presets.api import access as api_access
 from presets.api import views as api
 from presets.api.errors import api_not_found, api_server_error
+from presets.web import access as web_access
 from presets.web import history as web_history
 from presets.web import views as web
 
@@ -25,9 +28,12 @@ api_v1 = [
     path("chains/<slug:name>/history", api.HistoryView.as_view(), name="api-history"),
     path("chains/<slug:name>/history/<int:version>/restore", api.RestoreView.as_view(), name="api-restore"),
     path("alerts", audit_api.AlertsView.as_view(), name="api-alerts"),
+    path("notifications", audit_notifications_api.NotificationsView.as_view(), name="api-notifications"),
     path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
+    path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
+    path("access-history", api_access.AccessHistoryView.as_view(), name="api-access-history"),
 ]
 
 urlpatterns = [
@@ -36,6 +42,8 @@ urlpatterns = [
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("metrics", metrics.metrics_view, name="metrics"),
+    # The admin's sign-in, refused (and sent to the site's) when LOCAL_PASSWORDS=false.
+    path("admin/login/", account_pages.admin_sign_in),
     path("admin/", admin.site.urls),
     # Sign in and out, password change, and password reset where email is configured.
     path("accounts/", include(account_pages.urlpatterns)),
@@ -49,6 +57,7 @@ urlpatterns = [
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
     path("history/", web_history.all_history, name="history"),
     path("alerts/", web.alerts, name="alerts"),
+    path("access/", web_access.access_history, name="access"),
 ]
 
 

@@ -1,16 +1,22 @@
 """Admin: chains, presets and selections are read-only here (they change only through the
-services: the presets file, the on-call pages and the API); tokens are managed here."""
+services: the presets file, the on-call pages and the API); tokens are managed here, and the
+access history is shown (never changed). Token changes go through ``presets.service_tokens``,
+so each is recorded with the signed-in admin as its actor."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
 from simple_history.admin import SimpleHistoryAdmin
 
-from presets.models import Chain, Preset, Selection, ServiceToken
+from presets import service_tokens
+from presets.access_history import current_actor
+from presets.exceptions import ServiceError
+from presets.models import AccessChange, Chain, Preset, Selection, ServiceToken
 
 
 class ReadOnlyAdminMixin:
@@ -46,27 +52,57 @@ class SelectionAdmin(ReadOnlyAdmin):
     list_display = ["chain", "version", "preset", "action", "updated_by", "updated_at", "expires_at"]
 
 
+class ServiceTokenForm(forms.ModelForm):
+    def clean_expires_at(self) -> Any:
+        expires_at = self.cleaned_data.get("expires_at")
+        refusal = service_tokens.expiry_refusal(expires_at, now=timezone.now())
+        if refusal is not None:
+            raise forms.ValidationError(refusal.field_message)
+        return expires_at
+
+
 @admin.register(ServiceToken)
 class ServiceTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "scope", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["created_at", "last_used_at"]
-    fields = ["name", "scope", "created_at", "last_used_at", "revoked_at"]
+    form = ServiceTokenForm
+    list_display = ["name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "scope", "expires_at", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # A token's name and scope are fixed once issued: make a new token instead.
-        return self.readonly_fields + (["name", "scope"] if obj else [])
+        # A token's name, scope and expiry are fixed once issued (make a new token instead),
+        # and it is revoked with the action, which records who revoked it.
+        return self.readonly_fields + (["name", "scope", "expires_at"] if obj else [])
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # revoke instead: the name stays attributable in the history
 
     def save_model(self, request: HttpRequest, obj: ServiceToken, form: Any, change: bool) -> None:
-        if not change:
-            raw = obj.issue()
-            messages.warning(request, f"Token {obj.name!r} created. Copy it now, it is not shown again: {raw}")
-        super().save_model(request, obj, form, change)
+        if change:
+            return  # nothing of an issued token is editable here
+        issued = service_tokens.create_token(
+            name=obj.name, scope=obj.scope, expires_at=obj.expires_at, actor=current_actor()
+        )
+        obj.pk, obj.token_hash, obj.created_at = issued.token.pk, issued.token.token_hash, issued.token.created_at
+        messages.warning(request, f"Token {obj.name!r} created. Copy it now, it is not shown again: {issued.raw}")
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        actor = current_actor()
+        count = 0
+        for name in queryset.filter(revoked_at__isnull=True).values_list("name", flat=True):
+            try:
+                service_tokens.revoke_token(name=name, actor=actor)
+            except ServiceError:
+                continue  # revoked meanwhile, by someone else
+            count += 1
         messages.success(request, f"revoked {count} token(s)")
+
+
+@admin.register(AccessChange)
+class AccessChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The access history, as on /access/: append-only, so shown and never changed."""
+
+    list_display = ["time", "actor", "action", "subject", "details"]
+    list_filter = ["action"]
+    search_fields = ["actor", "subject"]

@@ -11,3 +11,19 @@ class PresetsConfig(AppConfig):
         from presets.read_path.notifications import announce_change
 
         events.selection_changed.connect(announce_change, dispatch_uid="read_path.announce_change")
+
+        # The access history: every change of a person's role groups and access flags,
+        # wherever it is made (the admin, a command, single sign-on).
+        from django.contrib.auth.models import User
+        from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
+
+        from presets import access_history
+
+        pre_save.connect(access_history.remember_flags, sender=User, dispatch_uid="access_history.remember_flags")
+        post_save.connect(access_history.record_user_saved, sender=User, dispatch_uid="access_history.user_saved")
+        pre_delete.connect(access_history.record_user_deleted, sender=User, dispatch_uid="access_history.user_deleted")
+        m2m_changed.connect(
+            access_history.record_groups_changed,
+            sender=User.groups.through,
+            dispatch_uid="access_history.groups_changed",
+        )

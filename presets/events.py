@@ -3,7 +3,8 @@
 Both are sent inside the change's transaction, so what a receiver writes or sends commits
 (or rolls back) with the change itself. Receivers are connected in the apps' ``ready()``:
 ``presets.read_path.notifications`` announces every change to the web processes;
-``audit.alerts`` reports every expired pin.
+``audit.alerts`` reports every expired pin; ``audit.notifications`` tells the notifiers
+(webhook, Slack, PagerDuty, email) about every change.
 """
 
 from __future__ import annotations

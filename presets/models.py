@@ -205,8 +205,12 @@ def hash_token(raw: str) -> str:
 
 
 class ServiceTokenQuerySet(models.QuerySet["ServiceToken"]):
-    def active(self) -> ServiceTokenQuerySet:
-        return self.filter(revoked_at__isnull=True)
+    def active(self, now: datetime | None = None) -> ServiceTokenQuerySet:
+        """The tokens that work now: not revoked and not expired."""
+        now = timezone.now() if now is None else now
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
 
 
 class ServiceToken(models.Model):
@@ -218,6 +222,8 @@ class ServiceToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # None: the token works until it is revoked.
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     objects = ServiceTokenQuerySet.as_manager()
 
@@ -231,6 +237,10 @@ class ServiceToken(models.Model):
     def actor(self) -> str:
         """How changes made with this token are attributed."""
         return f"token:{self.name}"
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether the token's time is up (a token without an expiry never is)."""
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def can_write(self) -> bool:
@@ -250,14 +260,55 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 def use_token(raw: str) -> ServiceToken | None:
-    """The active token with this secret, *recording its use* (``last_used_at``, at most once
+    """The active (not revoked, not expired) token with this secret, *recording its use* (``last_used_at``, at most once
     a minute): a read that writes. Tokens are ASCII; anything else is no token."""
     if not raw.isascii():  # a lone surrogate cannot even be hashed
         return None
-    token = ServiceToken.objects.active().filter(token_hash=hash_token(raw)).first()
+    now = timezone.now()
+    token = ServiceToken.objects.active(now).filter(token_hash=hash_token(raw)).first()
     if token is not None:
-        now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
             ServiceToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
     return token
+
+
+class AccessAction(models.TextChoices):
+    """What an access change did: to a service token, or to a person's roles and flags."""
+
+    TOKEN_CREATED = "token_created"
+    TOKEN_REVOKED = "token_revoked"
+    ROLE_GRANTED = "role_granted"
+    ROLE_REVOKED = "role_revoked"
+    USER_CREATED = "user_created"
+    USER_DEACTIVATED = "user_deactivated"
+    USER_REACTIVATED = "user_reactivated"
+    USER_DELETED = "user_deleted"
+    STAFF_GRANTED = "staff_granted"
+    STAFF_REVOKED = "staff_revoked"
+    SUPERUSER_GRANTED = "superuser_granted"
+    SUPERUSER_REVOKED = "superuser_revoked"
+
+
+class AccessChange(models.Model):
+    """One change of who may do what (a token issued or revoked, a role or flag granted or
+    taken): who made it, when, to whom. Append-only in the database, like the selection
+    history (presets/migrations/0006_access_history.py); written by
+    ``presets.access_history.record_access_change``."""
+
+    time = models.DateTimeField(default=timezone.now)
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=AccessAction.choices)
+    # The token's name or the person's username.
+    subject = models.CharField(max_length=150)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [
+            models.Index(fields=["time", "id"], name="presets_access_time"),
+            models.Index(fields=["subject", "time", "id"], name="presets_access_subject_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.subject}"

@@ -26,6 +26,12 @@ def can_change(user: Any) -> bool:
     return bool(cached)
 
 
+def can_see_access(user: Any) -> bool:
+    """Staff and on-call engineers may read the access history (who may do what, and who
+    changed it); viewers may not."""
+    return can_view(user) and (bool(user.is_staff) or can_change(user))
+
+
 def actor_of(user: Any) -> str:
     """How a change by this principal (a person or a service token) is attributed."""
     return str(user.username)

@@ -75,8 +75,11 @@ def browser_ready(transactional_db: Any) -> None:
         Group.objects.get_or_create(name=name)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module. Playwright's sync API keeps an event loop running in the
+    main thread while it is started; stopping it with the module leaves none behind for the
+    tests that run their own loop (asyncio.run) in whatever module comes next."""
     require_browser()
     from playwright.sync_api import sync_playwright
 

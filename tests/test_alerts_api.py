@@ -36,6 +36,7 @@ ALERT_FIELDS = {
     "resolved_at",
     "resolution",
     "deliveries",
+    "resolution_deliveries",
 }
 
 

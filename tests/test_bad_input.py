@@ -22,7 +22,14 @@ from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from controlplane.logging_plain import PlainFormatter
 from presets.models import Selection
 
-GETS = ["/api/v1/chains", "/api/v1/chains/chat", "/api/v1/chains/chat/history", "/api/v1/alerts", "/api/v1/fleet"]
+GETS = [
+    "/api/v1/chains",
+    "/api/v1/chains/chat",
+    "/api/v1/chains/chat/history",
+    "/api/v1/alerts",
+    "/api/v1/fleet",
+    "/api/v1/history",
+]
 POSTS = [
     "/api/v1/chains/chat/select",
     "/api/v1/chains/chat/revert",

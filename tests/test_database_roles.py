@@ -29,7 +29,12 @@ from tests.servers import Stack, get, request, require_tools, stack_servers, wai
 
 OWNER, APP, DATABASE = "controlplane_owner", "controlplane_app", "controlplane"
 HISTORY = "presets_historicalselection"
-HISTORY_TABLES = {"presets_historicalchain", "presets_historicalpreset", "presets_historicalselection"}
+HISTORY_TABLES = {
+    "presets_historicalchain",
+    "presets_historicalpreset",
+    "presets_historicalselection",
+    "presets_accesschange",  # the access history: append-only by its trigger, not simple-history
+}
 FIRST_GRANT: dict[str, str] = {}  # what the release step's grant_app_role printed
 
 
@@ -99,7 +104,7 @@ def test_the_app_role_gets_exactly_what_the_app_needs_and_a_second_run_converges
     lines = FIRST_GRANT["output"].splitlines()
     assert len(lines) == 6, lines  # the revocation, then one line per kind of grant
     assert lines[1] == "schema public: USAGE (no CREATE)"
-    assert any(line.startswith("3 append-only history tables (presets_historicalchain,") for line in lines)
+    assert any(line.startswith(f"{len(HISTORY_TABLES)} append-only history tables (") for line in lines)
     assert lines[-1] == "django_migrations: SELECT"
 
     granted = privileges(stack)
@@ -310,6 +315,8 @@ REWRITES = [
     (f"ALTER TABLE {HISTORY} DISABLE TRIGGER ALL", f"must be owner of table {HISTORY}"),
     (f"DROP TABLE {HISTORY}", f"must be owner of table {HISTORY}"),
     ("TRUNCATE presets_selection", "permission denied for table presets_selection"),
+    ("UPDATE presets_accesschange SET actor = 'nobody'", "permission denied for table presets_accesschange"),
+    ("DELETE FROM presets_accesschange", "permission denied for table presets_accesschange"),
     ("CREATE TABLE presets_rewritten (id int)", "permission denied for schema public"),
 ]
 

@@ -34,7 +34,9 @@ API_ENDPOINTS = [
     ("post", "/api/v1/chains/chat/history/1/restore"),
     ("get", "/api/v1/alerts"),
     ("get", "/api/v1/fleet"),
+    ("get", "/api/v1/history"),
     ("post", "/api/v1/chains/chat/usage"),
+    ("get", "/api/v1/access-history"),
 ]
 PAGES = [
     ("get", "/"),
@@ -46,6 +48,7 @@ PAGES = [
     ("post", "/chains/chat/history/1/restore"),
     ("get", "/history/"),
     ("get", "/alerts/"),
+    ("get", "/access/"),
     ("get", "/admin/"),
     ("get", "/admin/presets/selection/"),
 ]

@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import authentication, exceptions, permissions
 
 from presets.models import ServiceToken, use_token
-from presets.read_path.http import BEARER_HELP, bearer_token
+from presets.read_path.http import BEARER_HELP, TOKEN_REFUSED, bearer_token
 from presets.roles import can_change, can_view
 
 
@@ -41,7 +41,7 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(BEARER_HELP)
         token = use_token(raw)
         if token is None:
-            raise exceptions.AuthenticationFailed("the token is unknown or revoked")
+            raise exceptions.AuthenticationFailed(TOKEN_REFUSED)
         return TokenPrincipal(token), token
 
     def authenticate_header(self, request: Any) -> str:

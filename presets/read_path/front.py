@@ -28,7 +28,7 @@ from urllib.parse import parse_qs
 from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
 from presets.read_path import counters, request_context
-from presets.read_path.http import BEARER_HELP, bearer_token, error_body, matches, wait_seconds
+from presets.read_path.http import BEARER_HELP, TOKEN_REFUSED, bearer_token, error_body, matches, wait_seconds
 from presets.read_path.request_context import (
     CHAIN_ROUTE,
     CHAINS_ROUTE,
@@ -178,7 +178,7 @@ class ReadFront:
             await _error(send, 503, "the control plane's database is unavailable; retry shortly")
             return
         if not valid:
-            await _error(send, 401, "the token is unknown or revoked", auth=True)
+            await _error(send, 401, TOKEN_REFUSED, auth=True)
             return
         await self._start()
         if not name:

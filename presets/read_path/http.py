@@ -26,6 +26,8 @@ _CODES = {
 
 MAX_WAIT_S = 60
 BEARER_HELP = "use the header 'Authorization: Bearer <token>' (create a token with manage.py create_token NAME)"
+# The API and the read front refuse a token with the same words.
+TOKEN_REFUSED = "the token is unknown, revoked or expired (see manage.py list_tokens)"
 
 
 def error_body(

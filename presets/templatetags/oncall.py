@@ -15,9 +15,9 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from audit.alerts import EVENT_KINDS
 from audit.delivery import first_attempt_overdue, next_retry_at
-from audit.models import Alert, DeliveryState
+from audit.messages import change_summary, expiry_words
+from audit.models import Alert, Deliverable, DeliveryState, Notification
 from audit.notifiers import LOG
 from presets.documents import format_duration, format_time
 from presets.web import display
@@ -151,7 +151,7 @@ def clock_times(text: str | None) -> str:
 def alert_state(alert: Alert) -> str:
     """``open`` or ``resolved`` for a condition (a stale pin, a failing provider); ``event``
     for something that happened (an expired pin), which is raised already resolved."""
-    if alert.kind in EVENT_KINDS:
+    if alert.is_event:
         return "event"
     return "open" if alert.is_open else "resolved"
 
@@ -176,8 +176,8 @@ def alert_sections(alerts: list[Alert]) -> list[AlertSection]:
 
 @dataclass(frozen=True)
 class DeliveryLine:
-    """Where an alert was sent and how that went, in words: ``state`` is ``pending``,
-    ``delivered`` or ``failed``."""
+    """Where an alert or a notification was sent and how that went, in words: ``state`` is
+    ``pending``, ``delivered`` or ``failed``."""
 
     notifier: str
     state: str
@@ -185,21 +185,21 @@ class DeliveryLine:
 
 
 # Each notifier as the page names it, in the order it lists them.
-NOTIFIER_LABELS = {"webhook": "Webhook", "email": "Email"}
+NOTIFIER_LABELS = {"webhook": "Webhook", "slack": "Slack", "pagerduty": "PagerDuty", "email": "Email"}
 
 
 @register.filter
-def delivery_lines(alert: Alert) -> list[DeliveryLine]:
-    """Each notifier's delivery of ``alert`` but the log's (always written), or one line
-    saying that no webhook or email is set up."""
+def delivery_lines(row: Deliverable) -> list[DeliveryLine]:
+    """Each notifier's delivery of an alert (or a notification) but the log's (always
+    written), or one line saying that no webhook or email is set up."""
     now = timezone.now()
     order = list(NOTIFIER_LABELS)
-    names = sorted(alert.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
+    names = sorted(row.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
     lines = [
         DeliveryLine(
             name,
-            alert.deliveries[name]["state"],
-            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(alert, alert.deliveries[name], now=now)}",
+            row.deliveries[name]["state"],
+            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(row, row.deliveries[name], now=now)}",
         )
         for name in names
         if name != LOG.name
@@ -207,7 +207,25 @@ def delivery_lines(alert: Alert) -> list[DeliveryLine]:
     return lines or [DeliveryLine(LOG.name, DeliveryState.DELIVERED, "Only logged: no webhook or email is set up.")]
 
 
-def _delivery_words(alert: Alert, record: dict[str, Any], *, now: datetime) -> str:
+@register.filter
+def resolution_delivery_lines(alert: Alert) -> list[DeliveryLine]:
+    """Each notifier's delivery of ``alert``'s resolution; none while it is open, for an
+    event, or when no notifier took it."""
+    notification = getattr(alert, "resolution_notification", None)
+    return delivery_lines(notification) if notification is not None else []
+
+
+@register.filter
+def notification_words(notification: Notification) -> str:
+    """A change notification's change in words: 'alice selected pin_secondary on chat (v2),
+    pinned until 2026-11-29 06:00 UTC: INC-7'."""
+    change = notification.details
+    if not change:
+        return f"{notification.kind} on {notification.chain.name} v{notification.version}"
+    return f"{change_summary(change)}, {expiry_words(change)}: {change.get('reason', '')}"
+
+
+def _delivery_words(alert: Deliverable, record: dict[str, Any], *, now: datetime) -> str:
     attempts = int(record.get("attempts") or 0)
     error = record.get("last_error") or "no reason given"
     tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"

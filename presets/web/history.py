@@ -10,6 +10,7 @@ never a guess: the list is shown only for filters that mean what they say.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -25,7 +26,7 @@ from django.views.decorators.http import require_safe
 from audit.history import HistoryFilter, entry, history_page, recent_actors
 from presets import services
 from presets.exceptions import InvalidInput
-from presets.models import Action, Selection
+from presets.models import Action, Chain, Selection
 from presets.web.pages import live_card, live_or_404, render_page
 
 HISTORY_PAGE_SIZE = 25
@@ -184,6 +185,44 @@ class HistoryFilterForm(forms.Form):
             if name in params:
                 params[name] = params[name].replace("T", " ") + " UTC"
         return [words[name].format(value) for name, value in params.items()]
+
+
+# --- the same filter as parameters (the audit export's API and command) --------------------
+
+FILTER_PARAMETERS = ("chain", "actor", "action", "since", "until")
+
+
+class FilterParameters(HistoryFilterForm):
+    """The pages' filter given as query parameters or command options: the same fields and
+    rules, the errors worded for someone who typed the parameters' names."""
+
+    def __init__(self, data: Mapping[str, str], *, chains: list[str]) -> None:
+        super().__init__(data, chains=chains)
+        del self.fields["older_than"], self.fields["newer_than"]
+        known = ", ".join(chains) or "none yet"
+        self.fields["chain"].error_messages["invalid_choice"] = f"no chain named %(value)s: use one of {known}"
+
+    def clean(self) -> dict[str, Any] | None:
+        # The pages' rule on the time window, worded by the parameters (the page's names its
+        # labels, "From" and "To"); the pages' cursors are not parameters here.
+        data = forms.Form.clean(self)
+        since, until = self.cleaned_data.get("since"), self.cleaned_data.get("until")
+        if since and until and until.end <= since.at:
+            self.add_error("until", "is before since: swap them, or drop one")
+        return data
+
+
+def filter_from(values: Mapping[str, str | None]) -> HistoryFilter:
+    """The filter that ``values`` (``FILTER_PARAMETERS``; a missing or empty one is "any")
+    give by the history pages' rules: times in UTC as a date, a minute or an instant, an ISO
+    offset honoured, ``until`` up to the end of what was given. The first bad value raises
+    ``InvalidInput`` on its name, with how to fix it."""
+    chains = list(Chain.objects.order_by("name").values_list("name", flat=True))
+    form = FilterParameters({name: value for name, value in values.items() if value is not None}, chains=chains)
+    if not form.is_valid():
+        name, errors = next(iter(form.errors.items()))
+        raise InvalidInput(name, str(errors[0]))
+    return form.filters()
 
 
 # --- the page -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from audit.fleet import chain_fleet, fleet_summary
 from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
-from presets.roles import can_change
+from presets.roles import can_change, can_see_access
 from presets.web.display import HealthMap, LiveState, format_minutes, live_state
 
 # The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
@@ -27,6 +27,7 @@ def render_page(request: HttpRequest, template: str, context: dict[str, Any], st
     roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
     context = {
         "can_change": can_change(user),
+        "can_see_access": can_see_access(user),
         "role": " · ".join(roles),
         "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
         "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],

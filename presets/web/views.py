@@ -28,6 +28,7 @@ from audit import provider_health
 from audit.alerts import recent_alerts
 from audit.fleet import idle_head_warning, idle_head_warnings
 from audit.history import entry, history_rows
+from audit.notifications import changes_notified, recent_notifications
 from presets import selectors, services
 from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput
@@ -47,6 +48,7 @@ from presets.web.pages import live_card, live_or_404, render_page
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
+CHANGE_NOTIFICATIONS_SHOWN = 20
 
 
 # --- reading pages ----------------------------------------------------------------------
@@ -488,10 +490,15 @@ def _chain_page(
 
 
 def _alerts_context() -> dict[str, Any]:
-    """Every open alert however old (a condition still going on), then the recent rest."""
+    """Every open alert however old (a condition still going on), then the recent rest; the
+    latest change notifications and where each was sent."""
     still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True)
     shown = {alert.pk for alert in still_open}
-    return {"alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown]}
+    return {
+        "alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown],
+        "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
+        "changes_notified": changes_notified(),
+    }
 
 
 def _health(

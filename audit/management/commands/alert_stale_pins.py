@@ -12,8 +12,9 @@ from audit import alerts, delivery
 class Command(BaseCommand):
     help = (
         "Raise a stale_pin alert for each pin live longer than PIN_ALERT_AFTER_MINUTES "
-        "(once per pin), resolve those whose pin ended, then deliver due alerts (webhook, "
-        "email) from this process, one attempt each; prints the counts."
+        "(once per pin), resolve those whose pin ended, then deliver due alerts and change "
+        "notifications (webhook, Slack, PagerDuty, email) from this process, one attempt each; "
+        "prints the counts."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -1,0 +1,170 @@
+"""What the runbook commands share (``chain_status``, ``select_preset``, ``revert_to_default``,
+``extend_pin``, ``restore_version``, ``chain_history``, and the token commands): who the
+operator is, the change options, refusals as one-line ``CommandError``, and how a chain's
+state reads in a terminal.
+
+The commands are thin: every change is one ``presets.services`` call, in its one transaction,
+so a refused change has written nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.core.management.base import CommandError, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from presets.documents import format_duration, format_time
+from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
+from presets.models import Selection
+
+ACTOR_MAX = 150
+CLI_PREFIX = "cli:"
+
+# The services name the field a refusal is about; the commands name their own option.
+OPTION_OF = {
+    "reason": "--reason",
+    "duration_minutes": "--minutes",
+    "expires_at": "--until",
+    "preset": "PRESET",
+    "version": "VERSION",
+    "chain": "CHAIN",
+    "name": "NAME",
+    "scope": "--scope",
+}
+
+T = TypeVar("T")
+
+
+def add_change_arguments(parser: CommandParser) -> None:
+    """The options every change takes: why, the version the operator saw, who."""
+    # Checked in handle (a one-line error), not by argparse (a usage block).
+    parser.add_argument("--reason", default="", help="why (required), e.g. the incident number")
+    parser.add_argument(
+        "--expected-version",
+        default=None,
+        metavar="V",
+        help="refuse the change if the chain is no longer at version V (what chain_status showed)",
+    )
+    add_actor_argument(parser)
+
+
+def add_actor_argument(parser: CommandParser) -> None:
+    parser.add_argument(
+        "--actor",
+        default=None,
+        help='who makes the change (default: the operating-system user, recorded as "cli:USER")',
+    )
+
+
+def actor_from(options: dict[str, Any]) -> str:
+    """``--actor``, else ``cli:`` and the operating-system user."""
+    given = options.get("actor")
+    if given is not None:
+        actor = given.strip()
+        if not actor or len(actor) > ACTOR_MAX:
+            raise CommandError(f"--actor: give a name of 1..{ACTOR_MAX} characters, e.g. --actor cli:alice")
+        return actor
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        raise CommandError("--actor: cannot tell who you are (no USER or LOGNAME): pass --actor NAME") from None
+    return CLI_PREFIX + user
+
+
+def whole_number(option: str, value: Any, *, minimum: int = 1, maximum: int = 2**31 - 1) -> int | None:
+    """An integer option given as text (None stays None), or a one-line error naming it."""
+    if value is None:
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise CommandError(f"{option}: {value!r} is not a whole number") from None
+    if number < minimum:
+        raise CommandError(f"{option}: must be at least {minimum}, not {number}")
+    if number > maximum:
+        raise CommandError(f"{option}: must be at most {maximum}, not {number}")
+    return number
+
+
+def expiry_options(options: dict[str, Any]) -> datetime | timedelta | None:
+    """``--minutes N`` (a duration) or ``--until ISO`` (a time), at most one; the services
+    check either against the pin limits."""
+    if options["minutes"] is not None and options["until"] is not None:
+        raise CommandError("--minutes and --until: give one of them, not both")
+    minutes = whole_number("--minutes", options["minutes"])
+    if minutes is not None:
+        return timedelta(minutes=minutes)
+    return time_option("--until", options["until"])
+
+
+def expiry_option_names(options: dict[str, Any]) -> dict[str, str]:
+    """Name the expiry option the operator gave in a refusal about the expiry."""
+    return {"expires_at": "--minutes"} if options["minutes"] is not None else {}
+
+
+def time_option(option: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time option with its time zone (e.g. 2026-12-01T09:00:00Z)."""
+    if value is None:
+        return None
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise CommandError(f"{option}: {value!r} is not an ISO 8601 time, e.g. 2026-12-01T09:00:00Z")
+    if timezone.is_naive(parsed):
+        raise CommandError(f"{option}: {value!r} needs a time zone, e.g. 2026-12-01T09:00:00Z")
+    return parsed
+
+
+def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandError:
+    """A service's refusal as one line, naming the option at fault."""
+    if isinstance(exc, InvalidInput):
+        option = {**OPTION_OF, **(names or {})}.get(exc.field, exc.field)
+        message = f"{option}: {exc.field_message}"
+    elif isinstance(exc, Conflict):
+        message = f"--expected-version: {exc.message}"
+    elif isinstance(exc, NotFound) and "chain" in exc.details:
+        message = f"{exc.message}: manage.py chain_status lists the chains"
+    else:
+        message = exc.message
+    return CommandError(" ".join(message.split()))
+
+
+@contextmanager
+def service_errors(names: dict[str, str] | None = None) -> Iterator[None]:
+    """Turn the services' refusals into one-line command errors (nothing was written);
+    ``names`` overrides which option a field's refusal names."""
+    try:
+        yield
+    except ServiceError as exc:
+        raise refused(exc, names) from None
+
+
+def run(change: Callable[[], T], names: dict[str, str] | None = None) -> T:
+    """Make one service call, its refusal a one-line command error."""
+    with service_errors(names):
+        return change()
+
+
+def served(selection: Selection, *, now: datetime) -> str:
+    """What a chain serves, in one line: version, preset, and the pin's end."""
+    line = f"{selection.chain.name} v{selection.version}: {selection.preset.name}"
+    if selection.expires_at is None:
+        return line + " (default)"
+    if selection.is_expired(now):
+        return line + f" (pinned; expired at {format_time(selection.expires_at)}, reverts at the next sweep)"
+    left = format_duration(selection.expires_at - now)
+    return line + f" (pinned until {format_time(selection.expires_at)}, {left} left)"
+
+
+def changed(selection: Selection, *, now: datetime) -> str:
+    """What a change did, in one line: the new state, what it replaced, who and why."""
+    was = f"v{selection.previous_version} {selection.previous_preset.name if selection.previous_preset else '-'}"
+    return f"{served(selection, now=now)}; was {was}; {selection.action} by {selection.updated_by}: {selection.reason}"

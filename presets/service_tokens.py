@@ -1,0 +1,86 @@
+"""Issuing and revoking service tokens, each recorded in the access history with its actor.
+
+The commands (``create_token``, ``revoke_token``) and the admin call these; a token's secret
+is returned once, at creation, and only its hash is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import transaction
+from django.utils import timezone
+
+from presets.access_history import record_access_change
+from presets.documents import format_time
+from presets.exceptions import InvalidInput, NotFound
+from presets.models import AccessAction, ServiceToken, TokenScope
+
+# A token for a service is meant to live for a while; a longer one is a mistake in the units.
+TOKEN_MAX_DAYS = 3660
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new token and its secret (shown once, never stored)."""
+
+    token: ServiceToken
+    raw: str
+
+
+def expiry_refusal(expires_at: datetime | None, *, now: datetime) -> InvalidInput | None:
+    """Why a token may not get this expiry, or None (no expiry: it works until revoked)."""
+    if expires_at is None:
+        return None
+    if timezone.is_naive(expires_at):
+        return InvalidInput("expires_at", "needs a time zone, e.g. 2027-01-31T00:00:00Z")
+    if expires_at <= now:
+        return InvalidInput("expires_at", f"{format_time(expires_at)} is not in the future")
+    if expires_at > now + timedelta(days=TOKEN_MAX_DAYS):
+        return InvalidInput("expires_at", f"{format_time(expires_at)} is more than {TOKEN_MAX_DAYS} days ahead")
+    return None
+
+
+def create_token(*, name: str, scope: str, actor: str, expires_at: datetime | None = None) -> IssuedToken:
+    """Issue a token NAME with ``scope``, working until ``expires_at`` (None: until revoked)."""
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise InvalidInput("name", f"{name!r}: token names are slugs (letters, digits, - and _)") from None
+    if scope not in TokenScope.values:
+        raise InvalidInput("scope", f"{scope!r} is not a scope: one of {', '.join(TokenScope.values)}")
+    refusal = expiry_refusal(expires_at, now=timezone.now())
+    if refusal is not None:
+        raise refusal
+    with transaction.atomic():
+        if ServiceToken.objects.filter(name=name).exists():
+            raise InvalidInput("name", f"a token named {name!r} exists; pick another name (revoked names stay taken)")
+        token = ServiceToken(name=name, scope=scope, expires_at=expires_at)
+        raw = token.issue()
+        token.save()
+        record_access_change(
+            actor=actor,
+            action=AccessAction.TOKEN_CREATED,
+            subject=name,
+            details={"scope": scope, "expires_at": format_time(expires_at)},
+        )
+    return IssuedToken(token=token, raw=raw)
+
+
+def revoke_token(*, name: str, actor: str) -> ServiceToken:
+    """Revoke the token NAME now: the API refuses it at once, the read front within seconds."""
+    with transaction.atomic():
+        token = ServiceToken.objects.select_for_update().filter(name=name).first()
+        if token is None:
+            raise NotFound(f"no token named {name!r} (manage.py list_tokens lists them)", details={"name": name})
+        if token.revoked_at is not None:
+            raise InvalidInput("name", f"token {name!r} was already revoked at {format_time(token.revoked_at)}")
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        record_access_change(
+            actor=actor, action=AccessAction.TOKEN_REVOKED, subject=name, details={"scope": token.scope}
+        )
+    return token

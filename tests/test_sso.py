@@ -1,0 +1,462 @@
+"""Single sign-on: the groups-to-roles mapping both modes share, the settings' refusals, the
+OpenID Connect flow against a real provider (tests/oidc_provider.py) with the Django client,
+the trusted-proxy headers, and LOCAL_PASSWORDS=false. The browser's view of it is
+tests/test_web_browser_sso.py; the proxy mode under the production web process is
+tests/test_proxy_auth_stack.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+
+from controlplane import sso
+from controlplane.sso_accounts import RoleMapping, Roles, SignInRefused, group_values, roles_for, sign_in
+from presets.models import AccessAction, AccessChange
+from presets.roles import can_change
+from tests.oidc_provider import RunningProvider
+
+MAPPING = RoleMapping(oncall=frozenset({"sre"}), viewer=frozenset({"eng"}), staff=frozenset({"platform-admins"}))
+
+
+# --- the mapping ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "groups,unmapped,roles",
+    [
+        (["sre"], "refuse", Roles(oncall=True)),
+        (["eng", "sre"], "refuse", Roles(oncall=True, viewer=True)),
+        (["platform-admins"], "refuse", Roles(staff=True)),
+        (["eng", "marketing"], "refuse", Roles(viewer=True)),
+        (["marketing"], "refuse", None),
+        ([], "refuse", None),
+        (["marketing"], "viewer", Roles(viewer=True)),
+        (["SRE"], "refuse", None),
+    ],
+    ids=["oncall", "oncall-and-viewer", "staff-only", "viewer", "unmapped-refused", "none", "unmapped-viewer", "exact"],
+)
+def test_groups_map_to_roles(groups: list[str], unmapped: str, roles: Roles | None) -> None:
+    mapping = RoleMapping(oncall=MAPPING.oncall, viewer=MAPPING.viewer, staff=MAPPING.staff, unmapped=unmapped)
+    assert roles_for(groups, mapping=mapping) == roles
+
+
+@pytest.mark.parametrize(
+    "claim,values",
+    [(["a", "b"], ["a", "b"]), ("a", ["a"]), (None, []), (["a", 3, None], ["a"]), ({"a": 1}, [])],
+    ids=["list", "string", "missing", "mixed", "object"],
+)
+def test_a_groups_claim_is_read_as_a_list_of_strings(claim: Any, values: list[str]) -> None:
+    assert group_values(claim) == values
+
+
+@pytest.fixture
+def mapped(settings: Any) -> None:
+    settings.OIDC_ONCALL_GROUPS = ["sre"]
+    settings.OIDC_VIEWER_GROUPS = ["eng"]
+    settings.OIDC_STAFF_GROUPS = ["platform-admins"]
+    settings.OIDC_UNMAPPED_USERS = "refuse"
+
+
+def text(response: Any) -> str:
+    """A page's content with its whitespace runs as single spaces."""
+    return " ".join(response.content.decode().split())
+
+
+def roles_of(username: str) -> tuple[list[str], bool]:
+    user = User.objects.get(username=username)
+    return sorted(user.groups.values_list("name", flat=True)), user.is_staff
+
+
+def test_roles_are_set_again_at_every_sign_in_and_each_change_is_in_the_access_history(db: Any, mapped: None) -> None:
+    sign_in(username="dana", groups=["sre", "platform-admins"], actor="sso:idp.example.com")
+    assert roles_of("dana") == (["oncall"], True)
+    sign_in(username="dana", groups=["eng"], actor="sso:idp.example.com")
+    assert roles_of("dana") == (["viewer"], False)
+    assert not can_change(User.objects.get(username="dana"))
+
+    rows = AccessChange.objects.filter(subject="dana").order_by("id")
+    assert [(row.action, row.details.get("role"), row.actor) for row in rows] == [
+        (AccessAction.USER_CREATED, None, "sso:idp.example.com"),
+        (AccessAction.ROLE_GRANTED, "oncall", "sso:idp.example.com"),
+        (AccessAction.STAFF_GRANTED, None, "sso:idp.example.com"),
+        (AccessAction.ROLE_REVOKED, "oncall", "sso:idp.example.com"),
+        (AccessAction.ROLE_GRANTED, "viewer", "sso:idp.example.com"),
+        (AccessAction.STAFF_REVOKED, None, "sso:idp.example.com"),
+    ]
+    # The same groups again change nothing and record nothing.
+    sign_in(username="dana", groups=["eng"], actor="sso:idp.example.com")
+    assert AccessChange.objects.filter(subject="dana").count() == len(rows)
+
+
+def test_a_person_in_no_mapped_group_is_refused_or_a_viewer_as_configured(db: Any, mapped: None, settings: Any) -> None:
+    with pytest.raises(SignInRefused, match="none of their groups has access here"):
+        sign_in(username="erin", groups=["marketing"], actor="sso:idp.example.com")
+    assert not User.objects.filter(username="erin").exists()
+    settings.OIDC_UNMAPPED_USERS = "viewer"
+    sign_in(username="erin", groups=["marketing"], actor="sso:idp.example.com")
+    assert roles_of("erin") == (["viewer"], False)
+
+
+def test_single_sign_on_never_takes_over_a_local_account(db: Any, mapped: None) -> None:
+    User.objects.create_superuser("admin", password="local-admin-pass-1")
+    with pytest.raises(SignInRefused, match="admin is a local account here"):
+        sign_in(username="admin", groups=["sre", "platform-admins"], actor="sso:idp.example.com")
+    admin = User.objects.get(username="admin")
+    admin.set_unusable_password()  # an administrator hands it over
+    admin.save()
+    assert sign_in(username="admin", groups=["sre"], actor="sso:idp.example.com").pk == admin.pk
+
+
+def test_a_name_that_cannot_be_a_username_is_refused(db: Any, mapped: None) -> None:
+    with pytest.raises(SignInRefused, match="cannot be a username here"):
+        sign_in(username="dana smith", groups=["sre"], actor="sso:idp.example.com")
+
+
+# --- the settings' refusals -------------------------------------------------------------
+
+SETTINGS_FILE = Path(django_settings.BASE_DIR) / "controlplane" / "settings.py"
+OIDC = {"OIDC_ISSUER": "https://idp.example.com", "OIDC_CLIENT_ID": "cp", "OIDC_CLIENT_SECRET": "s3cret"}
+PROXY = {"PROXY_AUTH_USER_HEADER": "X-Forwarded-User", "PROXY_AUTH_TRUSTED_PROXIES": "10.0.0.0/24"}
+
+
+def load_settings(monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]) -> dict[str, Any]:
+    """controlplane/settings.py run afresh with ``environment`` on top of this process's."""
+    for name in list(os.environ):
+        if name.startswith(("OIDC_", "PROXY_AUTH_", "LOCAL_PASSWORDS")):
+            monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(SETTINGS_FILE))
+
+
+@pytest.mark.parametrize(
+    "environment,message",
+    [
+        ({**OIDC, "OIDC_ISSUER": "http://idp.example.com"}, "OIDC_ISSUER='http://idp.example.com' must be an https://"),
+        ({**OIDC, "OIDC_ISSUER": "idp.example.com"}, "OIDC_ISSUER='idp.example.com' must be an https:// URL"),
+        ({**OIDC, "OIDC_CLIENT_SECRET": ""}, "OIDC_ISSUER is set but OIDC_CLIENT_SECRET is not"),
+        ({**OIDC, "OIDC_SCOPES": "email profile"}, "OIDC_SCOPES='email profile' must include openid"),
+        ({**OIDC, "OIDC_UNMAPPED_USERS": "admin"}, "OIDC_UNMAPPED_USERS='admin' must be refuse or viewer"),
+        ({**OIDC, "OIDC_SIGN_ALGORITHM": "HS256"}, "OIDC_SIGN_ALGORITHM='HS256' must be RS256"),
+        ({**OIDC, "OIDC_TOKEN_AUTH_METHOD": "none"}, "OIDC_TOKEN_AUTH_METHOD='none' must be client_secret_basic"),
+        ({**OIDC, "OIDC_TIMEOUT_SECONDS": "0"}, "OIDC_TIMEOUT_SECONDS=0 must be at least 1"),
+        ({**OIDC, "OIDC_CA_BUNDLE": "/nonexistent.pem"}, "OIDC_CA_BUNDLE='/nonexistent.pem' is not a file"),
+        (
+            {**OIDC, "OIDC_TOKEN_ENDPOINT": "ftp://idp.example.com/token"},
+            "OIDC_TOKEN_ENDPOINT='ftp://idp.example.com/token' must be an https:// URL",
+        ),
+        (
+            {"OIDC_CLIENT_ID": "cp"},
+            "OIDC_CLIENT_ID, OIDC_CLIENT_SECRET or an OIDC_*_ENDPOINT is set without OIDC_ISSUER",
+        ),
+        (
+            {**PROXY, "PROXY_AUTH_TRUSTED_PROXIES": ""},
+            "PROXY_AUTH_TRUSTED_PROXIES is empty: list the proxy's addresses",
+        ),
+        ({**PROXY, "PROXY_AUTH_TRUSTED_PROXIES": "10.0.0.0/33"}, "PROXY_AUTH_TRUSTED_PROXIES: '10.0.0.0/33' is not"),
+        ({**PROXY, "PROXY_AUTH_USER_HEADER": "X_User"}, "PROXY_AUTH_USER_HEADER='X_User' is not an HTTP header name"),
+        (
+            {"PROXY_AUTH_TRUSTED_PROXIES": "10.0.0.1"},
+            "PROXY_AUTH_TRUSTED_PROXIES is set without PROXY_AUTH_USER_HEADER",
+        ),
+        ({"LOCAL_PASSWORDS": "false"}, "LOCAL_PASSWORDS=false leaves no way to sign in"),
+        ({**OIDC, "LOCAL_PASSWORDS": "nope"}, "LOCAL_PASSWORDS='nope' is not a boolean"),
+    ],
+    ids=[
+        "issuer-http",
+        "issuer-no-scheme",
+        "no-secret",
+        "no-openid-scope",
+        "unmapped",
+        "algorithm",
+        "token-auth",
+        "timeout",
+        "ca-bundle",
+        "endpoint",
+        "client-without-issuer",
+        "no-trusted-proxies",
+        "bad-network",
+        "bad-header",
+        "proxies-without-header",
+        "no-way-in",
+        "local-passwords",
+    ],
+)
+def test_bad_values_stop_the_process_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ImproperlyConfigured) as refused:
+        load_settings(monkeypatch, environment)
+    assert message in str(refused.value)
+
+
+def test_good_values_configure_both_modes_and_local_passwords_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = load_settings(
+        monkeypatch,
+        {
+            **OIDC,
+            **PROXY,
+            "OIDC_ISSUER": "http://localhost:8080/realms/acme",  # a provider run locally
+            "OIDC_ONCALL_GROUPS": "sre, incident-commanders",
+            "LOCAL_PASSWORDS": "false",
+        },
+    )
+    assert loaded["OIDC_ONCALL_GROUPS"] == ["sre", "incident-commanders"]
+    assert loaded["OIDC_PROVIDER_NAME"] == "localhost"
+    assert loaded["OIDC_SCOPES"] == ["openid", "email", "profile", "groups"]
+    assert "django.contrib.auth.backends.ModelBackend" not in loaded["AUTHENTICATION_BACKENDS"]
+    middleware = loaded["MIDDLEWARE"]
+    assert middleware.index("controlplane.proxy_auth.ProxyAuthMiddleware") == (
+        middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1
+    )
+    # And without any of it, passwords as before.
+    assert "django.contrib.auth.backends.ModelBackend" in load_settings(monkeypatch, {})["AUTHENTICATION_BACKENDS"]
+
+
+# --- OpenID Connect with the Django client, against the real provider -------------------
+
+CALLBACK = "http://testserver/accounts/oidc/callback/"
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[RunningProvider]:
+    running = RunningProvider(
+        tmp_path,
+        people={
+            "dana": {
+                "password": "dana-at-the-provider",
+                "claims": {
+                    "sub": "sub-dana",
+                    "preferred_username": "dana",
+                    "email": "dana@example.com",
+                    "given_name": "Dana",
+                    "groups": ["sre"],
+                },
+            },
+            "nameless": {"password": "nameless-pass", "claims": {"sub": "sub-nameless", "groups": ["sre"]}},
+        },
+        redirect_uris=[CALLBACK],
+    )
+    running.start()
+    sso.forget_provider()
+    yield running
+    running.stop()
+    sso.forget_provider()
+
+
+@pytest.fixture
+def oidc(db: Any, settings: Any, provider: RunningProvider, mapped: None) -> RunningProvider:
+    settings.OIDC_ISSUER = provider.issuer
+    settings.OIDC_CLIENT_ID = provider.client_id
+    settings.OIDC_CLIENT_SECRET = provider.client_secret
+    settings.OIDC_CA_BUNDLE = str(provider.ca_file)
+    settings.OIDC_PROVIDER_NAME = "Acme SSO"
+    return provider
+
+
+def through_the_provider(client: Client, provider: RunningProvider, username: str, password: str) -> Any:
+    """Start at the sign-in button, sign in at the provider's form, and come back: the
+    callback's answer."""
+    start = client.get("/accounts/oidc/authenticate/?next=/chains/chat/")
+    assert start.status_code == 302 and start["Location"].startswith(f"{provider.issuer}/authorize?"), start
+    query = urlsplit(start["Location"]).query
+    assert {"code_challenge", "nonce", "state"} <= set(parse_qs(query))
+    answer = requests.post(
+        f"{provider.issuer}/authorize",
+        data={"request": query, "username": username, "password": password},
+        verify=str(provider.ca_file),
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert answer.status_code == 303, answer.text
+    back = answer.headers["Location"]
+    assert back.startswith(CALLBACK)
+    return client.get(back.removeprefix("http://testserver"))
+
+
+def test_a_person_signs_in_through_the_provider_with_the_roles_of_their_groups(
+    client: Client, oidc: RunningProvider, synced: None
+) -> None:
+    page = client.get("/accounts/login/").content.decode()
+    assert "Sign in with Acme SSO" in page and 'name="password"' in page
+
+    done = through_the_provider(client, oidc, "dana", "dana-at-the-provider")
+    assert done.status_code == 302 and done["Location"] == "/chains/chat/"
+    dana = User.objects.get(username="dana")
+    assert (dana.email, dana.first_name, dana.has_usable_password()) == ("dana@example.com", "Dana", False)
+    assert can_change(dana)
+    assert client.get("/chains/chat/").context["user"] == dana
+    assert client.session.get_expiry_age() == 12 * 3600  # OIDC_SESSION_HOURS: roles are re-read within it
+    assert AccessChange.objects.filter(
+        subject="dana", action=AccessAction.ROLE_GRANTED, actor="sso:127.0.0.1", details={"role": "oncall"}
+    ).exists()
+
+    # Sign-out ends the session: the next page asks to sign in again.
+    client.post("/accounts/logout/")
+    assert client.get("/chains/chat/").status_code == 302
+
+
+def test_a_refusal_lands_on_the_sign_in_page_saying_why(client: Client, oidc: RunningProvider) -> None:
+    oidc.write_people(
+        {"dana": {"password": "dana-at-the-provider", "claims": {"sub": "sub-dana", "preferred_username": "dana"}}}
+    )
+    done = through_the_provider(client, oidc, "dana", "dana-at-the-provider")
+    assert done.status_code == 302 and done["Location"] == "/accounts/login/"
+    page = client.get("/accounts/login/").content.decode()
+    assert "dana is signed in, but none of their groups has access here" in page
+    assert not User.objects.filter(username="dana").exists()
+
+
+def test_no_username_claim_is_refused_naming_the_setting(client: Client, oidc: RunningProvider) -> None:
+    through_the_provider(client, oidc, "nameless", "nameless-pass")
+    page = client.get("/accounts/login/").content.decode()
+    assert "did not say who you are (no preferred_username claim)" in page and "OIDC_USERNAME_CLAIM" in page
+
+
+def test_a_callback_used_twice_is_refused_without_an_error_page(client: Client, oidc: RunningProvider) -> None:
+    start = client.get("/accounts/oidc/authenticate/")
+    query = urlsplit(start["Location"]).query
+    answer = requests.post(
+        f"{oidc.issuer}/authorize",
+        data={"request": query, "username": "dana", "password": "dana-at-the-provider"},
+        verify=str(oidc.ca_file),
+        allow_redirects=False,
+        timeout=10,
+    )
+    back = answer.headers["Location"].removeprefix("http://testserver")
+    assert client.get(back)["Location"] == "/"
+    client.post("/accounts/logout/")
+    again = client.get(back)
+    assert again.status_code == 302 and again["Location"] == "/accounts/login/"
+    assert "That sign-in was already used or has expired" in client.get("/accounts/login/").content.decode()
+
+
+def test_a_provider_that_names_another_issuer_is_not_used(client: Client, oidc: RunningProvider, settings: Any) -> None:
+    settings.OIDC_ISSUER = oidc.issuer.replace("127.0.0.1", "localhost")  # discovery says 127.0.0.1
+    start = client.get("/accounts/oidc/authenticate/")
+    assert start.status_code == 302 and start["Location"] == "/accounts/login/"
+    assert "Acme SSO cannot be reached just now" in client.get("/accounts/login/").content.decode()
+
+
+def test_without_an_issuer_there_is_no_button_and_no_oidc_urls(client: Client, settings: Any) -> None:
+    settings.OIDC_ISSUER = ""
+    assert "Sign in with" not in client.get("/accounts/login/").content.decode()
+    assert client.get("/accounts/oidc/authenticate/").status_code == 404
+    assert client.get("/accounts/oidc/callback/?code=x&state=y").status_code == 404
+
+
+# --- LOCAL_PASSWORDS=false --------------------------------------------------------------
+
+
+@pytest.fixture
+def passwords_off(db: Any, settings: Any) -> None:
+    settings.OIDC_ISSUER = "https://idp.example.com"
+    settings.OIDC_PROVIDER_NAME = "Acme SSO"
+    settings.LOCAL_PASSWORDS = False
+    settings.AUTHENTICATION_BACKENDS = [
+        name for name in settings.AUTHENTICATION_BACKENDS if name != "django.contrib.auth.backends.ModelBackend"
+    ]
+
+
+def test_with_local_passwords_off_the_page_offers_only_the_provider(client: Client, passwords_off: None) -> None:
+    page = client.get("/accounts/login/?next=/alerts/").content.decode()
+    assert re.search(r'href="/accounts/oidc/authenticate/\?next=/alerts/"[^>]*>Sign in with Acme SSO<', page)
+    assert 'name="password"' not in page and "Forgotten your password?" not in page
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"], ids=["site", "admin"])
+def test_with_local_passwords_off_a_password_is_refused_saying_how_to_sign_in(
+    client: Client, passwords_off: None, alice: User, path: str
+) -> None:
+    User.objects.create_superuser("root", password="root-pass-123")
+    for username, password in (("alice", "alice-pass-123"), ("root", "root-pass-123")):
+        refused = client.post(path, {"username": username, "password": password})
+        assert refused.status_code == 403
+        assert "does not take passwords" in refused.content.decode() and "Sign in with Acme SSO" in (
+            refused.content.decode()
+        )
+        assert "_auth_user_id" not in client.session
+
+
+def test_with_local_passwords_off_the_admin_sends_people_to_the_sites_sign_in(
+    client: Client, passwords_off: None
+) -> None:
+    answer = client.get("/admin/login/?next=/admin/auth/user/")
+    assert answer.status_code == 302 and answer["Location"] == "/accounts/login/?next=%2Fadmin%2Fauth%2Fuser%2F"
+    assert client.get("/accounts/password_change/").status_code == 404
+
+
+def test_with_local_passwords_on_the_password_form_still_signs_in(client: Client, alice: User) -> None:
+    answer = client.post("/accounts/login/", {"username": "alice", "password": "alice-pass-123"})
+    assert answer.status_code == 302 and client.session["_auth_user_id"] == str(alice.pk)
+    assert client.get("/admin/login/").status_code == 200
+
+
+# --- the trusted proxy's headers (in process; the production process: test_proxy_auth_stack) ---
+
+PROXY_HEADERS = {"HTTP_X_FORWARDED_USER": "frank", "HTTP_X_FORWARDED_GROUPS": "eng, sre"}
+
+
+@pytest.fixture
+def proxy(db: Any, settings: Any, mapped: None) -> None:
+    settings.PROXY_AUTH_USER_HEADER = "X-Forwarded-User"
+    settings.PROXY_AUTH_GROUPS_HEADER = "X-Forwarded-Groups"
+    settings.PROXY_AUTH_TRUSTED_PROXIES = ["10.0.0.0/24", "127.0.0.1"]
+
+
+def test_the_trusted_proxy_signs_people_in_with_their_roles_and_follows_their_groups(proxy: None, synced: None) -> None:
+    client = Client(**PROXY_HEADERS)
+    page = client.get("/chains/chat/")
+    assert page.status_code == 200 and page.context["user"].username == "frank"
+    assert roles_of("frank") == (["oncall", "viewer"], False)
+    # The provider drops frank from sre: the next request through the proxy says so.
+    assert client.get("/chains/chat/", HTTP_X_FORWARDED_GROUPS="eng").status_code == 200
+    assert roles_of("frank") == (["viewer"], False)
+    assert AccessChange.objects.filter(
+        subject="frank", action=AccessAction.ROLE_REVOKED, actor="sso:proxy", details={"role": "oncall"}
+    ).exists()
+    # Without the header the proxy's session ends.
+    assert client.get("/chains/chat/", HTTP_X_FORWARDED_USER="").status_code == 302
+
+
+def test_the_headers_from_an_untrusted_address_are_refused(proxy: None, synced: None, caplog: Any) -> None:
+    for _ in range(2):
+        refused = Client(REMOTE_ADDR="203.0.113.9", **PROXY_HEADERS).get("/chains/chat/")
+        assert refused.status_code == 403
+        assert "203.0.113.9, which is not one of the sign-in proxies" in text(refused)
+    assert not User.objects.filter(username="frank").exists()
+    warnings = [r for r in caplog.records if "not in PROXY_AUTH_TRUSTED_PROXIES" in r.getMessage()]
+    assert len(warnings) == 1  # once per address
+    # Without the headers, that address is an ordinary visitor.
+    assert Client(REMOTE_ADDR="203.0.113.9").get("/chains/chat/").status_code == 302
+    # X-Forwarded-For is the client's to write: it makes no address trusted.
+    spoofed = Client(REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR="10.0.0.7", **PROXY_HEADERS)
+    assert spoofed.get("/chains/chat/").status_code == 403
+
+
+def test_a_person_the_mapping_refuses_gets_a_403_saying_why(proxy: None) -> None:
+    refused = Client(HTTP_X_FORWARDED_USER="gil", HTTP_X_FORWARDED_GROUPS="marketing").get("/")
+    assert refused.status_code == 403
+    assert "gil is signed in, but none of their groups has access here" in text(refused)
+    assert not User.objects.filter(username="gil").exists()
+
+
+def test_a_refused_persons_requests_are_not_counted_as_failed_sign_ins(proxy: None, settings: Any) -> None:
+    settings.LOGIN_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = 2
+    gil = Client(HTTP_X_FORWARDED_USER="gil", HTTP_X_FORWARDED_GROUPS="marketing")
+    for _ in range(4):  # every page gil opens is refused again
+        assert gil.get("/").status_code == 403
+    # The address (the proxy's, or an office's) is not paused for anyone else.
+    assert Client(**PROXY_HEADERS).get("/").status_code == 200
