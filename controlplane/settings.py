@@ -347,9 +347,10 @@ MIDDLEWARE.insert(
 )
 
 # --- HTTPS and browser protections -------------------------------------------------------
-# HTTPS=true (set in docker-compose.yml) is for a deployment behind a TLS-terminating proxy
-# that sets X-Forwarded-Proto: it redirects plain http to https, marks cookies Secure and
-# sends HSTS. The default (false) keeps `make run` working on plain http://localhost.
+# HTTPS=true is for a deployment behind a TLS-terminating proxy that sets X-Forwarded-Proto
+# (compose's Caddy of `--profile https`, or your own): it redirects plain http to https, marks
+# cookies Secure and sends HSTS. The default (false) keeps `make run` and a first
+# `docker compose up` working on plain http://localhost.
 HTTPS = env_bool("HTTPS", False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
 # Probes and the scraper talk plain http to the container from inside the network.
