@@ -11,6 +11,14 @@ class PresetsConfig(AppConfig):
         from presets.read_path.notifications import announce_change
 
         events.selection_changed.connect(announce_change, dispatch_uid="read_path.announce_change")
+        # ... and every change of a service token, which read fronts hold in memory.
+        from django.db.models.signals import post_delete, post_save
+
+        from presets.models import ServiceToken
+        from presets.read_path.notifications import announce_tokens_changed
+
+        for signal in (post_save, post_delete):
+            signal.connect(announce_tokens_changed, sender=ServiceToken, dispatch_uid="read_path.tokens_changed")
 
         # The access history: every change of a person's role groups and access flags,
         # wherever it is made (the admin, a command, single sign-on).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from django.db import models
@@ -271,6 +272,24 @@ def use_token(raw: str) -> ServiceToken | None:
             ServiceToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
     return token
+
+
+def live_token_hashes(*, token_hash: str | None = None) -> list[tuple[int, str, datetime | None, datetime | None]]:
+    """Every active token (or the one with ``token_hash``) as (pk, hash, expires_at,
+    last_used_at): what a process that checks tokens in memory holds (the read front's
+    ``TokenSet``)."""
+    tokens = ServiceToken.objects.active()
+    if token_hash is not None:
+        tokens = tokens.filter(token_hash=token_hash)
+    return list(tokens.order_by().values_list("pk", "token_hash", "expires_at", "last_used_at"))
+
+
+def record_token_use(pks: Collection[int], now: datetime) -> int:
+    """Record that these tokens were used at ``now`` (``last_used_at``), where their recorded
+    use is older than ``LAST_USED_PRECISION``: the batched form of what ``use_token`` does per
+    read. Returns how many rows it wrote."""
+    stale = models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=now - LAST_USED_PRECISION)
+    return ServiceToken.objects.filter(pk__in=list(pks)).filter(stale).update(last_used_at=now)
 
 
 class AccessAction(models.TextChoices):

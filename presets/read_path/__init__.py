@@ -3,7 +3,7 @@
 ``front`` (the ASGI callable answering token reads and long polls), ``snapshot`` (every
 chain's encoded document in this process), ``notifications`` (a change's NOTIFY and the
 LISTEN that applies it), ``worker_threads`` (database work off the event loop), ``tokens``
-(the per-process token cache), ``counters`` (what this process answered, for /metrics),
+(the per-process live tokens), ``counters`` (what this process answered, for /metrics),
 ``request_context`` (the request id, routes as URL patterns, the access line; Django's
 middleware shares them) and ``http`` (the HTTP rules the DRF API shares: error body, ETag
 match, the ``wait`` parameter, the bearer header). Nothing here imports DRF.

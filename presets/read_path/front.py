@@ -4,7 +4,7 @@ Django's ASGI handler costs about 7x a raw ASGI callable per request (bench/READ
 every SDK instance polls this path. So token-authenticated reads of chain documents, long
 polls included, are answered here from the per-process ``Snapshot``; everything else (writes,
 history, sessions, the UI, the admin) goes to Django unchanged. The front shares Django's
-code for what matters: tokens are looked up by ``models.use_token``, documents come from
+code for what matters: tokens are held by the snapshot (``tokens.TokenSet``), documents come from
 ``Selection.to_document``, expiry from ``services.revert_expired_and_read``, and errors, ETag
 matching and the bearer header from ``read_path.http`` (which the DRF API uses too).
 
@@ -39,7 +39,6 @@ from presets.read_path.request_context import (
     request_id_from,
 )
 from presets.read_path.snapshot import Entry, Snapshot
-from presets.read_path.tokens import TokenCache
 from presets.read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
 PREFIX = "/api/v1/chains"
+_CHAIN_PATH = PREFIX + "/"
+_NAME_AT = len(_CHAIN_PATH)
 FLEET_FLUSH_S = 1.0
+# A read arriving while the process is still loading its snapshot (tokens and documents)
+# waits this long for it, then is answered 503: the database may be down.
+STARTUP_WAIT_S = 5.0
 
 _EXPIRY_UNAVAILABLE = (
     "this chain's pin has expired and the control plane's database is unavailable to revert it; retry shortly"
@@ -74,10 +78,10 @@ class ReadFront:
         (the project's wiring passes the database pool's, which the read path cannot see)."""
         self.django_app = django_app
         self.snapshot = snapshot or Snapshot()
-        self.tokens = TokenCache()
         self.fleet = fleet or recorder
         self.on_flush = tuple(on_flush)
         self._starting: asyncio.Task[None] | None = None
+        self._ready = False
         self._flusher: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
@@ -92,6 +96,7 @@ class ReadFront:
         await self.snapshot.start()
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_periodically())
+        self._ready = True
 
     async def _flush_periodically(self) -> None:
         """Once a second, off the request path: read counts to the metrics files and who
@@ -104,6 +109,10 @@ class ReadFront:
                     flush()
             except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
                 log.warning("metrics: flush failed: %s", exc)
+            try:
+                await self.snapshot.tokens.record_use()
+            except Exception as exc:  # noqa: BLE001 - a token's last use is best effort
+                log.warning("tokens: recording use failed: %s", exc)
             if self.fleet.has_pending:
                 try:
                     await in_worker_thread(self.fleet.flush)()
@@ -112,17 +121,24 @@ class ReadFront:
 
     async def stop(self) -> None:
         self._starting = None
+        self._ready = False
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
         await self.snapshot.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
+        # ``answers_itself``, inlined: this runs for every request the process gets.
+        kind = scope["type"]
+        if kind == "http" and scope["method"] == "GET":
+            path: str = scope["path"]
+            if path == PREFIX or (path.startswith(_CHAIN_PATH) and "/" not in path[_NAME_AT:]):
+                headers = dict(scope["headers"])
+                if b"authorization" in headers:
+                    await self._answer(scope, send, path, headers)
+                    return
+        elif kind == "lifespan":
             await self._lifespan(receive, send)
-            return
-        if answers_itself(scope):
-            await self._answer(scope, send, scope["path"], dict(scope["headers"]))
             return
         await self.django_app(scope, receive, send)
 
@@ -173,14 +189,15 @@ class ReadFront:
             await _error(send, 401, BEARER_HELP, auth=True)
             return
         try:
-            valid = await self.tokens.is_valid(raw)
-        except Exception:  # noqa: BLE001 - the database is down and the token is not cached
+            if not self._ready:
+                await asyncio.wait_for(self._start(), STARTUP_WAIT_S)
+            valid = await self.snapshot.tokens.is_valid(raw)
+        except Exception:  # noqa: BLE001 - the database is down: the snapshot cannot load, or the token is new
             await _error(send, 503, "the control plane's database is unavailable; retry shortly")
             return
         if not valid:
             await _error(send, 401, TOKEN_REFUSED, auth=True)
             return
-        await self._start()
         if not name:
             try:
                 await self._expire_due(time.time())
@@ -190,9 +207,8 @@ class ReadFront:
             await _respond(send, 200, self.snapshot.list_body)
             return
 
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         try:
-            wait = wait_seconds(query["wait"][-1] if "wait" in query else None)
+            wait = _wait_of(scope.get("query_string"))
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
@@ -230,8 +246,8 @@ class ReadFront:
     async def _live(self, name: str) -> Entry | None:
         """The chain's entry, its pin reverted if it has expired. Raises when the revert cannot
         reach the database: an expired pin is never served, not even during an outage."""
-        entry = self.snapshot.get(name)
-        if entry is not None and entry.is_expired(time.time()):
+        entry = self.snapshot.entries.get(name)
+        if entry is not None and entry.expires_at is not None and entry.expires_at <= time.time():
             try:
                 entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
             except Exception as exc:
@@ -265,6 +281,14 @@ class ReadFront:
             entry = await self._live(name) or entry
             if entry.etag != held.etag or time.monotonic() >= deadline:
                 return entry
+
+
+def _wait_of(query_string: bytes | None) -> float:
+    """The long poll's ``wait`` in seconds (0 without one); raises InvalidInput."""
+    if not query_string:  # a plain read: nothing to parse
+        return 0.0
+    query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
+    return wait_seconds(query["wait"][-1] if "wait" in query else None)
 
 
 def answers_itself(scope: Scope) -> bool:

@@ -37,6 +37,8 @@ from presets.read_path.worker_threads import in_worker_thread
 log = logging.getLogger(__name__)
 
 CHANGE_CHANNEL = "chain_changed"
+# A service token was created, revoked, changed or deleted: every read front reloads its set.
+TOKENS_CHANNEL = "tokens_changed"
 # The self-check's NOTIFY is delivered within milliseconds when LISTEN works; this leaves
 # room for a loaded database.
 SELF_CHECK_S = 3.0
@@ -93,6 +95,17 @@ def announce_change(sender: Any, *, selection: Selection, epoch: int | None = No
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, encode_payload(selection, epoch=epoch)])
+
+
+def announce_tokens_changed(sender: Any, **_: Any) -> None:
+    """Tell every web process that the service tokens changed (a ``post_save`` and
+    ``post_delete`` receiver for ``ServiceToken``): sent in the change's transaction, so it
+    arrives when (and only if) the change commits. Use (``last_used_at``) is written with
+    ``update()``, which sends no signal: reads never announce anything."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [TOKENS_CHANNEL])
 
 
 def encode_payload(selection: Selection, *, epoch: int | None) -> str:
@@ -175,6 +188,8 @@ class Follower(Protocol):
 
     async def notified(self, payload: str) -> None: ...
 
+    async def tokens_changed(self) -> None: ...
+
 
 async def listen(follower: Follower, *, polling_every: float) -> None:
     """Hold a LISTEN connection for ever, reconnecting with backoff; after each (re)connect,
@@ -198,6 +213,7 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
             async with conn:
                 await conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+                await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
                 await conn.execute(f"LISTEN {check_channel}")
                 delay = RECONNECT_FIRST_S
                 if await _receives(conn, follower, check_channel):
@@ -205,8 +221,7 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
                     await follower.catch_up()
                     async with aclosing(conn.notifies()) as notes:
                         async for note in notes:
-                            if note.channel == CHANGE_CHANNEL:
-                                await follower.notified(note.payload)
+                            await _dispatch(follower, note)
                     raise ConnectionError("the LISTEN connection closed")
                 # Behind a transaction pooler the LISTEN stayed on whichever server connection
                 # ran it, and would send stray notifications to its later clients: undo it
@@ -255,9 +270,16 @@ async def _receives(conn: Any, follower: Follower, channel: str) -> bool:
         async for note in notes:
             if note.channel == channel and note.payload == token:
                 return True
-            if note.channel == CHANGE_CHANNEL:
-                await follower.notified(note.payload)
+            await _dispatch(follower, note)
     return False
+
+
+async def _dispatch(follower: Follower, note: Any) -> None:
+    """Hand a notification to the follower by its channel."""
+    if note.channel == CHANGE_CHANNEL:
+        await follower.notified(note.payload)
+    elif note.channel == TOKENS_CHANNEL:
+        await follower.tokens_changed()
 
 
 def _notify(channel: str, payload: str) -> None:

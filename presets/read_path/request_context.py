@@ -13,9 +13,11 @@ URLconf has patterns: ``/api/v1/chains/<slug:name>``, not one value per chain or
 
 from __future__ import annotations
 
+import itertools
 import logging
-import random
+import os
 import re
+import secrets
 from contextvars import ContextVar
 
 from django.http import HttpRequest
@@ -56,6 +58,18 @@ class RequestContext:
 current: ContextVar[RequestContext | None] = ContextVar("controlplane_request", default=None)
 
 
+def _new_id_source() -> None:
+    global _id_prefix, _id_counter
+    _id_prefix = secrets.token_hex(8)
+    _id_counter = itertools.count()
+
+
+_id_prefix = ""
+_id_counter = itertools.count()
+_new_id_source()
+os.register_at_fork(after_in_child=_new_id_source)
+
+
 def request_id_from(header: str | bytes | None) -> str:
     """The request's id: ``header`` (an incoming ``X-Request-ID``) when it is well formed,
     else a new random one (32 hex digits). Bytes are read as latin-1, as ASGI servers pass
@@ -65,9 +79,9 @@ def request_id_from(header: str | bytes | None) -> str:
             header = header.decode("latin-1")
         if _ACCEPTED.fullmatch(header):
             return header
-    # An id, not a secret: Python's generator (seeded from the OS, reseeded in a forked
-    # child) costs a fraction of a system call per read on the front.
-    return random.getrandbits(128).to_bytes(16, "big").hex()  # noqa: S311
+    # An id, not a secret: unique per process (a random prefix, drawn again in a forked child)
+    # and a counter, cheaper than any random draw per read on the front.
+    return f"{_id_prefix}{next(_id_counter):016x}"
 
 
 def route_of(request: HttpRequest) -> str:

@@ -24,13 +24,17 @@ from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
-from presets.read_path.notifications import State, decode_payload, listen, set_state
+from presets.read_path.notifications import State, decode_payload, listen, set_state, state
+from presets.read_path.tokens import TokenSet
 from presets.read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
 
 PG_SAFETY_POLL_S = 5.0
 FALLBACK_POLL_S = 0.25
+# Without working notifications on PostgreSQL, tokens are reloaded this often: a revoked one
+# stops within a second either way.
+TOKENS_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,12 @@ def _versions() -> dict[str, tuple[int, int]]:
 
 
 class Snapshot:
-    """Every chain's live document in this process, and the long polls waiting on them."""
+    """Every chain's live document and every live token in this process, and the long polls
+    waiting on them."""
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        self.tokens = TokenSet()
         self.list_body: bytes = b'{"chains":[]}'
         self.waiters = 0
         self._events: dict[str, asyncio.Event] = {}
@@ -116,6 +122,7 @@ class Snapshot:
         while True:
             try:
                 self._replace_all(await in_worker_thread(_load_all)())
+                await self.tokens.load()
                 break
             except Exception as exc:  # the database may be down at start; keep trying
                 log.warning("chain snapshot: initial load failed (%s); retrying", exc)
@@ -124,6 +131,7 @@ class Snapshot:
         interval = PG_SAFETY_POLL_S if database.vendor == "postgresql" else FALLBACK_POLL_S
         if database.vendor == "postgresql":
             self._tasks.append(asyncio.ensure_future(listen(self, polling_every=interval)))
+            self._tasks.append(asyncio.ensure_future(self._poll_tokens_unless_listening()))
         else:
             detail = f"{database.display_name} has no LISTEN/NOTIFY: chain versions are checked every {interval:g} s"
             set_state(State("polling", detail), warn=False)
@@ -167,7 +175,10 @@ class Snapshot:
             event = self._events[name] = asyncio.Event()
         self.waiters += 1
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            # A timer on this task, not a task of its own per waiter (as wait_for makes on
+            # Python 3.11): thousands of long polls are held at once.
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             return None
         finally:
@@ -215,12 +226,29 @@ class Snapshot:
             return
         self.put(entry)
 
+    async def tokens_changed(self) -> None:
+        """A token was created, revoked, changed or deleted: reload the set."""
+        try:
+            await self.tokens.reload()
+        except Exception as exc:  # noqa: BLE001 - the periodic check retries
+            log.warning("token set: reload failed (%s); retrying at the next check", exc)
+
     async def catch_up(self) -> None:
-        """Reload every chain whose (epoch, version) in the database is ahead of ours."""
+        """Reload every chain whose (epoch, version) in the database is ahead of ours, and the
+        tokens."""
+        await self.tokens.reload()
         for name, order in (await in_worker_thread(_versions)()).items():
             current = self.entries.get(name)
             if current is None or current.order < order:
                 await self.reload(name)
+
+    async def _poll_tokens_unless_listening(self) -> None:
+        """While notifications do not arrive, reload the tokens every ``TOKENS_POLL_S``."""
+        while True:
+            await asyncio.sleep(TOKENS_POLL_S)
+            current = state()
+            if current is not None and current.mode != "listen":
+                await self.tokens_changed()
 
     async def _poll_versions(self, interval: float) -> None:
         while True:
