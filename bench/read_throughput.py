@@ -1,11 +1,17 @@
-"""Read throughput of the authenticated chain endpoint (200 and 304) versus a bare Django view.
+"""Read throughput and latency of the authenticated chain endpoint (200 and 304) against a raw
+ASGI callable, a bare Django view, and across worker counts.
 
-Starts, one after another on this machine: the control plane's production web process under
-each candidate ASGI server (2 workers), and a bare Django view returning a constant under
-granian WSGI with 2 workers; loads each with wrk (32 connections) and prints requests/s and
-the ratio to the bare view, measured in the same run.
+For 1 and then 2 workers, starts side by side under granian (`make serve`'s server): the
+control plane's production web process (the read front and Django) on PostgreSQL or SQLite,
+and a raw ASGI callable sending the same bytes (bench/raw_asgi.py: no token check, no
+snapshot, no metrics: the ceiling). Loads them in alternating rounds with wrk (one thread, 32
+connections, as a fleet of SDK instances would: many connections, each a request at a time)
+and prints requests/s and p99 latency of each, the front's ratio to the raw callable (both
+measured in the same run), and how each scales from 1 to 2 workers. Then a bare Django view
+returning a constant (granian WSGI, 2 workers), the figure the front was first measured
+against.
 
-    python bench/read_throughput.py [--duration 10] [--connections 32]
+    python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32]
 
 Needs wrk (Debian package `wrk`). Ends with one line of key=value figures.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -83,6 +90,21 @@ def create_token(env: dict[str, str], name: str, scope: str) -> str:
     return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def bench_env(workdir: Path, **extra: str) -> dict[str, str]:
+    """The environment every benchmarked process runs with: production settings (DEBUG off,
+    so a SECRET_KEY: SECRET_KEY's own if set, else one made for this run), quiet logs, its
+    files under ``workdir``."""
+    return {
+        **os.environ,
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+        "VAR_DIR": str(workdir),
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
+
+
 @contextmanager
 def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iterator[ScratchPlane]:
     """A migrated control plane with the example presets on a scratch PostgreSQL database
@@ -94,15 +116,7 @@ def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iter
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"{base}/{name}",
-        "VAR_DIR": str(workdir),
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-        **extra_env,
-    }
+    env = bench_env(workdir, DATABASE_URL=f"{base}/{name}", **extra_env)
     try:
         set_up(env)
         yield ScratchPlane(
@@ -121,8 +135,15 @@ class ScratchPlane:
     token: Callable[[str], str]
 
 
-def wrk(url: str, headers: dict[str, str], duration: int, connections: int) -> float:
-    command = ["wrk", "-t2", f"-c{connections}", f"-d{duration}s"]
+@dataclass(frozen=True)
+class Load:
+    rps: float
+    p99_ms: float
+
+
+def wrk(url: str, headers: dict[str, str], duration: int, connections: int, threads: int = 1) -> Load:
+    """Requests per second and p99 latency of ``url`` under wrk (every answer 2xx or 304)."""
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency"]
     for key, value in headers.items():
         command += ["-H", f"{key}: {value}"]
     out = subprocess.run(command + [url], capture_output=True, text=True, check=True).stdout
@@ -131,90 +152,106 @@ def wrk(url: str, headers: dict[str, str], duration: int, connections: int) -> f
         raise SystemExit(f"{errors.group(1)} error responses from {url}:\n{out}")
     if "Socket errors" in out:
         print(f"  warning: {url}: " + out.split("Socket errors")[1].splitlines()[0].strip())
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+    if p99 is None:
+        raise SystemExit(f"no latency distribution in wrk's output:\n{out}")
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return Load(rps=rps, p99_ms=float(p99.group(1)) * scale)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server and worker count")
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--servers", default="granian,uvicorn")
+    parser.add_argument("--workers", default="1,2")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-read-"))
-    env = {**os.environ, "VAR_DIR": str(workdir), "DEBUG": "false", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    env = bench_env(workdir)
     env.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
     set_up(env)
     token = create_token(env, f"bench-{os.getpid()}", "read")
-    version = 1
     auth = {"Authorization": f"Bearer {token}"}
-
-    servers = {
-        "granian": granian("controlplane.asgi:application", "{port}"),
-        "uvicorn": [
-            str(BIN / "uvicorn"),
-            "controlplane.asgi:application",
-            "--workers",
-            "2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-        ],
-    }
-    results: dict[str, float] = {}
-    for name in args.servers.split(","):
-        port = free_port()
-        process = start([part.replace("{port}", str(port)) for part in servers[name]], env)
+    figures: dict[str, float | int | str] = {}
+    rps: dict[tuple[str, int, str], list[float]] = {}
+    p99: dict[tuple[str, int, str], list[float]] = {}
+    for workers in [int(n) for n in args.workers.split(",")]:
+        front_port, raw_port = free_port(), free_port()
+        front = start(granian("controlplane.asgi:application", front_port, workers=workers), env)
+        raw = None
         try:
-            url = f"http://127.0.0.1:{port}/api/v1/chains/chat"
-            wait_until_up(f"http://127.0.0.1:{port}/healthz")
-            wrk(url, auth, 2, args.connections)  # warm every worker's snapshot and token cache
-            results[f"{name}_200"] = wrk(url, auth, args.duration, args.connections)
-            results[f"{name}_304"] = wrk(
-                url, {**auth, "If-None-Match": f'"{version}"'}, args.duration, args.connections
-            )
+            url = f"http://127.0.0.1:{front_port}/api/v1/chains/chat"
+            wait_until_up(f"http://127.0.0.1:{front_port}/healthz")
+            answer = urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=5)
+            (workdir / "document.json").write_bytes(answer.read())
+            etag = answer.headers["ETag"]
+            raw_env = {**env, "RAW_ASGI_DOCUMENT": str(workdir / "document.json"), "RAW_ASGI_ETAG": etag}
+            raw = start(granian("bench.raw_asgi:application", raw_port, workers=workers), raw_env)
+            raw_url = f"http://127.0.0.1:{raw_port}/api/v1/chains/chat"
+            wait_until_up(raw_url)
+            targets = {"front": (url, auth), "raw": (raw_url, {})}
+            for target, headers in targets.values():
+                wrk(target, headers, 2, args.connections)  # warm every worker
+            for _ in range(args.rounds):
+                for name, (target, headers) in targets.items():
+                    for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
+                        load = wrk(target, {**headers, **extra}, args.duration, args.connections)
+                        rps.setdefault((name, workers, kind), []).append(load.rps)
+                        p99.setdefault((name, workers, kind), []).append(load.p99_ms)
         finally:
-            stop(process)
-        print(
-            f"{name:8} ASGI x2: 200 {results[f'{name}_200']:>9,.0f} req/s   304 {results[f'{name}_304']:>9,.0f} req/s"
-        )
+            stop(front)
+            if raw is not None:
+                stop(raw)
+        for kind in ("200", "304"):
+            front_rps, raw_rps = median(rps[("front", workers, kind)]), median(rps[("raw", workers, kind)])
+            front_p99, raw_p99 = median(p99[("front", workers, kind)]), median(p99[("raw", workers, kind)])
+            print(
+                f"{workers} worker(s), {kind}: front {front_rps:>9,.0f} req/s p99 {front_p99:6.2f} ms   "
+                f"raw ASGI {raw_rps:>9,.0f} req/s p99 {raw_p99:6.2f} ms   "
+                f"throughput x{front_rps / raw_rps:.2f}, p99 x{front_p99 / raw_p99:.2f}"
+            )
+            prefix = f"w{workers}_{kind}"
+            figures[f"{prefix}_front_rps"] = round(front_rps)
+            figures[f"{prefix}_raw_rps"] = round(raw_rps)
+            figures[f"{prefix}_front_p99_ms"] = round(front_p99, 2)
+            figures[f"{prefix}_raw_p99_ms"] = round(raw_p99, 2)
+            figures[f"{prefix}_throughput_ratio"] = round(front_rps / raw_rps, 2)
+            figures[f"{prefix}_p99_ratio"] = round(front_p99 / raw_p99, 2)
+    counts = sorted({workers for _, workers, _ in rps})
+    if len(counts) > 1:
+        few, many = counts[0], counts[-1]
+        for name in ("front", "raw"):
+            for kind in ("200", "304"):
+                scaling = median(rps[(name, many, kind)]) / median(rps[(name, few, kind)])
+                figures[f"{name}_{kind}_scaling_w{few}_to_w{many}"] = round(scaling, 2)
+            print(
+                f"{name}: {few} -> {many} workers x{figures[f'{name}_200_scaling_w{few}_to_w{many}']} (200), "
+                f"x{figures[f'{name}_304_scaling_w{few}_to_w{many}']} (304)"
+            )
 
     port = free_port()
-    process = start(
-        granian("bench.bare_django:application", str(port), interface="wsgi"),
-        env,
-    )
+    process = start(granian("bench.bare_django:application", str(port), interface="wsgi"), env)
     try:
         url = f"http://127.0.0.1:{port}/api/v1/chains/chat"
         wait_until_up(url)
         wrk(url, {}, 2, args.connections)
-        bare = wrk(url, {}, args.duration, args.connections)
+        bare = wrk(url, {}, args.duration, args.connections).rps
     finally:
         stop(process)
     print(f"bare Django view, granian WSGI x2: {bare:>9,.0f} req/s")
-
-    best = max(args.servers.split(","), key=lambda n: results[f"{n}_200"] + results[f"{n}_304"])
-    figures = {
-        "server": best,
-        "read_200_rps": round(results[f"{best}_200"]),
-        "read_304_rps": round(results[f"{best}_304"]),
-        "bare_django_rps": round(bare),
-        "ratio_200": round(results[f"{best}_200"] / bare, 2),
-        "ratio_304": round(results[f"{best}_304"] / bare, 2),
-    }
-    for name in args.servers.split(","):
-        figures[f"{name}_200_rps"] = round(results[f"{name}_200"])
-        figures[f"{name}_304_rps"] = round(results[f"{name}_304"])
+    if ("front", 2, "200") in rps:
+        figures["bare_django_rps"] = round(bare)
+        figures["front_vs_bare_django_200"] = round(median(rps[("front", 2, "200")]) / bare, 2)
     shutil.rmtree(workdir, ignore_errors=True)
     print(" ".join(f"{k}={v}" for k, v in figures.items()))
 
