@@ -35,9 +35,11 @@ run: install
 # The production web process: the ASGI read front plus Django under granian (chosen by
 # measurement, bench/README.md); static files served by granian from var/static.
 WEB_WORKERS ?= 2
-# Every held long poll is a request in progress: size these for the fleet (granian's default
-# backpressure, backlog / workers, would cap a 2-worker server near 1,000 SDK instances).
-WEB_MAX_REQUESTS ?= 4096
+# Requests in progress per worker, held long polls included (granian's default backpressure,
+# backlog / workers, would cap a 2-worker server near 1,000 SDK instances). The app holds at
+# most LONG_POLL_MAX_HELD (16384) long polls per worker, so 4096 are always left for writes
+# and pages however many polls are held (bench/long_polls.py: 10,000 on 2 workers).
+WEB_MAX_REQUESTS ?= 20480
 serve: install
 	$(PY) manage.py collectstatic --no-input -v0
 	$(VENV)/bin/granian --interface asgi --host 0.0.0.0 --port $(PORT) --workers $(WEB_WORKERS) \

@@ -324,3 +324,35 @@ def test_documents_carry_the_epoch_and_their_etag_changes_when_it_is_raised(read
     assert headers[b"etag"] == f'"{epoch}.1"'.encode()
     assert (json.loads(content)["epoch"], json.loads(content)["version"]) == (epoch, 1)
     assert {c["epoch"] for c in json.loads(listing[2])["chains"]} == {epoch}
+
+
+def test_long_polls_past_the_bound_are_answered_at_once_and_counted(read_token) -> None:
+    """LONG_POLL_MAX_HELD: held polls never take the capacity writes and pages need."""
+    from presets.read_path import counters
+    from tests.metrics_text import value
+    from tests.test_metrics import scrape
+
+    def not_held_total() -> float:
+        return value(scrape(), "controlplane_long_polls_not_held_total") or 0.0
+
+    async def body(app):
+        app.max_held = 2
+        poll = auth(read_token, **{"If-None-Match": '"1"'})
+        held = [asyncio.ensure_future(call(app, "/api/v1/chains/chat", poll, query="wait=30")) for _ in range(2)]
+        while app.snapshot.waiters < 2:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        over = await call(app, "/api/v1/chains/chat", poll, query="wait=30")
+        answered_in = time.monotonic() - started
+        not_held = app._not_held
+        for task in held:
+            task.cancel()
+        return over[0], answered_in, not_held, [task.done() for task in held]
+
+    counters.flush_front(counters.read_counts, waiters=0)
+    before = not_held_total()
+    status, answered_in, not_held, _ = run(body)
+    assert status == 304 and answered_in < 25  # answered, not held for its 30 s
+    assert not_held == 1
+    counters.flush_front(counters.read_counts, waiters=0, not_held=not_held)
+    assert not_held_total() - before == 1

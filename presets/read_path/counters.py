@@ -36,6 +36,11 @@ LONG_POLL_WAITERS = Gauge(
     registry=None,
     multiprocess_mode="livesum",
 )
+LONG_POLLS_NOT_HELD = Counter(
+    "controlplane_long_polls_not_held",
+    "Long polls answered at once because the process held LONG_POLL_MAX_HELD already",
+    registry=None,
+)
 # Reads answered from the snapshot take well under a millisecond; pages and writes tens.
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUEST_DURATION = Histogram(
@@ -102,9 +107,11 @@ class Durations:
                     bucket.inc(n)
 
 
-def flush_front(counts: dict[int, int], *, waiters: int) -> None:
+def flush_front(counts: dict[int, int], *, waiters: int, not_held: int = 0) -> None:
     """Hand the read front's counts and durations since the last flush to the shared files,
-    and reset them."""
+    and reset them (the caller resets ``not_held``)."""
+    if not_held:
+        LONG_POLLS_NOT_HELD.inc(not_held)
     for status, n in list(counts.items()):
         if not n:
             continue

@@ -22,8 +22,11 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from math import inf
 from typing import Any
 from urllib.parse import parse_qs
+
+from django.conf import settings
 
 from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
@@ -60,6 +63,8 @@ STARTUP_WAIT_S = 5.0
 _EXPIRY_UNAVAILABLE = (
     "this chain's pin has expired and the control plane's database is unavailable to revert it; retry shortly"
 )
+BEARERS_MAX = 10_000
+_UNPARSED: Any = object()
 _JSON = (b"content-type", b"application/json")
 _NO_CACHE = (b"cache-control", b"no-cache")
 
@@ -82,6 +87,12 @@ class ReadFront:
         self.on_flush = tuple(on_flush)
         self._starting: asyncio.Task[None] | None = None
         self._ready = False
+        # Authorization header -> its bearer token (None: not one): parsed once per client.
+        self._bearers: dict[bytes, str | None] = {}
+        # Held long polls are bounded apart from everything else the process serves.
+        self.max_held: int = settings.LONG_POLL_MAX_HELD
+        self._not_held = 0
+        self._not_held_logged = -inf
         self._flusher: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
@@ -104,7 +115,8 @@ class ReadFront:
         while True:
             await asyncio.sleep(FLEET_FLUSH_S)
             try:
-                counters.flush_front(counters.read_counts, waiters=self.snapshot.waiters)
+                not_held, self._not_held = self._not_held, 0
+                counters.flush_front(counters.read_counts, waiters=self.snapshot.waiters, not_held=not_held)
                 for flush in self.on_flush:
                     flush()
             except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
@@ -184,14 +196,22 @@ class ReadFront:
             request_context.current.reset(context)
 
     async def _read(self, scope: Scope, send: _Answer, name: str, headers: dict[bytes, bytes]) -> None:
-        raw = bearer_token(headers[b"authorization"])
+        header = headers[b"authorization"]
+        raw = self._bearers.get(header, _UNPARSED)
+        if raw is _UNPARSED:
+            if len(self._bearers) >= BEARERS_MAX:
+                self._bearers.clear()  # bounded memory against floods of random headers
+            raw = self._bearers[header] = bearer_token(header)
         if raw is None:
             await _error(send, 401, BEARER_HELP, auth=True)
             return
+        # From memory when the process holds the token (every read but a new token's first).
+        valid = self.snapshot.tokens.known(raw) if self._ready else None
         try:
-            if not self._ready:
-                await asyncio.wait_for(self._start(), STARTUP_WAIT_S)
-            valid = await self.snapshot.tokens.is_valid(raw)
+            if valid is None:
+                if not self._ready:
+                    await asyncio.wait_for(self._start(), STARTUP_WAIT_S)
+                valid = await self.snapshot.tokens.is_valid(raw)
         except Exception:  # noqa: BLE001 - the database is down: the snapshot cannot load, or the token is new
             await _error(send, 503, "the control plane's database is unavailable; retry shortly")
             return
@@ -212,11 +232,13 @@ class ReadFront:
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
-        try:
-            entry = await self._live(name)
-        except Exception:  # noqa: BLE001 - the database is down: see _live
-            await _error(send, 503, _EXPIRY_UNAVAILABLE)
-            return
+        entry = self.snapshot.entries.get(name)
+        if entry is not None and entry.expires_at is not None:  # ``_live`` when it may have to act
+            try:
+                entry = await self._live(name)
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
         if entry is None:
             await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
             return
@@ -229,7 +251,7 @@ class ReadFront:
         if identity is not None:
             self.fleet.seen(name, *identity)
         if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
-        if matches(if_none_match, entry.etag) and wait:
+        if matches(if_none_match, entry.etag) and wait and self._may_hold():
             held_since = time.perf_counter()
             try:
                 entry = await self._wait(name, entry, wait)
@@ -239,9 +261,26 @@ class ReadFront:
             finally:
                 send.held = time.perf_counter() - held_since
         if matches(if_none_match, entry.etag):
-            await _respond(send, 304, b"", entry.etag)
+            await _respond(send, 304, b"", entry.etag_header)
         else:
-            await _respond(send, 200, entry.body, entry.etag)
+            await _respond(send, 200, entry.body, entry.etag_header)
+
+    def _may_hold(self) -> bool:
+        """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is
+        answered at once, counted, and said once a minute."""
+        if self.snapshot.waiters < self.max_held:
+            return True
+        self._not_held += 1
+        now = time.monotonic()
+        if now - self._not_held_logged >= 60:
+            self._not_held_logged = now
+            log.warning(
+                "long polls: this process holds %d, its most (LONG_POLL_MAX_HELD); answering more at once "
+                "(those instances poll at their interval): raise LONG_POLL_MAX_HELD with WEB_MAX_REQUESTS, "
+                "or add web processes",
+                self.snapshot.waiters,
+            )
+        return False
 
     async def _live(self, name: str) -> Entry | None:
         """The chain's entry, its pin reverted if it has expired. Raises when the revert cannot
@@ -325,7 +364,7 @@ async def _respond(
     send: _Answer,
     status: int,
     body: bytes,
-    etag: str | None = None,
+    etag_header: tuple[bytes, bytes] | None = None,
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     send.status = status
@@ -333,8 +372,8 @@ async def _respond(
     headers = [_NO_CACHE, (b"x-request-id", send.request_id.encode())]
     if status != 304:
         headers.append(_JSON)
-    if etag is not None:
-        headers.append((b"etag", etag.encode()))
+    if etag_header is not None:
+        headers.append(etag_header)
     if extra:
         headers += extra
     await send.send({"type": "http.response.start", "status": status, "headers": headers})

@@ -47,6 +47,7 @@ class Entry:
     etag: str
     body: bytes
     expires_at: float | None  # Unix seconds; None for the default
+    etag_header: tuple[bytes, bytes] = (b"etag", b"")  # as the front sends it
 
     @property
     def order(self) -> tuple[int, int]:
@@ -65,13 +66,15 @@ def entry_for(selection: Selection, *, epoch: int) -> Entry:
 def entry_from_document(document: ChainDocument, *, expires_at: float | None) -> Entry:
     """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
     document states, to the millisecond)."""
+    tag = etag(document["epoch"], document["version"])
     return Entry(
         name=document["name"],
         epoch=document["epoch"],
         version=document["version"],
-        etag=etag(document["epoch"], document["version"]),
+        etag=tag,
         body=encode_document(document),
         expires_at=expires_at,
+        etag_header=(b"etag", tag.encode()),
     )
 
 

@@ -78,9 +78,9 @@ class TokenSet:
 
     # --- the hot path ---------------------------------------------------------------
 
-    async def is_valid(self, raw: str) -> bool:
-        """Whether ``raw`` is a live token now (raises when it must be looked up and the
-        database cannot answer)."""
+    def known(self, raw: str) -> bool | None:
+        """Whether ``raw`` is a live token now, from memory; None when it must be looked up
+        (``is_valid``)."""
         digest = self._digests.get(raw)
         if digest is None:
             if not raw.isascii():  # a lone surrogate cannot even be hashed
@@ -90,11 +90,19 @@ class TokenSet:
             digest = self._digests[raw] = hash_token(raw)
         token = self._live.get(digest)
         if token is None:
-            if digest in self._unknown:
-                return False
-            token = await self._look_up(digest)
-            if token is None:
-                return False
+            return False if digest in self._unknown else None
+        return self._use(token)
+
+    async def is_valid(self, raw: str) -> bool:
+        """Whether ``raw`` is a live token now, looking it up when the process does not hold
+        it (raises when the database cannot answer)."""
+        valid = self.known(raw)
+        if valid is not None:
+            return valid
+        token = await self._look_up(self._digests.get(raw) or hash_token(raw))
+        return token is not None and self._use(token)
+
+    def _use(self, token: LiveToken) -> bool:
         if token.expires_at is not None and token.expires_at <= time.time():
             return False
         self._used.add(token.pk)
