@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit.models import MAX_CLIENT_LENGTH, FleetInstance
@@ -86,57 +86,48 @@ class FleetRecorder:
             return 0
         chains = dict(Chain.objects.filter(name__in={c for c, _ in pending}).values_list("name", "id"))
         pending = {key: seen for key, seen in pending.items() if key[0] in chains}
-        existing = {
-            (i.chain_id, i.client): i
-            for i in FleetInstance.objects.filter(chain_id__in=set(chains.values()), client__in={c for _, c in pending})
-        }
-        created, updated = [], []
-        for (chain, client), seen in pending.items():
-            instance = existing.get((chains[chain], client))
-            if instance is None:
-                created.append(
-                    FleetInstance(
-                        chain_id=chains[chain],
-                        client=client,
-                        applied_version=seen.version,
-                        version_seen_at=seen.version_seen_at,
-                        first_seen_at=seen.version_seen_at,
-                        last_seen_at=seen.last_seen_at,
-                    )
-                )
-                continue
-            if instance.applied_version != seen.version:
-                instance.applied_version = seen.version
-                instance.version_seen_at = seen.version_seen_at
-            instance.last_seen_at = max(instance.last_seen_at, seen.last_seen_at)
-            updated.append(instance)
-        written = len(created) + len(updated)
+        rows = [(chains[chain], client, seen) for (chain, client), seen in pending.items()]
+        written = len(rows)
         try:
-            _write(created, updated)
+            _upsert(rows)
         except DatabaseError:
             # One row the database refuses must not drop every honest instance's: write them
             # one by one and leave out only the rows that fail.
             written = 0
-            for instance in created + updated:
+            for row in rows:
                 try:
-                    if instance.pk is None:
-                        _write([instance], [])
-                    else:
-                        _write([], [instance])
+                    _upsert([row])
                     written += 1
                 except DatabaseError as exc:
-                    log.warning("fleet status: dropped instance %r: %s", instance.client, exc)
+                    log.warning("fleet status: dropped instance %r: %s", row[1], exc)
         with self._lock:
             for key, seen in pending.items():
                 self._written[key] = (seen.version, seen.last_seen_at)
         return written
 
 
-def _write(created: list[FleetInstance], updated: list[FleetInstance]) -> None:
-    with transaction.atomic():
-        # Two web processes may both create the same new instance: the loser's row is skipped.
-        FleetInstance.objects.bulk_create(created, ignore_conflicts=True)
-        FleetInstance.objects.bulk_update(updated, ["applied_version", "version_seen_at", "last_seen_at"])
+def _upsert(rows: list[tuple[int, str, _Seen]]) -> None:
+    """Insert or update each instance in one statement per row, sent together: a new one
+    starts at its first read; a known one keeps ``version_seen_at`` unless its version changed,
+    and its ``last_seen_at`` never goes back (two web processes may write the same instance).
+    PostgreSQL and SQLite both read ``excluded`` and the old row this way."""
+    table = connection.ops.quote_name(FleetInstance._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (chain_id, client, applied_version, version_seen_at, first_seen_at, last_seen_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (chain_id, client) DO UPDATE SET "
+        f"version_seen_at = CASE WHEN {table}.applied_version = excluded.applied_version "
+        f"THEN {table}.version_seen_at ELSE excluded.version_seen_at END, "
+        "applied_version = excluded.applied_version, "
+        f"last_seen_at = CASE WHEN excluded.last_seen_at > {table}.last_seen_at "
+        f"THEN excluded.last_seen_at ELSE {table}.last_seen_at END"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params = []
+    for chain_id, client, seen in rows:
+        first = adapt(seen.version_seen_at)
+        params.append((chain_id, client, seen.version, first, first, adapt(seen.last_seen_at)))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 recorder = FleetRecorder()
