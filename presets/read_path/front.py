@@ -244,14 +244,16 @@ class ReadFront:
             return
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
-        identity = parse_identity(
-            headers.get(b"x-chain-client", b"").decode("latin-1"),
-            headers.get(b"x-chain-applied-version", b"").decode("latin-1"),
-        )
-        if identity is not None:
-            self.fleet.seen(name, *identity)
-        if_none_match = headers.get(b"if-none-match", b"").decode("latin-1")
-        if matches(if_none_match, entry.etag) and wait and self._may_hold():
+        client = headers.get(b"x-chain-client")
+        if client is not None:
+            identity = parse_identity(
+                client.decode("latin-1"), headers.get(b"x-chain-applied-version", b"").decode("latin-1")
+            )
+            if identity is not None:
+                self.fleet.seen(name, *identity)
+        tag = headers.get(b"if-none-match")
+        if_none_match = tag.decode("latin-1") if tag is not None else ""
+        if wait and matches(if_none_match, entry.etag) and self._may_hold():
             held_since = time.perf_counter()
             try:
                 entry = await self._wait(name, entry, wait)
