@@ -2,7 +2,8 @@
 ASGI callable, a bare Django view, and across worker counts.
 
 For 1 and then 2 workers, starts side by side under granian (`make serve`'s server): the
-control plane's production web process (the read front and Django) on PostgreSQL or SQLite,
+control plane's production web process (the read front and Django) on a scratch PostgreSQL
+database,
 and a raw ASGI callable sending the same bytes (bench/raw_asgi.py: no token check, no
 snapshot, no metrics: the ceiling). Loads them in alternating rounds with wrk (one thread, 32
 connections, as a fleet of SDK instances would: many connections, each a request at a time)
@@ -11,7 +12,7 @@ measured in the same run), and how each scales from 1 to 2 workers. Then a bare 
 returning a constant (granian WSGI, 2 workers), the figure the front was first measured
 against.
 
-    python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32]
+    python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32] [--admin-url postgres://...]
 
 Needs wrk (Debian package `wrk`). Ends with one line of key=value figures.
 """
@@ -172,16 +173,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server and worker count")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", default="1,2")
+    parser.add_argument(
+        "--admin-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL allowed to create and drop the scratch database",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-read-"))
-    env = bench_env(workdir)
-    env.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
-    set_up(env)
-    token = create_token(env, f"bench-{os.getpid()}", "read")
-    auth = {"Authorization": f"Bearer {token}"}
+    with scratch_control_plane("bench_read", args.admin_url) as plane:
+        run(args, plane)
+
+
+def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
+    env = plane.env
+    workdir = Path(env["VAR_DIR"])
+    auth = {"Authorization": f"Bearer {plane.token('read')}"}
     figures: dict[str, float | int | str] = {}
     rps: dict[tuple[str, int, str], list[float]] = {}
     p99: dict[tuple[str, int, str], list[float]] = {}
@@ -252,7 +260,6 @@ def main() -> None:
     if ("front", 2, "200") in rps:
         figures["bare_django_rps"] = round(bare)
         figures["front_vs_bare_django_200"] = round(median(rps[("front", 2, "200")]) / bare, 2)
-    shutil.rmtree(workdir, ignore_errors=True)
     print(" ".join(f"{k}={v}" for k, v in figures.items()))
 
 
