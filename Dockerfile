@@ -18,6 +18,6 @@ EXPOSE 8000
 # (release, web, worker, beat). Beat's schedule file is VAR_DIR/celerybeat-schedule; no health
 # check reads a file (beat and the worker answer `celery inspect ping`, web /readyz).
 CMD ["granian", "--interface", "asgi", "--host", "0.0.0.0", "--port", "8000", "--workers", "2", \
-     "--no-ws", "--respawn-failed-workers", "--backlog", "20480", "--backpressure", "20480", \
+     "--http", "1", "--no-ws", "--respawn-failed-workers", "--backlog", "20480", "--backpressure", "20480", \
      "--static-path-route", "/static", "--static-path-mount", "/app/static", \
      "controlplane.asgi:application"]

@@ -35,15 +35,17 @@ run: install
 # The production web process: the ASGI read front plus Django under granian (chosen by
 # measurement, bench/README.md); static files served by granian from var/static.
 WEB_WORKERS ?= 2
-# Requests in progress per worker, held long polls included (granian's default backpressure,
-# backlog / workers, would cap a 2-worker server near 1,000 SDK instances). The app holds at
-# most LONG_POLL_MAX_HELD (16384) long polls per worker, so 4096 are always left for writes
-# and pages however many polls are held (bench/long_polls.py: 10,000 on 2 workers).
+# Open connections per worker (granian's --backpressure counts connections, idle keep-alive
+# ones and held long polls included; its default, backlog / workers, would cap a 2-worker
+# server near 1,000 SDK instances): size it above the fleet's connections per worker. The app
+# holds at most LONG_POLL_MAX_HELD (16384) long polls per worker. --http 1: the SDK and proxies
+# speak HTTP/1.1, and not checking each connection for HTTP/2 halves granian's memory per
+# held connection (bench/long_polls.py: 10,000 held polls on 2 workers).
 WEB_MAX_REQUESTS ?= 20480
 serve: install
 	$(PY) manage.py collectstatic --no-input -v0
 	$(VENV)/bin/granian --interface asgi --host 0.0.0.0 --port $(PORT) --workers $(WEB_WORKERS) \
-		--no-ws --respawn-failed-workers --backlog $(WEB_MAX_REQUESTS) --backpressure $(WEB_MAX_REQUESTS) \
+		--http 1 --no-ws --respawn-failed-workers --backlog $(WEB_MAX_REQUESTS) --backpressure $(WEB_MAX_REQUESTS) \
 		--static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
 		controlplane.asgi:application
 
@@ -58,7 +60,7 @@ lint: install
 	$(VENV)/bin/mypy controlplane presets audit sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
-BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py promises.py provider_health_ingest.py history_pages.py export_history.py
+BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll

@@ -76,7 +76,7 @@ def granian(
 ) -> list[str]:
     """The granian command line every benchmark serves ``app`` with."""
     options = ["--interface", interface, "--workers", str(workers), "--host", "127.0.0.1", "--port", str(port)]
-    return [str(BIN / "granian"), *options, "--log-level", "warning", "--no-ws", *extra, app]
+    return [str(BIN / "granian"), *options, "--log-level", "warning", "--http", "1", "--no-ws", *extra, app]
 
 
 def set_up(env: dict[str, str]) -> None:

@@ -404,9 +404,9 @@ ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 ALERT_EMAILS = env_list("ALERT_EMAILS", [])
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
 # Held long polls per web process, at most: a long poll beyond it is answered at once (the SDK
-# then polls at its interval). granian's --backpressure (WEB_MAX_REQUESTS, requests in
-# progress per process) must exceed it; what is left of it serves writes and pages while the
-# fleet's polls are held (make serve, compose: 20480 = 16384 held + 4096).
+# then polls at its interval), which bounds the memory held polls take. granian's own bound
+# (--backpressure, WEB_MAX_REQUESTS in make serve and compose: 20480) counts open
+# connections, held polls and idle keep-alive ones alike: keep it above the fleet's.
 LONG_POLL_MAX_HELD = env_int("LONG_POLL_MAX_HELD", 16384, minimum=0, maximum=1_000_000)
 # Instances that have not read their chain for this long no longer count in fleet status.
 FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)

@@ -49,7 +49,7 @@ def granian(port: int, *, workers: int = 2, backlog: int | None = None) -> list[
     options = ["--interface", "asgi", "--workers", str(workers), "--host", "127.0.0.1", "--port", str(port)]
     if backlog is not None:
         options += ["--backlog", str(backlog), "--backpressure", str(backlog)]
-    return [GRANIAN, *options, "--no-ws", "--log-level", "warning", "controlplane.asgi:application"]
+    return [GRANIAN, *options, "--http", "1", "--no-ws", "--log-level", "warning", "controlplane.asgi:application"]
 
 
 def _missing() -> str | None:

@@ -147,7 +147,7 @@ class ReadFront:
             if path == PREFIX or (path.startswith(_CHAIN_PATH) and "/" not in path[_NAME_AT:]):
                 headers = dict(scope["headers"])
                 if b"authorization" in headers:
-                    await self._answer(scope, send, path, headers)
+                    await self._answer(scope, receive, send, path, headers)
                     return
         elif kind == "lifespan":
             await self._lifespan(receive, send)
@@ -165,14 +165,16 @@ class ReadFront:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _answer(self, scope: Scope, send: Send, path: str, headers: dict[bytes, bytes]) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, path: str, headers: dict[bytes, bytes]) -> None:
         """One token read: its request id in the answer and in every log record meanwhile;
         its time in /metrics and in the access log."""
         started = time.perf_counter()
         answer = _Answer(send, request_id_from(headers.get(b"x-request-id")), started)
         context = request_context.current.set(answer)
         try:
-            await self._read(scope, answer, path[len(PREFIX) + 1 :], headers)
+            await self._read(scope, receive, answer, path[len(PREFIX) + 1 :], headers)
+            if not answer.status:
+                return  # a long poll whose client left: nothing was answered
             seconds = time.perf_counter() - started
             route = CHAINS_ROUTE if path == PREFIX else CHAIN_ROUTE
             # A held long poll's wait is the client's choice, not the front's work: it is
@@ -195,7 +197,9 @@ class ReadFront:
         finally:
             request_context.current.reset(context)
 
-    async def _read(self, scope: Scope, send: _Answer, name: str, headers: dict[bytes, bytes]) -> None:
+    async def _read(
+        self, scope: Scope, receive: Receive, send: _Answer, name: str, headers: dict[bytes, bytes]
+    ) -> None:
         header = headers[b"authorization"]
         raw = self._bearers.get(header, _UNPARSED)
         if raw is _UNPARSED:
@@ -255,13 +259,20 @@ class ReadFront:
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if wait and matches(if_none_match, entry.etag) and self._may_hold():
             held_since = time.perf_counter()
+            # A client that leaves (an instance stopped, a fleet restarted) frees its poll at
+            # once, not at the end of its wait.
+            gone = asyncio.ensure_future(_client_gone(receive))
             try:
-                entry = await self._wait(name, entry, wait)
+                answer = await self._wait(name, entry, wait, gone)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
             finally:
+                gone.cancel()
                 send.held = time.perf_counter() - held_since
+            if answer is None:
+                return
+            entry = answer
         if matches(if_none_match, entry.etag):
             await _respond(send, 304, b"", entry.etag_header)
         else:
@@ -304,10 +315,11 @@ class ReadFront:
         for name in expired:
             await self._live(name)
 
-    async def _wait(self, name: str, held: Entry, wait: float) -> Entry:
+    async def _wait(self, name: str, held: Entry, wait: float, gone: asyncio.Future[None]) -> Entry | None:
         """Hold a long poll for the document tagged ``held.etag`` until the chain's document
         changes, its pin expires (answered at once with the revert, whoever writes it) or
-        ``wait`` seconds pass (then the held entry comes back: a 304)."""
+        ``wait`` seconds pass (then the held entry comes back: a 304); None when the client
+        leaves first (``gone``)."""
         deadline = time.monotonic() + wait
         entry = held
         while True:
@@ -316,12 +328,24 @@ class ReadFront:
                 left = min(left, entry.expires_at - time.time())
             if left <= 0:
                 return await self._live(name) or entry
-            changed = await self.snapshot.wait_for_change(name, held.etag, left)
+            changed = await self.snapshot.wait_for_change(name, held.etag, left, gone=gone)
             if changed is not None:
                 return changed
+            if gone.done():
+                return None
             entry = await self._live(name) or entry
             if entry.etag != held.etag or time.monotonic() >= deadline:
                 return entry
+
+
+async def _client_gone(receive: Receive) -> None:
+    """Return when the client disconnects: ASGI's ``receive`` answers ``http.disconnect``
+    then, once the request (a GET: one empty ``http.request``) has been read. A server that
+    says anything else twice is not watched: the poll then ends at its wait, as before."""
+    for _ in range(2):
+        if (await receive())["type"] == "http.disconnect":
+            return
+    await asyncio.get_running_loop().create_future()  # never: cancelled when the poll ends
 
 
 def _wait_of(query_string: bytes | None) -> float:

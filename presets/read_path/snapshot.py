@@ -1,7 +1,7 @@
 """A per-process copy of every chain's live document, kept fresh by change notifications.
 
 The read front answers 200 and 304 from here without touching the database, and long polls
-wait here on an asyncio event (no thread, no connection held). Freshness:
+wait here on a future each (no thread, no connection held). Freshness:
 
 - PostgreSQL: one LISTEN connection per process; each change NOTIFYs in its own transaction
   (``notifications``), so every web process applies that chain's document as it commits.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 
@@ -107,7 +108,8 @@ class Snapshot:
         self.tokens = TokenSet()
         self.list_body: bytes = b'{"chains":[]}'
         self.waiters = 0
-        self._events: dict[str, asyncio.Event] = {}
+        # Per chain, the long polls waiting on it (a future each, set by ``put``).
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
         self._expiring: dict[str, asyncio.Future[Entry | None]] = {}
         self._started: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -167,25 +169,39 @@ class Snapshot:
             pending.add_done_callback(lambda _: self._expiring.pop(name, None))
         return await asyncio.shield(pending)
 
-    async def wait_for_change(self, name: str, etag: str, timeout: float) -> Entry | None:
+    async def wait_for_change(
+        self, name: str, etag: str, timeout: float, *, gone: asyncio.Future[Any] | None = None
+    ) -> Entry | None:
         """Wait until the chain's document is no longer the one tagged ``etag``; None when
-        ``timeout`` passes first."""
+        ``timeout`` passes first, or when ``gone`` is done (the client has left)."""
         entry = self.entries.get(name)
         if entry is not None and entry.etag != etag:
             return entry
-        event = self._events.get(name)
-        if event is None:
-            event = self._events[name] = asyncio.Event()
+        if gone is not None and gone.done():
+            return None
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(name, set())
+        waiting.add(waiter)
+
+        def wake(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        if gone is not None:
+            gone.add_done_callback(wake)
         self.waiters += 1
         try:
             # A timer on this task, not a task of its own per waiter (as wait_for makes on
             # Python 3.11): thousands of long polls are held at once.
             async with asyncio.timeout(timeout):
-                await event.wait()
+                await waiter
         except TimeoutError:
             return None
         finally:
             self.waiters -= 1
+            waiting.discard(waiter)
+            if gone is not None:
+                gone.remove_done_callback(wake)
         entry = self.entries.get(name)
         return entry if entry is not None and entry.etag != etag else None
 
@@ -197,9 +213,9 @@ class Snapshot:
             return  # notifications and polls can race; documents never go back
         self.entries[entry.name] = entry
         self._rebuild_list()
-        event = self._events.pop(entry.name, None)
-        if event is not None:
-            event.set()
+        for waiter in self._waiting.pop(entry.name, ()):
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _replace_all(self, entries: dict[str, Entry]) -> None:
         for entry in entries.values():

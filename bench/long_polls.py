@@ -1,0 +1,995 @@
+"""Long polls: ten thousand services long-polling one small box under `make serve`'s defaults.
+
+Starts the production web process with exactly `make serve`'s granian command line (read
+from the Makefile with ``make -n serve``, so workers, backlog and backpressure are the
+Makefile's defaults, or WEB_WORKERS / WEB_MAX_REQUESTS from the environment as `make serve`
+takes them) on a scratch PostgreSQL database; a fresh server for each ``--clients`` size.
+Then, ``--rounds`` times per size:
+
+1. holds N long polls on ``chat``: light clients (asyncio protocols over raw sockets, one
+   connection each, hand-written HTTP/1.1, parsing only the status line, Content-Length and
+   ETag), each with its own ``X-Chain-Client``, ``If-None-Match`` of the current ETag and
+   ``?wait=``. They behave as the SDK does: a 304 after the wait ran out is asked again at
+   once; a 304 answered at once (not held) is asked again after ``--poll-interval``. They
+   connect at ``--connect-rate`` per second (1,000: 10,000 in 10 s), so the accept queue is
+   not what is measured, from ``--client-processes`` processes: 2 by default, because taking
+   in 10,000 answers costs the clients ~0.3 s of CPU, as much as half of what the two web
+   workers spend sending them; in one event loop that is a serial 0.3 s added to the tail,
+   split over two it overlaps on both cores. Waits until every outstanding poll is held:
+   the ``controlplane_long_poll_waiters`` gauge of each web worker (read from the worker's
+   prometheus multiprocess file, the figure /metrics sums: /metrics is itself a request,
+   which waits behind held polls when a worker is at its backpressure; whether it answered
+   while the polls were held is reported too);
+2. while they are held, makes ``--selects`` writes on ``incident-summary`` (select
+   local_only and revert, alternately; a new connection each, as an operator's curl or
+   runbook would) with a write token, and times them;
+3. makes one change to ``chat`` (a select or revert through the API) and times, per client,
+   from the commit until its 200. t0 is the earlier of the POST's answer and the moment the
+   script's own LISTEN connection received the change's NOTIFY (bench/propagation.py), so at
+   or after the commit. A timeout is a request with no answer within ``--wait`` + 5 s;
+4. reads the resident memory (VmRSS) of granian's main process and each worker: idle before
+   the first round, while the polls are held, and after they were answered and closed.
+
+Everything runs on this machine: the clients share its cores with the server (in production
+they run elsewhere), so the latencies err high; the CPU the web workers and the clients used
+while the change was answered is printed, to tell the two apart.
+
+    python bench/long_polls.py [--clients 1000,5000,10000] [--rounds 2] [--wait 55]
+                               [--client-processes 2] [--connect-rate 1000]
+                               [--admin-url postgres://postgres@127.0.0.1:5432/postgres]
+
+Bars at 10,000 held polls on `make serve` defaults: 0 timeouts and every client answered
+with p99 <= 1 s from the commit; selects meanwhile p99 <= 100 ms, none failing; at most
+20 KB per held poll; after a second round, RSS per worker within 10 % of the first round's.
+Ends with one line of key=value figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import http.client
+import json
+import math
+import multiprocessing
+import os
+import re
+import resource
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from propagation import NotifyListener, children_of, cpu_ms, somaxconn  # noqa: E402
+from read_throughput import BIN, ROOT, free_port, scratch_control_plane, stop, wait_until_up  # noqa: E402
+from select_latency import percentile  # noqa: E402
+
+POLLED_CHAIN = "chat"
+POLLED_PIN = "pin_secondary"  # the change selects it, or reverts it when it is live
+WRITTEN_CHAIN = "incident-summary"
+WRITTEN_PIN = "local_only"
+WAITERS_METRIC = "controlplane_long_poll_waiters"
+# A request unanswered this long after its wait ran out is a timeout.
+GRACE_S = 5.0
+CONNECT_TIMEOUT_S = 10.0
+# The SDK's rule (chainclient.poller._HELD_AT_LEAST_S): a 304 sooner than this was not held.
+HELD_AT_LEAST_S = 1.0
+
+
+# --- the client processes ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one client saw in a round."""
+
+    answered_at: float | None = None  # time.time() of its 200
+    etag: str = ""  # of that 200
+    held_304: int = 0  # 304s after the wait ran out (asked again at once)
+    quick_304: int = 0  # 304s answered at once: not held (asked again after the poll interval)
+    failure: str = ""  # "timeout", "HTTP 503", "closed by server", "connect: ECONNREFUSED", ...
+
+
+class LongPoll(asyncio.Protocol):
+    """One service instance's long poll on its own connection: asks, parses the answer's
+    status line, Content-Length and ETag, and asks again as the SDK would."""
+
+    def __init__(self, fleet: ClientFleet, request: bytes) -> None:
+        self.fleet = fleet
+        self.request = request
+        self.outcome = Outcome()
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.sent_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.done = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.send()
+
+    def send(self) -> None:
+        if self.done or self.transport is None or self.transport.is_closing():
+            return
+        loop = self.fleet.loop
+        self.sent_at = loop.time()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = loop.call_at(self.sent_at + self.fleet.wait + GRACE_S, self.timed_out)
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while not self.done:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            lines = self.buffer[:head_end].split(b"\r\n")
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get(b"content-length", b"0"))
+            end = head_end + 4 + length
+            if len(self.buffer) < end:
+                return
+            self.buffer = self.buffer[end:]
+            status = int(lines[0].split(b" ", 2)[1])
+            self.answered(status, headers.get(b"etag", b"").decode("latin-1"))
+
+    def answered(self, status: int, etag: str) -> None:
+        loop = self.fleet.loop
+        if status == 200:
+            self.outcome.answered_at = time.time()
+            self.outcome.etag = etag
+            self.finish("")
+        elif status == 304:
+            if self.timer is not None:
+                self.timer.cancel()
+            if loop.time() - self.sent_at >= min(HELD_AT_LEAST_S, self.fleet.wait / 2):
+                self.outcome.held_304 += 1
+                self.send()
+            else:
+                self.outcome.quick_304 += 1
+                loop.call_later(self.fleet.poll_interval, self.send)
+        else:
+            self.finish(f"HTTP {status}")
+
+    def timed_out(self) -> None:
+        self.finish("timeout")
+
+    def finish(self, failure: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.outcome.failure = failure
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.transport is not None:
+            self.transport.close()
+        self.fleet.pending -= 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.finish("closed by server" + (f" ({exc.__class__.__name__})" if exc else ""))
+
+
+class ClientFleet:
+    """The long polls of one client process, driven by the parent's commands over a pipe."""
+
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn = conn
+        self.loop = loop
+        self.polls: list[LongPoll] = []
+        self.connect_failures: list[Outcome] = []
+        self.pending = 0
+        self.wait = 55.0
+        self.poll_interval = 10.0
+        self.stopped = loop.create_future()
+
+    def on_command(self) -> None:
+        try:
+            name, argument = self.conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            name, argument = "exit", None
+        if name == "open":
+            self.loop.create_task(self.open(**argument))
+        elif name == "status":
+            self.conn.send({"pending": self.pending, "polls": len(self.polls)})
+        elif name == "collect":
+            self.conn.send([poll.outcome for poll in self.polls] + self.connect_failures)
+        elif name == "close":
+            closed = len(self.polls)
+            self.close()
+            self.conn.send(("closed", closed))
+        elif name == "exit":
+            self.close()
+            if not self.stopped.done():
+                self.stopped.set_result(None)
+
+    def close(self) -> None:
+        for poll in self.polls:
+            poll.done = True
+            if poll.timer is not None:
+                poll.timer.cancel()
+            if poll.transport is not None:
+                poll.transport.close()
+        self.polls, self.connect_failures, self.pending = [], [], 0
+
+    async def open(
+        self, *, port: int, names: list[str], path: str, token: str, etag: str, version: int, rate: float, wait: float
+    ) -> None:
+        """Open one connection per name at ``rate`` a second; each sends its poll at once."""
+        self.wait = wait
+        common = (
+            f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nIf-None-Match: {etag}\r\n"
+            f"X-Chain-Applied-Version: {version}\r\nAccept: application/json\r\nUser-Agent: bench-long-polls\r\n"
+        )
+        began = self.loop.time()
+        tasks = []
+        for index, name in enumerate(names):
+            delay = began + index / rate - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            request = f"GET {path}?wait={wait:g} HTTP/1.1\r\n{common}X-Chain-Client: {name}\r\n\r\n".encode()
+            poll = LongPoll(self, request)
+            self.pending += 1
+            tasks.append(self.loop.create_task(self.connect(port, poll)))
+        await asyncio.gather(*tasks)
+        failures = Counter(outcome.failure for outcome in self.connect_failures)
+        self.conn.send(("opened", {"connected": len(self.polls), "failures": dict(failures)}))
+
+    async def connect(self, port: int, poll: LongPoll) -> None:
+        try:
+            await asyncio.wait_for(self.loop.create_connection(lambda: poll, "127.0.0.1", port), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            code = errno.errorcode.get(exc.errno or 0, "") if isinstance(exc, OSError) else ""
+            self.connect_failures.append(Outcome(failure=f"connect: {code or exc.__class__.__name__}"))
+            self.pending -= 1
+            return
+        self.polls.append(poll)
+
+
+def run_client_process(conn: Connection, poll_interval: float) -> None:
+    """A client process: an event loop that holds long polls and answers the parent's commands."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the clients stop
+    loop = asyncio.new_event_loop()
+    fleet = ClientFleet(conn, loop)
+    fleet.poll_interval = poll_interval
+    loop.add_reader(conn.fileno(), fleet.on_command)
+    loop.run_until_complete(fleet.stopped)
+    loop.close()
+
+
+class ClientProcesses:
+    """The client processes, forked once (before this process starts any thread)."""
+
+    def __init__(self, count: int, poll_interval: float) -> None:
+        context = multiprocessing.get_context("fork")
+        self.pipes: list[Connection] = []
+        self.processes: list[Any] = []
+        for _ in range(count):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(target=run_client_process, args=(child_end, poll_interval), daemon=True)
+            process.start()
+            child_end.close()
+            self.pipes.append(parent_end)
+            self.processes.append(process)
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes if process.pid is not None]
+
+    def ask(self, name: str, arguments: list[Any] | None = None, timeout: float = 60.0) -> list[Any]:
+        for index, pipe in enumerate(self.pipes):
+            pipe.send((name, arguments[index] if arguments is not None else None))
+        answers = []
+        for pipe in self.pipes:
+            if not pipe.poll(timeout):
+                raise SystemExit(f"a client process did not answer {name!r} within {timeout:g} s")
+            answers.append(pipe.recv())
+        return answers
+
+    def stop(self) -> None:
+        for pipe in self.pipes:
+            try:
+                pipe.send(("exit", None))
+            except OSError:
+                pass
+        for process in self.processes:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(1)
+
+
+# --- the server ----------------------------------------------------------------------------
+
+
+def serve_command(env: dict[str, str], port: int) -> str:
+    """`make serve`'s granian command line, as make prints it (a shell line: it expands
+    ${VAR_DIR:-var} itself), with this checkout's virtualenv and ``port``."""
+    if shutil.which("make") is None:
+        raise SystemExit("make is missing: the server's command line is read from the Makefile (apt-get install make)")
+    command = ["make", "-s", "-n", "--no-print-directory", "serve", f"PORT={port}", f"VENV={BIN.parent}"]
+    # Not a parent make's flags (under `make bench`): this make only prints.
+    env = {key: value for key, value in env.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    lines = [line for line in out.replace("\\\n", " ").splitlines() if "/granian " in line]
+    if len(lines) != 1:
+        raise SystemExit(f"no granian command line in `make -n serve`:\n{out}")
+    return " ".join(lines[0].split())
+
+
+def option(command: str, name: str) -> int:
+    words = shlex.split(command)
+    return int(words[words.index(name) + 1])
+
+
+@dataclass
+class Server:
+    """The production web process, started as `make serve` starts it."""
+
+    command: str
+    port: int
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    workers: list[int] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, expected_workers: int) -> None:
+        (Path(self.env["VAR_DIR"]) / "static").mkdir(parents=True, exist_ok=True)  # --static-path-mount
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                ["/bin/sh", "-c", f"exec {self.command}"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            wait_until_up(f"{self.base_url}/healthz", timeout=60)
+        except SystemExit:
+            tail = self.log.read_text(errors="replace").splitlines()[-15:]
+            raise SystemExit(
+                f"the server did not come up on port {self.port} (a port taken meanwhile, or a crash); "
+                f"its log, {self.log}:\n" + "\n".join(tail)
+            ) from None
+        deadline = time.monotonic() + 30
+        while len(children_of(self.process.pid)) < expected_workers:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"granian started {children_of(self.process.pid)} of {expected_workers} workers")
+            time.sleep(0.2)
+        self.workers = children_of(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop(self.process)
+            self.process = None
+
+    def rss_kb(self) -> dict[int, int]:
+        """VmRSS in KB of granian's main process and of each worker."""
+        assert self.process is not None
+        figures = {}
+        for pid in [self.process.pid, *self.workers]:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        figures[pid] = int(line.split()[1])
+            except OSError:
+                figures[pid] = 0
+        return figures
+
+    def respawned(self) -> bool:
+        return self.process is not None and set(children_of(self.process.pid)) != set(self.workers)
+
+    def held(self) -> dict[int, int]:
+        """Each worker's long polls held now (its waiters gauge, written once a second)."""
+        from prometheus_client.mmap_dict import MmapedDict
+
+        directory = Path(self.env["PROMETHEUS_MULTIPROC_DIR"])
+        figures = {}
+        for pid in self.workers:
+            figures[pid] = 0
+            try:
+                values = MmapedDict.read_all_values_from_file(str(directory / f"gauge_livesum_{pid}.db"))
+                for key, value, _, _ in values:
+                    if json.loads(key)[1] == WAITERS_METRIC:
+                        figures[pid] = int(value)
+            except (OSError, ValueError, RuntimeError):
+                pass
+        return figures
+
+
+def runqueue_wait_ms(pids: list[int]) -> float:
+    """Time the processes' threads have spent runnable but waiting for a CPU so far (Linux
+    schedstat): how much other work on the machine held them back."""
+    total = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(stat.read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total / 1e6
+
+
+def request(
+    base_url: str, method: str, path: str, *, headers: dict[str, str], body: Any = None, timeout: float = 10.0
+) -> tuple[int, bytes, dict[str, str], float]:
+    """One request on a new connection: status (0 and the error when there was no answer),
+    body, headers and milliseconds taken."""
+    host, port = base_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    data = json.dumps(body) if body is not None else None
+    started = time.perf_counter()
+    try:
+        connection.request(method, path, data, {**headers, **({"Content-Type": "application/json"} if data else {})})
+        response = connection.getresponse()
+        answer = response.read()
+        answer_headers = {name.lower(): value for name, value in response.getheaders()}
+        return response.status, answer, answer_headers, (time.perf_counter() - started) * 1000
+    except (OSError, http.client.HTTPException) as exc:
+        return 0, (str(exc) or exc.__class__.__name__).encode(), {}, (time.perf_counter() - started) * 1000
+    finally:
+        connection.close()
+
+
+def read_chain(base_url: str, token: str, name: str) -> tuple[str, dict[str, Any]]:
+    status, body, headers, _ = request(
+        base_url, "GET", f"/api/v1/chains/{name}", headers={"Authorization": f"Bearer {token}"}
+    )
+    if status != 200:
+        raise SystemExit(f"GET /api/v1/chains/{name}: HTTP {status}: {body[:300]!r}")
+    return headers["etag"], json.loads(body)
+
+
+def write(
+    base_url: str, token: str, chain: str, preset: str, default: str, reason: str, timeout: float
+) -> tuple[int, bytes, float]:
+    """Select ``preset`` on ``chain`` (a revert when it is the default): status, body, ms."""
+    headers = {"Authorization": f"Bearer {token}"}
+    if preset == default:
+        path, body = f"/api/v1/chains/{chain}/revert", {"reason": reason}
+    else:
+        path, body = f"/api/v1/chains/{chain}/select", {"preset": preset, "reason": reason}
+    status, answer, _, ms = request(base_url, "POST", path, headers=headers, body=body, timeout=timeout)
+    return status, answer, ms
+
+
+# --- one round -----------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    clients: int
+    connected: int = 0
+    connect_failures: Counter[str] = field(default_factory=Counter)
+    held: dict[int, int] = field(default_factory=dict)  # worker -> polls held
+    hold_s: float = 0.0  # from the first connection until all were held (or the settle timeout)
+    metrics_while_held: str = ""
+    select_ms: list[float] = field(default_factory=list)
+    select_failures: list[str] = field(default_factory=list)
+    selects_skipped: int = 0
+    change: str = ""
+    t0_source: str = ""
+    delays_ms: list[float] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    held_304: int = 0
+    quick_304: int = 0
+    rss_before: dict[int, int] = field(default_factory=dict)
+    rss_held: dict[int, int] = field(default_factory=dict)
+    rss_after: dict[int, int] = field(default_factory=dict)
+    held_after_close: int = 0  # polls the server still held once every client had closed
+    ghosts_before: tuple[int, float] | None = None  # such polls of the round before, and seconds to drain
+    cpu_web_ms: float = 0.0
+    cpu_clients_ms: float = 0.0
+    web_waited_ms: float = 0.0
+    answer_window_ms: float = 0.0
+
+
+def run_round(
+    number: int,
+    server: Server,
+    fleet: ClientProcesses,
+    listener: NotifyListener,
+    tokens: dict[str, str],
+    args: argparse.Namespace,
+    clients: int,
+) -> Round:
+    result = Round(clients=clients)
+    base = server.base_url
+    # Polls of an earlier round whose clients closed are held until their wait ends (the
+    # server does not notice a client leave): let them go before counting this round's.
+    ghosts, began = sum(server.held().values()), time.monotonic()
+    while sum(server.held().values()) and time.monotonic() - began < args.wait + GRACE_S:
+        time.sleep(0.5)
+    if ghosts:
+        result.ghosts_before = (ghosts, time.monotonic() - began)
+    read_token, write_token = tokens["read"], tokens["write"]
+    etag, document = read_chain(base, read_token, POLLED_CHAIN)
+    _, other = read_chain(base, read_token, WRITTEN_CHAIN)
+    result.rss_before = server.rss_kb()
+
+    # 1. Hold the polls.
+    names = [f"bench-long-polls/instance-{i:05d}" for i in range(clients)]
+    processes = len(fleet.pipes)
+    spec = {
+        "port": server.port,
+        "path": f"/api/v1/chains/{POLLED_CHAIN}",
+        "token": read_token,
+        "etag": etag,
+        "version": document["version"],
+        "rate": args.connect_rate / processes,
+        "wait": args.wait,
+    }
+    opened_at = time.monotonic()
+    opened = fleet.ask(
+        "open",
+        [{**spec, "names": names[index::processes]} for index in range(processes)],
+        timeout=clients / args.connect_rate + CONNECT_TIMEOUT_S + 30,
+    )
+    for _, figures in opened:
+        result.connected += figures["connected"]
+        result.connect_failures.update(figures["failures"])
+    deadline = time.monotonic() + args.settle_timeout
+    while True:
+        held = server.held()
+        outstanding = sum(answer["pending"] for answer in fleet.ask("status"))
+        if sum(held.values()) >= outstanding or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    result.hold_s = time.monotonic() - opened_at
+    time.sleep(1.2)  # the gauge is written once a second: let it and the memory settle
+    result.held = server.held()
+    result.rss_held = server.rss_kb()
+    status, body, _, ms = request(base, "GET", "/metrics", headers={}, timeout=5)
+    gauge = [line for line in body.decode(errors="replace").splitlines() if line.startswith(WAITERS_METRIC + " ")]
+    if status == 200:
+        result.metrics_while_held = f"answered in {ms:.0f} ms ({gauge[0] if gauge else 'no gauge'})"
+    else:
+        result.metrics_while_held = f"no answer within 5 s ({body[:80].decode(errors='replace')})"
+
+    # 2. Writes on another chain while the polls are held.
+    live = other["preset"]
+    for index in range(args.selects):
+        target = WRITTEN_PIN if live == other["default"]["preset"] else other["default"]["preset"]
+        status, answer, ms = write(
+            base,
+            write_token,
+            WRITTEN_CHAIN,
+            target,
+            other["default"]["preset"],
+            f"bench: long polls, round {number}, write {index}",
+            args.select_timeout,
+        )
+        result.select_ms.append(ms)
+        if status == 0:
+            result.select_failures.append(f"no answer in {args.select_timeout:g} s")
+            # The next would wait as long: the server is not taking writes while polls are held.
+            result.selects_skipped = args.selects - index - 1
+            break
+        if not 200 <= status < 300:
+            result.select_failures.append(f"HTTP {status}")
+        else:
+            live = target
+
+    # 3. One change to the polled chain; every client's time from the commit to its 200.
+    default = document["default"]["preset"]
+    target = POLLED_PIN if document["preset"] == default else default
+    answer_box: dict[str, Any] = {}
+
+    def post_change() -> None:
+        answer_box["status"], answer_box["body"], answer_box["ms"] = write(
+            base, write_token, POLLED_CHAIN, target, default, f"bench: long polls, round {number}", args.wait
+        )
+        answer_box["returned"] = time.time()
+
+    workers_cpu, clients_cpu = cpu_ms(server.workers), cpu_ms(fleet.pids)
+    workers_waited = runqueue_wait_ms(server.workers)
+    before = time.time()
+    poster = threading.Thread(target=post_change, daemon=True)
+    poster.start()
+    deadline = time.monotonic() + args.wait + GRACE_S + 5
+    while time.monotonic() < deadline:
+        if sum(answer["pending"] for answer in fleet.ask("status")) == 0:
+            break
+        time.sleep(0.1)
+    result.answer_window_ms = (time.time() - before) * 1000
+    result.cpu_web_ms = cpu_ms(server.workers) - workers_cpu
+    result.cpu_clients_ms = cpu_ms(fleet.pids) - clients_cpu
+    result.web_waited_ms = runqueue_wait_ms(server.workers) - workers_waited
+    poster.join(max(0.0, deadline - time.monotonic()))
+    outcomes: list[Outcome] = [outcome for answers in fleet.ask("collect", timeout=120) for outcome in answers]
+    fleet.ask("close")
+
+    status = answer_box.get("status")
+    version = json.loads(answer_box["body"]).get("version") if status == 200 else None
+    changes = [(at, json.loads(payload)) for at, payload in list(listener.received) if at >= before]
+    notified = [
+        (at, change["version"])
+        for at, change in changes
+        if change.get("chain") == POLLED_CHAIN and version in (None, change.get("version"))
+    ]
+    candidates = [(at, "NOTIFY") for at, _ in notified[:1]]
+    if "returned" in answer_box and status == 200:
+        candidates.append((answer_box["returned"], "the select's answer"))
+        result.change = f"{target} v{version}: answered HTTP 200 in {answer_box['ms']:.0f} ms"
+    elif status is not None:
+        result.change = f"{target}: HTTP {status or 'no answer'} after {answer_box['ms']:.0f} ms"
+    else:
+        result.change = f"{target}: no answer within the round"
+    if notified:
+        result.change += f", NOTIFY {(notified[0][0] - before) * 1000:.0f} ms after the POST was sent"
+        version = notified[0][1]
+    t0, result.t0_source = min(candidates) if candidates else (math.nan, "none: the change was never seen")
+    new_etag = f'"{version}"' if document.get("epoch", 0) == 0 else f'"{document["epoch"]}.{version}"'
+    for outcome in outcomes:
+        result.held_304 += outcome.held_304
+        result.quick_304 += outcome.quick_304
+        if outcome.answered_at is not None:
+            if outcome.etag != new_etag:
+                result.failures[f"200 with ETag {outcome.etag}"] += 1
+            elif not math.isnan(t0):
+                result.delays_ms.append((outcome.answered_at - t0) * 1000)
+        elif outcome.failure:
+            result.failures[outcome.failure] += 1
+        else:
+            result.failures["timeout"] += 1  # still unanswered when the round ended
+    result.delays_ms.sort()
+
+    # 4. Memory once the polls were answered and closed.
+    time.sleep(2)
+    result.rss_after = server.rss_kb()
+    result.held_after_close = sum(server.held().values())
+    return result
+
+
+# --- the bench -----------------------------------------------------------------------------
+
+
+def check_limits(largest: int, processes: int) -> None:
+    """Raise RLIMIT_NOFILE's soft limit to the hard one; stop with a clear message when the
+    limits or the local port range cannot hold ``largest`` connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # A client process holds its share; a worker may be handed every connection.
+    needed = max(math.ceil(largest / processes), largest) + 512
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise SystemExit(
+            f"open files: the hard RLIMIT_NOFILE is {hard}, and {largest} connections need about {needed} "
+            "in one web worker: raise it (ulimit -Hn, or LimitNOFILE in a unit) or pass fewer --clients"
+        )
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        if high - low + 1 < largest + 1000:
+            raise SystemExit(
+                f"local ports: net.ipv4.ip_local_port_range {low}-{high} has {high - low + 1} ports, too few for "
+                f"{largest} connections to one server port: widen it (sysctl) or pass fewer --clients"
+            )
+    except (OSError, ValueError):
+        pass
+
+
+def connect_hints(failures: Counter[str]) -> list[str]:
+    """What the connection failures say about this machine's limits rather than the server."""
+    hints = []
+    if any("EMFILE" in why or "ENFILE" in why for why in failures):
+        hints.append("out of file descriptors: raise RLIMIT_NOFILE (ulimit -Hn) or use more --client-processes")
+    if any("EADDRNOTAVAIL" in why for why in failures):
+        hints.append("out of local ports: widen net.ipv4.ip_local_port_range or pass fewer --clients")
+    if any("Timeout" in why for why in failures):
+        hints.append(
+            f"connects took over {CONNECT_TIMEOUT_S:g} s: the accept queue is full (the server stopped accepting, "
+            "or --backlog / net.core.somaxconn is too small for --connect-rate)"
+        )
+    if any("ECONNREFUSED" in why for why in failures):
+        hints.append("connection refused: the server is not listening (see its log)")
+    return hints
+
+
+def describe_rss(kb: dict[int, int]) -> str:
+    return " / ".join(f"{value / 1024:.1f}" for value in kb.values())
+
+
+def summarize(clients: int, rounds: list[Round], workers: list[int], main_pid: int) -> dict[str, Any]:
+    """Print one size's figures; return its key=value figures."""
+    figures: dict[str, Any] = {}
+    per_round: list[dict[str, Any]] = []
+    kb_per_poll = math.nan
+    prefix = f"n{clients}"
+    last = rounds[-1]
+    for number, result in enumerate(rounds, 1):
+        delays = result.delays_ms
+        answered = len(delays)
+        timeouts = result.failures.get("timeout", 0)
+        conn_failures = sum(result.connect_failures.values())
+        errors = sum(n for why, n in result.failures.items() if why != "timeout")
+        if result.ghosts_before:
+            print(
+                f"  round {number}: waited {result.ghosts_before[1]:.0f} s for {result.ghosts_before[0]} polls "
+                "held from the round before, whose clients had closed, to end"
+            )
+        print(
+            f"  round {number}: {result.connected} of {clients} connected"
+            + (f" ({dict(result.connect_failures)} failed)" if conn_failures else "")
+            + f"; held {sum(result.held.values())} ({' + '.join(map(str, result.held.values()))} per worker) "
+            f"{result.hold_s:.1f} s after the first connect; /metrics while held: {result.metrics_while_held}"
+        )
+        selects = result.select_ms
+        if selects:
+            print(
+                f"    {len(selects)} writes on {WRITTEN_CHAIN} while held: p50 {statistics.median(selects):.1f} ms, "
+                f"p99 {percentile(selects, 0.99):.1f} ms, max {max(selects):.1f} ms "
+                f"(write {selects.index(max(selects)) + 1} of {len(selects)})"
+                + (f"; failed: {Counter(result.select_failures)}" if result.select_failures else "")
+                + (f"; {result.selects_skipped} not sent" if result.selects_skipped else "")
+            )
+        print(f"    change on {POLLED_CHAIN}: {result.change}; t0 = {result.t0_source}")
+        if delays:
+            print(
+                f"    answered {answered} of {clients} with a 200: min {delays[0]:.0f} ms, "
+                f"p50 {statistics.median(delays):.0f} ms, "
+                f"p90 {percentile(delays, 0.90):.0f} ms, p99 {percentile(delays, 0.99):.0f} ms, "
+                f"max {delays[-1]:.0f} ms from the commit"
+            )
+        else:
+            print(f"    answered 0 of {clients} with a 200")
+        print(
+            f"    timeouts {timeouts}, 304s {result.held_304 + result.quick_304} ({result.held_304} after the wait, "
+            f"{result.quick_304} at once: not held), errors {errors}"
+            + (f" {dict((k, v) for k, v in result.failures.items() if k != 'timeout')}" if errors else "")
+            + f", connection failures {conn_failures}"
+        )
+        print(
+            f"    CPU over the {result.answer_window_ms:.0f} ms from the change POST until all answered: web workers "
+            f"{result.cpu_web_ms:.0f} ms (and {result.web_waited_ms:.0f} ms runnable, waiting for a CPU), client "
+            f"processes {result.cpu_clients_ms:.0f} ms"
+        )
+        print(
+            f"    RSS MB (main / workers): before {describe_rss(result.rss_before)}, held "
+            f"{describe_rss(result.rss_held)}, after {describe_rss(result.rss_after)}"
+            + (
+                f" (while still holding {result.held_after_close} polls whose clients had closed)"
+                if result.held_after_close
+                else ""
+            )
+        )
+        per_poll = {
+            pid: (result.rss_held[pid] - result.rss_before[pid]) / result.held[pid]
+            for pid in workers
+            if result.held.get(pid)
+        }
+        if per_poll:
+            retained = [(result.rss_after[pid] - result.rss_before[pid]) / result.held[pid] for pid in per_poll]
+            print(
+                "    KB per held poll (held - before) / held, per worker: "
+                + ", ".join(f"{value:.1f}" for value in per_poll.values())
+                + "; still resident once answered and closed (after - before) / held: "
+                + ", ".join(f"{value:.1f}" for value in retained)
+            )
+        for hint in connect_hints(result.connect_failures):
+            print(f"    {hint}")
+        if number == 1:
+            kb_per_poll = round(max(per_poll.values()), 1) if per_poll else math.nan
+        nan = math.nan  # no figure: counts as the worst in the key=value line
+        per_round.append(
+            {
+                "held": sum(result.held.values()),
+                "answered": answered,
+                **{
+                    f"{name}_ms": round(percentile(delays, fraction)) if delays else nan
+                    for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+                },
+                "timeouts": timeouts,
+                "304s": result.held_304 + result.quick_304,
+                "errors": errors,
+                "conn_failures": conn_failures,
+                "select_p50_ms": round(statistics.median(selects), 1) if selects else nan,
+                "select_p99_ms": round(percentile(selects, 0.99), 1) if selects else nan,
+                "select_max_ms": round(max(selects), 1) if selects else nan,
+                "select_failed": len(result.select_failures) + result.selects_skipped,
+            }
+        )
+    # The worst round's figure of each (a bar must hold in every round).
+    for key in per_round[0]:
+        values = [figures_of_round[key] for figures_of_round in per_round]
+        if any(math.isnan(value) for value in values):
+            figures[f"{prefix}_{key}"] = math.nan
+        else:
+            figures[f"{prefix}_{key}"] = min(values) if key in ("held", "answered") else max(values)
+    figures[f"{prefix}_kb_per_poll"] = kb_per_poll
+    if len(rounds) > 1:
+        ratios = {pid: last.rss_after[pid] / rounds[0].rss_after[pid] for pid in workers if rounds[0].rss_after[pid]}
+        print(
+            f"  RSS after round {len(rounds)} / after round 1, per worker: "
+            + ", ".join(f"{ratio:.3f}" for ratio in ratios.values())
+            + f" (main process {last.rss_after[main_pid] / max(1, rounds[0].rss_after[main_pid]):.3f})"
+        )
+        figures[f"{prefix}_rss_round{len(rounds)}_ratio"] = round(max(ratios.values()), 3) if ratios else math.nan
+    return figures
+
+
+def bars(clients: int, figures: dict[str, Any], rounds: int) -> list[tuple[str, bool]]:
+    def number(key: str) -> float:
+        value = figures.get(f"n{clients}_{key}", math.nan)
+        return float(value)
+
+    checks = [
+        (
+            "0 timeouts, every client answered, p99 <= 1 s",
+            number("timeouts") == 0 and number("answered") == clients and number("p99_ms") <= 1000,
+        ),
+        (
+            "selects while held: p99 <= 100 ms, none failed",
+            number("select_p99_ms") <= 100 and number("select_failed") == 0,
+        ),
+        ("<= 20 KB per held poll", number("kb_per_poll") <= 20),
+    ]
+    if rounds > 1:
+        checks.append((f"RSS after round {rounds} within 10 % of round 1", number(f"rss_round{rounds}_ratio") <= 1.10))
+    return checks
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="1000,5000,10000", help="held long polls, one size after another")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per size, on the same server")
+    parser.add_argument("--wait", type=float, default=55.0, help="the long polls' ?wait= in seconds (at most 60)")
+    parser.add_argument("--selects", type=int, default=20, help="writes (select, revert, ...) while polls are held")
+    parser.add_argument("--select-timeout", type=float, default=10.0, help="seconds a write may take before giving up")
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=2,
+        help="client processes the polls are spread over (one event loop each)",
+    )
+    parser.add_argument("--connect-rate", type=float, default=1000.0, help="new connections per second, in all")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=15.0,
+        help="seconds after the last connection to wait for every poll to be held",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=10.0,
+        help="a client answered 304 at once (not held) asks again after this long (the SDK's default)",
+    )
+    parser.add_argument(
+        "--admin-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL allowed to create and drop databases",
+    )
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.clients.split(",")]
+    if not 0 < args.wait <= 60:
+        raise SystemExit("--wait must be within 0..60 s (the server's most)")
+    busiest = max(sizes) / args.connect_rate + args.settle_timeout + args.select_timeout + 5
+    if busiest > args.wait:
+        print(
+            f"  note: connecting, settling and the writes may take {busiest:.0f} s, longer than --wait: the first "
+            "polls may time out (304) and be asked again before the change"
+        )
+    check_limits(max(sizes), args.client_processes)
+    # SIGTERM as Ctrl-C: the finally blocks stop the server and the clients and drop the database.
+    signal.signal(signal.SIGTERM, interrupted)
+
+    load_before = os.getloadavg()[0]
+    figures: dict[str, Any] = {}
+    results: list[tuple[int, dict[str, Any]]] = []
+    with scratch_control_plane("bench_long_polls", args.admin_url) as plane:
+        env = {**plane.env, "METRICS_TOKEN": ""}
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(Path(env["VAR_DIR"]) / "prometheus")
+        tokens = {"read": plane.token("read"), "write": plane.token("write")}
+        fleet = ClientProcesses(args.client_processes, args.poll_interval)  # forked before any thread
+        try:
+            for clients in sizes:
+                port = free_port()
+                command = serve_command(env, port)
+                workers = option(command, "--workers")
+                backlog = option(command, "--backlog")
+                print(f"== {clients} long polls; server: {command}")
+                if backlog > somaxconn():
+                    print(f"  note: the kernel caps --backlog {backlog} at net.core.somaxconn {somaxconn()}")
+                server = Server(command=command, port=port, env=env, log=Path(env["VAR_DIR"]) / f"granian-{port}.log")
+                listener = None
+                try:
+                    server.start(workers)
+                    _, other = read_chain(server.base_url, tokens["read"], WRITTEN_CHAIN)
+                    default = other["default"]["preset"]
+                    for _ in range(4):  # warm each worker's read and write paths before "idle"
+                        read_chain(server.base_url, tokens["read"], POLLED_CHAIN)
+                        for preset in (WRITTEN_PIN, default):  # ends on the default, whatever the answers
+                            write(server.base_url, tokens["write"], WRITTEN_CHAIN, preset, default, "bench: warm", 10)
+                    time.sleep(1.5)
+                    log_from = server.log.stat().st_size
+                    listener = NotifyListener(plane.database_url)
+                    listener.start()
+                    rounds = []
+                    for number in range(1, args.rounds + 1):
+                        rounds.append(run_round(number, server, fleet, listener, tokens, args, clients))
+                        if server.respawned():
+                            print(f"  warning: granian respawned a worker in round {number}: {server.log}")
+                    size_figures = summarize(clients, rounds, server.workers, server.process.pid)
+                    figures.update(size_figures)
+                    results.append((clients, size_figures))
+                    with open(server.log, "rb") as log:
+                        log.seek(log_from)
+                        lines = log.read().decode(errors="replace").splitlines()
+                    warnings = [line for line in lines if re.search(r"WARNING|ERROR|CRITICAL|Traceback", line)]
+                    if warnings:
+                        print(f"  server log ({len(warnings)} warning/error lines), last: {warnings[-1][:300]}")
+                finally:
+                    if listener is not None:
+                        listener.close()
+                    server.stop()
+        finally:
+            fleet.stop()
+
+    columns = [
+        ("clients", "", 8),
+        ("held", "held", 6),
+        ("answered", "answered", 9),
+        ("p50 ms", "p50_ms", 7),
+        ("p90 ms", "p90_ms", 7),
+        ("p99 ms", "p99_ms", 7),
+        ("max ms", "max_ms", 7),
+        ("timeouts", "timeouts", 8),
+        ("304s", "304s", 5),
+        ("errors", "errors", 6),
+        ("conn fail", "conn_failures", 9),
+        ("sel p50", "select_p50_ms", 8),
+        ("sel p99", "select_p99_ms", 8),
+        ("sel max", "select_max_ms", 8),
+        ("sel fail", "select_failed", 8),
+        ("KB/poll", "kb_per_poll", 8),
+        (f"RSS r{args.rounds}/r1", f"rss_round{args.rounds}_ratio", 9),
+    ]
+    print("\nworst round of each size (KB/poll: round 1; RSS: after the last round / after round 1; worst worker)")
+    print(" ".join(f"{title:>{width}}" for title, _, width in columns))
+    for clients, size in results:
+        row = [clients] + [size.get(f"n{clients}_{key}", "-") for _, key, _ in columns[1:]]
+        print(" ".join(f"{value:>{width}}" for value, (_, _, width) in zip(row, columns, strict=True)))
+    print(
+        f"(machine load {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (1-minute averages); "
+        f"{os.cpu_count()} cores; {args.client_processes} client processes)"
+    )
+    largest = max(sizes)
+    if largest >= 10000:
+        met = True
+        for name, ok in bars(largest, figures, args.rounds):
+            print(f"bar at {largest}: {name}: {'met' if ok else 'NOT met'}")
+            met = met and ok
+        figures["bars_met"] = str(met).lower()
+    print(" ".join(f"{key}={value}" for key, value in figures.items()))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: the server and the client processes were stopped, the scratch database dropped")
+        sys.exit(130)
