@@ -1,5 +1,6 @@
 """The production web application: the read front for chain reads, Django for the rest."""
 
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -18,3 +19,12 @@ prepare_multiprocess_dir()
 
 # Once a second with its own figures, the front writes this process's database pool use.
 application = telemetry.trace_front(ReadFront(django_application, on_flush=[pool_metrics.record]))
+
+# Everything loaded so far (Django, the apps, the URLconf and what it imports) lives as long as
+# the process: keep it out of the garbage collector's full collections, which otherwise scan
+# it again and again and pause the process for tens of milliseconds while thousands of long
+# polls are held (bench/long_polls.py).
+import controlplane.urls  # noqa: E402, F401 - its views, loaded now rather than by the first request
+
+gc.collect()
+gc.freeze()
