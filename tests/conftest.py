@@ -224,3 +224,19 @@ def webhook() -> Any:
     receiver = WebhookReceiver()
     yield receiver
     receiver.close()
+
+
+@pytest.fixture
+def count_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every SQL statement any thread runs, while the fixture is active."""
+    from django.db.backends import utils as db_utils
+
+    seen: list[str] = []
+    original = db_utils.CursorWrapper._execute
+
+    def counting(self: Any, sql: str, params: Any, *ignored: Any) -> Any:
+        seen.append(sql)
+        return original(self, sql, params, *ignored)
+
+    monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counting)
+    return seen

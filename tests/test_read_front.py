@@ -16,7 +16,6 @@ import time_machine
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.db import connection
-from django.db.backends import utils as db_utils
 from django.test import Client
 from django.utils import timezone
 
@@ -128,20 +127,6 @@ def test_other_requests_are_handed_to_django(read_token) -> None:
     history, health = run(body)
     assert history[0] == 200 and json.loads(history[2])["entries"][0]["version"] == 1
     assert json.loads(health[2]) == {"status": "ok"}
-
-
-@pytest.fixture
-def count_queries(monkeypatch) -> list[str]:
-    """Every SQL statement any thread runs, while the fixture is active."""
-    seen: list[str] = []
-    original = db_utils.CursorWrapper._execute
-
-    def counting(self, sql, params, *ignored):
-        seen.append(sql)
-        return original(self, sql, params, *ignored)
-
-    monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counting)
-    return seen
 
 
 def test_warm_200_and_304_run_no_sql_query(read_token, count_queries) -> None:

@@ -21,7 +21,7 @@ from presets.models import ServiceToken
 from presets.read_path.notifications import state
 from presets.read_path.snapshot import PG_SAFETY_POLL_S
 from tests.conftest import make_token
-from tests.test_read_front import auth, call, count_queries, run  # noqa: F401 - count_queries is a fixture
+from tests.test_read_front import auth, call, run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
