@@ -5,14 +5,19 @@ usage reports.)"""
 
 from __future__ import annotations
 
+import operator
 import statistics
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
-from django.db import models
-from django.db.models import QuerySet
+from django.db import connection, models
+from django.db.models import Count, F, Max, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from audit.models import FleetInstance, ProviderUsage, RejectedVersion
@@ -56,6 +61,15 @@ def idle_head_warnings(chain: Chain, now: datetime | None = None) -> Callable[[l
     return warning
 
 
+# GET /api/v1/fleet lists each chain's first DETAIL_SHOWN live instances (``?detail=`` up to
+# DETAIL_MAX) and its newest REJECTED_SHOWN refusals: a fleet of thousands pages through
+# GET /api/v1/chains/{name}/instances instead (INSTANCES_PAGE_MAX a page).
+DETAIL_SHOWN = 100
+DETAIL_MAX = 500
+REJECTED_SHOWN = 100
+INSTANCES_PAGE_MAX = 500
+
+
 def live_instances(chain: Chain, now: datetime | None = None) -> QuerySet[FleetInstance]:
     now = now or timezone.now()
     cutoff = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
@@ -87,8 +101,24 @@ class FleetStatus(TypedDict):
     ]
     applied_p50_s: float | None
     applied_max_s: float | None
-    rejected: list[Refusal]
-    detail: list[InstanceStatus]
+    rejected: Annotated[
+        list[Refusal], Help(f"the newest {REJECTED_SHOWN} refusals of this version (rejected_count has them all)")
+    ]
+    rejected_count: Annotated[int, Help("how many instances refused this version")]
+    detail: Annotated[
+        list[InstanceStatus],
+        Help(
+            f"the first live instances by client ({DETAIL_SHOWN} unless ?detail= says how many, up to "
+            f"{DETAIL_MAX}); the rest from GET /api/v1/chains/{{name}}/instances?after=<detail_after>"
+        ),
+    ]
+    detail_after: Annotated[
+        str | None,
+        Help(
+            "null when detail lists every live instance; else the after= that continues it on "
+            "GET /api/v1/chains/{name}/instances (empty with ?detail=0: from the first)"
+        ),
+    ]
 
 
 class FleetSummary(FleetStatus):
@@ -97,37 +127,194 @@ class FleetSummary(FleetStatus):
     summary: str
 
 
-def chain_fleet(selection: Selection, now: datetime | None = None) -> FleetStatus:
-    """How far the live version has reached: counts, apply delays, refusals."""
-    instances = list(live_instances(selection.chain, now))
-    on_version = [i for i in instances if i.applied_version == selection.version]
-    # Only a restored database (its versions went back) leaves instances on a later version.
-    ahead = [i for i in instances if i.applied_version > selection.version]
-    delays = sorted(
-        (i.version_seen_at - selection.updated_at).total_seconds()
-        for i in on_version
-        if i.first_seen_at < selection.updated_at <= i.version_seen_at
+def fleet_statuses(
+    selections: Iterable[Selection],
+    now: datetime | None = None,
+    *,
+    detail: int = DETAIL_SHOWN,
+    rejected: int = REJECTED_SHOWN,
+) -> dict[int, FleetStatus]:
+    """Each chain's fleet status, by chain id: how far its live version has reached (counts,
+    apply delays, refusals), with its first ``detail`` live instances by client and its
+    newest ``rejected`` refusals (a page's one line needs neither: 0 reads none).
+
+    Three queries for any number of chains and instances, none of which sends an instance's
+    row to Python: the live instances counted by chain and version; the median and slowest
+    apply (``middle_applies``); the refusals. Plus one a chain for ``detail``."""
+    selections = list(selections)
+    now = now or timezone.now()
+    cutoff = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
+    live = FleetInstance.objects.filter(chain__in=[s.chain_id for s in selections], last_seen_at__gte=cutoff)
+    # How many live instances each chain has on each version: a few rows a chain.
+    on_versions: dict[int, dict[int, int]] = defaultdict(dict)
+    for chain, version, count in (
+        live.order_by()
+        .values("chain", "applied_version")
+        .annotate(n=Count("pk"))
+        .values_list("chain", "applied_version", "n")
+    ):
+        on_versions[chain][version] = count
+    # The instances whose apply delay means something: on the chain's live version, running
+    # before the change and on it since (an instance started later never waited for it).
+    # Each term names its chain's own version and time: a row matches only its chain's.
+    applied = _any(
+        Q(
+            chain=s.chain_id,
+            applied_version=s.version,
+            first_seen_at__lt=s.updated_at,
+            version_seen_at__gte=s.updated_at,
+        )
+        for s in selections
     )
-    rejections = RejectedVersion.objects.filter(chain=selection.chain, version=selection.version)
-    return {
-        "name": selection.chain.name,
-        "version": selection.version,
-        "instances": len(instances),
-        "on_version": len(on_version),
-        "ahead": len(ahead),
-        "applied_p50_s": round(statistics.median(delays), 3) if delays else None,
-        "applied_max_s": round(delays[-1], 3) if delays else None,
-        "rejected": [{"client": r.client, "reason": r.reason, "at": format_time(r.at)} for r in rejections],
-        "detail": [
+    applies = middle_applies(live.filter(applied))
+    # Each chain's refusals of its live version: read as every listed chain's refusals of any
+    # listed version (two plain conditions), counted by chain and version, the pairs kept.
+    live_versions = {(s.chain_id, s.version) for s in selections}
+    refusals = RejectedVersion.objects.filter(
+        chain__in={chain for chain, _ in live_versions}, version__in={version for _, version in live_versions}
+    ).order_by()
+    shown: dict[int, list[Refusal]] = defaultdict(list)
+    rejected_counts: dict[int, int] = {}
+    if rejected:
+        # The newest refusals of each with the count of them all, in one read.
+        each = [F("chain"), F("version")]
+        newest = (
+            refusals.annotate(
+                rank=Window(RowNumber(), partition_by=each, order_by=[F("at").desc(), F("pk").desc()]),
+                total=Window(Count("pk"), partition_by=each),
+            )
+            .filter(rank__lte=rejected)
+            .values_list("chain", "version", "rank", "total", "client", "reason", "at")
+        )
+        for chain, version, _, total, client, reason, at in sorted(newest, key=lambda row: row[2]):
+            if (chain, version) in live_versions:
+                shown[chain].append({"client": client, "reason": reason, "at": format_time(at)})
+                rejected_counts[chain] = total
+    else:
+        counted = refusals.values("chain", "version").annotate(n=Count("pk")).values_list("chain", "version", "n")
+        rejected_counts = {chain: n for chain, version, n in counted if (chain, version) in live_versions}
+    statuses: dict[int, FleetStatus] = {}
+    for selection in selections:
+        chain, version, changed_at = selection.chain_id, selection.version, selection.updated_at
+        versions = on_versions[chain]
+        instances = sum(versions.values())
+        middle, slowest = applies.get(chain, ([], None))
+        delays = [(seen - changed_at).total_seconds() for seen in middle]
+        page = instances_page(selection.chain, now=now, size=detail) if detail else None
+        statuses[chain] = {
+            "name": selection.chain.name,
+            "version": version,
+            "instances": instances,
+            "on_version": versions.get(version, 0),
+            # Only a restored database (its versions went back) leaves instances on a later one.
+            "ahead": sum(count for v, count in versions.items() if v > version),
+            "applied_p50_s": round(statistics.median(delays), 3) if delays else None,
+            "applied_max_s": round((slowest - changed_at).total_seconds(), 3) if slowest else None,
+            "rejected": shown[chain],
+            "rejected_count": rejected_counts.get(chain, 0),
+            "detail": page.instances if page else [],
+            # With detail=0 every live instance is still to be read: from the start.
+            "detail_after": page.after if page else ("" if instances else None),
+        }
+    return statuses
+
+
+def middle_applies(
+    timed: QuerySet[FleetInstance], *, ordered_set: bool | None = None
+) -> dict[int, tuple[list[datetime], datetime]]:
+    """For each chain of ``timed`` (instances whose apply delay counts), the version_seen_at
+    of its middle instance or two, and the latest one.
+
+    A delay is version_seen_at - the change's updated_at, so a chain's delays sort as its
+    version_seen_at do: the median is the middle one of n (odd n: rank (n + 1) / 2) or the
+    mean of the middle two (even n: ranks n / 2 and n / 2 + 1), as statistics.median takes
+    it. PostgreSQL picks them with an ordered-set aggregate (``ordered_set``, its default
+    there); elsewhere (SQLite, ``make run``) window functions rank each chain's rows and keep
+    those whose 2 * rank - n is 0, 1 or 2. The aggregate sorts one column per chain and took
+    half the window functions' time at 10,000 instances (bench/history_pages.py)."""
+    timed = timed.order_by()
+    if ordered_set is None:
+        ordered_set = connection.vendor == "postgresql"
+    if ordered_set:
+        from django.contrib.postgres.fields import ArrayField
+
+        rows = (
+            timed.values("chain")
+            .annotate(
+                middle=_MiddleTwo("version_seen_at", output_field=ArrayField(models.DateTimeField())),
+                slowest=Max("version_seen_at"),
+            )
+            .values_list("chain", "middle", "slowest")
+        )
+        return {chain: (middle, slowest) for chain, middle, slowest in rows}
+    by_chain = F("chain")
+    ranked = (
+        timed.annotate(
+            rank=Window(RowNumber(), partition_by=by_chain, order_by=F("version_seen_at").asc()),
+            n=Window(Count("pk"), partition_by=by_chain),
+            slowest=Window(Max("version_seen_at"), partition_by=by_chain),
+        )
+        .annotate(middle=2 * F("rank") - F("n"))
+        .filter(middle__gte=0, middle__lte=2)
+        .values_list("chain", "version_seen_at", "slowest")
+    )
+    applies: dict[int, tuple[list[datetime], datetime]] = {}
+    for chain, seen, slowest in ranked:
+        applies.setdefault(chain, ([], slowest))[0].append(seen)
+    return applies
+
+
+class _MiddleTwo(models.Aggregate):
+    """PostgreSQL: the lower and the upper middle value, as an array (the same value twice for
+    an odd count). percentile_disc(p) is the value at row ceil(p * n): 0.5 gives the lower
+    middle (row n / 2 of an even n, (n + 1) / 2 of an odd one), and 0.5 + 1e-10 the next row
+    for an even n but the same row for an odd one: n * 1e-10 is above float rounding for
+    any n, and below the half row an odd n has to spare for any n under 5 * 10**9."""
+
+    function = "percentile_disc"
+    template = "%(function)s(ARRAY[0.5, 0.5000000001]) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+
+def fleet_summaries(selections: Iterable[Selection], now: datetime | None = None) -> dict[int, str]:
+    """Each chain's one line for people (``fleet_summary``), by chain id, read at once."""
+    statuses = fleet_statuses(selections, now, detail=0, rejected=0)
+    return {chain: fleet_summary(status) for chain, status in statuses.items()}
+
+
+def _any(conditions: Iterable[Q]) -> Q:
+    """The conditions OR-ed; none matches nothing."""
+    return reduce(operator.or_, conditions, Q(pk__in=[]))
+
+
+@dataclass(frozen=True)
+class InstancesPage:
+    """One page of a chain's live instances by client, and where the next one starts."""
+
+    instances: list[InstanceStatus]
+    after: str | None  # the next page's ``after``; None on the last page
+
+
+def instances_page(chain: Chain, *, now: datetime | None = None, after: str = "", size: int) -> InstancesPage:
+    """The live instances whose client sorts after ``after`` (keyset: one index range read at
+    any depth, no OFFSET), ``size`` of them."""
+    rows = list(
+        live_instances(chain, now)
+        .filter(client__gt=after)
+        .order_by("client")
+        .values_list("client", "applied_version", "version_seen_at", "last_seen_at")[: size + 1]
+    )
+    return InstancesPage(
+        instances=[
             {
-                "client": i.client,
-                "applied_version": i.applied_version,
-                "version_seen_at": format_time(i.version_seen_at),
-                "last_seen_at": format_time(i.last_seen_at),
+                "client": client,
+                "applied_version": version,
+                "version_seen_at": format_time(version_seen_at),
+                "last_seen_at": format_time(last_seen_at),
             }
-            for i in instances
+            for client, version, version_seen_at, last_seen_at in rows[:size]
         ],
-    }
+        after=rows[size - 1][0] if len(rows) > size else None,
+    )
 
 
 def fleet_summary(fleet: FleetStatus) -> str:
@@ -139,8 +326,8 @@ def fleet_summary(fleet: FleetStatus) -> str:
         p50 = fleet["applied_p50_s"]
         took = f"{p50 * 1000:.0f} ms" if p50 < 1 else f"{p50:.1f} s"
         line += f"; p50 applied {took} after the change"
-    if fleet["rejected"]:
-        line += f"; {len(fleet['rejected'])} refused it"
+    if fleet["rejected_count"]:
+        line += f"; {fleet['rejected_count']} refused it"
     if fleet["ahead"]:
         line += (
             f"; {fleet['ahead']} instance{'s' if fleet['ahead'] != 1 else ''} ahead of the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,8 +16,9 @@ from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
 from presets import services
-from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from presets.api.schema import errors, serializer_for
+from presets.exceptions import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +28,85 @@ class FleetView(APIView):
 
     @extend_schema(
         operation_id="fleet",
+        parameters=[
+            OpenApiParameter(
+                "detail",
+                int,
+                description=(
+                    f"live instances listed in each chain's detail, 0..{fleet.DETAIL_MAX} (default "
+                    f"{fleet.DETAIL_SHOWN}); the rest from GET /api/v1/chains/{{name}}/instances"
+                ),
+            ),
+        ],
         responses={
             200: inline_serializer("Fleet", {"chains": OutputSerializer(many=True)}),
-            **errors(401, 503),
+            **errors(400, 401, 503),
         },
     )
     def get(self, request: Request) -> Response:
+        detail = int_param(request, "detail", fleet.DETAIL_SHOWN, 0, fleet.DETAIL_MAX)
         recorder.flush()  # this process's latest reads count too
-        chains = []
-        for selection in services.revert_expired_and_read_all():
-            status = fleet.chain_fleet(selection)
-            chains.append(fleet.FleetSummary(**status, summary=fleet.fleet_summary(status)))
+        statuses = fleet.fleet_statuses(services.revert_expired_and_read_all(), detail=detail)
+        chains = [fleet.FleetSummary(**status, summary=fleet.fleet_summary(status)) for status in statuses.values()]
         return Response({"chains": chains})
+
+
+class ChainInstancesView(APIView):
+    """A chain's live service instances (seen in the last FLEET_INSTANCE_TTL_MINUTES) by
+    client, a page at a time: to continue, send the page's after (keyset paging)."""
+
+    OutputSerializer = serializer_for(fleet.InstanceStatus)
+
+    @extend_schema(
+        operation_id="chains_instances",
+        parameters=[
+            OpenApiParameter(
+                "limit", int, description=f"instances per page, 1..{fleet.INSTANCES_PAGE_MAX} (default 100)"
+            ),
+            OpenApiParameter(
+                "after",
+                str,
+                description=(
+                    "only instances whose client sorts after this one: the previous page's after "
+                    "(or the fleet's detail_after)"
+                ),
+            ),
+        ],
+        responses={
+            200: inline_serializer(
+                "ChainInstances",
+                {
+                    "chain": serializers.CharField(),
+                    "version": serializers.IntegerField(help_text="the chain's live version"),
+                    "instances": OutputSerializer(
+                        many=True, help_text="live instances (seen in FLEET_INSTANCE_TTL_MINUTES), by client"
+                    ),
+                    "after": serializers.CharField(
+                        allow_null=True, help_text="the next page's after; null on the last page"
+                    ),
+                },
+            ),
+            **errors(400, 401, 404, 503),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        selection = services.revert_expired_and_read(chain=name)  # 404 for an unknown chain
+        limit = int_param(request, "limit", 100, 1, fleet.INSTANCES_PAGE_MAX)
+        after = request.query_params.get("after", "")
+        if len(after) > MAX_CLIENT_LENGTH or not after.isprintable():
+            raise InvalidInput(
+                "after", f"must be an instance's client as listed: printable, at most {MAX_CLIENT_LENGTH} characters"
+            )
+        recorder.flush()  # this process's latest reads count too
+        page = fleet.instances_page(selection.chain, after=after, size=limit)
+        return Response(
+            {
+                "chain": selection.chain.name,
+                "version": selection.version,
+                "instances": page.instances,
+                "after": page.after,
+            }
+        )
 
 
 # Versions are stored as PostgreSQL integers: a larger one is a client error, not a 503.

@@ -222,6 +222,11 @@ class FleetInstance(models.Model):
     class Meta:
         ordering = ["chain", "client"]
         constraints = [models.UniqueConstraint(fields=["chain", "client"], name="fleet_instance_unique")]
+        indexes = [
+            # The live instances (seen within FLEET_INSTANCE_TTL_MINUTES): rows of instances
+            # long gone stay in the table, and fleet status must not read them.
+            models.Index(fields=["chain", "last_seen_at"], name="fleet_instance_live"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.client} on {self.chain.name} v{self.applied_version}"
@@ -252,6 +257,9 @@ class RejectedVersion(models.Model):
     class Meta:
         ordering = ["-at"]
         constraints = [models.UniqueConstraint(fields=["chain", "client", "version"], name="rejection_unique")]
+        # One version's refusals, newest first (fleet status lists them; a whole fleet may
+        # refuse a version, and every version's refusals stay).
+        indexes = [models.Index(fields=["chain", "version", "-at"], name="rejection_of_version")]
 
 
 # --- provider health (audit.provider_health writes and reads it) ---------------------------

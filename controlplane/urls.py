@@ -32,6 +32,7 @@ api_v1 = [
     path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
+    path("chains/<slug:name>/instances", fleet_api.ChainInstancesView.as_view(), name="api-instances"),
     path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
     path("access-history", api_access.AccessHistoryView.as_view(), name="api-access-history"),
 ]

@@ -28,6 +28,7 @@ GETS = [
     "/api/v1/chains/chat/history",
     "/api/v1/alerts",
     "/api/v1/fleet",
+    "/api/v1/chains/chat/instances",
     "/api/v1/history",
 ]
 POSTS = [

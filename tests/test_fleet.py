@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import random
+import re
+import statistics
 from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import time_machine
+from django.conf import settings
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from audit.fleet import idle_head_warning
+from audit.fleet import fleet_statuses, idle_head_warning, middle_applies
 from audit.fleet_recorder import FleetRecorder
-from audit.models import FleetInstance
+from audit.models import FleetInstance, RejectedVersion
 from presets import services
-from presets.models import Chain
+from presets.models import Chain, Selection
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -168,3 +176,307 @@ def test_instances_ahead_of_the_server_are_counted_and_named_in_the_summary(read
     assert fleet["summary"] == (
         "1 of 3 instances on v1; 2 instances ahead of the server: restored database? run manage.py raise_epoch"
     )
+
+
+# --- fleet status in SQL: the same figures as reading every instance ------------------------
+
+
+def reference_status(selection: Selection, now: datetime) -> dict[str, Any]:
+    """Fleet status as it was computed before the database did it: every live instance read
+    into Python (the semantics the aggregates keep)."""
+    cutoff = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
+    instances = [i for i in FleetInstance.objects.filter(chain=selection.chain) if i.last_seen_at >= cutoff]
+    on_version = [i for i in instances if i.applied_version == selection.version]
+    delays = sorted(
+        (i.version_seen_at - selection.updated_at).total_seconds()
+        for i in on_version
+        if i.first_seen_at < selection.updated_at <= i.version_seen_at
+    )
+    return {
+        "instances": len(instances),
+        "on_version": len(on_version),
+        "ahead": len([i for i in instances if i.applied_version > selection.version]),
+        "applied_p50_s": round(statistics.median(delays), 3) if delays else None,
+        "applied_max_s": round(delays[-1], 3) if delays else None,
+    }
+
+
+def add_fleet(selection: Selection, rng: random.Random, *, timed: int, now: datetime) -> None:
+    """``timed`` instances whose apply delay counts, and around them every kind that must not
+    count: gone past the TTL, started after the change, on the version since before it (a
+    restored database), behind, ahead; and the boundaries (seen exactly at the TTL's edge,
+    applied at the very instant of the change, started at it)."""
+    changed = selection.updated_at
+    ttl = timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
+    version = selection.version
+    name = selection.chain.name
+    rows: list[tuple[int, datetime, datetime, datetime]] = []  # version, version_seen, first_seen, last_seen
+
+    def after(seconds: float) -> datetime:
+        return changed + timedelta(microseconds=round(seconds * 1_000_000))
+
+    for n in range(timed):
+        seen = changed if n == 0 else after(rng.uniform(0.0004, 9.0))  # the first one at the instant itself
+        last = now - ttl if n == 1 else now - timedelta(seconds=rng.uniform(0, 60))  # the second at the edge
+        rows.append((version, seen, changed - timedelta(hours=rng.uniform(0.01, 5)), last))
+    live = now - timedelta(seconds=5)
+    rows += [
+        (version, after(0.2), changed - timedelta(hours=1), now - ttl - timedelta(microseconds=1)),  # just gone
+        (version, after(500), changed - timedelta(hours=1), now - timedelta(days=2)),  # long gone, slow
+        (version, after(30), after(30), live),  # started after the change
+        (version, changed, changed, live),  # started at the instant of the change
+        (version, changed - timedelta(seconds=1), changed - timedelta(hours=1), live),  # on it before the change
+        (max(version - 1, 0), changed - timedelta(hours=2), changed - timedelta(hours=3), live),  # behind
+        (version + 7, after(1), changed - timedelta(hours=1), live),  # ahead
+    ]
+    FleetInstance.objects.bulk_create(
+        FleetInstance(
+            chain=selection.chain,
+            client=f"{name}/i-{n:04d}",
+            applied_version=applied,
+            version_seen_at=seen,
+            first_seen_at=first,
+            last_seen_at=last,
+        )
+        for n, (applied, seen, first, last) in enumerate(rows)
+    )
+
+
+@pytest.mark.parametrize("timed", [0, 1, 2, 3, 4, 7, 10, 101], ids=lambda n: f"{n}-timed")
+def test_fleet_status_from_the_database_equals_reading_every_instance(timed: int) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1")  # v2
+    now = timezone.now() + timedelta(minutes=3)
+    selections = list(Selection.objects.select_related("chain"))
+    rng = random.Random(timed)
+    for number, selection in enumerate(selections):
+        add_fleet(selection, rng, timed=timed + number, now=now)  # the chains' counts differ: odd and even at once
+    statuses = fleet_statuses(selections, now)
+    for number, selection in enumerate(selections):
+        expected = reference_status(selection, now)
+        assert {key: statuses[selection.chain_id][key] for key in expected} == expected, selection.chain.name
+        assert (expected["instances"], expected["ahead"]) == (timed + number + 5, 1)
+        assert (expected["applied_p50_s"] is None) == (timed + number == 0)
+    assert [status["name"] for status in statuses.values()] == [s.chain.name for s in selections]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("timed", [1, 2, 5, 6, 250], ids=lambda n: f"{n}-timed")
+def test_both_ways_of_finding_the_median_agree(timed: int) -> None:
+    """PostgreSQL's ordered-set aggregate and the window functions SQLite uses pick the same
+    middle instances."""
+    now = timezone.now()
+    rng = random.Random(timed)
+    selections = list(Selection.objects.select_related("chain"))
+    for number, selection in enumerate(selections):
+        add_fleet(selection, rng, timed=timed + number, now=now)
+    instances = FleetInstance.objects.all()
+    by_aggregate = middle_applies(instances, ordered_set=True)
+    by_window = middle_applies(instances, ordered_set=False)
+    assert by_aggregate.keys() == by_window.keys() == {s.chain_id for s in selections}
+    for chain, (middle, slowest) in by_window.items():
+        assert len(middle) == 2 - (instances.filter(chain=chain).count() % 2)
+        assert (set(by_aggregate[chain][0]), by_aggregate[chain][1]) == (set(middle), slowest)
+
+
+def test_a_chain_without_instances_has_no_figures() -> None:
+    (status,) = fleet_statuses(Selection.objects.select_related("chain").filter(chain__name="chat")).values()
+    assert {k: status[k] for k in ("instances", "on_version", "ahead", "applied_p50_s", "applied_max_s")} == {
+        "instances": 0,
+        "on_version": 0,
+        "ahead": 0,
+        "applied_p50_s": None,
+        "applied_max_s": None,
+    }
+    assert (status["detail"], status["detail_after"], status["rejected"], status["rejected_count"]) == ([], None, [], 0)
+    assert fleet_statuses([]) == {}
+
+
+# --- listing the instances: bounded, and the rest by keyset --------------------------------
+
+
+def add_live(chain: str, count: int, *, start: int = 0, version: int = 1) -> list[str]:
+    """``count`` instances of ``chain`` reading now, named so that they sort as numbered."""
+    now = timezone.now()
+    instances = [
+        FleetInstance(
+            chain=Chain.objects.get(name=chain),
+            client=f"svc/{chain}-{n:05d}",
+            applied_version=version,
+            version_seen_at=now - timedelta(minutes=5),
+            first_seen_at=now - timedelta(hours=1),
+            last_seen_at=now,
+        )
+        for n in range(start, start + count)
+    ]
+    FleetInstance.objects.bulk_create(instances)
+    return [i.client for i in instances]
+
+
+def test_the_instances_endpoint_pages_through_the_live_instances_by_client(reader: Client) -> None:
+    clients = add_live("chat", 250)
+    add_live("incident-summary", 5)  # another chain's: never listed
+    FleetInstance.objects.create(
+        chain=Chain.objects.get(name="chat"),
+        client="svc/chat-00100x",  # between two live ones, but gone
+        applied_version=1,
+        version_seen_at=timezone.now() - timedelta(days=3),
+        first_seen_at=timezone.now() - timedelta(days=3),
+        last_seen_at=timezone.now() - timedelta(days=2),
+    )
+    pages, url = [], "/api/v1/chains/chat/instances"
+    while url:
+        body = reader.get(url).json()
+        assert (body["chain"], body["version"]) == ("chat", 1)
+        pages.append([i["client"] for i in body["instances"]])
+        url = f"/api/v1/chains/chat/instances?{urlencode({'after': body['after']})}" if body["after"] else ""
+    assert [len(page) for page in pages] == [100, 100, 50]
+    assert [client for page in pages for client in page] == clients
+    small = reader.get("/api/v1/chains/chat/instances?limit=3&after=svc/chat-00247").json()
+    assert ([i["client"] for i in small["instances"]], small["after"]) == (clients[248:], None)
+    first = reader.get("/api/v1/chains/chat/instances?limit=2").json()
+    assert first["after"] == clients[1]
+    assert set(first["instances"][0]) == {"client", "applied_version", "version_seen_at", "last_seen_at"}
+
+
+def test_the_fleet_lists_a_bounded_detail_and_says_where_the_rest_continues(reader: Client) -> None:
+    clients = add_live("chat", 130)
+    fleet = fleet_of(reader)
+    assert (fleet["instances"], fleet["on_version"]) == (130, 130)
+    assert [d["client"] for d in fleet["detail"]] == clients[:100]
+    assert fleet["detail_after"] == clients[99]
+    rest = reader.get(f"/api/v1/chains/chat/instances?after={fleet['detail_after']}").json()
+    assert ([i["client"] for i in rest["instances"]], rest["after"]) == (clients[100:], None)
+    few = next(c for c in reader.get("/api/v1/fleet?detail=5").json()["chains"] if c["name"] == "chat")
+    assert ([d["client"] for d in few["detail"]], few["detail_after"]) == (clients[:5], clients[4])
+    every = next(c for c in reader.get("/api/v1/fleet?detail=500").json()["chains"] if c["name"] == "chat")
+    assert (len(every["detail"]), every["detail_after"]) == (130, None)
+    # What the pages poll: the counts and the line, no instance.
+    none = next(c for c in reader.get("/api/v1/fleet?detail=0").json()["chains"] if c["name"] == "chat")
+    assert (none["detail"], none["detail_after"], none["summary"]) == ([], "", fleet["summary"])
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/api/v1/chains/chat/instances?limit=0", "limit"),
+        ("/api/v1/chains/chat/instances?limit=501", "limit"),
+        ("/api/v1/chains/chat/instances?limit=ten", "limit"),
+        ("/api/v1/chains/chat/instances?after=" + "a" * 201, "after"),
+        ("/api/v1/chains/chat/instances?after=svc/a%0Ab", "after"),
+        ("/api/v1/fleet?detail=-1", "detail"),
+        ("/api/v1/fleet?detail=501", "detail"),
+        ("/api/v1/fleet?detail=all", "detail"),
+    ],
+    ids=[
+        "limit-0",
+        "limit-501",
+        "limit-word",
+        "after-too-long",
+        "after-newline",
+        "detail-negative",
+        "detail-501",
+        "detail-word",
+    ],
+)
+def test_a_bad_paging_parameter_is_a_400_naming_it(reader: Client, url: str, field: str) -> None:
+    response = reader.get(url)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("validation_error", field)
+    assert error["message"].startswith(f"{field}: ")
+
+
+def test_the_instances_of_an_unknown_chain_are_a_404(reader: Client) -> None:
+    response = reader.get("/api/v1/chains/nope/instances")
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_refusals_are_listed_newest_first_up_to_a_bound_and_counted_in_full(oncall: Client, reader: Client) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1")  # chat v2
+    chat, summary = Chain.objects.get(name="chat"), Chain.objects.get(name="incident-summary")
+    now = timezone.now()
+
+    def refused(chain: Chain, version: int, count: int, prefix: str) -> None:
+        RejectedVersion.objects.bulk_create(
+            RejectedVersion(
+                chain=chain,
+                client=f"svc/{prefix}-{n:03d}",
+                version=version,
+                reason="unknown provider",
+                at=now - timedelta(seconds=n),
+            )
+            for n in range(count)
+        )
+
+    refused(chat, 2, 130, "r")
+    refused(chat, 1, 3, "old")  # chat's earlier version (incident-summary's live one): not chat's
+    refused(summary, 2, 4, "other")  # chat's live version, another chain's: not chat's
+    refused(summary, 1, 2, "is")
+    fleet = fleet_of(reader)
+    assert (len(fleet["rejected"]), fleet["rejected_count"]) == (100, 130)
+    assert [r["client"] for r in fleet["rejected"]] == [f"svc/r-{n:03d}" for n in range(100)]
+    assert fleet["summary"] == "no service instance has read this chain in the last 10 min"
+    other = fleet_of(reader, "incident-summary")
+    assert ([r["client"] for r in other["rejected"]], other["rejected_count"]) == (["svc/is-000", "svc/is-001"], 2)
+    add_live("chat", 1, version=2)
+    assert fleet_of(reader)["summary"] == "1 of 1 instances on v2; 130 refused it"
+    assert "1 of 1 instances on v2; 130 refused it" in oncall.get("/").content.decode()  # the pages count them alike
+
+
+# --- the pages: a few queries, whatever the fleet's size -------------------------------------
+
+
+def query_count(client: Client, url: str) -> tuple[int, list[str]]:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200, url
+    return len(captured), [q["sql"] for q in captured.captured_queries]
+
+
+@pytest.mark.parametrize(
+    "url", ["/", "/chains/chat/", "/api/v1/fleet", "/api/v1/fleet?detail=0", "/api/v1/chains/chat/instances"]
+)
+def test_the_query_count_does_not_grow_with_the_fleet(oncall: Client, url: str) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1")
+    add_live("chat", 10, version=2)
+    add_live("incident-summary", 3)
+    few, _ = query_count(oncall, url)
+    add_live("chat", 490, start=10, version=2)
+    add_live("incident-summary", 200, start=3)
+    assert query_count(oncall, url)[0] == few
+
+
+def test_the_dashboard_reads_every_chains_fleet_in_three_queries(oncall: Client) -> None:
+    add_live("chat", 3)
+    _, queries = query_count(oncall, "/")
+    assert len([q for q in queries if "audit_fleetinstance" in q or "audit_rejectedversion" in q]) == 3
+
+
+@pytest.mark.parametrize("url", ["/history/", "/history/?chain=chat", "/chains/chat/history/"])
+def test_the_history_pages_read_no_fleet_status(oncall: Client, url: str) -> None:
+    add_live("chat", 20)
+    _, queries = query_count(oncall, url)
+    assert not [q for q in queries if "audit_fleetinstance" in q or "audit_rejectedversion" in q]
+
+
+def test_the_pages_poll_the_fleets_lines_without_its_instances(oncall: Client) -> None:
+    add_live("chat", 150)
+    html = oncall.get("/chains/chat/").content.decode()
+    poll = re.search(r'data-fleet-url="([^"]+)"', html)
+    assert poll and poll.group(1) == "/api/v1/fleet?detail=0"
+    chat = next(c for c in oncall.get(poll.group(1)).json()["chains"] if c["name"] == "chat")
+    assert (chat["detail"], chat["summary"]) == ([], "150 of 150 instances on v1")
+    assert f'data-fleet="chat" aria-live="polite">{chat["summary"]}<' in html
+
+
+def test_an_open_page_refreshes_its_fleet_line_from_the_counts_alone(open_page: Any, alice: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(alice, "/chains/chat/", fake_clock=True)
+    line = page.locator('[data-fleet="chat"]')
+    expect(line).to_have_text("no service instance has read this chain in the last 10 min")
+    polled: list[str] = []
+    page.on("request", lambda request: polled.append(request.url) if "/api/v1/fleet" in request.url else None)
+    add_live("chat", 2)
+    page.clock.run_for(3_100)  # the page's fleet refresh (every 3 s)
+    expect(line).to_have_text("2 of 2 instances on v1")
+    assert polled and all(url.endswith("/api/v1/fleet?detail=0") for url in polled)

@@ -38,6 +38,7 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/history/{version}/restore"),
     ("POST", "/api/v1/chains/{name}/usage"),
     ("GET", "/api/v1/chains/{name}/health"),
+    ("GET", "/api/v1/chains/{name}/instances"),
     ("GET", "/api/v1/alerts"),
     ("GET", "/api/v1/fleet"),
     ("GET", "/api/v1/history"),

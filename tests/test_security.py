@@ -34,6 +34,7 @@ API_ENDPOINTS = [
     ("post", "/api/v1/chains/chat/history/1/restore"),
     ("get", "/api/v1/alerts"),
     ("get", "/api/v1/fleet"),
+    ("get", "/api/v1/chains/chat/instances"),
     ("get", "/api/v1/history"),
     ("post", "/api/v1/chains/chat/usage"),
     ("get", "/api/v1/access-history"),

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from audit.fleet import chain_fleet, fleet_summary
+from audit.fleet import fleet_summaries
 from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
@@ -44,15 +44,25 @@ def live_or_404(name: str, now: Any = None) -> Selection:
         raise Http404(f"unknown chain {name!r}") from None
 
 
-def live_card(selection: Selection, *, now: datetime, health: HealthMap | None = None, fleet: bool = True) -> LiveState:
+def live_card(
+    selection: Selection,
+    *,
+    now: datetime,
+    health: HealthMap | None = None,
+    fleet: bool = True,
+    fleet_line: str | None = None,
+) -> LiveState:
     """A chain's card facts: the pin's true start, whether it is stale and, unless ``fleet``
-    is false (a list of every chain, where they would cost queries a chain), how far the
-    fleet has got; with ``health``, how the fleet finds each live step."""
+    is false (the history pages' strip of every chain), how far the fleet has got
+    (``fleet_line`` when already read: the dashboard reads every chain's at once); with
+    ``health``, how the fleet finds each live step."""
+    if fleet and fleet_line is None:
+        fleet_line = fleet_summaries([selection], now)[selection.chain_id]
     return live_state(
         selection,
         now=now,
         alert_after=timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES),
         pin_start=selectors.live_pin_start(selection),
-        fleet_summary=fleet_summary(chain_fleet(selection, now)) if fleet else "",
+        fleet_summary=fleet_line if fleet and fleet_line else "",
         health=health,
     )

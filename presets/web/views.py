@@ -26,7 +26,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import provider_health
 from audit.alerts import recent_alerts
-from audit.fleet import idle_head_warning, idle_head_warnings
+from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.history import entry, history_rows
 from audit.notifications import changes_notified, recent_notifications
 from presets import selectors, services
@@ -65,12 +65,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     healths = provider_health.health_by_chain(
         {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
     )
+    fleet = fleet_summaries(selections, now)  # every chain's fleet line in three queries
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
         cards.append(
             {
-                "live": live_card(s, now=now, health=health),
+                "live": live_card(s, now=now, health=health, fleet_line=fleet[s.chain_id]),
                 "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
                 "suggestion": suggestion,
             }
