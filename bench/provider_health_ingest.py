@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import statistics
 import sys
 import threading
@@ -29,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_throughput import free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
+from read_throughput import cpu_seconds, free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
 
 BOUNDS = [100, 250, 500, 1000, 2500, 5000, 10000, 30000]
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def report(instance: int, *, health: bool = True) -> bytes:
@@ -56,18 +54,6 @@ def report(instance: int, *, health: bool = True) -> bytes:
             "breaker_openings": {},
         }
     return json.dumps(body).encode()
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of these processes and their threads, from /proc."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICKS
 
 
 def tree(root: int) -> list[int]:

@@ -91,6 +91,19 @@ def create_token(env: dict[str, str], name: str, scope: str) -> str:
     return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU these processes (and their threads) have used so far, from /proc
+    (the ones still running)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def bench_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The environment every benchmarked process runs with: production settings (DEBUG off,
     so a SECRET_KEY: SECRET_KEY's own if set, else one made for this run), quiet logs, its

@@ -3,13 +3,18 @@
 import gc
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 from controlplane import telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 telemetry.setup()  # when OTEL_* asks for traces; before Django builds its middleware
-django_application = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application() does, with the handler below
+
+from controlplane.asgi_handler import OneHopASGIHandler  # noqa: E402
+
+# Django's ASGI handler with the synchronous middleware chain run in one thread hop (see there).
+django_application = OneHopASGIHandler()
 
 from controlplane import pool_metrics  # noqa: E402
 from presets.read_path.counters import prepare_multiprocess_dir  # noqa: E402

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Subquery
 from django.utils import timezone
 
 from presets import events, selectors
@@ -77,7 +78,7 @@ def select_preset(
     reason = clean_reason(reason)
     now = _now()
     with _changing(chain, expected_version) as selection:
-        target = _active_preset(selection.chain, preset)
+        target = _active_preset(selection.chain, preset, live=selection.preset)
         if target.pk == selection.preset_id:
             hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
             raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
@@ -326,10 +327,21 @@ def _changing(chain: str, expected_version: int | None) -> Iterator[Selection]:
 
 
 def _lock(chain: str, expected_version: int | None) -> Selection:
-    selection_id = Selection.objects.filter(chain__name=chain).values_list("id", flat=True).first()
-    if selection_id is None:
-        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
-    selection = lock_selection(selection_id)
+    """Lock the chain's selection row, then load what every change reads: the chain, its
+    default and the live preset. Two statements, as every change pays for them.
+
+    The lock statement joins nothing (``lock_selection`` says why): it finds the row through a
+    subquery on the chain's name. The second statement, made after the lock is held, sees
+    under READ COMMITTED what the change we may have waited for committed."""
+    by_name = Subquery(Chain.objects.filter(name=chain).order_by().values("pk"))
+    try:
+        selection = Selection.objects.select_for_update().get(chain_id=by_name)
+    except Selection.DoesNotExist:
+        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain}) from None
+    live = Preset.objects.select_related("chain__default_preset").get(pk=selection.preset_id)
+    # A chain only ever serves its own presets, so the live preset's chain is the selection's.
+    selection.chain = live.chain
+    selection.preset = live
     if expected_version is not None and expected_version != selection.version:
         raise Conflict(
             f"{chain} changed since v{expected_version}: it is now v{selection.version}, "
@@ -345,8 +357,9 @@ def _lock(chain: str, expected_version: int | None) -> Selection:
     return selection
 
 
-def _active_preset(chain: Chain, name: str) -> Preset:
-    preset = chain.presets.filter(name=name).first()
+def _active_preset(chain: Chain, name: str, *, live: Preset) -> Preset:
+    # Unordered: Preset's default ordering would join the chain for nothing.
+    preset = live if live.name == name else chain.presets.filter(name=name).order_by().first()
     if preset is None or preset.is_retired:
         active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
         state = "is retired" if preset else "does not exist"

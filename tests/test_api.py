@@ -162,6 +162,24 @@ def test_history_lists_every_change_newest_first_with_previous_values(writer: Cl
     assert [e["version"] for e in page] == [2]
 
 
+def test_a_select_and_a_revert_stay_within_their_queries(writer: Client, django_assert_max_num_queries) -> None:
+    # The write path's budget (bench/select_latency.py): the token, the transaction (a
+    # savepoint inside the test's), the lock, the chain with its default and live preset, the
+    # target preset (a select), the update and its history row, the epoch and NOTIFY of the
+    # change notification, and the epoch of the answer.
+    writer.get("/api/v1/chains/chat")  # the token's first use records it (last_used_at)
+    with django_assert_max_num_queries(11):
+        selected = post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "INC-1"})
+    with django_assert_max_num_queries(10):
+        reverted = post(writer, "/api/v1/chains/chat/revert", {"reason": "fixed"})
+    assert (selected.status_code, reverted.status_code) == (200, 200)
+    assert [e.action for e in Selection.history.filter(chain__name="chat").order_by("version")] == [
+        "sync",
+        "select",
+        "revert",
+    ]
+
+
 def test_a_conflict_answers_409_naming_who_won(writer: Client) -> None:
     post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "first", "expected_version": 1})
     response = post(
