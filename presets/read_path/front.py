@@ -140,19 +140,13 @@ class ReadFront:
         await self.snapshot.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # ``answers_itself``, inlined: this runs for every request the process gets.
-        kind = scope["type"]
-        if kind == "http" and scope["method"] == "GET":
-            path: str = scope["path"]
-            if path == PREFIX or (path.startswith(_CHAIN_PATH) and "/" not in path[_NAME_AT:]):
-                headers = dict(scope["headers"])
-                if b"authorization" in headers:
-                    await self._answer(scope, receive, send, path, headers)
-                    return
-        elif kind == "lifespan":
+        headers = _token_read(scope)
+        if headers is not None:
+            await self._answer(scope, receive, send, scope["path"], headers)
+        elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-            return
-        await self.django_app(scope, receive, send)
+        else:
+            await self.django_app(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -263,16 +257,16 @@ class ReadFront:
             # once, not at the end of its wait.
             gone = asyncio.ensure_future(_client_gone(receive))
             try:
-                answer = await self._wait(name, entry, wait, gone)
+                waited = await self._wait(name, entry, wait, gone)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
             finally:
                 gone.cancel()
                 send.held = time.perf_counter() - held_since
-            if answer is None:
-                return
-            entry = answer
+            if waited is None:
+                return  # the client left: nobody to answer
+            entry = waited
         if matches(if_none_match, entry.etag):
             await _respond(send, 304, b"", entry.etag_header)
         else:
@@ -360,15 +354,18 @@ def answers_itself(scope: Scope) -> bool:
     """Whether the front answers this request itself: a GET of the chain list or of one
     chain with an Authorization header (a token read, long polls included); everything else
     is Django's. The project's wiring traces the two apart by it (controlplane/telemetry.py)."""
+    return _token_read(scope) is not None
+
+
+def _token_read(scope: Scope) -> dict[bytes, bytes] | None:
+    """A token read's headers (``answers_itself``), else None; run for every request."""
     if scope["type"] != "http" or scope["method"] != "GET":
-        return False
+        return None
     path: str = scope["path"]
-    if path != PREFIX and not (path.startswith(PREFIX + "/") and "/" not in path[len(PREFIX) + 1 :]):
-        return False
-    for name, _ in scope["headers"]:
-        if name == b"authorization":
-            return True
-    return False
+    if path != PREFIX and not (path.startswith(_CHAIN_PATH) and "/" not in path[_NAME_AT:]):
+        return None
+    headers = dict(scope["headers"])
+    return headers if b"authorization" in headers else None
 
 
 class _Answer(RequestContext):
