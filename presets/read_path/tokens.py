@@ -74,7 +74,6 @@ class TokenSet:
         self._used: set[int] = set()  # tokens read since the last ``due_for_recording``
         self._reloads_wanted = 0
         self._reloading: asyncio.Task[None] | None = None
-        self.loaded = False
 
     # --- the hot path ---------------------------------------------------------------
 
@@ -128,6 +127,7 @@ class TokenSet:
     # --- keeping it current ---------------------------------------------------------
 
     def replace(self, live: dict[str, LiveToken], recorded: dict[int, float | None]) -> None:
+        """Hold exactly these tokens (as just read), forgetting the bad ones remembered."""
         self._live = live
         self._unknown = set()
         self._recorded = recorded
@@ -135,7 +135,6 @@ class TokenSet:
     async def load(self) -> None:
         """Load the set now (raises when the database cannot answer)."""
         self.replace(*await in_worker_thread(_load)())
-        self.loaded = True
 
     async def reload(self) -> None:
         """Reload the set, after every change announced so far: a reload asked for while one
