@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from propagation import NotifyListener, children_of, cpu_ms, somaxconn  # noqa: E402
+from propagation import NotifyListener, children_of, cpu_ms, raise_open_files_limit, somaxconn  # noqa: E402
 from read_throughput import BIN, ROOT, free_port, scratch_control_plane, stop, wait_until_up  # noqa: E402
 from select_latency import percentile  # noqa: E402
 
@@ -665,14 +665,12 @@ def run_round(
 
 
 def check_limits(largest: int, processes: int) -> None:
-    """Raise RLIMIT_NOFILE's soft limit to the hard one; stop with a clear message when the
+    """Raise RLIMIT_NOFILE's soft limit to what the connections need; stop with a clear message when the
     limits or the local port range cannot hold ``largest`` connections."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     # A client process holds its share; a worker may be handed every connection.
     needed = max(math.ceil(largest / processes), largest) + 512
-    if hard != resource.RLIM_INFINITY and hard < needed:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if raise_open_files_limit(needed) < needed:
         raise SystemExit(
             f"open files: the hard RLIMIT_NOFILE is {hard}, and {largest} connections need about {needed} "
             "in one web worker: raise it (ulimit -Hn, or LimitNOFILE in a unit) or pass fewer --clients"

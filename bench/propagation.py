@@ -53,7 +53,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_throughput import ROOT, free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
+from read_throughput import ROOT, cpu_seconds, free_port, granian, scratch_control_plane, start, stop, wait_until_up  # noqa: E402
 from select_latency import percentile  # noqa: E402
 
 try:
@@ -154,15 +154,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def cpu_ms(pids: list[int]) -> float:
-    """User + system CPU time the processes have used so far (Linux; 10 ms resolution)."""
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            ticks += int(fields[11]) + int(fields[12])
-        except (OSError, ValueError, IndexError):
-            pass
-    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time the processes have used so far, in ms (10 ms resolution)."""
+    return cpu_seconds(pids) * 1000
 
 
 def connections_per_process(port: int) -> list[int]:

@@ -98,9 +98,9 @@ def cpu_seconds(pids: list[int]) -> float:
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, ValueError, IndexError):
+            continue  # the process has ended
     return total / os.sysconf("SC_CLK_TCK")
 
 

@@ -293,7 +293,7 @@ class ReadFront:
         """The chain's entry, its pin reverted if it has expired. Raises when the revert cannot
         reach the database: an expired pin is never served, not even during an outage."""
         entry = self.snapshot.entries.get(name)
-        if entry is not None and entry.expires_at is not None and entry.expires_at <= time.time():
+        if entry is not None and entry.is_expired(time.time()):
             try:
                 entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
             except Exception as exc:

@@ -155,9 +155,6 @@ class Snapshot:
 
     # --- reads ----------------------------------------------------------------------
 
-    def get(self, name: str) -> Entry | None:
-        return self.entries.get(name)
-
     async def expire(self, name: str) -> Entry | None:
         """The entry after reverting its expired pin (through the service function).
 
