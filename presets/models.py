@@ -183,7 +183,7 @@ class Selection(models.Model):
 def lock_selection(selection_id: int) -> Selection:
     """Lock one selection row, then load what it refers to (inside a transaction): the
     sweeps lock a selection with this; the services' changes lock theirs by chain name in
-    ``services._lock``, on the same rule.
+    ``services._lock``, on the same rule, after the chain's row (their queue).
 
     The lock query joins nothing: under READ COMMITTED, PostgreSQL re-checks a row that
     changed while we waited for its lock against the *old* rows of any joined table, so a

@@ -1,8 +1,9 @@
 """Every operation that changes what a chain serves. Nothing else writes a Selection.
 
-Each change runs in one transaction holding the chain's selection row lock
-(``select_for_update``), so concurrent changes serialise: versions go up by one per change
-and each historical row's previous value is the row before it.
+Each change runs in one transaction holding its chain's row lock and then the chain's
+selection row lock (``select_for_update``), so concurrent changes serialise, in the order they
+arrived: versions go up by one per change and each historical row's previous value is the row
+before it.
 """
 
 from __future__ import annotations
@@ -327,13 +328,21 @@ def _changing(chain: str, expected_version: int | None) -> Iterator[Selection]:
 
 
 def _lock(chain: str, expected_version: int | None) -> Selection:
-    """Lock the chain's selection row, then load what every change reads: the chain, its
-    default and the live preset. Two statements, as every change pays for them.
+    """Lock the chain's row and its selection row, then load what every change reads: the
+    chain, its default and the live preset. Two statements, as every change pays for them.
 
-    The lock statement joins nothing (``lock_selection`` says why): it finds the row through a
-    subquery on the chain's name. The second statement, made after the lock is held, sees
-    under READ COMMITTED what the change we may have waited for committed."""
-    by_name = Subquery(Chain.objects.filter(name=chain).order_by().values("pk"))
+    Changes queue on the chain's row (a subquery on its name, ``FOR NO KEY UPDATE``: history
+    rows still reference it), which no change rewrites, so they are served first come, first
+    served. Queued on the selection row alone, which every change rewrites, they were not:
+    PostgreSQL queues a row's waiters per version of the row, and a writer arriving after a
+    change found the newest version with nobody queued on it, ahead of those still waiting on
+    an older one (8 writers on one chain: p99 3x their median; bench/README.md). The selection
+    row is still locked: the sweeps lock it alone (``lock_selection``), without the chain's.
+
+    The lock statement joins nothing (``lock_selection`` says why). The second statement,
+    made after the locks are held, sees under READ COMMITTED what the change we may have
+    waited for committed."""
+    by_name = Subquery(Chain.objects.select_for_update(no_key=True).filter(name=chain).order_by().values("pk"))
     try:
         selection = Selection.objects.select_for_update().get(chain_id=by_name)
     except Selection.DoesNotExist:
