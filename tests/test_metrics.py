@@ -23,6 +23,7 @@ from presets import services
 from presets.read_path import counters
 from presets.read_path.counters import prepare_multiprocess_dir
 from presets.read_path.front import ReadFront
+from presets.read_path.request_context import CHAIN_ROUTE
 from tests.metrics_text import value
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
@@ -106,31 +107,37 @@ def test_reads_answered_by_the_read_front_are_counted_once_flushed(read_token: s
         app = ReadFront(get_asgi_application())
         try:
             auth = {"Authorization": f"Bearer {read_token}"}
+            # The first read of a token takes the front's full path, the next ones its
+            # plain reads (ReadFront.__call__): both are counted.
+            assert (await call(app, "/api/v1/chains/chat", auth))[0] == 200
             assert (await call(app, "/api/v1/chains/chat", auth))[0] == 200
             assert (await call(app, "/api/v1/chains/chat", {**auth, "If-None-Match": '"1"'}))[0] == 304
             assert (await call(app, "/api/v1/chains/chat", {"Authorization": "Bearer nope"}))[0] == 401
         finally:
             await app.stop()
 
-    counters.flush_front(counters.read_counts, waiters=0)  # what earlier tests left
+    def pending(status: int) -> float:
+        return sum(counters.front_durations.row((CHAIN_ROUTE, "GET", status))[1:])
+
+    counters.flush_front(waiters=0)  # what earlier tests left
     before = scrape()
     asyncio.run(main())
-    assert counters.read_counts[200] >= 1  # counted in memory on the hot path ...
-    counters.flush_front(counters.read_counts, waiters=0)  # ... handed over once a second
-    assert not any(counters.read_counts.values())
+    assert (pending(200), pending(304), pending(401)) == (2, 1, 1)  # counted in memory on the hot path ...
+    counters.flush_front(waiters=0)  # ... handed over once a second
+    assert (pending(200), pending(304), pending(401)) == (0, 0, 0)
     after = scrape()
-    assert reads(after, 200) - reads(before, 200) == 1
+    assert reads(after, 200) - reads(before, 200) == 2
     assert reads(after, 304) - reads(before, 304) == 1
     assert reads(after, 401) - reads(before, 401) == 1
 
 
 @pytest.mark.django_db
 def test_long_poll_waiters_of_this_process_are_in_the_sum() -> None:
-    counters.flush_front({}, waiters=3)
+    counters.flush_front(waiters=3)
     three = value(scrape(), "controlplane_long_poll_waiters")
-    counters.flush_front({}, waiters=5)
+    counters.flush_front(waiters=5)
     five = value(scrape(), "controlplane_long_poll_waiters")
-    counters.flush_front({}, waiters=0)
+    counters.flush_front(waiters=0)
     assert three is not None and five is not None and five - three == 2
 
 
@@ -141,7 +148,8 @@ def test_counts_of_another_web_process_are_summed_into_the_scrape() -> None:
     code = (
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'controlplane.settings'; "
         "django.setup(); from presets.read_path import counters; "
-        "counters.flush_front({418: 4}, waiters=0)"
+        "[counters.front_durations.observe(('/api/v1/chains/<slug:name>', 'GET', 418), 0.001) for _ in range(4)]; "
+        "counters.flush_front(waiters=0)"
     )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": settings.PROMETHEUS_MULTIPROC_DIR}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=settings.BASE_DIR)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from django.test import Client
 from django.utils import timezone
 
 from presets import services
+from presets.models import ServiceToken
 from presets.read_path.front import ReadFront
+
+CHAT = "/api/v1/chains/chat"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
@@ -102,6 +106,76 @@ def test_the_front_answers_304_and_the_list(read_token) -> None:
     assert [c["name"] for c in json.loads(listing[2])["chains"]] == ["chat", "incident-summary"]
     assert missing[0] == 404
     assert json.loads(missing[2])["error"]["code"] == "not_found"
+
+
+def test_a_plain_read_answers_as_the_full_path_does(read_token) -> None:
+    """A token's first read takes the full path, which lets the front know its header; the
+    next ones are plain reads (``ReadFront.__call__``). Both answer the same bytes."""
+    tagged = auth(read_token, **{"If-None-Match": '"1"'})
+
+    async def body(app):
+        first = [await call(app, CHAT, auth(read_token)), await call(app, CHAT, tagged)]
+        held = f"Bearer {read_token}".encode() in app.snapshot.tokens.by_header
+        plain = [await call(app, CHAT, auth(read_token)), await call(app, CHAT, tagged)]
+        weak = await call(app, CHAT, auth(read_token, **{"If-None-Match": 'W/"0", W/"1"'}))
+        other = await call(app, CHAT, auth(read_token, **{"If-None-Match": '"0"'}))
+        ids = [
+            await call(app, CHAT, auth(read_token, **{"X-Request-ID": "trace-7f3a"})),
+            await call(app, CHAT, auth(read_token, **{"X-Request-ID": "not an id"})),
+        ]
+        return first, held, plain, weak, other, ids
+
+    first, held, plain, weak, other, ids = run(body)
+    assert held
+    for full, fast in zip(first, plain, strict=True):
+        assert (fast[0], fast[2]) == (full[0], full[2])
+        assert {k: v for k, v in fast[1].items() if k != b"x-request-id"} == {
+            k: v for k, v in full[1].items() if k != b"x-request-id"
+        }
+        assert len(fast[1][b"x-request-id"]) == 32 and fast[1][b"x-request-id"] != full[1][b"x-request-id"]
+    assert [answer[0] for answer in first] == [200, 304]
+    assert (weak[0], other[0], other[2]) == (304, 200, first[0][2])
+    assert ids[0][1][b"x-request-id"] == b"trace-7f3a"
+    assert len(ids[1][1][b"x-request-id"]) == 32 and b" " not in ids[1][1][b"x-request-id"]
+
+
+def test_a_token_expiring_stops_at_its_expiry_on_plain_reads() -> None:
+    from tests.conftest import make_token
+
+    token = make_token("short-lived", "read")
+    ServiceToken.objects.filter(name="short-lived").update(expires_at=timezone.now() + timedelta(hours=1))
+
+    async def body(app):
+        before = [(await call(app, CHAT, auth(token)))[0] for _ in range(3)]
+        with time_machine.travel(timezone.now() + timedelta(hours=2), tick=False):
+            after = [(await call(app, CHAT, auth(token)))[0] for _ in range(2)]
+        return before, after
+
+    before, after = run(body)
+    assert before == [200, 200, 200]
+    assert after == [401, 401]
+
+
+def test_with_the_reads_access_line_on_every_read_is_logged(read_token) -> None:
+    reads = logging.getLogger("controlplane.access.reads")
+    lines: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = lines.append  # type: ignore[method-assign]
+
+    async def body(app):
+        # Set once Django has configured logging, before the front starts (it reads the
+        # level then), as ACCESS_LOG_READS does.
+        reads.setLevel(logging.INFO)
+        reads.addHandler(handler)
+        return [(await call(app, CHAT, auth(read_token)))[0] for _ in range(3)]
+
+    try:
+        statuses = run(body)
+    finally:
+        reads.removeHandler(handler)
+        reads.setLevel(logging.WARNING)
+    assert statuses == [200, 200, 200]
+    assert [(line.status_code, line.path) for line in lines] == [(200, CHAT)] * 3  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -334,10 +408,10 @@ def test_long_polls_past_the_bound_are_answered_at_once_and_counted(read_token) 
             task.cancel()
         return over[0], answered_in, not_held, [task.done() for task in held]
 
-    counters.flush_front(counters.read_counts, waiters=0)
+    counters.flush_front(waiters=0)
     before = not_held_total()
     status, answered_in, not_held, _ = run(body)
     assert status == 304 and answered_in < 25  # answered, not held for its 30 s
     assert not_held == 1
-    counters.flush_front(counters.read_counts, waiters=0, not_held=not_held)
+    counters.flush_front(waiters=0, not_held=not_held)
     assert not_held_total() - before == 1

@@ -4,7 +4,7 @@ request took), for /metrics.
 Only this process knows these figures. They go through prometheus_client's multiprocess mode:
 each process writes its values to files in ``PROMETHEUS_MULTIPROC_DIR`` and a scrape sums
 them across the host's processes. The read front counts in plain dicts on the hot path
-(``read_counts``, ``front_durations``, ``front_holds``) and hands them over once a second
+(``front_durations``, ``front_holds``: its reads by status are the first's counts) and hands them over once a second
 (``flush_front``), so a read costs a few dict updates, not locked file writes. The scrape
 itself is ``controlplane.metrics``.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import os
 from bisect import bisect_left
-from collections import defaultdict
 from math import inf
 from pathlib import Path
 
@@ -83,20 +82,27 @@ class Durations:
     def __init__(self, histogram: Histogram, buckets: tuple[float, ...]) -> None:
         self.histogram = histogram
         self.bounds = (*buckets, inf)  # the histogram's buckets, +Inf included
-        # label values -> [sum of seconds, count in bucket 0, ..., count in +Inf]
+        # label values -> [sum of seconds, count in bucket 0, ..., count in +Inf] since the
+        # last flush. Rows are kept (zeroed by ``flush``): the read front holds its own.
         self.pending: dict[tuple[str | int, ...], list[float]] = {}
 
-    def observe(self, labels: tuple[str | int, ...], seconds: float) -> None:
+    def row(self, labels: tuple[str | int, ...]) -> list[float]:
+        """The row ``observe`` adds to for these label values (the same list until the process ends)."""
         row = self.pending.get(labels)
         if row is None:
             row = self.pending[labels] = [0.0] * (len(self.bounds) + 1)
+        return row
+
+    def observe(self, labels: tuple[str | int, ...], seconds: float) -> None:
+        row = self.row(labels)
         row[0] += seconds
         row[1 + bisect_left(self.bounds, seconds)] += 1  # the first bucket with seconds <= bound
 
     def flush(self) -> None:
         """Add what was observed since the last flush to the shared files."""
-        pending, self.pending = self.pending, {}  # the event loop is single-threaded
-        for labels, row in pending.items():
+        for labels, row in self.pending.items():  # the event loop is single-threaded
+            if not any(row[1:]):
+                continue
             child = self.histogram.labels(*map(str, labels))
             # The histogram's own sum and per-bucket values (what observe() increments); the
             # public API has no "add n observations" (tests/test_observability.py checks the result
@@ -105,18 +111,21 @@ class Durations:
             for bucket, n in zip(child._buckets, row[1:], strict=True):
                 if n:
                     bucket.inc(n)
+            row[:] = [0.0] * len(row)
 
 
-def flush_front(counts: dict[int, int], *, waiters: int, not_held: int = 0) -> None:
+def flush_front(*, waiters: int, not_held: int = 0) -> None:
     """Hand the read front's counts and durations since the last flush to the shared files,
-    and reset them (the caller resets ``not_held``)."""
+    and reset them (the caller resets ``not_held``). Every read the front answers is timed,
+    so its reads by status are its durations' counts by status."""
     if not_held:
         LONG_POLLS_NOT_HELD.inc(not_held)
-    for status, n in list(counts.items()):
-        if not n:
-            continue
-        counts[status] -= n  # the event loop is single-threaded: nothing lands in between
-        READ_REQUESTS.labels(str(status)).inc(n)
+    counts: dict[str | int, float] = {}
+    for (_, _, status), row in front_durations.pending.items():
+        counts[status] = counts.get(status, 0) + sum(row[1:])
+    for status, n in counts.items():
+        if n:
+            READ_REQUESTS.labels(str(status)).inc(n)
     LONG_POLL_WAITERS.set(waiters)
     front_durations.flush()
     front_holds.flush()
@@ -161,8 +170,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# Answers by status since the last flush: a dict update per read on the front.
-read_counts: defaultdict[int, int] = defaultdict(int)
 # The front's reads by (route, method, status), and its held long polls by (status,).
 front_durations = Durations(REQUEST_DURATION, REQUEST_BUCKETS)
 front_holds = Durations(LONG_POLL_HOLD, HOLD_BUCKETS)

@@ -26,6 +26,7 @@ HEADER = "X-Request-ID"
 # Letters, digits and ``._:+/=-``, at most 64: UUIDs, hex or base64 ids and the like. Anything
 # else (spaces, quotes, control characters, a 4 kB value) is replaced, never logged.
 _ACCEPTED = re.compile(r"[A-Za-z0-9._:+/=-]{1,64}")
+ACCEPTED_ID_BYTES = re.compile(_ACCEPTED.pattern.encode())  # the same rule, for headers as bytes
 
 # What a request that matched no URL pattern counts as (404s of made-up paths, redirects
 # answered before the URLconf is read): one value, however many paths clients invent.
@@ -59,12 +60,14 @@ current: ContextVar[RequestContext | None] = ContextVar("controlplane_request", 
 
 
 def _new_id_source() -> None:
-    global _id_prefix, _id_counter
+    global _id_prefix, _id_prefix_bytes, _id_counter
     _id_prefix = secrets.token_hex(8)
+    _id_prefix_bytes = _id_prefix.encode()
     _id_counter = itertools.count()
 
 
 _id_prefix = ""
+_id_prefix_bytes = b""
 _id_counter = itertools.count()
 _new_id_source()
 os.register_at_fork(after_in_child=_new_id_source)
@@ -82,6 +85,12 @@ def request_id_from(header: str | bytes | None) -> str:
     # An id, not a secret: unique per process (a random prefix, drawn again in a forked child)
     # and a counter, cheaper than any random draw per read on the front.
     return f"{_id_prefix}{next(_id_counter):016x}"
+
+
+def new_request_id_bytes() -> bytes:
+    """A new id, as ``request_id_from`` makes them, as the bytes of a header (the read
+    front's plain reads)."""
+    return _id_prefix_bytes + b"%016x" % next(_id_counter)
 
 
 def route_of(request: HttpRequest) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
@@ -49,6 +49,9 @@ class Entry:
     body: bytes
     expires_at: float | None  # Unix seconds; None for the default
     etag_header: tuple[bytes, bytes] = (b"etag", b"")  # as the front sends it
+    # The front's ``http.response.body`` message for a 200: sent as is by every plain read
+    # (an ASGI server reads a message, it does not change it).
+    body_message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def order(self) -> tuple[int, int]:
@@ -68,14 +71,16 @@ def entry_from_document(document: ChainDocument, *, expires_at: float | None) ->
     """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
     document states, to the millisecond)."""
     tag = etag(document["epoch"], document["version"])
+    body = encode_document(document)
     return Entry(
         name=document["name"],
         epoch=document["epoch"],
         version=document["version"],
         etag=tag,
-        body=encode_document(document),
+        body=body,
         expires_at=expires_at,
         etag_header=(b"etag", tag.encode()),
+        body_message={"type": "http.response.body", "body": body},
     )
 
 

@@ -71,7 +71,11 @@ class TokenSet:
         self._unknown: set[str] = set()  # hashes looked up and not found since the last reload
         self._lookups: dict[str, asyncio.Future[tuple[LiveToken, float | None] | None]] = {}
         self._recorded: dict[int, float | None] = {}  # pk -> last_used_at known to be stored
-        self._used: set[int] = set()  # tokens read since the last ``due_for_recording``
+        self.used: set[int] = set()  # tokens read since the last ``due_for_recording``
+        # Authorization header value -> its live token, for the read front's plain reads: one
+        # lookup per read. Filled by ``remember`` once a header's token proved live; emptied by
+        # every reload, so a revoked token is never found here after it.
+        self.by_header: dict[bytes, LiveToken] = {}
         self._reloads_wanted = 0
         self._reloading: asyncio.Task[None] | None = None
 
@@ -90,7 +94,7 @@ class TokenSet:
         token = self._live.get(digest)
         if token is None:
             return False if digest in self._unknown else None
-        return self._use(token)
+        return self.use(token)
 
     async def is_valid(self, raw: str) -> bool:
         """Whether ``raw`` is a live token now, looking it up when the process does not hold
@@ -99,13 +103,23 @@ class TokenSet:
         if valid is not None:
             return valid
         token = await self._look_up(self._digests.get(raw) or hash_token(raw))
-        return token is not None and self._use(token)
+        return token is not None and self.use(token)
 
-    def _use(self, token: LiveToken) -> bool:
+    def use(self, token: LiveToken) -> bool:
+        """Whether ``token`` is live now (not past its expiry); notes its use if so."""
         if token.expires_at is not None and token.expires_at <= time.time():
             return False
-        self._used.add(token.pk)
+        self.used.add(token.pk)
         return True
+
+    def remember(self, header: bytes, raw: str) -> None:
+        """Let ``by_header`` find ``raw``'s token by its Authorization header, once it is
+        known live (``known`` or ``is_valid``)."""
+        token = self._live.get(self._digests.get(raw) or hash_token(raw))
+        if token is not None:
+            if len(self.by_header) >= DIGESTS_MAX:
+                self.by_header.clear()
+            self.by_header[header] = token
 
     async def _look_up(self, digest: str) -> LiveToken | None:
         """A token missing from the set: one lookup, shared by every read waiting for it."""
@@ -129,6 +143,7 @@ class TokenSet:
     def replace(self, live: dict[str, LiveToken], recorded: dict[int, float | None]) -> None:
         """Hold exactly these tokens (as just read), forgetting the bad ones remembered."""
         self._live = live
+        self.by_header = {}
         self._unknown = set()
         self._recorded = recorded
 
@@ -159,15 +174,15 @@ class TokenSet:
     def due_for_recording(self) -> list[int]:
         """Tokens read since the last call whose recorded use is older than
         ``LAST_USED_PRECISION``."""
-        if not self._used:
+        if not self.used:
             return []
         stale_before = time.time() - LAST_USED_PRECISION.total_seconds()
         due = []
-        for pk in self._used:
+        for pk in self.used:
             recorded = self._recorded.get(pk)
             if recorded is None or recorded < stale_before:
                 due.append(pk)
-        self._used.clear()
+        self.used.clear()
         return due
 
     async def record_use(self) -> None:
