@@ -301,16 +301,16 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
     from presets.read_path.snapshot import in_worker_thread
 
     async def body(app):
-        await call(
-            app,
-            "/api/v1/chains/chat",
-            auth(read_token, **{"X-Chain-Client": "checkout/pod-1", "X-Chain-Applied-Version": "1"}),
-        )
+        # The first read takes the full path, the second is a plain read: both note it.
+        for client in ("checkout/pod-1", "checkout/pod-2"):
+            identity = {"X-Chain-Client": client, "X-Chain-Applied-Version": "1"}
+            await call(app, "/api/v1/chains/chat", auth(read_token, **identity))
         await in_worker_thread(app.fleet.flush)()
 
     run(body)
-    instance = FleetInstance.objects.get(client="checkout/pod-1")
-    assert (instance.chain.name, instance.applied_version) == ("chat", 1)
+    for client in ("checkout/pod-1", "checkout/pod-2"):
+        instance = FleetInstance.objects.get(client=client)
+        assert (instance.chain.name, instance.applied_version) == ("chat", 1)
 
 
 def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_token) -> None:

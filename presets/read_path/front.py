@@ -157,9 +157,9 @@ class ReadFront:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Most reads are plain: a token this process has seen live (``TokenSet.by_header``),
-        # a chain whose pin, if any, has not expired, no long poll (no query), no fleet
-        # identity to record (no X-Chain-Client), no access line (ACCESS_LOG_READS off, as
-        # read at start). They are answered first, here, in a few dictionary lookups, with no
+        # a chain whose pin, if any, has not expired, no long poll (no query: the SDK's polls
+        # when it does not long-poll, and any other client's reads), no access line
+        # (ACCESS_LOG_READS off, as read at start). They are answered first, here, in a few dictionary lookups, with no
         # coroutine, request context or log record of their own (nothing logs meanwhile);
         # every other request falls through to ``_answer`` (which does the same and the rest)
         # or to Django. ``_token_read``'s rule, ``TokenSet.use``, ``request_id_from``,
@@ -180,11 +180,12 @@ class ReadFront:
                         entry is None
                         or token is None
                         or scope.get("query_string")
-                        or b"x-chain-client" in headers
                         or (entry.expires_at is not None and entry.expires_at <= time.time())
                         or (token.expires_at is not None and token.expires_at <= time.time())
                     ):
                         snapshot.tokens.used.add(token.pk)
+                        if b"x-chain-client" in headers:  # an SDK instance: fleet status
+                            self._note_identity(name, headers)
                         request_id = headers.get(b"x-request-id")
                         if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
                             request_id = new_request_id_bytes()
@@ -308,13 +309,8 @@ class ReadFront:
             return
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
-        client = headers.get(b"x-chain-client")
-        if client is not None:
-            identity = parse_identity(
-                client.decode("latin-1"), headers.get(b"x-chain-applied-version", b"").decode("latin-1")
-            )
-            if identity is not None:
-                self.fleet.seen(name, *identity)
+        if b"x-chain-client" in headers:
+            self._note_identity(name, headers)
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if wait and matches(if_none_match, entry.etag) and self._may_hold():
@@ -337,6 +333,16 @@ class ReadFront:
             await _respond(send, 304, b"", entry.etag_header)
         else:
             await _respond(send, 200, entry.body, entry.etag_header)
+
+    def _note_identity(self, name: str, headers: dict[bytes, bytes]) -> None:
+        """Note for fleet status the instance a read of chain ``name`` identifies itself as
+        (X-Chain-Client, X-Chain-Applied-Version), if it does so validly."""
+        identity = parse_identity(
+            headers[b"x-chain-client"].decode("latin-1"),
+            headers.get(b"x-chain-applied-version", b"").decode("latin-1"),
+        )
+        if identity is not None:
+            self.fleet.seen(name, *identity)
 
     def _may_hold(self) -> bool:
         """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is
