@@ -41,6 +41,18 @@ def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     return results
 
 
+def change_held_open(preset: str, actor: str, changed: threading.Event, release: threading.Event) -> None:
+    """Select ``preset`` on chat in a transaction kept open, its locks held, from ``changed``
+    being set until ``release`` is (at most 30 s)."""
+    try:
+        with transaction.atomic():
+            services.select_preset(chain="chat", preset=preset, actor=actor, reason=f"held by {actor}")
+            changed.set()
+            release.wait(30)
+    finally:
+        connection.close()
+
+
 def test_two_selects_with_the_same_expected_version_one_wins_the_other_gets_409(synced, write_token) -> None:
     presets = ["pin_secondary", "local_only"]
 
@@ -104,16 +116,6 @@ def test_the_stale_pin_sweep_waiting_on_a_select_still_finds_the_row(synced) -> 
     sweep_waiting = threading.Event()
     outcome: dict[str, Any] = {}
 
-    def select_held_open() -> None:
-        # Holds the row lock with the preset changed until the sweep waits for that lock.
-        try:
-            with transaction.atomic():
-                services.select_preset(chain="chat", preset="drop_vendor_b", actor="bob", reason="INC-2")
-                changed.set()
-                sweep_waiting.wait(30)
-        finally:
-            connection.close()
-
     def sweep() -> None:
         changed.wait(30)
         try:
@@ -123,7 +125,8 @@ def test_the_stale_pin_sweep_waiting_on_a_select_still_finds_the_row(synced) -> 
         finally:
             connection.close()
 
-    writer = threading.Thread(target=select_held_open)
+    # Holds the row lock with the preset changed until the sweep waits for that lock.
+    writer = threading.Thread(target=change_held_open, args=("drop_vendor_b", "bob", changed, sweep_waiting))
     sweeper = threading.Thread(target=sweep)
     writer.start()
     sweeper.start()
@@ -150,17 +153,7 @@ def test_a_change_holds_its_chain_row_which_no_change_rewrites(synced) -> None:
         before = cursor.fetchone()[0]
     held = threading.Event()
     done = threading.Event()
-
-    def change_held_open() -> None:
-        try:
-            with transaction.atomic():
-                services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1")
-                held.set()
-                done.wait(30)
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=change_held_open)
+    writer = threading.Thread(target=change_held_open, args=("pin_secondary", "alice", held, done))
     writer.start()
     try:
         assert held.wait(30)
