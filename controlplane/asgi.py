@@ -33,3 +33,10 @@ import controlplane.urls  # noqa: E402, F401 - its views, loaded now rather than
 
 gc.collect()
 gc.freeze()
+# What each held long poll keeps (its coroutine, futures and callbacks) lives until it is
+# answered, and the next poll makes as much again: at 700 allocations a young collection, the
+# collector ran many times per change and its older generations scanned every held poll, ~40 %
+# of a worker's CPU per answer with 2,000 polls held (bench/README.md, "Long polls"). Nearly all
+# a request allocates is freed by reference counting; collect the young generation every 50,000
+# allocations and the older ones accordingly less often.
+gc.set_threshold(50_000, 20, 100)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -228,6 +229,123 @@ def test_a_wait_out_of_range_is_a_400(read_token, wait) -> None:
     assert status == 400
     error = json.loads(content)["error"]
     assert error["code"] == "validation_error" and "wait" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("query", "seconds"),
+    [("wait=0.4", 0.4), ("wait=%30.4", 0.4), ("wait=9&wait=0.4", 0.4), ("x=1&wait=0.4", 0.4)],
+    ids=["plain", "percent-encoded", "repeated: the last counts", "with another parameter"],
+)
+def test_the_wait_is_read_as_parse_qs_reads_it(read_token, query, seconds) -> None:
+    async def body(app):
+        started = time.monotonic()
+        result = await call(app, "/api/v1/chains/chat", auth(read_token, **{"If-None-Match": '"1"'}), query=query)
+        return result[0], time.monotonic() - started
+
+    status, elapsed = run(body)
+    assert status == 304
+    assert seconds - 0.05 <= elapsed < seconds + 3
+
+
+def leaving_client(kind: str) -> tuple[Any, asyncio.Event]:
+    """An ASGI ``receive`` that gives the GET's empty body, then ``http.disconnect`` once the
+    event is set: as a coroutine (most servers) or as futures (granian)."""
+    leave = asyncio.Event()
+    messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+
+    async def next_message() -> dict[str, Any]:
+        for message in messages:
+            return message
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    if kind == "coroutine":
+        return next_message, leave
+    return (lambda: asyncio.ensure_future(next_message())), leave
+
+
+@pytest.mark.parametrize("kind", ["coroutine", "future"])
+def test_a_held_long_poll_ends_when_its_client_leaves(read_token, kind) -> None:
+    async def body(app):
+        await call(app, CHAT, auth(read_token))  # loaded
+        receive, leave = leaving_client(kind)
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": CHAT,
+            "query_string": b"wait=30",
+            "headers": [(b"authorization", f"Bearer {read_token}".encode()), (b"if-none-match", b'"1"')],
+        }
+        poll = asyncio.ensure_future(app(scope, receive, send))
+        while app.snapshot.waiters < 1:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        leave.set()
+        await asyncio.wait_for(poll, 5)
+        return time.monotonic() - started, app.snapshot.waiters, sent
+
+    left_in, waiters, sent = run(body)
+    assert left_in < 5  # freed when the client left, not at the end of its 30 s
+    assert waiters == 0
+    assert sent == []  # nobody to answer
+
+
+@pytest.mark.parametrize("kind", ["coroutine", "future"])
+def test_answered_long_polls_leave_no_cycles_for_the_garbage_collector(read_token, kind) -> None:
+    """The web process collects garbage rarely (controlplane/asgi.py: thousands of held polls):
+    what a poll allocates must be freed by reference counting when it is answered."""
+    polls = 100
+
+    async def body(app):
+        await call(app, CHAT, auth(read_token))  # loaded
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": CHAT,
+            "query_string": b"wait=30",
+            "headers": [
+                (b"authorization", f"Bearer {read_token}".encode()),
+                (b"if-none-match", b'"1"'),
+                (b"x-chain-client", b"cycles/pod"),
+            ],
+        }
+
+        async def poll() -> int:
+            receive, _ = leaving_client(kind)
+            sent: list[dict[str, Any]] = []
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            await app(scope, receive, send)
+            return sent[0]["status"]
+
+        gc.collect()
+        held = [asyncio.ensure_future(poll()) for _ in range(polls)]
+        while app.snapshot.waiters < polls:
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(
+            services.select_preset, chain="chat", preset="pin_secondary", actor="alice", reason="INC-1"
+        )
+        statuses = await asyncio.gather(*held)
+        del held
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            garbage = len(gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        return statuses, garbage
+
+    statuses, garbage = run(body)
+    assert statuses == [200] * polls
+    assert garbage < polls  # the change itself leaves a few dozen objects; a cycle a poll would be more
 
 
 def test_a_long_poll_answers_304_when_the_wait_elapses(read_token) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import re
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -79,6 +80,8 @@ _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 _PLAIN_200 = (CHAIN_ROUTE, "GET", 200)
 _PLAIN_304 = (CHAIN_ROUTE, "GET", 304)
 _BOUNDS = counters.front_durations.bounds
+# A query string that is ``wait=`` and a plain decimal number (nothing parse_qs would decode).
+_PLAIN_NUMBER = re.compile(rb"[0-9]{1,6}(?:\.[0-9]{0,6})?")
 
 
 class ReadFront:
@@ -206,6 +209,9 @@ class ReadFront:
                         row[0] += seconds
                         row[1 + bisect_left(_BOUNDS, seconds)] += 1
                         return
+                    # A token read all the same (``_token_read``), its headers read already.
+                    await self._answer(scope, receive, send, path, headers)
+                    return
         token_read = _token_read(scope)
         if token_read is not None:
             await self._answer(scope, receive, send, scope["path"], token_read)
@@ -418,6 +424,8 @@ def _wait_of(query_string: bytes | None) -> float:
     """The long poll's ``wait`` in seconds (0 without one); raises InvalidInput."""
     if not query_string:  # a plain read: nothing to parse
         return 0.0
+    if query_string.startswith(b"wait=") and _PLAIN_NUMBER.fullmatch(query_string, 5):
+        return wait_seconds(query_string[5:].decode("ascii"))  # the SDK's ``?wait=55``: as parse_qs reads it
     query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
     return wait_seconds(query["wait"][-1] if "wait" in query else None)
 

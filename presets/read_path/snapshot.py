@@ -181,25 +181,27 @@ class Snapshot:
             return entry
         if gone is not None and gone.done():
             return None
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         waiting = self._waiting.setdefault(name, set())
         waiting.add(waiter)
 
-        def wake(_: object) -> None:
+        def wake(_: object = None) -> None:
             if not waiter.done():
                 waiter.set_result(None)
 
         if gone is not None:
             gone.add_done_callback(wake)
+        # The timeout wakes the waiter like a change does (what follows tells them apart): one
+        # timer, where asyncio.timeout adds an object, the current task's lookup and a
+        # reschedule, and wait_for a task of its own (Python 3.11), for each of the thousands of
+        # long polls held at once.
+        timer = loop.call_later(timeout, wake)
         self.waiters += 1
         try:
-            # A timer on this task, not a task of its own per waiter (as wait_for makes on
-            # Python 3.11): thousands of long polls are held at once.
-            async with asyncio.timeout(timeout):
-                await waiter
-        except TimeoutError:
-            return None
+            await waiter
         finally:
+            timer.cancel()
             self.waiters -= 1
             waiting.discard(waiter)
             if gone is not None:
