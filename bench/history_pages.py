@@ -39,6 +39,9 @@ from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from read_throughput import python_reference_us  # noqa: E402
+
 BUDGET_MS = 50.0
 CHAINS = ["chat", "incident-summary", *(f"chat-{n}" for n in range(2, 10))]
 PEOPLE = ["alice", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory"]
@@ -381,7 +384,8 @@ def measure(repeat: int, *, fleet: int) -> None:
         f"pages={len(results)} worst_p95_ms={worst[2]:.1f} worst_page={worst[0].replace(' ', '_')!s} "
         f"worst_median_ms={max(r[1] for r in results):.1f} budget_ratio={worst[2] / BUDGET_MS:.2f} "
         f"fleet_instances={fleet} dashboard_median_ms={median_of['dashboard']:.1f} "
-        f"chain_page_median_ms={median_of['chain page: chat']:.1f} history_worst_median_ms={max(history):.1f}"
+        f"chain_page_median_ms={median_of['chain page: chat']:.1f} history_worst_median_ms={max(history):.1f} "
+        f"python_ref_us={python_reference_us()}"
     )
 
 

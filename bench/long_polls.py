@@ -72,7 +72,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from propagation import NotifyListener, children_of, cpu_ms, raise_open_files_limit, somaxconn  # noqa: E402
-from read_throughput import BIN, ROOT, free_port, scratch_control_plane, stop, wait_until_up  # noqa: E402
+from read_throughput import (  # noqa: E402
+    BIN,
+    ROOT,
+    free_port,
+    python_reference_us,
+    scratch_control_plane,
+    stop,
+    wait_until_up,
+)
 from select_latency import percentile  # noqa: E402
 
 POLLED_CHAIN = "chat"
@@ -982,6 +990,7 @@ def main() -> None:
             print(f"bar at {largest}: {name}: {'met' if ok else 'NOT met'}")
             met = met and ok
         figures["bars_met"] = str(met).lower()
+    figures["python_ref_us"] = python_reference_us()
     print(" ".join(f"{key}={value}" for key, value in figures.items()))
 
 

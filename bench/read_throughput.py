@@ -104,6 +104,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def python_reference_us() -> float:
+    """How fast this machine runs Python now, to read absolute figures measured on other days
+    against: the best of 5 timings of a fixed loop (``sum(range(1000))``), in microseconds per
+    loop (lower is faster). Printed by the benchmarks with a bar in milliseconds."""
+    import timeit
+
+    return round(min(timeit.repeat("sum(range(1000))", repeat=5, number=2000)) / 2000 * 1e6, 1)
+
+
 def bench_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The environment every benchmarked process runs with: production settings (DEBUG off,
     so a SECRET_KEY: SECRET_KEY's own if set, else one made for this run), quiet logs, its
@@ -273,6 +282,7 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     if ("front", 2, "200") in rps:
         figures["bare_django_rps"] = round(bare)
         figures["front_vs_bare_django_200"] = round(median(rps[("front", 2, "200")]) / bare, 2)
+    figures["python_ref_us"] = python_reference_us()
     print(" ".join(f"{k}={v}" for k, v in figures.items()))
 
 

@@ -45,6 +45,7 @@ from read_throughput import (  # noqa: E402
     cpu_seconds,
     free_port,
     granian,
+    python_reference_us,
     scratch_control_plane,
     start,
     stop,
@@ -332,6 +333,7 @@ def main() -> None:
     for clients, times in commits.items():
         figures[f"commit_x{clients}_p99_ms"] = round(percentile(times, 0.99), 1)
     figures["load_1m"] = round(os.getloadavg()[0], 1)
+    figures["python_ref_us"] = python_reference_us()
     print(" ".join(f"{name}={value}" for name, value in figures.items()))
 
 
