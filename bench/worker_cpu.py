@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from propagation import children_of  # noqa: E402
 from read_throughput import (  # noqa: E402
     cpu_seconds,
     free_port,
@@ -51,15 +52,9 @@ from select_latency import Writer  # noqa: E402
 CHAT = "/api/v1/chains/chat"
 
 
-def worker_pid(port: int) -> int:
-    """The worker process of the granian server listening on ``port`` (the newest of its two)."""
-    found = subprocess.run(["pgrep", "-f", "--", f"--port {port} "], capture_output=True, text=True).stdout.split()
-    return max(int(pid) for pid in found)
-
-
-def thread_cpu(pid: int) -> float:
-    """CPU seconds of ``pid``, all its threads (granian's and the event loop's)."""
-    return cpu_seconds([pid])
+def worker_of(server: subprocess.Popen) -> int:
+    """The one worker process of a 1-worker granian server (its child)."""
+    return children_of(server.pid)[0]
 
 
 def run_pollers(port: int, token: str, polls: int, answered: Any) -> None:
@@ -100,14 +95,13 @@ def run_pollers(port: int, token: str, polls: int, answered: Any) -> None:
     asyncio.run(main())
 
 
-def reads_round(port: int, auth: dict[str, str], duration: int) -> float:
-    pid = worker_pid(port)
-    before = thread_cpu(pid)
+def reads_round(port: int, worker: int, auth: dict[str, str], duration: int) -> float:
+    before = cpu_seconds([worker])  # the process's own figure counts all its threads
     load = wrk(f"http://127.0.0.1:{port}{CHAT}", auth, duration, 32)
-    return (thread_cpu(pid) - before) / (load.rps * duration) * 1e6
+    return (cpu_seconds([worker]) - before) / (load.rps * duration) * 1e6
 
 
-def long_polls_round(port: int, read_token: str, writer: Writer, polls: int, duration: int) -> float:
+def long_polls_round(port: int, worker: int, read_token: str, writer: Writer, polls: int, duration: int) -> float:
     answered = multiprocessing.Value("l", 0)
     clients = multiprocessing.Process(target=run_pollers, args=(port, read_token, polls, answered), daemon=True)
     clients.start()
@@ -116,8 +110,7 @@ def long_polls_round(port: int, read_token: str, writer: Writer, polls: int, dur
         while answered.value < polls and time.monotonic() < deadline:  # each has its first 200
             time.sleep(0.2)
         time.sleep(1.0)  # and is held again
-        pid = worker_pid(port)
-        before, counted = thread_cpu(pid), answered.value
+        before, counted = cpu_seconds([worker]), answered.value
         started = time.monotonic()
         pin = True
         while time.monotonic() - started < duration or not pin:  # ending on a revert
@@ -126,7 +119,7 @@ def long_polls_round(port: int, read_token: str, writer: Writer, polls: int, dur
             pin = not pin
             time.sleep(0.7)
         time.sleep(1.0)  # the last change answered
-        return (thread_cpu(pid) - before) / max(1, answered.value - counted) * 1e6
+        return (cpu_seconds([worker]) - before) / max(1, answered.value - counted) * 1e6
     finally:
         clients.terminate()
         clients.join()
@@ -151,31 +144,32 @@ def main() -> None:
     with scratch_control_plane("bench_worker_cpu", args.admin_url) as plane:
         read_token, write_token = plane.token("read"), plane.token("write")
         auth = {"Authorization": f"Bearer {read_token}"}
-        ports = {name: free_port() for name in variants}
         extra = ("--backlog", "20480", "--backpressure", "20480")
-        servers = [
-            start(
-                granian("controlplane.asgi:application", port, workers=1, extra=(*extra, *shlex.split(variants[name]))),
-                plane.env,
-            )
-            for name, port in ports.items()
-        ]
+        servers: dict[str, tuple[int, subprocess.Popen]] = {}
         try:
-            for port in ports.values():
+            for name in variants:
+                port = free_port()
+                options = (*extra, *shlex.split(variants[name]))
+                command = granian("controlplane.asgi:application", port, workers=1, extra=options)
+                servers[name] = (port, start(command, plane.env))
+            workers = {}
+            for name, (port, server) in servers.items():
                 wait_until_up(f"http://127.0.0.1:{port}/healthz")
+                workers[name] = worker_of(server)
                 if args.mode == "reads":
                     wrk(f"http://127.0.0.1:{port}{CHAT}", auth, 1, 32)  # warm
             figures: dict[str, list[float]] = {name: [] for name in variants}
             for _ in range(args.rounds):
-                for name, port in ports.items():
+                for name, (port, _) in servers.items():
                     if args.mode == "reads":
-                        figures[name].append(reads_round(port, auth, duration))
+                        figures[name].append(reads_round(port, workers[name], auth, duration))
                     else:
                         writer = Writer(port, write_token)
-                        figures[name].append(long_polls_round(port, read_token, writer, args.polls, duration))
+                        round_cpu = long_polls_round(port, workers[name], read_token, writer, args.polls, duration)
+                        figures[name].append(round_cpu)
                         writer.close()
         finally:
-            for server in servers:
+            for _, server in servers.values():
                 stop(server)
 
     unit = "read" if args.mode == "reads" else "answer and re-poll"
