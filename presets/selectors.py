@@ -9,10 +9,12 @@ pin; ``pin_start`` finds that change, and a pin's age counts from it everywhere 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from presets.models import Action, Chain, Preset, Selection
 
@@ -37,17 +39,65 @@ class PinStart:
         return now - self.at
 
 
+# The changes that start a pin episode (presets_hsel_pin_start indexes them by chain and version).
+_STARTS = [Action.SELECT, Action.RESTORE]
+_START_FIELDS = ("version", "updated_at", "updated_by", "reason", "action")
+
+
 def pin_start(*, chain: Chain, version: int) -> PinStart | None:
     """The select or restore that started the pin live at ``version`` (extensions and syncs
     keep a pin; any other change ends it, so the latest such change is where it began)."""
     row = (
-        Selection.history.filter(chain_id=chain.pk, version__lte=version, action__in=[Action.SELECT, Action.RESTORE])
+        Selection.history.filter(chain_id=chain.pk, version__lte=version, action__in=_STARTS)
         .order_by("-version")
-        .values("version", "updated_at", "updated_by", "reason", "action")
+        .values(*_START_FIELDS)
         .first()
     )
-    if row is None:
+    return None if row is None else _pin_start(row)
+
+
+def live_pin_start(selection: Selection) -> PinStart | None:
+    """Where the live pin began; None when the chain serves its default. A pin whose start is
+    not in the history (a hand-made database) starts at its own change."""
+    if not selection.is_pinned:
         return None
+    return pin_start(chain=selection.chain, version=selection.version) or _own_start(selection)
+
+
+def live_pin_starts(selections: Iterable[Selection]) -> dict[int, PinStart | None]:
+    """``live_pin_start`` of every selection, by chain id, in one query for any number of
+    chains (the dashboard's and the history pages' cards): each pinned chain's latest select
+    or restore at or before its version in the table, one index probe a chain.
+
+    The table's version is the one read, or later if a change has landed since: a start found
+    at or before the version read is then that version's start too (no select or restore
+    came between); one after it is that chain's own ``pin_start`` query."""
+    selections = list(selections)
+    starts: dict[int, PinStart | None] = {s.chain_id: None for s in selections}
+    pinned = [s for s in selections if s.is_pinned]
+    if not pinned:
+        return starts
+    latest = (
+        Selection.history.filter(chain_id=OuterRef("chain_id"), version__lte=OuterRef("version"), action__in=_STARTS)
+        .order_by("-version")
+        .values("history_id")[:1]
+    )
+    ids = Selection.objects.filter(pk__in=[s.pk for s in pinned]).values(start=Subquery(latest))
+    found = {
+        row["chain_id"]: row
+        for row in Selection.history.filter(history_id__in=ids).order_by().values("chain_id", *_START_FIELDS)
+    }
+    for selection in pinned:
+        row = found.get(selection.chain_id)
+        if row is not None and row["version"] > selection.version:  # a new pin since it was read
+            start = pin_start(chain=selection.chain, version=selection.version)
+        else:
+            start = None if row is None else _pin_start(row)
+        starts[selection.chain_id] = start or _own_start(selection)
+    return starts
+
+
+def _pin_start(row: dict[str, Any]) -> PinStart:
     return PinStart(
         version=row["version"],
         at=row["updated_at"],
@@ -57,12 +107,8 @@ def pin_start(*, chain: Chain, version: int) -> PinStart | None:
     )
 
 
-def live_pin_start(selection: Selection) -> PinStart | None:
-    """Where the live pin began; None when the chain serves its default. A pin whose start is
-    not in the history (a hand-made database) starts at its own change."""
-    if not selection.is_pinned:
-        return None
-    return pin_start(chain=selection.chain, version=selection.version) or PinStart(
+def _own_start(selection: Selection) -> PinStart:
+    return PinStart(
         version=selection.version,
         at=selection.updated_at,
         actor=selection.updated_by,

@@ -251,3 +251,31 @@ def test_the_read_path_never_serves_an_expired_pin_even_without_a_worker() -> No
         assert [s.chain.name for s in services.revert_expired_and_read_all()] == ["chat", "incident-summary"]
     assert history()[-1].action == "expire"
     assert len(history()) == 3
+
+
+# --- where pins began, for every chain at once ------------------------------------------------
+
+
+def test_every_chains_pin_start_read_at_once_is_each_ones_own() -> None:
+    from presets import selectors
+
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1 vendor_a slow")
+    services.extend_pin(chain="chat", expires_at=timedelta(hours=6), actor="carol", reason="INC-1 still slow")
+    services.select_preset(chain="incident-summary", preset="local_only", actor="dave", reason="INC-2")
+    services.revert_to_default(chain="incident-summary", actor="dave", reason="INC-2 over")
+    services.restore(chain="incident-summary", version=3, actor="erin", reason="INC-2 again")
+    read = list(selectors.selections())
+    starts = selectors.live_pin_starts(read)
+    assert starts == {s.chain_id: selectors.live_pin_start(s) for s in read}
+    chat, summary = (starts[s.chain_id] for s in read)
+    assert chat is not None and (chat.version, chat.actor, chat.action) == (2, "alice", "select")  # not the extend
+    assert summary is not None and (summary.version, summary.actor, summary.action) == (4, "erin", "restore")
+    assert selectors.live_pin_starts([]) == {}
+
+    # A chain changed since it was read: the start is still the one of the version read.
+    services.revert_to_default(chain="chat", actor="carol", reason="over")
+    services.select_preset(chain="chat", preset="drop_vendor_b", actor="frank", reason="INC-3")
+    again = selectors.live_pin_starts(read)
+    assert again == starts
+    services.revert_to_default(chain="chat", actor="frank", reason="INC-3 over")
+    assert selectors.live_pin_starts(selectors.selections())[read[0].chain_id] is None

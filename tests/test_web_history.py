@@ -373,6 +373,15 @@ def test_the_query_count_does_not_grow_with_the_history(oncall: Client, url: str
     assert not any("COUNT(" in q and "historicalselection" in q for q in many), "no count over the history"
 
 
+@pytest.mark.parametrize("url", ["/", "/history/", "/chains/chat/history/"], ids=["dashboard", "all", "one-chain"])
+def test_the_query_count_does_not_grow_with_the_pinned_chains(oncall: Client, url: str) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="first")
+    one = queries(oncall, url)
+    services.select_preset(chain="incident-summary", preset="local_only", actor="alice", reason="second")
+    both = queries(oncall, url)
+    assert len(both) == len(one), "\n".join(both)
+
+
 def test_a_deep_page_costs_two_queries_more_than_the_first(oncall: Client) -> None:
     rounds(30)
     first = get(oncall, "/history/")

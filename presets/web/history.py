@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from audit.history import HistoryFilter, entry, history_page, recent_actors
-from presets import services
+from presets import selectors, services
 from presets.exceptions import InvalidInput
 from presets.models import Action, Chain, Selection
 from presets.web.pages import live_card, live_or_404, render_page
@@ -244,7 +244,9 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
             page = history_page(chain=chain_name, filters=form.filters(), **cursor, size=HISTORY_PAGE_SIZE)
         except InvalidInput as error:
             form.add_error(error.field, error.field_message)
-    strip = [live_card(s, now=now, fleet=False) for s in lives.values()]  # no fleet figures: they cost queries a chain
+    # No fleet figures (they cost queries a chain), and every pin's start in one read.
+    starts = selectors.live_pin_starts(lives.values())
+    strip = [live_card(s, now=now, fleet=False, pin_starts=starts) for s in lives.values()]
     context: dict[str, Any] = {
         "chain": chain,
         "lives": strip,

@@ -15,6 +15,7 @@ from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
 from presets.roles import can_change, can_see_access
+from presets.selectors import PinStart
 from presets.web.display import HealthMap, LiveState, format_minutes, live_state
 
 # The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
@@ -51,18 +52,20 @@ def live_card(
     health: HealthMap | None = None,
     fleet: bool = True,
     fleet_line: str | None = None,
+    pin_starts: dict[int, PinStart | None] | None = None,
 ) -> LiveState:
     """A chain's card facts: the pin's true start, whether it is stale and, unless ``fleet``
     is false (the history pages' strip of every chain), how far the fleet has got
     (``fleet_line`` when already read: the dashboard reads every chain's at once); with
-    ``health``, how the fleet finds each live step."""
+    ``health``, how the fleet finds each live step. ``pin_starts`` are every chain's pin
+    starts when already read (``selectors.live_pin_starts``)."""
     if fleet and fleet_line is None:
         fleet_line = fleet_summaries([selection], now)[selection.chain_id]
     return live_state(
         selection,
         now=now,
         alert_after=timedelta(minutes=settings.PIN_ALERT_AFTER_MINUTES),
-        pin_start=selectors.live_pin_start(selection),
+        pin_start=(pin_starts[selection.chain_id] if pin_starts is not None else selectors.live_pin_start(selection)),
         fleet_summary=fleet_line if fleet and fleet_line else "",
         health=health,
     )

@@ -66,12 +66,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
     )
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in three queries
+    starts = selectors.live_pin_starts(selections)  # every pin's start in one
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
         cards.append(
             {
-                "live": live_card(s, now=now, health=health, fleet_line=fleet[s.chain_id]),
+                "live": live_card(s, now=now, health=health, fleet_line=fleet[s.chain_id], pin_starts=starts),
                 "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
                 "suggestion": suggestion,
             }
