@@ -323,7 +323,7 @@ class ReadFront:
             held_since = time.perf_counter()
             # A client that leaves (an instance stopped, a fleet restarted) frees its poll at
             # once, not at the end of its wait.
-            gone = asyncio.ensure_future(_client_gone(receive))
+            gone = await _departure(receive)
             try:
                 waited = await self._wait(name, entry, wait, gone)
             except Exception:  # noqa: BLE001 - the database is down: see _live
@@ -387,7 +387,7 @@ class ReadFront:
         for name in expired:
             await self._live(name)
 
-    async def _wait(self, name: str, held: Entry, wait: float, gone: asyncio.Future[None]) -> Entry | None:
+    async def _wait(self, name: str, held: Entry, wait: float, gone: asyncio.Future[Any]) -> Entry | None:
         """Hold a long poll for the document tagged ``held.etag`` until the chain's document
         changes, its pin expires (answered at once with the revert, whoever writes it) or
         ``wait`` seconds pass (then the held entry comes back: a 304); None when the client
@@ -410,13 +410,28 @@ class ReadFront:
                 return entry
 
 
-async def _client_gone(receive: Receive) -> None:
-    """Return when the client disconnects: ASGI's ``receive`` answers ``http.disconnect``
-    then, once the request (a GET: one empty ``http.request``) has been read. A server that
-    says anything else twice is not watched: the poll then ends at its wait, as before."""
-    for _ in range(2):
-        if (await receive())["type"] == "http.disconnect":
-            return
+async def _departure(receive: Receive) -> asyncio.Future[Any]:
+    """A future done when the client disconnects. ASGI's ``receive`` answers
+    ``http.disconnect`` then, once the request (a GET: one empty ``http.request``) has been
+    read, which this does first. granian's ``receive`` returns a future: that one is watched
+    as it is, where a coroutine (other servers) needs a task of its own, for each of the
+    thousands of polls held at once. A server that says anything else twice is not watched:
+    the poll then ends at its wait."""
+    first = await receive()
+    if first["type"] == "http.disconnect":
+        left: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        left.set_result(first)
+        return left
+    following = receive()
+    if asyncio.isfuture(following) and not first.get("more_body"):
+        return following
+    return asyncio.ensure_future(_client_gone(following))
+
+
+async def _client_gone(following: Awaitable[MutableMapping[str, Any]]) -> None:
+    """Return when ``following``, the request's next message, says the client disconnected."""
+    if (await following)["type"] == "http.disconnect":
+        return
     await asyncio.get_running_loop().create_future()  # never: cancelled when the poll ends
 
 
