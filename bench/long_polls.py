@@ -15,11 +15,13 @@ Then, ``--rounds`` times per size:
    not what is measured, from ``--client-processes`` processes: 2 by default, because taking
    in 10,000 answers costs the clients ~0.3 s of CPU, as much as half of what the two web
    workers spend sending them; in one event loop that is a serial 0.3 s added to the tail,
-   split over two it overlaps on both cores. Waits until every outstanding poll is held:
-   the ``controlplane_long_poll_waiters`` gauge of each web worker (read from the worker's
-   prometheus multiprocess file, the figure /metrics sums: /metrics is itself a request,
-   which waits behind held polls when a worker is at its backpressure; whether it answered
-   while the polls were held is reported too);
+   split over two it overlaps on both cores. Their event loop is uvloop where it is
+   installed (``--client-loop``: it is the server's too): the clients share the server's
+   cores here, and on asyncio's loop they took 35-40 % more CPU for the same answers. Waits
+   until every outstanding poll is held: the ``controlplane_long_poll_waiters`` gauge of
+   each web worker (read from the worker's prometheus multiprocess file, the figure
+   /metrics sums: /metrics is itself a request, which waits behind held polls when a worker
+   is at its backpressure; whether it answered while the polls were held is reported too);
 2. while they are held, makes ``--selects`` writes on ``incident-summary`` (select
    local_only and revert, alternately; a new connection each, as an operator's curl or
    runbook would) with a write token, and times them;
@@ -35,7 +37,8 @@ they run elsewhere), so the latencies err high; the CPU the web workers and the 
 while the change was answered is printed, to tell the two apart.
 
     python bench/long_polls.py [--clients 1000,5000,10000] [--rounds 2] [--wait 55]
-                               [--client-processes 2] [--connect-rate 1000]
+                               [--client-processes 2] [--client-loop uvloop|asyncio]
+                               [--connect-rate 1000]
                                [--admin-url postgres://postgres@127.0.0.1:5432/postgres]
 
 Bars at 10,000 held polls on `make serve` defaults: 0 timeouts and every client answered
@@ -50,6 +53,7 @@ import argparse
 import asyncio
 import errno
 import http.client
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -68,7 +72,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from propagation import NotifyListener, children_of, cpu_ms, raise_open_files_limit, somaxconn  # noqa: E402
@@ -124,8 +128,7 @@ class LongPoll(asyncio.Protocol):
         self.done = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is one, not a subclass
         self.send()
 
     def send(self) -> None:
@@ -269,27 +272,39 @@ class ClientFleet:
         self.polls.append(poll)
 
 
-def run_client_process(conn: Connection, poll_interval: float) -> None:
+def run_client_process(conn: Connection, poll_interval: float, event_loop: str) -> None:
     """A client process: an event loop that holds long polls and answers the parent's commands."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the clients stop
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop(event_loop)
     fleet = ClientFleet(conn, loop)
     fleet.poll_interval = poll_interval
     loop.add_reader(conn.fileno(), fleet.on_command)
+    os.set_blocking(conn.fileno(), True)  # uvloop's add_reader made it non-blocking: a long answer must not fail
     loop.run_until_complete(fleet.stopped)
     loop.close()
+
+
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """An event loop of ``kind``: "uvloop" (the server's too, requirements.txt) or "asyncio"."""
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 class ClientProcesses:
     """The client processes, forked once (before this process starts any thread)."""
 
-    def __init__(self, count: int, poll_interval: float) -> None:
+    def __init__(self, count: int, poll_interval: float, event_loop: str = "asyncio") -> None:
         context = multiprocessing.get_context("fork")
         self.pipes: list[Connection] = []
         self.processes: list[Any] = []
         for _ in range(count):
             parent_end, child_end = context.Pipe()
-            process = context.Process(target=run_client_process, args=(child_end, poll_interval), daemon=True)
+            process = context.Process(
+                target=run_client_process, args=(child_end, poll_interval, event_loop), daemon=True
+            )
             process.start()
             child_end.close()
             self.pipes.append(parent_end)
@@ -871,6 +886,12 @@ def main() -> None:
         default=2,
         help="client processes the polls are spread over (one event loop each)",
     )
+    parser.add_argument(
+        "--client-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        help="the client processes' event loop (uvloop, where installed: less of the shared CPU spent by clients)",
+    )
     parser.add_argument("--connect-rate", type=float, default=1000.0, help="new connections per second, in all")
     parser.add_argument(
         "--settle-timeout",
@@ -910,7 +931,7 @@ def main() -> None:
         env = {**plane.env, "METRICS_TOKEN": ""}
         env["PROMETHEUS_MULTIPROC_DIR"] = str(Path(env["VAR_DIR"]) / "prometheus")
         tokens = {"read": plane.token("read"), "write": plane.token("write")}
-        fleet = ClientProcesses(args.client_processes, args.poll_interval)  # forked before any thread
+        fleet = ClientProcesses(args.client_processes, args.poll_interval, args.client_loop)  # forked before any thread
         try:
             for clients in sizes:
                 port = free_port()
@@ -981,7 +1002,7 @@ def main() -> None:
         print(" ".join(f"{value:>{width}}" for value, (_, _, width) in zip(row, columns, strict=True)))
     print(
         f"(machine load {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (1-minute averages); "
-        f"{os.cpu_count()} cores; {args.client_processes} client processes)"
+        f"{os.cpu_count()} cores; {args.client_processes} client processes on {args.client_loop})"
     )
     largest = max(sizes)
     if largest >= 10000:
