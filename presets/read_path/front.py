@@ -411,12 +411,12 @@ class ReadFront:
 
 
 async def _departure(receive: Receive) -> asyncio.Future[Any]:
-    """A future done when the client disconnects. ASGI's ``receive`` answers
-    ``http.disconnect`` then, once the request (a GET: one empty ``http.request``) has been
-    read, which this does first. granian's ``receive`` returns a future: that one is watched
-    as it is, where a coroutine (other servers) needs a task of its own, for each of the
-    thousands of polls held at once. A server that says anything else twice is not watched:
-    the poll then ends at its wait."""
+    """A future done when the client disconnects: once the whole request (a GET: one empty
+    ``http.request``) has been read, which this does first, ASGI's next message is
+    ``http.disconnect``. granian's ``receive`` returns a future: that one is watched as it
+    is, where a coroutine (other servers) needs a task of its own, for each of the thousands
+    of polls held at once. A coroutine's server that says anything else is not watched (nor
+    is a request with more body): the poll then ends at its wait."""
     first = await receive()
     if first["type"] == "http.disconnect":
         left: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
