@@ -9,7 +9,7 @@ import time_machine
 from django.test import override_settings
 from django.utils import timezone
 
-from presets import services
+from presets import selectors, services
 from presets.documents import to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import Preset, Selection
@@ -257,8 +257,6 @@ def test_the_read_path_never_serves_an_expired_pin_even_without_a_worker() -> No
 
 
 def test_every_chains_pin_start_read_at_once_is_each_ones_own() -> None:
-    from presets import selectors
-
     services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-1 vendor_a slow")
     services.extend_pin(chain="chat", expires_at=timedelta(hours=6), actor="carol", reason="INC-1 still slow")
     services.select_preset(chain="incident-summary", preset="local_only", actor="dave", reason="INC-2")
