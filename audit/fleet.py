@@ -138,40 +138,18 @@ def fleet_statuses(
     apply delays, refusals), with its first ``detail`` live instances by client and its
     newest ``rejected`` refusals (a page's one line needs neither: 0 reads none).
 
-    Three queries for any number of chains and instances, none of which sends an instance's
-    row to Python: the live instances counted by chain and version; the median and slowest
-    apply (``middle_applies``); the refusals. Plus one a chain for ``detail``."""
+    Two queries for any number of chains and instances, none of which sends an instance's
+    row to Python: the live instances counted by chain and version with the median and
+    slowest apply (``live_versions``); the refusals. Plus one a chain for ``detail``."""
     selections = list(selections)
     now = now or timezone.now()
     cutoff = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
-    live = FleetInstance.objects.filter(chain__in=[s.chain_id for s in selections], last_seen_at__gte=cutoff)
-    # How many live instances each chain has on each version: a few rows a chain.
-    on_versions: dict[int, dict[int, int]] = defaultdict(dict)
-    for chain, version, count in (
-        live.order_by()
-        .values("chain", "applied_version")
-        .annotate(n=Count("pk"))
-        .values_list("chain", "applied_version", "n")
-    ):
-        on_versions[chain][version] = count
-    # The instances whose apply delay means something: on the chain's live version, running
-    # before the change and on it since (an instance started later never waited for it).
-    # Each term names its chain's own version and time: a row matches only its chain's.
-    applied = _any(
-        Q(
-            chain=s.chain_id,
-            applied_version=s.version,
-            first_seen_at__lt=s.updated_at,
-            version_seen_at__gte=s.updated_at,
-        )
-        for s in selections
-    )
-    applies = middle_applies(live.filter(applied))
+    on_versions, applies = live_versions(selections, cutoff)
     # Each chain's refusals of its live version: read as every listed chain's refusals of any
     # listed version (two plain conditions), counted by chain and version, the pairs kept.
-    live_versions = {(s.chain_id, s.version) for s in selections}
+    live_pairs = {(s.chain_id, s.version) for s in selections}
     refusals = RejectedVersion.objects.filter(
-        chain__in={chain for chain, _ in live_versions}, version__in={version for _, version in live_versions}
+        chain__in={chain for chain, _ in live_pairs}, version__in={version for _, version in live_pairs}
     ).order_by()
     shown: dict[int, list[Refusal]] = defaultdict(list)
     rejected_counts: dict[int, int] = {}
@@ -187,12 +165,12 @@ def fleet_statuses(
             .values_list("chain", "version", "rank", "total", "client", "reason", "at")
         )
         for chain, version, _, total, client, reason, at in sorted(newest, key=lambda row: row[2]):
-            if (chain, version) in live_versions:
+            if (chain, version) in live_pairs:
                 shown[chain].append({"client": client, "reason": reason, "at": format_time(at)})
                 rejected_counts[chain] = total
     else:
         counted = refusals.values("chain", "version").annotate(n=Count("pk")).values_list("chain", "version", "n")
-        rejected_counts = {chain: n for chain, version, n in counted if (chain, version) in live_versions}
+        rejected_counts = {chain: n for chain, version, n in counted if (chain, version) in live_pairs}
     statuses: dict[int, FleetStatus] = {}
     for selection in selections:
         chain, version, changed_at = selection.chain_id, selection.version, selection.updated_at
@@ -219,37 +197,79 @@ def fleet_statuses(
     return statuses
 
 
-def middle_applies(
-    timed: QuerySet[FleetInstance], *, ordered_set: bool | None = None
-) -> dict[int, tuple[list[datetime], datetime]]:
+def live_versions(
+    selections: list[Selection], cutoff: datetime, *, one_statement: bool | None = None
+) -> tuple[dict[int, dict[int, int]], dict[int, tuple[list[datetime], datetime]]]:
+    """For each chain, how many instances seen since ``cutoff`` are on each version, and the
+    version_seen_at of the middle one or two whose apply delay counts and of the latest
+    (``middle_applies``): those on the chain's live version, running before the change and
+    on it since (an instance started later never waited for it).
+
+    On PostgreSQL (``one_statement``, its default there) one scan of the live instances
+    does both, each row compared with its own chain's version and change time only, passed
+    in as a list of values: the ORM's form of that condition (one term a chain, OR-ed) cost
+    more Python to build and compile than the database took to run it."""
+    if one_statement is None:
+        one_statement = connection.vendor == "postgresql"
+    on_versions: dict[int, dict[int, int]] = defaultdict(dict)
+    if not selections:
+        return on_versions, {}
+    if not one_statement:
+        live = FleetInstance.objects.filter(chain__in=[s.chain_id for s in selections], last_seen_at__gte=cutoff)
+        for chain, version, count in (
+            live.order_by()
+            .values("chain", "applied_version")
+            .annotate(n=Count("pk"))
+            .values_list("chain", "applied_version", "n")
+        ):
+            on_versions[chain][version] = count
+        timed = _any(
+            Q(
+                chain=s.chain_id,
+                applied_version=s.version,
+                first_seen_at__lt=s.updated_at,
+                version_seen_at__gte=s.updated_at,
+            )
+            for s in selections
+        )
+        return on_versions, middle_applies(live.filter(timed))
+    table = connection.ops.quote_name(FleetInstance._meta.db_table)
+    counts = "f.applied_version = s.version AND f.first_seen_at < s.updated_at AND f.version_seen_at >= s.updated_at"
+    values = ", ".join(["(%s::integer, %s::bigint, %s::timestamptz)"] * len(selections))
+    sql = (
+        f"WITH s (chain_id, version, updated_at) AS (VALUES {values}) "
+        "SELECT f.chain_id, f.applied_version, count(*), "
+        f"{_MIDDLE_TWO.format('f.version_seen_at')} "
+        f"FILTER (WHERE {counts}), max(f.version_seen_at) FILTER (WHERE {counts}) "
+        f"FROM {table} f JOIN s ON f.chain_id = s.chain_id WHERE f.last_seen_at >= %s "
+        "GROUP BY f.chain_id, f.applied_version"
+    )
+    params: list[Any] = [value for s in selections for value in (s.chain_id, s.version, s.updated_at)]
+    applies: dict[int, tuple[list[datetime], datetime]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, cutoff])
+        for chain, version, count, middle, slowest in cursor.fetchall():
+            on_versions[chain][version] = count
+            if slowest is not None:
+                applies[chain] = (middle, slowest)
+    return on_versions, applies
+
+
+def middle_applies(timed: QuerySet[FleetInstance]) -> dict[int, tuple[list[datetime], datetime]]:
     """For each chain of ``timed`` (instances whose apply delay counts), the version_seen_at
-    of its middle instance or two, and the latest one.
+    of its middle instance or two, and the latest one, wherever the database is (SQLite:
+    ``make run``).
 
     A delay is version_seen_at - the change's updated_at, so a chain's delays sort as its
     version_seen_at do: the median is the middle one of n (odd n: rank (n + 1) / 2) or the
     mean of the middle two (even n: ranks n / 2 and n / 2 + 1), as statistics.median takes
-    it. PostgreSQL picks them with an ordered-set aggregate (``ordered_set``, its default
-    there); elsewhere (SQLite, ``make run``) window functions rank each chain's rows and keep
-    those whose 2 * rank - n is 0, 1 or 2. The aggregate sorts one column per chain and took
-    half the window functions' time at 10,000 instances (bench/history_pages.py)."""
-    timed = timed.order_by()
-    if ordered_set is None:
-        ordered_set = connection.vendor == "postgresql"
-    if ordered_set:
-        from django.contrib.postgres.fields import ArrayField
-
-        rows = (
-            timed.values("chain")
-            .annotate(
-                middle=_MiddleTwo("version_seen_at", output_field=ArrayField(models.DateTimeField())),
-                slowest=Max("version_seen_at"),
-            )
-            .values_list("chain", "middle", "slowest")
-        )
-        return {chain: (middle, slowest) for chain, middle, slowest in rows}
+    it. Window functions rank each chain's rows and keep those whose 2 * rank - n is 0, 1 or
+    2; PostgreSQL's ordered-set aggregate (``_MIDDLE_TWO``) picks the same rows in half the
+    time (bench/history_pages.py), in ``live_versions``."""
     by_chain = F("chain")
     ranked = (
-        timed.annotate(
+        timed.order_by()
+        .annotate(
             rank=Window(RowNumber(), partition_by=by_chain, order_by=F("version_seen_at").asc()),
             n=Window(Count("pk"), partition_by=by_chain),
             slowest=Window(Max("version_seen_at"), partition_by=by_chain),
@@ -264,15 +284,12 @@ def middle_applies(
     return applies
 
 
-class _MiddleTwo(models.Aggregate):
-    """PostgreSQL: the lower and the upper middle value, as an array (the same value twice for
-    an odd count). percentile_disc(p) is the value at row ceil(p * n): 0.5 gives the lower
-    middle (row n / 2 of an even n, (n + 1) / 2 of an odd one), and 0.5 + 1e-10 the next row
-    for an even n but the same row for an odd one: n * 1e-10 is above float rounding for
-    any n, and below the half row an odd n has to spare for any n under 5 * 10**9."""
-
-    function = "percentile_disc"
-    template = "%(function)s(ARRAY[0.5, 0.5000000001]) WITHIN GROUP (ORDER BY %(expressions)s)"
+# PostgreSQL: the lower and the upper middle value of a sorted column, as an array (the same
+# value twice for an odd count). percentile_disc(p) is the value at row ceil(p * n): 0.5
+# gives the lower middle (row n / 2 of an even n, (n + 1) / 2 of an odd one), and 0.5 + 1e-10
+# the next row for an even n but the same row for an odd one: n * 1e-10 is above float
+# rounding for any n, and below the half row an odd n has to spare for any n under 5 * 10**9.
+_MIDDLE_TWO = "percentile_disc(ARRAY[0.5, 0.5000000001]) WITHIN GROUP (ORDER BY {})"
 
 
 def fleet_summaries(selections: Iterable[Selection], now: datetime | None = None) -> dict[int, str]:

@@ -65,7 +65,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     healths = provider_health.health_by_chain(
         {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
     )
-    fleet = fleet_summaries(selections, now)  # every chain's fleet line in three queries
+    fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
     cards = []
     for s in selections:
