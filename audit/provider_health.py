@@ -17,6 +17,7 @@ rate's denominator.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -209,17 +210,24 @@ def _health(
     of chains (keyed by chain id) in two queries."""
     providers = {provider for steps in wanted.values() for provider, _ in steps}
     since = minute_of(now) - timedelta(minutes=SPARK_MINUTES - 1)
-    rows: dict[int, list[ProviderHealthMinute]] = {chain: [] for chain in wanted}
-    reporters: dict[int, list[ProviderReporter]] = {chain: [] for chain in wanted}
+    # Each step's minutes and reporters, and each provider's breaker openings (model ""), by
+    # chain: grouped once, not filtered again for every step.
+    rows: dict[tuple[int, str, str], list[ProviderHealthMinute]] = defaultdict(list)
+    reporters: dict[tuple[int, str, str], list[ProviderReporter]] = defaultdict(list)
     if providers:
         for row in ProviderHealthMinute.objects.filter(
             chain_id__in=wanted, provider__in=providers, minute__gte=min(since, now - HOUR)
         ):
-            rows[row.chain_id].append(row)
+            rows[row.chain_id, row.provider, row.model].append(row)
         for reporter in ProviderReporter.objects.filter(chain_id__in=wanted, provider__in=providers):
-            reporters[reporter.chain_id].append(reporter)
+            reporters[reporter.chain_id, reporter.provider, reporter.model].append(reporter)
     return {
-        chain: {(p, m): _step(p, m, rows[chain], reporters[chain], now) for p, m in steps}
+        chain: {
+            (p, m): _step(
+                p, m, rows.get((chain, p, m), []), rows.get((chain, p, ""), []), reporters.get((chain, p, m), []), now
+            )
+            for p, m in steps
+        }
         for chain, steps in wanted.items()
     }
 
@@ -264,20 +272,27 @@ def health_by_chain(
 
 
 def _step(
-    provider: str, model: str, rows: list[ProviderHealthMinute], reporters: list[ProviderReporter], now: datetime
+    provider: str,
+    model: str,
+    mine: list[ProviderHealthMinute],
+    openings: list[ProviderHealthMinute],
+    ours: list[ProviderReporter],
+    now: datetime,
 ) -> StepHealth:
-    mine = [row for row in rows if row.provider == provider and row.model == model]
-    openings = [row for row in rows if row.provider == provider and row.model == ""]
+    """One step's health from its own minutes, its provider's breaker openings and its
+    reporters."""
     recent_from, hour_from = minute_of(now - RECENT), minute_of(now - HOUR)
     recent = _window([r for r in mine if r.minute >= recent_from], [r for r in openings if r.minute >= recent_from])
-    ours = [r for r in reporters if r.provider == provider and r.model == model]
     seen_from = now - RECENT
     last = max((r.last_reported_at for r in ours), default=None)
-    this_minute = minute_of(now)
-    by_minute = {row.minute: row for row in mine}
-    sparkline = [
-        _rate(by_minute.get(this_minute - timedelta(minutes=back))) for back in range(SPARK_MINUTES - 1, -1, -1)
-    ]
+    if mine:
+        this_minute = minute_of(now)
+        by_minute = {row.minute: row for row in mine}
+        sparkline = [
+            _rate(by_minute.get(this_minute - timedelta(minutes=back))) for back in range(SPARK_MINUTES - 1, -1, -1)
+        ]
+    else:  # nothing reported: no minute has a rate
+        sparkline = [None] * SPARK_MINUTES
     instances = sum(1 for r in ours if r.last_reported_at >= seen_from)
     return StepHealth(
         provider=provider,
