@@ -67,6 +67,12 @@ def step_label(step: dict[str, Any]) -> str:
 
 
 @register.filter
+def step_line(steps: list[dict[str, Any]]) -> str:
+    """A chain of steps on one line, in fallback order: 'vendor_a/large › vendor_b/large'."""
+    return " › ".join(display.step_label(step) for step in steps)
+
+
+@register.filter
 def timeout(step: dict[str, Any]) -> str:
     """A step's timeout: '20 s'."""
     ms = int(step["timeout_ms"])

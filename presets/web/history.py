@@ -290,6 +290,7 @@ def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
     )
     return {
         "entry": entry(row),
+        "key": f"{row.chain.name}-{row.version}",  # the entry's restore form and reason input
         "restore_block": refusal.field_message if refusal is not None else None,
         "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by {row.updated_by})",
         "expected_version": live.version if live is not None else None,
