@@ -25,9 +25,9 @@ def _report_expired_pin(sender: Any, *, selection: Any, now: Any, **_: Any) -> N
     alert_pin_expired(selection=selection, now=now)
 
 
-def _notify_change(sender: Any, *, selection: Any, epoch: Any = None, **_: Any) -> None:
+def _notify_change(sender: Any, *, selection: Any, raised: bool = False, **_: Any) -> None:
     # A raised epoch changes every chain's document but is no change of what a chain serves.
-    if epoch is not None:
+    if raised:
         return
     from audit.notifications import notify_change
 

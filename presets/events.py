@@ -12,7 +12,9 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 # A chain's document changed: a new version, or the epoch it carries was raised.
-# Arguments: ``selection`` (the new state, chain loaded), ``epoch`` (int, or None to read it).
+# Arguments: ``selection`` (the new state, chain loaded), ``epoch`` (the one its document
+# carries, held until the change commits: ``models.epoch_held``), ``raised`` (True when only
+# the epoch was raised: no new version, nothing changed in what the chain serves).
 selection_changed = Signal()
 
 # The expiry sweep reverted a pin; ``selection`` is the revert (its ``previous_*`` fields

@@ -11,7 +11,8 @@ import secrets
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from django.db import models
+from django.db import connection, models
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
@@ -37,6 +38,39 @@ def current_epoch() -> int:
     """The epoch documents carry now (0 until one is raised)."""
     value = Epoch.objects.values_list("value", flat=True).first()
     return value or 0
+
+
+def _or_current(epoch: int | None) -> int:
+    return current_epoch() if epoch is None else epoch
+
+
+# The epoch's one row (migration 0007 makes it; ``raise_epoch`` raises it).
+EPOCH_ROW = 1
+
+
+def epoch_held() -> RawSQL:
+    """The epoch as a value of a change's statement, *held* until the change commits: on
+    PostgreSQL the row is read ``FOR KEY SHARE``, which ``raise_epoch``'s ``FOR UPDATE`` waits
+    for (and which waits for a raise in flight). So a change is announced with the epoch it
+    commits under: read unheld, a raise committing between the read and the change's commit
+    would announce the chain's old version with the new epoch, and the change after it with
+    the old one, which every reader takes for older and ignores. Changes hold it together
+    (a share lock). SQLite runs one writer at a time: nothing to hold."""
+    return RawSQL(_epoch_held_sql(), [EPOCH_ROW])
+
+
+def read_epoch_held() -> int:
+    """``epoch_held`` on its own: the epoch (0 until one is raised), held until the
+    transaction ends."""
+    with connection.cursor() as cursor:
+        cursor.execute(_epoch_held_sql(), [EPOCH_ROW])
+        row = cursor.fetchone()
+    return row[0] if row is not None else 0
+
+
+def _epoch_held_sql() -> str:
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    return f"SELECT value FROM {connection.ops.quote_name(Epoch._meta.db_table)} WHERE id = %s{lock}"
 
 
 PRESET_NAME_MAX = 50
@@ -124,6 +158,9 @@ class Selection(models.Model):
     previous_steps = models.JSONField(null=True, blank=True)
     previous_expires_at = models.DateTimeField(null=True, blank=True)
     history = HistoricalRecords()
+    # The epoch a change of this selection was made under (``epoch_held``, read by
+    # ``services._lock`` or ``_apply``): its document carries that one, not a later read.
+    change_epoch: int | None = None
 
     class Meta:
         ordering = ["chain__name"]
@@ -156,11 +193,12 @@ class Selection(models.Model):
 
         It carries the chain's default (what a pin falls back to at its expiry), so a
         client switches to it by itself at ``expires_at`` even when this server is out of
-        reach. ``epoch`` is read from the database unless the caller already has it."""
+        reach. ``epoch`` is read from the database unless the caller already has it, or the
+        change that made this version read it (``change_epoch``)."""
         default = self.chain.default_preset
         return {
             "name": self.chain.name,
-            "epoch": current_epoch() if epoch is None else epoch,
+            "epoch": epoch if epoch is not None else _or_current(self.change_epoch),
             "version": self.version,
             "preset": self.preset.name,
             "is_default": self.is_default,

@@ -24,7 +24,17 @@ from django.utils import timezone
 from presets import events, selectors
 from presets.documents import format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
-from presets.models import Action, Chain, Epoch, Preset, Selection, lock_selection
+from presets.models import (
+    EPOCH_ROW,
+    Action,
+    Chain,
+    Epoch,
+    Preset,
+    Selection,
+    epoch_held,
+    lock_selection,
+    read_epoch_held,
+)
 from presets.presets_file import PresetsFile
 
 log = logging.getLogger(__name__)
@@ -254,14 +264,14 @@ def raise_epoch(*, actor: str, reason: str, now: datetime | None = None) -> int:
     reason = clean_reason(reason)
     now = now or _now()
     with transaction.atomic():
-        Epoch.objects.get_or_create(pk=1)
-        row = Epoch.objects.select_for_update().get(pk=1)
+        Epoch.objects.get_or_create(pk=EPOCH_ROW)
+        row = Epoch.objects.select_for_update().get(pk=EPOCH_ROW)
         previous = row.value
         row.value = max(previous + 1, int(now.timestamp()))
         row.raised_at, row.raised_by, row.reason = now, actor, reason
         row.save()
         for selection in selectors.selections():
-            events.selection_changed.send(sender=Selection, selection=selection, epoch=row.value)
+            events.selection_changed.send(sender=Selection, selection=selection, epoch=row.value, raised=True)
     log.warning("epoch raised %d -> %d by %s: %s", previous, row.value, actor, reason)
     return row.value
 
@@ -329,7 +339,8 @@ def _changing(chain: str, expected_version: int | None) -> Iterator[Selection]:
 
 def _lock(chain: str, expected_version: int | None) -> Selection:
     """Lock the chain's row and its selection row, then load what every change reads: the
-    chain, its default and the live preset. Two statements, as every change pays for them.
+    chain, its default and the live preset, and the epoch (held: ``models.epoch_held``). Two
+    statements, as every change pays for them.
 
     Changes queue on the chain's row (a subquery on its name, ``FOR NO KEY UPDATE``: history
     rows still reference it), which no change rewrites, so they are served first come, first
@@ -347,10 +358,15 @@ def _lock(chain: str, expected_version: int | None) -> Selection:
         selection = Selection.objects.select_for_update().get(chain_id=by_name)
     except Selection.DoesNotExist:
         raise NotFound(f"unknown chain {chain!r}", details={"chain": chain}) from None
-    live = Preset.objects.select_related("chain__default_preset").get(pk=selection.preset_id)
+    live = (
+        Preset.objects.select_related("chain__default_preset")
+        .annotate(held_epoch=epoch_held())
+        .get(pk=selection.preset_id)
+    )
     # A chain only ever serves its own presets, so the live preset's chain is the selection's.
     selection.chain = live.chain
     selection.preset = live
+    selection.change_epoch = live.held_epoch or 0
     if expected_version is not None and expected_version != selection.version:
         raise Conflict(
             f"{chain} changed since v{expected_version}: it is now v{selection.version}, "
@@ -412,8 +428,10 @@ def _apply(
     selection.updated_at = now
     selection.expires_at = expires_at
     selection.action = action
+    if selection.change_epoch is None:  # locked without ``_lock`` (the sweeps, sync)
+        selection.change_epoch = read_epoch_held()
     selection.save()
-    events.selection_changed.send(sender=Selection, selection=selection, epoch=None)
+    events.selection_changed.send(sender=Selection, selection=selection, epoch=selection.change_epoch)
     log.info(
         "chain %s: %s -> v%d %s (%s by %s): %s",
         selection.chain.name,
@@ -549,7 +567,10 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 expires_at=None,
                 action=Action.SYNC,
             )
-            events.selection_changed.send(sender=Selection, selection=created_selection, epoch=None)
+            created_selection.change_epoch = read_epoch_held()
+            events.selection_changed.send(
+                sender=Selection, selection=created_selection, epoch=created_selection.change_epoch
+            )
             report.add(f"+ {spec.name} v1 serves {spec.default}")
             continue
         _sync_live(selection, chain, reason=reason, now=now, report=report)
