@@ -14,11 +14,12 @@ class PresetsConfig(AppConfig):
         # ... and every change of a service token, which read fronts hold in memory.
         from django.db.models.signals import post_delete, post_save
 
-        from presets.models import ServiceToken
+        from presets.models import ServiceToken, forget_checked_tokens
         from presets.read_path.notifications import announce_tokens_changed
 
         for signal in (post_save, post_delete):
             signal.connect(announce_tokens_changed, sender=ServiceToken, dispatch_uid="read_path.tokens_changed")
+            signal.connect(forget_checked_tokens, sender=ServiceToken, dispatch_uid="presets.forget_checked_tokens")
 
         # The access history: every change of a person's role groups and access flags,
         # wherever it is made (the admin, a command, single sign-on).

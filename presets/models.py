@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, models
 from django.db.models.expressions import RawSQL
@@ -299,13 +301,39 @@ class ServiceToken(models.Model):
 LAST_USED_PRECISION = timedelta(minutes=1)
 
 
+# The tokens this process found active lately, by hash, with when (monotonic seconds): the
+# changes that reach Django (reads are the read front's) look a token up once a burst. A
+# token saved or deleted in this process is forgotten at once (``forget_checked_tokens``,
+# connected in PresetsConfig.ready); one revoked by another process stops working here
+# within TOKEN_RECHECK_S, as on the read path. Its expiry is checked on every use.
+TOKEN_RECHECK_S = 1.0
+_CHECKED_MAX = 10_000
+_checked: dict[str, tuple[ServiceToken, float]] = {}
+
+
+def forget_checked_tokens(*_: Any, **__: Any) -> None:
+    """Look every token up again (a token was saved or deleted: a signal receiver)."""
+    _checked.clear()
+
+
 def use_token(raw: str) -> ServiceToken | None:
     """The active (not revoked, not expired) token with this secret, *recording its use* (``last_used_at``, at most once
     a minute): a read that writes. Tokens are ASCII; anything else is no token."""
     if not raw.isascii():  # a lone surrogate cannot even be hashed
         return None
     now = timezone.now()
-    token = ServiceToken.objects.active(now).filter(token_hash=hash_token(raw)).first()
+    digest = hash_token(raw)
+    checked = _checked.get(digest)
+    if checked is not None and time.monotonic() - checked[1] < TOKEN_RECHECK_S:
+        token: ServiceToken | None = None if checked[0].is_expired(now) else checked[0]
+    else:
+        token = ServiceToken.objects.active(now).filter(token_hash=digest).first()
+        if token is None:
+            _checked.pop(digest, None)
+        else:
+            if len(_checked) >= _CHECKED_MAX:
+                _checked.clear()
+            _checked[digest] = (token, time.monotonic())
     if token is not None:
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
             ServiceToken.objects.filter(pk=token.pk).update(last_used_at=now)

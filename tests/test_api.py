@@ -6,10 +6,13 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from presets.models import Selection
+from presets import models
+from presets.models import Selection, ServiceToken
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -361,6 +364,40 @@ def test_a_read_token_cannot_write(reader: Client, url) -> None:
     assert response.status_code == 403
     assert "write-scope token" in response.json()["error"]["message"]
     assert history_count() == 2
+
+
+def test_a_write_token_revoked_here_is_refused_at_once_and_elsewhere_within_a_second(writer, monkeypatch) -> None:
+    """Changes look their token up once a burst (``models.TOKEN_RECHECK_S``): a token revoked
+    by this process is forgotten at once, one revoked by another (no signal here) within it,
+    and an expiry holds on every use."""
+    assert post(writer, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "a"}).status_code == 200
+    with CaptureQueriesContext(connection) as queries:  # the next change, a moment later: no lookup
+        assert post(writer, "/api/v1/chains/chat/extend", {"duration_minutes": 240, "reason": "a2"}).status_code == 200
+    assert not [q for q in queries if "presets_servicetoken" in q["sql"]]
+    token = ServiceToken.objects.get(name="deployer")
+    ServiceToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())  # as another process does it
+    later = models.time.monotonic() + models.TOKEN_RECHECK_S + 0.01
+    monkeypatch.setattr(models.time, "monotonic", lambda: later)
+    assert post(writer, "/api/v1/chains/chat/revert", {"reason": "b"}).status_code == 401
+    assert history_count() == 4
+
+    raw = ServiceToken(name="second", scope="write")
+    secret = raw.issue()
+    raw.save()
+    second = Client(headers={"Authorization": f"Bearer {secret}"})
+    assert post(second, "/api/v1/chains/chat/revert", {"reason": "c"}).status_code == 200
+    raw.revoked_at = timezone.now()
+    raw.save()  # here: forgotten at once
+    assert post(second, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "d"}).status_code == 401
+
+    third = ServiceToken(name="third", scope="write", expires_at=timezone.now() + timedelta(minutes=1))
+    secret = third.issue()
+    third.save()
+    short = Client(headers={"Authorization": f"Bearer {secret}"})
+    assert post(short, "/api/v1/chains/chat/select", {"preset": "pin_secondary", "reason": "e"}).status_code == 200
+    with time_machine.travel(timezone.now() + timedelta(minutes=2)):  # looked up a moment ago, expired since
+        assert post(short, "/api/v1/chains/chat/revert", {"reason": "f"}).status_code == 401
+    assert history_count() == 6
 
 
 @pytest.mark.parametrize("header", ["Bearer nope", "Basic dXNlcjpwYXNz", "Bearer", "Token abc"])
