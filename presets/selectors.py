@@ -9,7 +9,7 @@ pin; ``pin_start`` finds that change, and a pin's age counts from it everywhere 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -130,9 +130,12 @@ def active_presets(*, chain: int) -> dict[str, Preset]:
     return {p.name: p for p in presets.select_related("chain")}
 
 
-def active_presets_by_chain() -> dict[int, list[Preset]]:
-    """Every chain's non-retired presets, by chain id (one query for the dashboard)."""
+def active_presets_by_chain(chains: Mapping[int, Chain]) -> dict[int, list[Preset]]:
+    """The non-retired presets of ``chains`` (read already, by id) by name, by chain id, in
+    one query (the dashboard): each preset is given its chain object, not read again."""
     grouped: dict[int, list[Preset]] = {}
-    for preset in Preset.objects.filter(retired_at__isnull=True).select_related("chain"):
+    presets = Preset.objects.filter(retired_at__isnull=True, chain_id__in=list(chains)).order_by("chain_id", "name")
+    for preset in presets:
+        preset.chain = chains[preset.chain_id]
         grouped.setdefault(preset.chain_id, []).append(preset)
     return grouped

@@ -60,7 +60,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     """Every chain as a card: what it serves, since when, why, until when."""
     now = timezone.now()
     selections = services.revert_expired_and_read_all(now=now)
-    presets = selectors.active_presets_by_chain()
+    presets = selectors.active_presets_by_chain({s.chain_id: s.chain for s in selections})
     # Every chain's live and reviewed steps' health in one read.
     healths = provider_health.health_by_chain(
         {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
