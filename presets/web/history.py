@@ -20,6 +20,7 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
@@ -258,11 +259,12 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
     if page is None:  # the filter has errors: show them, and no list that would ignore them
         context.update(form=form, has_errors=True, cursor_errors=_cursor_errors(form))
         return render_page(request, "presets/history.html", context, status=400)
+    chain_urls = {name: reverse("chain", args=[name]) for name in lives}  # once a chain, not once an entry
     context.update(
         form=HistoryFilterForm(params, chains=chains),
         filtered=bool(params),
         described=form.described(),
-        items=[_history_item(row, lives.get(row.chain.name)) for row in page.rows],
+        items=[_history_item(row, lives.get(row.chain.name), chain_urls) for row in page.rows],
         paged=bool(cursor),
         newest_url=_link(request, params),
         newer_url=_link(request, params, newer_than=page.newer_than) if page.newer_than else None,
@@ -280,7 +282,7 @@ def _cursor_errors(form: HistoryFilterForm) -> list[str]:
     return [str(error) for name in ("older_than", "newer_than") for error in form.errors.get(name, [])]
 
 
-def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
+def _history_item(row: Any, live: Selection | None, chain_urls: dict[str, str]) -> dict[str, Any]:
     """One history row with what its Restore button would do (the service decides if it may)."""
     refusal = services.restore_refusal(
         chain=row.chain.name,
@@ -291,6 +293,7 @@ def _history_item(row: Any, live: Selection | None) -> dict[str, Any]:
     return {
         "entry": entry(row),
         "key": f"{row.chain.name}-{row.version}",  # the entry's restore form and reason input
+        "chain_url": chain_urls.get(row.chain.name) or reverse("chain", args=[row.chain.name]),
         "restore_block": refusal.field_message if refusal is not None else None,
         "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by {row.updated_by})",
         "expected_version": live.version if live is not None else None,
