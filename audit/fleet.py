@@ -235,7 +235,7 @@ def live_versions(
         return on_versions, middle_applies(live.filter(timed))
     table = connection.ops.quote_name(FleetInstance._meta.db_table)
     counts = "f.applied_version = s.version AND f.first_seen_at < s.updated_at AND f.version_seen_at >= s.updated_at"
-    values = ", ".join(["(%s::integer, %s::bigint, %s::timestamptz)"] * len(selections))
+    values = ", ".join(["(%s::bigint, %s::integer, %s::timestamptz)"] * len(selections))  # the columns' types
     sql = (
         f"WITH s (chain_id, version, updated_at) AS (VALUES {values}) "
         "SELECT f.chain_id, f.applied_version, count(*), "
