@@ -55,10 +55,6 @@ def current_epoch() -> int:
     return value or 0
 
 
-def _or_current(epoch: int | None) -> int:
-    return current_epoch() if epoch is None else epoch
-
-
 # The epoch's one row (migration 0007 makes it; ``raise_epoch`` raises it).
 EPOCH_ROW = 1
 
@@ -211,9 +207,11 @@ class Selection(models.Model):
         reach. ``epoch`` is read from the database unless the caller already has it, or the
         change that made this version read it (``change_epoch``)."""
         default = self.chain.default_preset
+        if epoch is None:
+            epoch = current_epoch() if self.change_epoch is None else self.change_epoch
         return {
             "name": self.chain.name,
-            "epoch": epoch if epoch is not None else _or_current(self.change_epoch),
+            "epoch": epoch,
             "version": self.version,
             "preset": self.preset.name,
             "is_default": self.is_default,

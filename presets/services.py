@@ -428,10 +428,8 @@ def _apply(
     selection.updated_at = now
     selection.expires_at = expires_at
     selection.action = action
-    if selection.change_epoch is None:  # locked without ``_lock`` (the sweeps, sync)
-        selection.change_epoch = read_epoch_held()
     selection.save()
-    events.selection_changed.send(sender=Selection, selection=selection, epoch=selection.change_epoch)
+    _announce(selection)
     log.info(
         "chain %s: %s -> v%d %s (%s by %s): %s",
         selection.chain.name,
@@ -443,6 +441,15 @@ def _apply(
         reason,
     )
     return selection
+
+
+def _announce(selection: Selection) -> None:
+    """Tell the receivers of ``selection_changed`` of a new version, with the epoch it is
+    made under: the one ``_lock`` read, or (the sweeps and sync lock without it) read now,
+    held alike until the change commits."""
+    if selection.change_epoch is None:
+        selection.change_epoch = read_epoch_held()
+    events.selection_changed.send(sender=Selection, selection=selection, epoch=selection.change_epoch)
 
 
 # --- presets file sync --------------------------------------------------------------------
@@ -567,10 +574,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 expires_at=None,
                 action=Action.SYNC,
             )
-            created_selection.change_epoch = read_epoch_held()
-            events.selection_changed.send(
-                sender=Selection, selection=created_selection, epoch=created_selection.change_epoch
-            )
+            _announce(created_selection)
             report.add(f"+ {spec.name} v1 serves {spec.default}")
             continue
         _sync_live(selection, chain, reason=reason, now=now, report=report)

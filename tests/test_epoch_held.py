@@ -19,12 +19,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 
 from presets import services
 from presets.models import EPOCH_ROW, Epoch, Selection
-from presets.read_path.notifications import CHANGE_CHANNEL
+from presets.read_path.notifications import CHANGE_CHANNEL, connection_params
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
@@ -32,15 +31,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pyt
 @pytest.fixture
 def listener() -> Iterator[psycopg.Connection[Any]]:
     """A LISTEN connection of its own on the change notifications, as a web process holds."""
-    db = settings.DATABASES["default"]
-    listener = psycopg.connect(
-        host=db["HOST"] or None,
-        port=db["PORT"] or None,
-        user=db["USER"] or None,
-        password=db["PASSWORD"] or None,
-        dbname=connection.settings_dict["NAME"],
-        autocommit=True,
-    )
+    listener = psycopg.connect(**connection_params(connection.settings_dict), autocommit=True)
     listener.execute(f"LISTEN {CHANGE_CHANNEL}")
     yield listener
     listener.close()
