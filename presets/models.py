@@ -172,6 +172,9 @@ class Selection(models.Model):
     # The epoch a change of this selection was made under (``epoch_held``, read by
     # ``services._lock`` or ``_apply``): its document carries that one, not a later read.
     change_epoch: int | None = None
+    # The presets a change read with its lock (``services._lock``), by name: the live one and
+    # the one it was asked to make live.
+    presets_read: dict[str, Preset] = {}  # noqa: RUF012 - set per instance, never mutated
 
     class Meta:
         ordering = ["chain__name"]

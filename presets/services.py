@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Subquery
+from django.db import models, transaction
+from django.db.models import Q, Subquery
 from django.utils import timezone
 
-from presets import events, selectors
+from presets import events, selectors, statements
 from presets.documents import format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import (
@@ -88,8 +88,8 @@ def select_preset(
     """Make a reviewed preset live. A non-default preset is a pin and always expires."""
     reason = clean_reason(reason)
     now = _now()
-    with _changing(chain, expected_version) as selection:
-        target = _active_preset(selection.chain, preset, live=selection.preset)
+    with _changing(chain, expected_version, preset=preset) as selection:
+        target = _active_preset(selection, preset)
         if target.pk == selection.preset_id:
             hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
             raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
@@ -330,17 +330,19 @@ def _now() -> datetime:
 
 
 @contextmanager
-def _changing(chain: str, expected_version: int | None) -> Iterator[Selection]:
+def _changing(chain: str, expected_version: int | None, *, preset: str | None = None) -> Iterator[Selection]:
     """The frame of every change: one transaction holding the chain's selection row lock, so
-    concurrent changes serialise (and the version the caller saw is checked under it)."""
+    concurrent changes serialise (and the version the caller saw is checked under it).
+    ``preset``: the name of the preset the change makes live, read with the live one."""
     with transaction.atomic():
-        yield _lock(chain, expected_version)
+        yield _lock(chain, expected_version, preset=preset)
 
 
-def _lock(chain: str, expected_version: int | None) -> Selection:
+def _lock(chain: str, expected_version: int | None, *, preset: str | None = None) -> Selection:
     """Lock the chain's row and its selection row, then load what every change reads: the
-    chain, its default and the live preset, and the epoch (held: ``models.epoch_held``). Two
-    statements, as every change pays for them.
+    chain, its default and the live preset, the preset named ``preset`` if any
+    (``selection.presets_read``, by name), and the epoch (held: ``models.epoch_held``). Two
+    statements, as every change pays for them, each a round trip under the lock.
 
     Changes queue on the chain's row (a subquery on its name, ``FOR NO KEY UPDATE``: history
     rows still reference it), which no change rewrites, so they are served first come, first
@@ -358,14 +360,22 @@ def _lock(chain: str, expected_version: int | None) -> Selection:
         selection = Selection.objects.select_for_update().get(chain_id=by_name)
     except Selection.DoesNotExist:
         raise NotFound(f"unknown chain {chain!r}", details={"chain": chain}) from None
-    live = (
+    wanted = Q(pk=selection.preset_id)
+    if preset is not None:
+        wanted |= Q(chain_id=selection.chain_id, name=preset)
+    read = list(
         Preset.objects.select_related("chain__default_preset")
         .annotate(held_epoch=epoch_held())
-        .get(pk=selection.preset_id)
+        .filter(wanted)
+        .order_by()  # Preset's ordering would sort one or two rows by their chain's name
     )
+    live = next(each for each in read if each.pk == selection.preset_id)
     # A chain only ever serves its own presets, so the live preset's chain is the selection's.
     selection.chain = live.chain
     selection.preset = live
+    selection.presets_read = {each.name: each for each in read}
+    for each in read:
+        each.chain = live.chain
     selection.change_epoch = live.held_epoch or 0
     if expected_version is not None and expected_version != selection.version:
         raise Conflict(
@@ -382,9 +392,11 @@ def _lock(chain: str, expected_version: int | None) -> Selection:
     return selection
 
 
-def _active_preset(chain: Chain, name: str, *, live: Preset) -> Preset:
-    # Unordered: Preset's default ordering would join the chain for nothing.
-    preset = live if live.name == name else chain.presets.filter(name=name).order_by().first()
+def _active_preset(selection: Selection, name: str) -> Preset:
+    """The preset ``name`` of the selection's chain, read by ``_lock``; refused if it does not
+    exist or is retired."""
+    chain = selection.chain
+    preset = selection.presets_read.get(name)
     if preset is None or preset.is_retired:
         active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
         state = "is retired" if preset else "does not exist"
@@ -428,8 +440,10 @@ def _apply(
     selection.updated_at = now
     selection.expires_at = expires_at
     selection.action = action
-    selection.save()
-    _announce(selection)
+    with statements.together():  # one round trip under the lock (presets/statements.py)
+        statements.update_row(selection)
+        statements.insert_row(_history_row(selection))
+        _announce(selection)
     log.info(
         "chain %s: %s -> v%d %s (%s by %s): %s",
         selection.chain.name,
@@ -441,6 +455,18 @@ def _apply(
         reason,
     )
     return selection
+
+
+def _history_row(selection: Selection) -> models.Model:
+    """The history row of the version ``selection`` now holds, as django-simple-history's
+    ``post_save`` makes it on ``save()`` ("~": a change), for ``_apply`` to send with the row."""
+    return Selection.history.model(
+        history_date=timezone.now(),
+        history_type="~",
+        history_user=None,
+        history_change_reason=None,
+        **{field.attname: getattr(selection, field.attname) for field in Selection._meta.concrete_fields},
+    )
 
 
 def _announce(selection: Selection) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 from django.conf import settings
 from django.db import connection, connections
 
+from presets import statements
 from presets.documents import ChainDocument
 from presets.models import Selection
 from presets.read_path.worker_threads import in_worker_thread
@@ -93,8 +94,8 @@ def announce_change(sender: Any, *, selection: Selection, epoch: int | None = No
     """Tell every web process that ``selection``'s chain changed (a signal receiver)."""
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, encode_payload(selection, epoch=epoch)])
+    # Sent with the change's own writes when it makes them together (presets/statements.py).
+    statements.execute("SELECT pg_notify(%s, %s)", [CHANGE_CHANNEL, encode_payload(selection, epoch=epoch)])
 
 
 def announce_tokens_changed(sender: Any, **_: Any) -> None:
