@@ -16,10 +16,14 @@ No request sends ``expected_version``, so there are no 409 conflicts. The round 
 loopback is an upper bound of the server time; the client threads share this machine's
 cores with the server and PostgreSQL. Each layout also says what a change cost in CPU: the
 web process (granian and its workers), the scratch database's PostgreSQL backends, and this
-client. Last, the database's floor at that moment: an INSERT and its COMMIT (a WAL flush,
-which every change waits for), by one connection and by K at once.
+client. Meanwhile a probe commits every 20 ms on a connection of its own: the disk's stalls
+over the same seconds (every change waits for a WAL flush, and a stall of the disk delays
+every change committing then). Last, the database's floor at that moment: an INSERT and its
+COMMIT, by one connection and by K at once. ``--synchronous-commit off`` (a diagnostic) lets
+the scratch database's commits not wait for the disk: what is left is the changes' own cost.
 
-    python bench/select_latency.py [--changes 800] [--writers 8] [--web-workers 2] [--admin-url postgres://postgres@127.0.0.1:5432/postgres]
+    python bench/select_latency.py [--changes 800] [--writers 8] [--web-workers 2] [--synchronous-commit on]
+                                   [--admin-url postgres://postgres@127.0.0.1:5432/postgres]
 
 ``--writers 0`` measures the alone layout only. Ends with one line of key=value figures.
 """
@@ -52,6 +56,10 @@ from read_throughput import (  # noqa: E402
     wait_until_up,
 )
 
+# A commit of the probe taking this long is the disk stalling, not the database being busy:
+# alone, a commit takes about a millisecond here (bench/README.md, "Select latency").
+STALL_MS = 50
+
 
 class CpuMeter:
     """CPU per change of the web process (granian and its workers), the PostgreSQL backends
@@ -63,6 +71,8 @@ class CpuMeter:
         self.web_group = web_group
         self.database_url = database_url
         self.waits: dict[str, float] = {}
+        self.probe: list[float] = []
+        self.probe_pid = 0
 
     def pids(self) -> dict[str, list[int]]:
         import psycopg
@@ -80,7 +90,7 @@ class CpuMeter:
             rows = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
             ).fetchall()
-        return {"web": web, "postgres": [row[0] for row in rows]}
+        return {"web": web, "postgres": [row[0] for row in rows if row[0] != self.probe_pid]}
 
     def sample(self) -> None:
         import psycopg
@@ -101,17 +111,37 @@ class CpuMeter:
                 "waiting for a lock": sum(row[1] for row in samples) / len(samples),
             }
 
+    def commit_probe(self) -> None:
+        """The disk's part, over the same seconds: an INSERT and its COMMIT every 20 ms on a
+        connection of its own. Every change waits for a WAL flush, so a stall of the disk
+        here is a stall of every change committing at that moment."""
+        import psycopg
+
+        self.probe = []
+        with psycopg.connect(self.database_url) as conn:
+            self.probe_pid = conn.info.backend_pid  # not a change's: its CPU is left out
+            conn.execute("CREATE TABLE IF NOT EXISTS bench_probe (at timestamptz)")
+            conn.commit()
+            while not self.done.wait(0.02):
+                started = time.perf_counter()
+                conn.execute("INSERT INTO bench_probe VALUES (now())")
+                conn.commit()
+                self.probe.append((time.perf_counter() - started) * 1000)
+
     def __enter__(self) -> CpuMeter:
         self.before = {name: cpu_seconds(pids) for name, pids in self.pids().items()}
         self.client_before = time.process_time()
         self.done = threading.Event()
         self.sampler = threading.Thread(target=self.sample)
+        self.prober = threading.Thread(target=self.commit_probe)
         self.sampler.start()
+        self.prober.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.sampler.join()
+        self.prober.join()
         pids = self.pids()
         self.used = {name: cpu_seconds(pids[name]) - self.before[name] for name in pids}
         self.used["client"] = time.process_time() - self.client_before
@@ -144,6 +174,7 @@ class Layout:
     seconds: float = 0.0
     cpu: dict[str, float] = field(default_factory=dict)
     waits: dict[str, float] = field(default_factory=dict)
+    probe: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, kind: str, status: int, elapsed: float) -> None:
@@ -174,7 +205,14 @@ class Layout:
             + ", ".join(f"{name} {seconds / changes * 1000:.1f} ms" for name, seconds in self.cpu.items())
             + "; statements on average "
             + ", ".join(f"{name} {count:.1f}" for name, count in self.waits.items())
+            + f"\n{'':22} the disk meanwhile (a commit every 20 ms): p50 {statistics.median(self.probe):.1f} ms, "
+            f"p99 {percentile(self.probe, 0.99):.1f} ms, max {max(self.probe):.1f} ms, "
+            f"{self.stalls} stalls of {STALL_MS} ms or more"
         )
+
+    @property
+    def stalls(self) -> int:
+        return sum(1 for elapsed in self.probe if elapsed >= STALL_MS)
 
     def figures(self, prefix: str) -> dict[str, object]:
         return {
@@ -191,6 +229,9 @@ class Layout:
                 for name, seconds in self.cpu.items()
             },
             f"{prefix}lock_waiting_avg": round(self.waits.get("waiting for a lock", 0.0), 1),
+            f"{prefix}disk_commit_p99_ms": round(percentile(self.probe, 0.99), 1),
+            f"{prefix}disk_commit_max_ms": round(max(self.probe), 1),
+            f"{prefix}disk_stalls": self.stalls,
         }
 
 
@@ -266,7 +307,7 @@ def run_writers(port: int, token: str, jobs: list[tuple[str, str]], pairs_each: 
         for thread in threads:
             thread.join()
         layout.seconds = time.perf_counter() - started
-    layout.cpu, layout.waits = meter.used, meter.waits
+    layout.cpu, layout.waits, layout.probe = meter.used, meter.waits, meter.probe
     for writer in writers:
         writer.close()
     return layout
@@ -277,6 +318,13 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=800, help="changes (selects + reverts) per layout")
     parser.add_argument("--writers", type=int, default=8, help="concurrent writers (0: alone only)")
     parser.add_argument("--web-workers", type=int, default=2, help="granian workers (make serve's WEB_WORKERS)")
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=["on", "off"],
+        default="on",
+        help="off: the scratch database's commits do not wait for the disk (a diagnostic: what the "
+        "changes cost without the disk's stalls; production keeps it on)",
+    )
     parser.add_argument(
         "--admin-url",
         default="postgres://postgres@127.0.0.1:5432/postgres",
@@ -292,6 +340,12 @@ def main() -> None:
     commits: dict[int, list[float]] = {}
     with scratch_control_plane("bench_select", args.admin_url, PRESETS_FILE=str(presets)) as plane:
         token = plane.token("write")
+        if args.synchronous_commit == "off":
+            import psycopg
+
+            with psycopg.connect(args.admin_url, autocommit=True) as admin:
+                name = plane.database_url.rsplit("/", 1)[1]
+                admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
         port = free_port()
         process = start(granian("controlplane.asgi:application", str(port), workers=args.web_workers), plane.env)
         try:
@@ -304,7 +358,7 @@ def main() -> None:
                 started = time.perf_counter()
                 alone.pairs("chat", "pin_secondary", args.changes // 2, layout, "bench")
                 layout.seconds = time.perf_counter() - started
-            layout.cpu, layout.waits = meter.used, meter.waits
+            layout.cpu, layout.waits, layout.probe = meter.used, meter.waits, meter.probe
             alone.close()
             layouts["alone"] = layout
             if k:
@@ -327,7 +381,12 @@ def main() -> None:
             f"{f'bare commit x{clients}':22} p50 {statistics.median(times):6.1f} ms  p99 "
             f"{percentile(times, 0.99):6.1f} ms  max {max(times):6.1f} ms  (the database's floor on this machine now)"
         )
-    figures: dict[str, object] = {"changes": args.changes, "writers": k, "web_workers": args.web_workers}
+    figures: dict[str, object] = {
+        "changes": args.changes,
+        "writers": k,
+        "web_workers": args.web_workers,
+        "synchronous_commit": args.synchronous_commit,
+    }
     for name, layout in layouts.items():
         figures.update(layout.figures("" if name == "alone" else f"{name}_"))
     for clients, times in commits.items():

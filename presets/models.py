@@ -16,7 +16,6 @@ from typing import Any
 
 import simple_history.manager
 from django.db import connection, models
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
@@ -59,29 +58,26 @@ def current_epoch() -> int:
 EPOCH_ROW = 1
 
 
-def epoch_held() -> RawSQL:
-    """The epoch as a value of a change's statement, *held* until the change commits: on
-    PostgreSQL the row is read ``FOR KEY SHARE``, which ``raise_epoch``'s ``FOR UPDATE`` waits
-    for (and which waits for a raise in flight). So a change is announced with the epoch it
-    commits under: read unheld, a raise committing between the read and the change's commit
-    would announce the chain's old version with the new epoch, and the change after it with
-    the old one, which every reader takes for older and ignores. Changes hold it together
-    (a share lock). SQLite runs one writer at a time: nothing to hold."""
-    return RawSQL(_epoch_held_sql(), [EPOCH_ROW])
+def epoch_held() -> str:
+    """The statement reading the epoch *held* until the change commits, to make part of a
+    change's statement (``services._lock``) or run alone (``read_epoch_held``): on PostgreSQL
+    the row is read ``FOR KEY SHARE``, which ``raise_epoch``'s ``FOR UPDATE`` waits for (and
+    which waits for a raise in flight). So a change is announced with the epoch it commits
+    under: read unheld, a raise committing between the read and the change's commit would
+    announce the chain's old version with the new epoch, and the change after it with the old
+    one, which every reader takes for older and ignores. Changes hold it together (a share
+    lock). SQLite runs one writer at a time: nothing to hold."""
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    return f"SELECT value FROM {connection.ops.quote_name(Epoch._meta.db_table)} WHERE id = {EPOCH_ROW:d}{lock}"
 
 
 def read_epoch_held() -> int:
     """``epoch_held`` on its own: the epoch (0 until one is raised), held until the
     transaction ends."""
     with connection.cursor() as cursor:
-        cursor.execute(_epoch_held_sql(), [EPOCH_ROW])
+        cursor.execute(epoch_held())
         row = cursor.fetchone()
     return row[0] if row is not None else 0
-
-
-def _epoch_held_sql() -> str:
-    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
-    return f"SELECT value FROM {connection.ops.quote_name(Epoch._meta.db_table)} WHERE id = %s{lock}"
 
 
 PRESET_NAME_MAX = 50

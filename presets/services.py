@@ -8,6 +8,7 @@ before it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -17,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models import Q, Subquery
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from presets import events, selectors, statements
@@ -355,20 +355,16 @@ def _lock(chain: str, expected_version: int | None, *, preset: str | None = None
     The lock statement joins nothing (``lock_selection`` says why). The second statement,
     made after the locks are held, sees under READ COMMITTED what the change we may have
     waited for committed."""
-    by_name = Subquery(Chain.objects.select_for_update(no_key=True).filter(name=chain).order_by().values("pk"))
-    try:
-        selection = Selection.objects.select_for_update().get(chain_id=by_name)
-    except Selection.DoesNotExist:
-        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain}) from None
-    wanted = Q(pk=selection.preset_id)
-    if preset is not None:
-        wanted |= Q(chain_id=selection.chain_id, name=preset)
-    read = list(
-        Preset.objects.select_related("chain__default_preset")
-        .annotate(held_epoch=epoch_held())
-        .filter(wanted)
-        .order_by()  # Preset's ordering would sort one or two rows by their chain's name
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_lock_sql(connection.vendor), [chain])
+        locked = cursor.fetchone()
+        if locked is None:
+            raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+        selection, _ = statements.from_row(Selection, locked)
+        assert selection is not None
+        cursor.execute(_read_sql(connection.vendor), [selection.preset_id, selection.chain_id, preset])
+        rows = cursor.fetchall()
+    read = [_preset_from_row(row) for row in rows]
     live = next(each for each in read if each.pk == selection.preset_id)
     # A chain only ever serves its own presets, so the live preset's chain is the selection's.
     selection.chain = live.chain
@@ -376,7 +372,7 @@ def _lock(chain: str, expected_version: int | None, *, preset: str | None = None
     selection.presets_read = {each.name: each for each in read}
     for each in read:
         each.chain = live.chain
-    selection.change_epoch = live.held_epoch or 0
+    selection.change_epoch = rows[0][-1] or 0
     if expected_version is not None and expected_version != selection.version:
         raise Conflict(
             f"{chain} changed since v{expected_version}: it is now v{selection.version}, "
@@ -390,6 +386,46 @@ def _lock(chain: str, expected_version: int | None, *, preset: str | None = None
             },
         )
     return selection
+
+
+@functools.cache
+def _lock_sql(vendor: str) -> str:
+    """``_lock``'s first statement: the chain's row locked ``FOR NO KEY UPDATE`` (history rows
+    still reference it), then its selection row ``FOR UPDATE``. Written once rather than built
+    by the ORM on every change: compiling it cost more CPU than PostgreSQL spent running it."""
+    quote = connection.ops.quote_name
+    for_chain, for_selection = (" FOR NO KEY UPDATE", " FOR UPDATE") if vendor == "postgresql" else ("", "")
+    return (
+        f"SELECT {statements.columns(Selection, 's')} FROM {quote(Selection._meta.db_table)} s "
+        f"WHERE s.{quote('chain_id')} = (SELECT c.{quote('id')} FROM {quote(Chain._meta.db_table)} c "
+        f"WHERE c.{quote('name')} = %s{for_chain}){for_selection}"
+    )
+
+
+@functools.cache
+def _read_sql(vendor: str) -> str:
+    """``_lock``'s second statement: the live preset (by id) and the one named (by chain and
+    name), each with its chain and the chain's default preset, and the epoch held."""
+    quote = connection.ops.quote_name
+    presets, chains = quote(Preset._meta.db_table), quote(Chain._meta.db_table)
+    return (
+        f"SELECT {statements.columns(Preset, 'p')}, {statements.columns(Chain, 'c')}, "
+        f"{statements.columns(Preset, 'd')}, ({epoch_held()}) FROM {presets} p "
+        f"JOIN {chains} c ON c.{quote('id')} = p.{quote('chain_id')} "
+        f"LEFT JOIN {presets} d ON d.{quote('id')} = c.{quote('default_preset_id')} "
+        f"WHERE p.{quote('id')} = %s OR (p.{quote('chain_id')} = %s AND p.{quote('name')} = %s)"
+    )
+
+
+def _preset_from_row(row: tuple[Any, ...]) -> Preset:
+    """A row of ``_read_sql``: the preset, its chain and the chain's default preset."""
+    preset, start = statements.from_row(Preset, row)
+    chain, start = statements.from_row(Chain, row, start)
+    default, _ = statements.from_row(Preset, row, start)
+    assert preset is not None and chain is not None  # an inner join: both are there
+    chain.default_preset = default
+    preset.chain = chain
+    return preset
 
 
 def _active_preset(selection: Selection, name: str) -> Preset:

@@ -24,11 +24,12 @@ import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, models
 
 Statement = tuple[str, Sequence[Any]]
+M = TypeVar("M", bound=models.Model)
 
 _collected: ContextVar[list[Statement] | None] = ContextVar("presets_statements", default=None)
 
@@ -71,6 +72,39 @@ def insert_row(instance: models.Model) -> None:
     caller never uses it), with no signals sent."""
     sql, fields = _insert_sql(type(instance), connection.vendor)
     execute(sql, [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields])
+
+
+def columns(model: type[models.Model], alias: str) -> str:
+    """The select list of ``model``'s concrete fields, of the table named ``alias``, in the
+    order ``from_row`` reads them."""
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(field.column)}" for field in model._meta.concrete_fields)
+
+
+def from_row(model: type[M], row: Sequence[Any], start: int = 0) -> tuple[M | None, int]:
+    """The ``model`` instance in ``row`` from ``start`` (as ``columns`` selected it), or None
+    where its primary key is NULL (an outer join found no row); and where the next one starts.
+    Values come back through each field's converters, as the ORM's own queries give them."""
+    fields = model._meta.concrete_fields
+    values = list(row[start : start + len(fields)])
+    end = start + len(fields)
+    if values[[field.primary_key for field in fields].index(True)] is None:
+        return None, end
+    for index, (column, converters) in enumerate(_converters(model, connection.vendor)):
+        for converter in converters:
+            values[index] = converter(values[index], column, connection)
+    return model.from_db(connection.alias, [field.attname for field in fields], values), end
+
+
+@functools.cache
+def _converters(model: type[models.Model], vendor: str) -> tuple[tuple[Any, tuple[Any, ...]], ...]:
+    """Per concrete field, its column and the converters the ORM applies to its values: the
+    backend's, then the field's own (a JSON column is read as text on SQLite, say)."""
+    made = []
+    for field in model._meta.concrete_fields:
+        column = field.get_col(model._meta.db_table)
+        made.append((column, (*connection.ops.get_db_converters(column), *column.get_db_converters(connection))))
+    return tuple(made)
 
 
 def _send(statements: list[Statement]) -> None:
