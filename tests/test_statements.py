@@ -84,3 +84,16 @@ def test_a_block_left_by_an_error_sends_nothing(django_assert_num_queries: Any) 
         statements.update_row(selection)
         raise RuntimeError("the change was refused")
     assert Selection.objects.get(pk=selection.pk).reason != "never sent"
+
+
+def test_a_row_read_back_is_the_instance_the_orm_reads() -> None:
+    stored = Selection.objects.get(chain__name="chat")
+    table = connection.ops.quote_name(Selection._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {statements.columns(Selection, 's')}, NULL FROM {table} s WHERE s.id = %s", [stored.pk])
+        (row,) = cursor.fetchall()
+    read, end = statements.from_row(Selection, row)
+    assert read is not None and end == len(row) - 1
+    for field in Selection._meta.concrete_fields:  # JSON decoded, times aware, as the ORM gives them
+        assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
+    assert statements.from_row(Selection, [None] * len(row)) == (None, len(row) - 1)  # an outer join's miss
