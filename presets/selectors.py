@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
+from django.db.models.query import RawQuerySet
 
 from presets.models import Action, Chain, Preset, Selection
 
@@ -77,24 +78,33 @@ def live_pin_starts(selections: Iterable[Selection]) -> dict[int, PinStart | Non
     pinned = [s for s in selections if s.is_pinned]
     if not pinned:
         return starts
-    latest = (
-        Selection.history.filter(chain_id=OuterRef("chain_id"), version__lte=OuterRef("version"), action__in=_STARTS)
-        .order_by("-version")
-        .values("history_id")[:1]
-    )
-    ids = Selection.objects.filter(pk__in=[s.pk for s in pinned]).values(start=Subquery(latest))
-    found = {
-        row["chain_id"]: row
-        for row in Selection.history.filter(history_id__in=ids).order_by().values("chain_id", *_START_FIELDS)
-    }
+    found = {row.chain_id: row for row in _latest_starts([s.pk for s in pinned])}
     for selection in pinned:
         row = found.get(selection.chain_id)
-        if row is not None and row["version"] > selection.version:  # a new pin since it was read
+        if row is not None and row.version > selection.version:  # a new pin since it was read
             start = pin_start(chain=selection.chain, version=selection.version)
         else:
-            start = None if row is None else _pin_start(row)
+            start = None if row is None else _pin_start({name: getattr(row, name) for name in _START_FIELDS})
         starts[selection.chain_id] = start or _own_start(selection)
     return starts
+
+
+def _latest_starts(selection_ids: list[int]) -> RawQuerySet[Any]:
+    """The history row of each selection's latest select or restore at or before its version.
+
+    Written out: the ORM's form of it (a subquery a chain inside a subquery) cost more Python
+    to build and compile than the database took to run it; the raw query still converts each
+    column as the model's field reads it, on any database."""
+    history, live = Selection.history.model._meta.db_table, Selection._meta.db_table
+    ids = ", ".join(["%s"] * len(selection_ids))
+    starts = ", ".join(["%s"] * len(_STARTS))
+    fields = ", ".join(f"h.{name}" for name in ("history_id", "chain_id", *_START_FIELDS))
+    sql = (
+        f"SELECT {fields} FROM {history} h WHERE h.history_id IN ("
+        f"SELECT (SELECT x.history_id FROM {history} x WHERE x.chain_id = s.chain_id AND x.version <= s.version "
+        f"AND x.action IN ({starts}) ORDER BY x.version DESC LIMIT 1) FROM {live} s WHERE s.id IN ({ids}))"
+    )
+    return Selection.history.model.objects.raw(sql, [*_STARTS, *selection_ids])
 
 
 def _pin_start(row: dict[str, Any]) -> PinStart:
