@@ -36,7 +36,11 @@ gc.freeze()
 # What each held long poll keeps (its coroutine, futures and callbacks) lives until it is
 # answered, and the next poll makes as much again: at 700 allocations a young collection, the
 # collector ran many times per change and its older generations scanned every held poll, ~40 %
-# of a worker's CPU per answer with 2,000 polls held (bench/README.md, "Long polls"). Nearly all
-# a request allocates is freed by reference counting; collect the young generation every 50,000
-# allocations and the older ones accordingly less often.
-gc.set_threshold(50_000, 20, 100)
+# of a worker's CPU per answer with 2,000 polls held (bench/README.md, "Long polls"). So the
+# older generations are collected once a million allocations (the middle one) and a hundred
+# times less often (the oldest). The young one is collected every 3,000: a request's cycles
+# (Django's and DRF's request, response and parsers, ~150 objects a change) are garbage by
+# then, and a young collection takes as long as the garbage it frees: at 50,000 it paused the
+# worker, every request in it, for 30-140 ms every few seconds of writes; at 3,000 a pause is
+# 4 ms (p90), with no more collector time in all (bench/README.md, "Select latency").
+gc.set_threshold(3_000, 333, 100)
