@@ -18,7 +18,7 @@ rate's denominator.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sized
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, TypeVar
@@ -30,6 +30,7 @@ from django.db.models.query import RawQuerySet
 from django.utils import timezone
 
 from audit.models import LATENCY_BOUNDS_MS, LATENCY_FIELDS, OUTCOME_CLASSES, ProviderHealthMinute, ProviderReporter
+from presets import statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
 
@@ -138,7 +139,7 @@ def _add(*, chain: Chain, minute: datetime, rows: Mapping[tuple[str, str], Mappi
     table = connection.ops.quote_name(ProviderHealthMinute._meta.db_table)
     key = ("chain_id", "provider", "model", "minute")
     columns = ", ".join(connection.ops.quote_name(name) for name in (*key, *_COUNTED))
-    placeholders = "(" + ", ".join(["%s"] * (len(key) + len(_COUNTED))) + ")"
+    placeholders = f"({statements.placeholders(len(key) + len(_COUNTED))})"
     additions = ", ".join(
         f"{column} = {table}.{column} + EXCLUDED.{column}" for column in map(connection.ops.quote_name, _COUNTED)
     )
@@ -241,17 +242,15 @@ def _read(
     Python to build and compile that the database took to run it; ``raw`` still converts
     each column as the model's field reads it, on any database."""
     table = connection.ops.quote_name(model._meta.db_table)
-    sql = f"SELECT * FROM {table} WHERE chain_id IN ({_marks(chains)}) AND provider IN ({_marks(providers)})"
+    sql = (
+        f"SELECT * FROM {table} WHERE chain_id IN ({statements.placeholders(len(chains))}) "
+        f"AND provider IN ({statements.placeholders(len(providers))})"
+    )
     params: list[Any] = [*chains, *sorted(providers)]
     if since is not None:
         sql += " AND minute >= %s"
         params.append(connection.ops.adapt_datetimefield_value(since))
     return model.objects.raw(sql, params)
-
-
-def _marks(values: Sized) -> str:
-    """One query parameter a value, for ``IN (...)``."""
-    return ", ".join(["%s"] * len(values))
 
 
 def chain_health(

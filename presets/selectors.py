@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.query import RawQuerySet
 
+from presets import statements
 from presets.models import Action, Chain, Preset, Selection
 
 
@@ -96,8 +97,7 @@ def _latest_starts(selection_ids: list[int]) -> RawQuerySet[Any]:
     to build and compile than the database took to run it; the raw query still converts each
     column as the model's field reads it, on any database."""
     history, live = Selection.history.model._meta.db_table, Selection._meta.db_table
-    ids = ", ".join(["%s"] * len(selection_ids))
-    starts = ", ".join(["%s"] * len(_STARTS))
+    ids, starts = statements.placeholders(len(selection_ids)), statements.placeholders(len(_STARTS))
     fields = ", ".join(f"h.{name}" for name in ("history_id", "chain_id", *_START_FIELDS))
     sql = (
         f"SELECT {fields} FROM {history} h WHERE h.history_id IN ("

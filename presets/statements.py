@@ -74,6 +74,11 @@ def insert_row(instance: models.Model) -> None:
     execute(sql, [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields])
 
 
+def placeholders(count: int) -> str:
+    """``count`` query parameters, comma-separated: a VALUES row or an ``IN (...)`` list."""
+    return ", ".join(["%s"] * count)
+
+
 def columns(model: type[models.Model], alias: str) -> str:
     """The select list of ``model``'s concrete fields, of the table named ``alias``, in the
     order ``from_row`` reads them."""
@@ -144,5 +149,4 @@ def _insert_sql(model: type[models.Model], vendor: str) -> tuple[str, tuple[mode
     fields = tuple(field for field in meta.local_concrete_fields if field is not meta.auto_field)
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
-    values = ", ".join(["%s"] * len(fields))
-    return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values})", fields
+    return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders(len(fields))})", fields
