@@ -100,11 +100,13 @@ def setup(*, service_name: str = WEB_SERVICE_NAME, web: bool = True) -> bool:
 
 
 def trace_front(front: ReadFront) -> ASGIApp:
-    """The production ASGI application: ``front`` itself when tracing is off; on, the reads
-    it answers itself go through the ASGI instrumentation and the rest straight to it (and
-    on to Django, whose instrumentation makes their span)."""
+    """The production ASGI application: ``front`` itself when tracing is off (its bound
+    ``__call__``: the server calls it per request, and a bound method is called ~70 ns
+    sooner than an instance, whose ``__call__`` is looked up each time: a few percent of a
+    plain read); on, the reads it answers itself go through the ASGI instrumentation and the
+    rest straight to it (and on to Django, whose instrumentation makes their span)."""
     if _provider is None:
-        return front
+        return front.__call__
 
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
     from opentelemetry.util.http import get_excluded_urls

@@ -31,14 +31,18 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 async def call(
-    app: ReadFront, path: str, headers: dict[str, str] | None = None, query: str = ""
+    app: ReadFront,
+    path: str,
+    headers: dict[str, str] | None = None,
+    query: str = "",
+    more: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     scope = {
         "type": "http",
         "method": "GET",
         "path": path,
         "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()] + list(more),
         "http_version": "1.1",
         "scheme": "http",
         "server": ("testserver", 80),
@@ -412,6 +416,31 @@ def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token)
     assert (document["version"], document["preset"], document["updated_by"]) == (2, "pin_secondary", "carol")
     assert headers[b"etag"] == b'"2"'
     assert elapsed < 25  # woken by the change, not by the 30 s timeout
+
+
+def test_a_repeated_header_counts_by_its_last_value_on_both_paths(read_token) -> None:
+    """The plain read picks its headers out in one pass, the full path from a dict: a header
+    sent twice counts by its last value on both (If-None-Match here, X-Request-ID too)."""
+    stale_then_current = [(b"if-none-match", b'"0"'), (b"if-none-match", b'"1"')]
+    current_then_stale = [(b"if-none-match", b'"1"'), (b"if-none-match", b'"0"')]
+    ids = [(b"x-request-id", b"first-id"), (b"x-request-id", b"second-id")]
+
+    async def body(app):
+        answers = []
+        for _ in ("full", "plain"):  # the token's first read takes the full path
+            answers.append(
+                [
+                    await call(app, CHAT, auth(read_token), more=stale_then_current),
+                    await call(app, CHAT, auth(read_token), more=current_then_stale),
+                    await call(app, CHAT, auth(read_token), more=ids),
+                ]
+            )
+            assert f"Bearer {read_token}".encode() in app.snapshot.tokens.by_header
+        return answers
+
+    for tagged, untagged, named in run(body):
+        assert (tagged[0], untagged[0]) == (304, 200)
+        assert named[1][b"x-request-id"] == b"second-id"
 
 
 def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> None:

@@ -60,15 +60,12 @@ current: ContextVar[RequestContext | None] = ContextVar("controlplane_request", 
 
 
 def _new_id_source() -> None:
-    global _id_prefix, _id_prefix_bytes, _id_counter
-    _id_prefix = secrets.token_hex(8)
-    _id_prefix_bytes = _id_prefix.encode()
-    _id_counter = itertools.count()
+    global _id_numbers
+    # 64 random bits, the first set (so every id has 32 hex digits), then a 64-bit counter.
+    _id_numbers = itertools.count((secrets.randbits(64) | 1 << 63) << 64)
 
 
-_id_prefix = ""
-_id_prefix_bytes = b""
-_id_counter = itertools.count()
+_id_numbers = itertools.count()
 _new_id_source()
 os.register_at_fork(after_in_child=_new_id_source)
 
@@ -84,13 +81,13 @@ def request_id_from(header: str | bytes | None) -> str:
             return header
     # An id, not a secret: unique per process (a random prefix, drawn again in a forked child)
     # and a counter, cheaper than any random draw per read on the front.
-    return f"{_id_prefix}{next(_id_counter):016x}"
+    return f"{next(_id_numbers):x}"
 
 
 def new_request_id_bytes() -> bytes:
     """A new id, as ``request_id_from`` makes them, as the bytes of a header (the read
     front's plain reads)."""
-    return _id_prefix_bytes + b"%016x" % next(_id_counter)
+    return b"%x" % next(_id_numbers)
 
 
 def route_of(request: HttpRequest) -> str:

@@ -25,6 +25,7 @@ from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
+from presets.read_path.http import CHAINS_PATH
 from presets.read_path.notifications import State, decode_payload, listen, set_state, state
 from presets.read_path.tokens import TokenSet
 from presets.read_path.worker_threads import in_worker_thread
@@ -110,6 +111,9 @@ class Snapshot:
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        # The same entries by the path that reads them (``/api/v1/chains/{name}``): the
+        # front's plain reads find theirs in one lookup.
+        self.by_path: dict[str, Entry] = {}
         self.tokens = TokenSet()
         self.list_body: bytes = b'{"chains":[]}'
         self.waiters = 0
@@ -216,6 +220,7 @@ class Snapshot:
         if current is not None and current.order >= entry.order:
             return  # notifications and polls can race; documents never go back
         self.entries[entry.name] = entry
+        self.by_path[f"{CHAINS_PATH}/{entry.name}"] = entry
         self._rebuild_list()
         for waiter in self._waiting.pop(entry.name, ()):
             if not waiter.done():
