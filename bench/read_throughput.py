@@ -13,6 +13,13 @@ returning a constant (granian WSGI, 2 workers), the figure the front was first m
 against.
 
     python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32] [--admin-url postgres://...]
+    python bench/read_throughput.py --cpu-per-worker 0.35
+
+``--cpu-per-worker``: each server runs in a CPU cgroup of its own allowed that many cores per
+worker (1 worker 0.35 cores, 2 workers 0.7), so the server, not the machine, is what limits
+throughput, and the rise from 1 to 2 workers shows whether the server scales with the CPU it
+is given; without it, on a small machine wrk and one worker already fill the cores. Needs
+root and the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max).
 
 Needs wrk (Debian package `wrk`). Ends with one line of key=value figures.
 """
@@ -55,6 +62,45 @@ def wait_until_up(url: str, timeout: float = 30.0) -> None:
         except Exception:
             time.sleep(0.2)
     raise SystemExit(f"server at {url} did not come up")
+
+
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+CGROUP_PERIOD_US = 20_000
+
+
+def _v2_has_cpu() -> bool:
+    controllers = CGROUP_V2 / "cgroup.controllers"
+    return controllers.exists() and "cpu" in controllers.read_text().split()
+
+
+@contextmanager
+def cpu_budget(name: str, cores: float | None) -> Iterator[list[str]]:
+    """A command prefix that runs a process (and the workers it forks) in a new CPU cgroup
+    allowed ``cores`` cores; no prefix when ``cores`` is None. The cgroup is removed after."""
+    if cores is None:
+        yield []
+        return
+    if (CGROUP_V1 / "cpu.cfs_quota_us").exists():
+        group = CGROUP_V1 / name
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(round(cores * CGROUP_PERIOD_US)))
+    elif _v2_has_cpu():
+        group = CGROUP_V2 / name
+        group.mkdir()
+        (group / "cpu.max").write_text(f"{round(cores * CGROUP_PERIOD_US)} {CGROUP_PERIOD_US}")
+    else:
+        raise SystemExit("--cpu-per-worker needs the cgroup cpu controller (/sys/fs/cgroup/cpu or cpu.max)")
+    try:
+        yield ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh"]
+    finally:
+        for _ in range(50):  # its processes have been stopped; the kernel lets go of them shortly
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -189,12 +235,61 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def measure(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    workers: int,
+    front_port: int,
+    raw_port: int,
+    front_prefix: list[str],
+    raw_prefix: list[str],
+    auth: dict[str, str],
+    rps: dict[tuple[str, int, str], list[float]],
+    p99: dict[tuple[str, int, str], list[float]],
+) -> None:
+    """Start the front and the raw callable with ``workers`` workers each (each command after
+    its prefix) and load them in alternating rounds, adding each round's figures to ``rps``
+    and ``p99``."""
+    workdir = Path(env["VAR_DIR"])
+    front = start(front_prefix + granian("controlplane.asgi:application", front_port, workers=workers), env)
+    raw = None
+    try:
+        url = f"http://127.0.0.1:{front_port}/api/v1/chains/chat"
+        wait_until_up(f"http://127.0.0.1:{front_port}/healthz")
+        answer = urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=5)
+        (workdir / "document.json").write_bytes(answer.read())
+        etag = answer.headers["ETag"]
+        raw_env = {**env, "RAW_ASGI_DOCUMENT": str(workdir / "document.json"), "RAW_ASGI_ETAG": etag}
+        raw = start(raw_prefix + granian("bench.raw_asgi:application", raw_port, workers=workers), raw_env)
+        raw_url = f"http://127.0.0.1:{raw_port}/api/v1/chains/chat"
+        wait_until_up(raw_url)
+        targets = {"front": (url, auth), "raw": (raw_url, {})}
+        for target, headers in targets.values():
+            wrk(target, headers, 2, args.connections)  # warm every worker
+        for _ in range(args.rounds):
+            for name, (target, headers) in targets.items():
+                for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
+                    load = wrk(target, {**headers, **extra}, args.duration, args.connections)
+                    rps.setdefault((name, workers, kind), []).append(load.rps)
+                    p99.setdefault((name, workers, kind), []).append(load.p99_ms)
+    finally:
+        stop(front)
+        if raw is not None:
+            stop(raw)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server and worker count")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", default="1,2")
+    parser.add_argument(
+        "--cpu-per-worker",
+        type=float,
+        default=None,
+        help="run each server in a CPU cgroup allowed this many cores per worker (needs root)",
+    )
     parser.add_argument(
         "--admin-url",
         default="postgres://postgres@127.0.0.1:5432/postgres",
@@ -210,38 +305,18 @@ def main() -> None:
 
 def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     env = plane.env
-    workdir = Path(env["VAR_DIR"])
     auth = {"Authorization": f"Bearer {plane.token('read')}"}
     figures: dict[str, float | int | str] = {}
     rps: dict[tuple[str, int, str], list[float]] = {}
     p99: dict[tuple[str, int, str], list[float]] = {}
     for workers in [int(n) for n in args.workers.split(",")]:
         front_port, raw_port = free_port(), free_port()
-        front = start(granian("controlplane.asgi:application", front_port, workers=workers), env)
-        raw = None
-        try:
-            url = f"http://127.0.0.1:{front_port}/api/v1/chains/chat"
-            wait_until_up(f"http://127.0.0.1:{front_port}/healthz")
-            answer = urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=5)
-            (workdir / "document.json").write_bytes(answer.read())
-            etag = answer.headers["ETag"]
-            raw_env = {**env, "RAW_ASGI_DOCUMENT": str(workdir / "document.json"), "RAW_ASGI_ETAG": etag}
-            raw = start(granian("bench.raw_asgi:application", raw_port, workers=workers), raw_env)
-            raw_url = f"http://127.0.0.1:{raw_port}/api/v1/chains/chat"
-            wait_until_up(raw_url)
-            targets = {"front": (url, auth), "raw": (raw_url, {})}
-            for target, headers in targets.values():
-                wrk(target, headers, 2, args.connections)  # warm every worker
-            for _ in range(args.rounds):
-                for name, (target, headers) in targets.items():
-                    for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
-                        load = wrk(target, {**headers, **extra}, args.duration, args.connections)
-                        rps.setdefault((name, workers, kind), []).append(load.rps)
-                        p99.setdefault((name, workers, kind), []).append(load.p99_ms)
-        finally:
-            stop(front)
-            if raw is not None:
-                stop(raw)
+        cores = None if args.cpu_per_worker is None else args.cpu_per_worker * workers
+        with (
+            cpu_budget(f"bench_read_{os.getpid()}_front_{workers}", cores) as front_prefix,
+            cpu_budget(f"bench_read_{os.getpid()}_raw_{workers}", cores) as raw_prefix,
+        ):
+            measure(args, env, workers, front_port, raw_port, front_prefix, raw_prefix, auth, rps, p99)
         for kind in ("200", "304"):
             front_rps, raw_rps = median(rps[("front", workers, kind)]), median(rps[("raw", workers, kind)])
             front_p99, raw_p99 = median(p99[("front", workers, kind)]), median(p99[("raw", workers, kind)])
