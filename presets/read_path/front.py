@@ -39,6 +39,7 @@ from presets.exceptions import InvalidInput
 from presets.read_path import counters, request_context
 from presets.read_path.http import (
     BEARER_HELP,
+    CHAIN_PATH,
     CHAINS_PATH,
     TOKEN_REFUSED,
     bearer_token,
@@ -69,8 +70,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
 PREFIX = CHAINS_PATH
-_CHAIN_PATH = PREFIX + "/"
-_NAME_AT = len(_CHAIN_PATH)
+_NAME_AT = len(CHAIN_PATH)
 FLEET_FLUSH_S = 1.0
 # A read arriving while the process is still loading its snapshot (tokens and documents)
 # waits this long for it, then is answered 503: the database may be down.
@@ -183,10 +183,10 @@ class ReadFront:
             # Keyed by the whole path: one lookup says it is a chain read, and of which chain.
             entry = snapshot.by_path.get(scope["path"])
             if entry is not None:
-                # The four headers a plain read looks at, in one pass (the last of each, as
+                # The headers a plain read looks at, in one pass (the last of each, as
                 # ``dict(headers)`` would keep): cheaper than the dict for a client's few.
-                header = tag = request_id = None
-                identified = False
+                header = tag = request_id = client = None
+                applied = b""
                 for key, value in scope["headers"]:
                     if key == b"authorization":
                         header = value
@@ -195,7 +195,9 @@ class ReadFront:
                     elif key == b"x-request-id":
                         request_id = value
                     elif key == b"x-chain-client":
-                        identified = True
+                        client = value
+                    elif key == b"x-chain-applied-version":
+                        applied = value
                 if header is not None:
                     started = _clock()
                     tokens = snapshot.tokens
@@ -207,8 +209,8 @@ class ReadFront:
                         or (token.expires_at is not None and token.expires_at <= time.time())
                     ):
                         tokens.used.add(token.pk)
-                        if identified:  # an SDK instance: fleet status
-                            self._note_identity(entry.name, dict(scope["headers"]))
+                        if client is not None:  # an SDK instance: fleet status
+                            self._note_identity(entry.name, client, applied)
                         if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
                             request_id = new_request_id_bytes()
                         if tag is not None and (
@@ -335,7 +337,7 @@ class ReadFront:
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
         if b"x-chain-client" in headers:
-            self._note_identity(name, headers)
+            self._note_identity(name, headers[b"x-chain-client"], headers.get(b"x-chain-applied-version", b""))
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if wait and matches(if_none_match, entry.etag) and self._may_hold():
@@ -359,13 +361,10 @@ class ReadFront:
         else:
             await _respond(send, 200, entry.body, entry.etag_header)
 
-    def _note_identity(self, name: str, headers: dict[bytes, bytes]) -> None:
+    def _note_identity(self, name: str, client: bytes, applied_version: bytes) -> None:
         """Note for fleet status the instance a read of chain ``name`` identifies itself as
-        (X-Chain-Client, X-Chain-Applied-Version), if it does so validly."""
-        identity = parse_identity(
-            headers[b"x-chain-client"].decode("latin-1"),
-            headers.get(b"x-chain-applied-version", b"").decode("latin-1"),
-        )
+        (its X-Chain-Client and X-Chain-Applied-Version headers), if it does so validly."""
+        identity = parse_identity(client.decode("latin-1"), applied_version.decode("latin-1"))
         if identity is not None:
             self.fleet.seen(name, *identity)
 
@@ -476,7 +475,7 @@ def _token_read(scope: Scope) -> dict[bytes, bytes] | None:
     if scope["type"] != "http" or scope["method"] != "GET":
         return None
     path: str = scope["path"]
-    if path != PREFIX and not (path.startswith(_CHAIN_PATH) and "/" not in path[_NAME_AT:]):
+    if path != PREFIX and not (path.startswith(CHAIN_PATH) and "/" not in path[_NAME_AT:]):
         return None
     headers = dict(scope["headers"])
     return headers if b"authorization" in headers else None

@@ -27,6 +27,7 @@ _CODES = {
 # The chain reads' path (``/api/v1/chains`` and ``/api/v1/chains/{name}``), answered by the
 # read front and, for what it hands on, by the API's URLconf.
 CHAINS_PATH = "/api/v1/chains"
+CHAIN_PATH = CHAINS_PATH + "/"  # followed by the chain's name
 MAX_WAIT_S = 60
 BEARER_HELP = "use the header 'Authorization: Bearer <token>' (create a token with manage.py create_token NAME)"
 # The API and the read front refuse a token with the same words.

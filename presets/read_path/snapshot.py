@@ -25,7 +25,7 @@ from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
-from presets.read_path.http import CHAINS_PATH
+from presets.read_path.http import CHAIN_PATH
 from presets.read_path.notifications import State, decode_payload, listen, set_state, state
 from presets.read_path.tokens import TokenSet
 from presets.read_path.worker_threads import in_worker_thread
@@ -220,7 +220,7 @@ class Snapshot:
         if current is not None and current.order >= entry.order:
             return  # notifications and polls can race; documents never go back
         self.entries[entry.name] = entry
-        self.by_path[f"{CHAINS_PATH}/{entry.name}"] = entry
+        self.by_path[CHAIN_PATH + entry.name] = entry
         self._rebuild_list()
         for waiter in self._waiting.pop(entry.name, ()):
             if not waiter.done():
