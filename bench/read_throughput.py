@@ -3,12 +3,12 @@ ASGI callable, a bare Django view, and across worker counts.
 
 For 1 and then 2 workers, starts side by side under granian (`make serve`'s server): the
 control plane's production web process (the read front and Django) on a scratch PostgreSQL
-database,
-and a raw ASGI callable sending the same bytes (bench/raw_asgi.py: no token check, no
-snapshot, no metrics: the ceiling). Loads them in alternating rounds with wrk (one thread, 32
-connections, as a fleet of SDK instances would: many connections, each a request at a time)
-and prints requests/s and p99 latency of each, the front's ratio to the raw callable (both
-measured in the same run), and how each scales from 1 to 2 workers. Then a bare Django view
+database, and a raw ASGI callable sending the same bytes (bench/raw_asgi.py: no token check,
+no snapshot, no metrics: the ceiling). Both get the same requests, token included. Loads them
+in rounds with wrk (one thread, 32 connections, as a fleet of SDK instances would: many
+connections, each a request at a time), each round the two back to back, the first in turn,
+and prints requests/s and p99 latency of each, the front's ratio to the raw callable (of the
+medians, and the median of the rounds' pairs), and how each scales from 1 to 2 workers. Then a bare Django view
 returning a constant (granian WSGI, 2 workers), the figure the front was first measured
 against.
 
@@ -263,12 +263,16 @@ def measure(
         raw = start(raw_prefix + granian("bench.raw_asgi:application", raw_port, workers=workers), raw_env)
         raw_url = f"http://127.0.0.1:{raw_port}/api/v1/chains/chat"
         wait_until_up(raw_url)
-        targets = {"front": (url, auth), "raw": (raw_url, {})}
+        # The same request to both (the raw callable ignores the token, but the server reads it).
+        targets = {"front": (url, auth), "raw": (raw_url, auth)}
         for target, headers in targets.values():
             wrk(target, headers, 2, args.connections)  # warm every worker
-        for _ in range(args.rounds):
-            for name, (target, headers) in targets.items():
-                for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
+        for round_ in range(args.rounds):
+            for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
+                # The two back to back, the first one in turn: each round is a pair measured
+                # on the same machine moment, whichever way the machine drifts.
+                for name in ("front", "raw") if round_ % 2 == 0 else ("raw", "front"):
+                    target, headers = targets[name]
                     load = wrk(target, {**headers, **extra}, args.duration, args.connections)
                     rps.setdefault((name, workers, kind), []).append(load.rps)
                     p99.setdefault((name, workers, kind), []).append(load.p99_ms)
@@ -320,10 +324,12 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
         for kind in ("200", "304"):
             front_rps, raw_rps = median(rps[("front", workers, kind)]), median(rps[("raw", workers, kind)])
             front_p99, raw_p99 = median(p99[("front", workers, kind)]), median(p99[("raw", workers, kind)])
+            pairs = [f / r for f, r in zip(rps[("front", workers, kind)], rps[("raw", workers, kind)], strict=True)]
             print(
                 f"{workers} worker(s), {kind}: front {front_rps:>9,.0f} req/s p99 {front_p99:6.2f} ms   "
                 f"raw ASGI {raw_rps:>9,.0f} req/s p99 {raw_p99:6.2f} ms   "
-                f"throughput x{front_rps / raw_rps:.2f}, p99 x{front_p99 / raw_p99:.2f}"
+                f"throughput x{front_rps / raw_rps:.2f} (rounds' pairs: median x{median(pairs):.2f}, "
+                f"x{min(pairs):.2f}-{max(pairs):.2f}), p99 x{front_p99 / raw_p99:.2f}"
             )
             prefix = f"w{workers}_{kind}"
             figures[f"{prefix}_front_rps"] = round(front_rps)
@@ -331,6 +337,7 @@ def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
             figures[f"{prefix}_front_p99_ms"] = round(front_p99, 2)
             figures[f"{prefix}_raw_p99_ms"] = round(raw_p99, 2)
             figures[f"{prefix}_throughput_ratio"] = round(front_rps / raw_rps, 2)
+            figures[f"{prefix}_paired_ratio"] = round(median(pairs), 2)
             figures[f"{prefix}_p99_ratio"] = round(front_p99 / raw_p99, 2)
     counts = sorted({workers for _, workers, _ in rps})
     if len(counts) > 1:
