@@ -8,9 +8,9 @@ no snapshot, no metrics: the ceiling). Both get the same requests, token include
 in rounds with wrk (one thread, 32 connections, as a fleet of SDK instances would: many
 connections, each a request at a time), each round the two back to back, the first in turn,
 and prints requests/s and p99 latency of each, the front's ratio to the raw callable (of the
-medians, and the median of the rounds' pairs), and how each scales from 1 to 2 workers. Then a bare Django view
-returning a constant (granian WSGI, 2 workers), the figure the front was first measured
-against.
+medians, and the median of the rounds' pairs), and how each scales from 1 to 2 workers. Then
+a bare Django view returning a constant (granian WSGI, 2 workers), the figure the front was
+first measured against.
 
     python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32] [--admin-url postgres://...]
     python bench/read_throughput.py --cpu-per-worker 0.35
