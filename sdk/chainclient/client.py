@@ -143,10 +143,11 @@ class ChainClient:
             held=self._held,
             now=self._now,
         )
+        loaded = self._state_file.load()
+        if loaded.refused is not None:
+            self._stats.state_file_refused(loaded.refused)
         # The only shared mutable state the read path sees: one reference to a frozen value.
-        self._snapshot: Snapshot = snapshot_of(
-            self._state_file.load() or ChainDocument.compiled_default(chain, steps), steps
-        )
+        self._snapshot: Snapshot = snapshot_of(loaded.document or ChainDocument.compiled_default(chain, steps), steps)
         _CLIENTS.add(self)  # for after_fork() in every forked child
 
     @property
@@ -217,6 +218,7 @@ class ChainClient:
             "long_poll": self._poller.long_poll,
             "running": worker is not None and worker.alive,
             "state_file": str(self._state_file.path) if self._state_file.path else None,
+            "state_file_refused": stats.state_file_refused,
             "unreported_requests": unreported,
             "last_usage_report_at": stats.last_report_at,
             "usage_report_failures": stats.report_failures,

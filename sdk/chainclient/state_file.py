@@ -6,21 +6,30 @@ each for the same chain) and each may be answered by a lagging replica, so a sav
 exclusive ``flock`` on ``{chain}.lock``, compares ``(epoch, version)`` with what the file
 holds and writes only a newer document, atomically (temp file, ``fsync``, rename). Without
 ``fcntl`` (Windows) the lock is skipped.
+
+The file carries a digest of its content, and a file whose digest does not match is
+refused: a version raised by hand must neither become what a restarted service serves nor
+hold back every later save (it would look newer than anything the control plane sends). A
+digest only catches accidental and naive edits: whoever can write the file can recompute
+it. Signing the file is what will stop a deliberate forger.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
 from chainclient.snapshot import label
+from chainclient.transport import describe
 from chainclient.types import ChainDocument, DocumentInvalid, Registry
 
 try:
@@ -31,7 +40,37 @@ except ImportError:  # Windows: the state file is written without a lock there
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
 
-STATE_FORMAT = "chainclient-state/1"
+STATE_FORMAT = "chainclient-state/2"
+
+# What releases before the digest (0.3 and earlier) wrote. Such a file is still read, and
+# rewritten with a digest as soon as it is: a service upgrading the SDK must not lose its
+# last-known-good at the restart that upgrades it (with the control plane out of reach just
+# then, it would serve the compiled-in default). So an edit made to such a file before that
+# first read goes unnoticed, as it always did; from then on the file has a digest. What is
+# left is a way round the digest: turning a file back into this format without one. That
+# takes a deliberate edit (the format changed, the digest deleted), and a digest does not
+# stop deliberate edits anyway, since recomputing it is as easy. The edit it is there to
+# catch, a value changed in an editor, is refused, and so is a current file whose digest
+# was deleted. Signing the file will close the way round as well.
+FORMAT_BEFORE_DIGESTS = "chainclient-state/1"
+
+DIGEST_MISMATCH = "digest mismatch: the file changed after it was saved (edited by hand?)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What ``load()`` found: the document to start from, or why the file was refused."""
+
+    document: ChainDocument | None
+    refused: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Saved:
+    """A document read back from the file, and whether the file carried a digest."""
+
+    document: ChainDocument
+    digested: bool
 
 
 class StateFile:
@@ -42,25 +81,44 @@ class StateFile:
         self._chain = chain
         self._registry = registry
 
-    def load(self) -> ChainDocument | None:
-        """The document saved by a previous run, or None (a missing or unusable file is
-        ignored, with one log line for an unusable one)."""
+    def load(self) -> Loaded:
+        """The document saved by a previous run, if any. A missing file is no document; an
+        unusable one (its digest not matching included) is refused, with one log line."""
         path = self.path
         if path is None:
-            return None
+            return Loaded(None)
         try:
-            document = self._read(path)
+            saved = self._read(path)
         except FileNotFoundError:
-            return None
+            return Loaded(None)
         except (OSError, ValueError, RecursionError) as exc:  # DocumentInvalid is a ValueError
             logger.warning("chain %s: ignoring state file %s: %s", self._chain, path, exc)
-            return None
-        logger.info("chain %s: starting from %s %s saved in %s", self._chain, label(document), document.preset, path)
-        return document
+            return Loaded(None, refused=str(exc) if isinstance(exc, DocumentInvalid) else describe(exc))
+        document = saved.document
+        if saved.digested:
+            logger.info(
+                "chain %s: starting from %s %s saved in %s", self._chain, label(document), document.preset, path
+            )
+            return Loaded(document)
+        logger.info(
+            "chain %s: starting from %s %s saved in %s, written before digests (%s); rewriting it with one",
+            self._chain,
+            label(document),
+            document.preset,
+            path,
+            FORMAT_BEFORE_DIGESTS,
+        )
+        try:
+            self.save(document)
+        except (OSError, TypeError, ValueError) as exc:
+            # Still served: the next save of a newer document writes the digest.
+            logger.warning("chain %s: could not rewrite %s with a digest: %s", self._chain, path, describe(exc))
+        return Loaded(document)
 
     def save(self, document: ChainDocument) -> ChainDocument | None:
-        """Write ``document`` unless the file already holds it or a newer one; return that
-        one when it does. Raises OSError, TypeError or ValueError when the save fails.
+        """Write ``document`` unless the file already holds it (with a digest) or a newer one;
+        return that one when it does. Raises OSError, TypeError or ValueError when the save
+        fails.
 
         Processes sharing a ``state_dir`` can each get answers from a lagging replica, so
         the compare and the write happen under one lock: the file never goes back.
@@ -68,35 +126,54 @@ class StateFile:
         path = self.path
         if path is None:
             return None
-        payload = {
+        payload: dict[str, object] = {
             "format": STATE_FORMAT,
             "chain": self._chain,
             "saved_at": time.time(),
             "document": document.to_json(),
         }
+        payload["digest"] = _digest_of(payload)
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
         with _exclusive_lock(path.with_suffix(".lock")):
             try:
                 on_disk = self._read(path)
             except (OSError, ValueError, RecursionError):
-                on_disk = None  # missing or unusable: load() would ignore it too
-            if on_disk is not None and on_disk.order >= document.order:
-                return on_disk
+                on_disk = None  # missing or unusable (edited, too): load() refuses it as well
+            if on_disk is not None:
+                held = on_disk.document.order
+                if held > document.order or (held == document.order and on_disk.digested):
+                    return on_disk.document
             _write_atomically(path, data)
         return None
 
-    def _read(self, path: Path) -> ChainDocument:
+    def _read(self, path: Path) -> _Saved:
         """The document saved in ``path``; raises OSError or ValueError saying why not."""
         payload = json.loads(path.read_bytes())
-        if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
+        if not isinstance(payload, dict) or payload.get("format") not in (STATE_FORMAT, FORMAT_BEFORE_DIGESTS):
             raise DocumentInvalid(f"not a {STATE_FORMAT} file")
+        digested = payload["format"] == STATE_FORMAT
+        if digested:
+            # Checked first: nothing in an edited file is believed, its chain name included.
+            if "digest" not in payload:
+                raise DocumentInvalid(f"no digest, which every {STATE_FORMAT} file carries")
+            if payload["digest"] != _digest_of(payload):
+                raise DocumentInvalid(DIGEST_MISMATCH)
         if payload.get("chain") != self._chain:
             raise DocumentInvalid(f"it belongs to chain {payload.get('chain')!r}")
         document = ChainDocument.from_json(payload.get("document"), registry=self._registry, source="disk")
         if document.name != self._chain:
             raise DocumentInvalid(f"its document is for chain {document.name!r}")
-        return document
+        return _Saved(document, digested)
+
+
+def _digest_of(payload: Mapping[str, object]) -> str:
+    """``sha256:<hex>`` over ``payload`` without its ``digest``, as canonical JSON (keys
+    sorted, no spaces, ASCII): the content decides it, not the layout, so a file indented
+    again by a tool is not an edit while any changed value is."""
+    content = {key: value for key, value in payload.items() if key != "digest"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 @contextlib.contextmanager
@@ -140,4 +217,4 @@ def _write_atomically(path: Path, data: bytes) -> None:
             os.close(dir_fd)
 
 
-__all__ = ["STATE_FORMAT", "StateFile"]
+__all__ = ["DIGEST_MISMATCH", "FORMAT_BEFORE_DIGESTS", "STATE_FORMAT", "Loaded", "StateFile"]

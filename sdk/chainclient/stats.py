@@ -45,6 +45,7 @@ class StatsView:
     report_failures: int
     last_save_error: str | None
     last_save_error_at: float | None
+    state_file_refused: str | None
 
 
 class ClientStats:
@@ -66,6 +67,7 @@ class ClientStats:
         self._changes = 0
         self._last_save_error: str | None = None
         self._last_save_error_at: float | None = None
+        self._state_file_refused: str | None = None
         # Usage reports.
         self._last_report_at: float | None = None
         self._report_failures = 0
@@ -94,6 +96,7 @@ class ClientStats:
                 report_failures=self._report_failures,
                 last_save_error=self._last_save_error,
                 last_save_error_at=self._last_save_error_at,
+                state_file_refused=self._state_file_refused,
             )
 
     # -- polls, documents, saves, reports ---------------------------------------------------
@@ -135,8 +138,15 @@ class ClientStats:
             self._last_save_error, self._last_save_error_at = why, time.time()
 
     def save_succeeded(self) -> None:
+        """A save wrote the file: it is a good one now, whatever was refused at start-up."""
         with self._lock:
             self._last_save_error, self._last_save_error_at = None, None
+            self._state_file_refused = None
+
+    def state_file_refused(self, why: str) -> None:
+        """The state file found at start-up was not used (its digest did not match, ...)."""
+        with self._lock:
+            self._state_file_refused = why
 
     def report_accepted(self) -> int:
         """Count an accepted usage report; return the failed ones in a row before it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -360,6 +361,13 @@ def eventually() -> Callable[..., None]:
     return wait
 
 
+def state_file_digest(payload: dict[str, Any]) -> str:
+    """The digest a state file carries: SHA-256 over the rest of it as canonical JSON."""
+    rest = {key: value for key, value in payload.items() if key != "digest"}
+    canonical = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 @pytest.fixture
 def write_state_file(state_dir: Path) -> Callable[..., Path]:
     """Write a last-known-good file as a previous run of the client would have."""
@@ -367,7 +375,8 @@ def write_state_file(state_dir: Path) -> Callable[..., Path]:
     def write(document: dict[str, Any], chain: str = "chat") -> Path:
         state_dir.mkdir(parents=True, exist_ok=True)
         path = state_dir / "chat.json"
-        payload = {"format": "chainclient-state/1", "chain": chain, "document": document}
+        payload: dict[str, Any] = {"format": "chainclient-state/2", "chain": chain, "document": document}
+        payload["digest"] = state_file_digest(payload)
         path.write_text(json.dumps(payload))
         return path
 

@@ -7,6 +7,7 @@ import logging
 import os
 
 import pytest
+from conftest import state_file_digest
 
 from chainclient import ChainClient, DocumentInvalid, Step
 
@@ -44,17 +45,32 @@ def test_the_file_is_read_at_construction_before_any_network(make_client, refuse
 
 
 def _truncated(document: dict) -> bytes:
-    whole = json.dumps({"format": "chainclient-state/1", "chain": "chat", "document": document})
-    return whole[: len(whole) // 2].encode()
+    whole = _wrapped(document)
+    return whole[: len(whole) // 2]
 
 
 def _wrapped(document: dict, **fields: object) -> bytes:
+    """A state file with a digest that matches: whatever is wrong with it is in ``fields``."""
     payload: dict[str, object] = {
-        "format": "chainclient-state/1",
+        "format": "chainclient-state/2",
         "chain": "chat",
         "document": document,
     }
     payload.update(fields)
+    payload["digest"] = state_file_digest(payload)
+    return json.dumps(payload).encode()
+
+
+def _edited(document: dict, **changes: object) -> bytes:
+    """A good state file whose document was then changed, the digest left as it was."""
+    payload = json.loads(_wrapped(document))
+    payload["document"].update(changes)
+    return json.dumps(payload).encode()
+
+
+def _without_digest(document: dict) -> bytes:
+    payload = json.loads(_wrapped(document))
+    del payload["digest"]
     return json.dumps(payload).encode()
 
 
@@ -68,7 +84,7 @@ BAD_FILES = [
         "for chain",
         id="other-chain-document",
     ),
-    pytest.param(lambda doc: json.dumps(doc).encode(), "not a chainclient-state/1 file", id="bare-document"),
+    pytest.param(lambda doc: json.dumps(doc).encode(), "not a chainclient-state/2 file", id="bare-document"),
     pytest.param(
         lambda doc: _wrapped(doc, format="something-else/9"),
         "not a chainclient-state",
@@ -79,6 +95,13 @@ BAD_FILES = [
         "unknown provider",
         id="provider-no-longer-compiled-in",
     ),
+    pytest.param(lambda doc: _edited(doc, version=99991004), "digest mismatch", id="version-raised-by-hand"),
+    pytest.param(
+        lambda doc: _edited(doc, chain=[{"provider": "vendor_a", "model": "small", "timeout_ms": 20000}]),
+        "digest mismatch",
+        id="steps-edited-by-hand",
+    ),
+    pytest.param(_without_digest, "no digest", id="digest-deleted"),
 ]
 
 
@@ -98,6 +121,7 @@ def test_a_bad_state_file_is_ignored_with_one_log_line(
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     assert logged in records[0].getMessage()
+    assert client.health()["state_file_refused"] is not None
 
 
 def test_a_change_is_saved_atomically_with_its_version(
@@ -123,9 +147,10 @@ def test_a_change_is_saved_atomically_with_its_version(
     # No temp file left behind; the lock file that orders writers stays, empty.
     assert sorted(os.listdir(state_dir)) == ["chat.json", "chat.lock"]
     saved = json.loads((state_dir / "chat.json").read_text())
-    assert saved["format"] == "chainclient-state/1"
+    assert saved["format"] == "chainclient-state/2"
     assert saved["chain"] == "chat"
     assert saved["document"] == served
+    assert saved["digest"] == state_file_digest(saved)
 
 
 def test_the_saved_file_is_what_the_next_run_starts_from(
@@ -140,6 +165,7 @@ def test_the_saved_file_is_what_the_next_run_starts_from(
 
     assert (second.current().source, second.current().version) == ("disk", 6)
     assert second.current().preset == "drop_vendor_b"
+    assert second.health()["state_file_refused"] is None
 
 
 def test_without_a_state_dir_no_file_is_kept(make_client, control_plane, state_dir, eventually, document):

@@ -1,9 +1,11 @@
 """The last-known-good file never goes back, even with several processes sharing one
-state_dir and each getting answers from a lagging replica; a failed save shows in health()."""
+state_dir and each getting answers from a lagging replica; a failed save shows in health();
+a file changed after it was saved (its digest no longer matches) is refused."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import subprocess
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Recorded, Reply
+from conftest import Recorded, Reply, state_file_digest
 
 # A service process: one ChainClient polling as fast as it may, until its stdin closes; it
 # prints the (epoch, version) it holds at the end.
@@ -146,3 +148,90 @@ def test_a_failed_save_shows_in_health_until_the_next_successful_one(
 
     assert client.health()["last_save_error_at"] is None
     assert (not_a_folder / "state" / "chat.json").exists()
+
+
+def _edit_by_hand(path: Path, **changes: object) -> None:
+    """Change the saved document as someone with an editor would: the digest stays as it was."""
+    payload = json.loads(path.read_text())
+    payload["document"].update(changes)
+    path.write_text(json.dumps(payload))
+
+
+@pytest.fixture
+def saved_then_edited(make_client, control_plane, state_dir, eventually, document, saved_version):
+    """A state file the client saved (v7), whose version was then raised by hand."""
+    control_plane.always_document(document(7, "pin_secondary"))
+    first = make_client().start()
+    eventually(lambda: saved_version() == 7)
+    first.stop()
+    _edit_by_hand(state_dir / "chat.json", version=99991004)
+    return state_dir / "chat.json"
+
+
+def test_a_file_edited_by_hand_is_refused_with_one_warning_and_health_says_so(
+    saved_then_edited, make_client, refused_url, caplog
+):
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="chainclient")
+
+    client = make_client(base_url=refused_url)
+
+    assert (client.current().source, client.current().version) == ("default", 0)
+    records = [r for r in caplog.records if r.name.startswith("chainclient")]
+    assert [r.levelno for r in records] == [logging.WARNING]
+    assert f"ignoring state file {saved_then_edited}: digest mismatch" in records[0].getMessage()
+    assert client.health()["state_file_refused"] == (
+        "digest mismatch: the file changed after it was saved (edited by hand?)"
+    )
+
+
+def test_an_edited_file_does_not_hold_back_the_next_change(
+    saved_then_edited, make_client, control_plane, eventually, document, saved_version
+):
+    control_plane.always_document(document(8))
+    client = make_client()
+    assert client.health()["state_file_refused"] is not None
+
+    client.start()
+    eventually(lambda: saved_version() == 8)
+
+    assert (client.current().source, client.current().version) == ("live", 8)
+    # The refused file was replaced by a good one: nothing is wrong with it any more.
+    eventually(lambda: client.health()["state_file_refused"] is None)
+
+
+def test_a_file_from_a_release_before_the_digest_is_served_and_rewritten_with_one(
+    make_client, refused_url, state_dir, document, caplog
+):
+    # What chainclient 0.3 wrote: format /1, no digest.
+    state_dir.mkdir(parents=True)
+    path = state_dir / "chat.json"
+    legacy = {"format": "chainclient-state/1", "chain": "chat", "saved_at": 1764381784.2, "document": document(7)}
+    path.write_text(json.dumps(legacy))
+    caplog.set_level(logging.DEBUG, logger="chainclient")
+
+    client = make_client(base_url=refused_url)
+
+    assert (client.current().source, client.current().version) == ("disk", 7)
+    assert client.health()["state_file_refused"] is None
+    records = [r for r in caplog.records if r.name.startswith("chainclient")]
+    assert [r.levelno for r in records] == [logging.INFO]
+    assert "written before digests (chainclient-state/1); rewriting it with one" in records[0].getMessage()
+    rewritten = json.loads(path.read_text())
+    assert rewritten["format"] == "chainclient-state/2"
+    assert rewritten["digest"] == state_file_digest(rewritten)
+    assert make_client(base_url=refused_url).current() == client.current()  # the next run's start
+
+
+def test_a_file_laid_out_again_with_the_same_content_is_still_accepted(
+    make_client, refused_url, write_state_file, document
+):
+    path = write_state_file(document(7))
+    payload = json.loads(path.read_text())
+    # Indented, keys reversed: the digest is over the content, not the bytes.
+    path.write_text(json.dumps(dict(reversed(payload.items())), indent=4))
+
+    client = make_client(base_url=refused_url)
+
+    assert (client.current().source, client.current().version) == ("disk", 7)
+    assert client.health()["state_file_refused"] is None
