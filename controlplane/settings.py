@@ -149,14 +149,32 @@ else:
     # Connections at most = web processes x (pool + 1 LISTEN) + worker processes x pool
     # (README: "Database connections"). 0 turns pooling off (a connection per request).
     DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 8, minimum=0, maximum=1000)
+    # Django's backend, answering within a bound whatever the database does
+    # (controlplane/postgresql/base.py): at once while PostgreSQL is down, and within
+    # DATABASE_POOL_TIMEOUT + DATABASE_STATEMENT_TIMEOUT when it stops answering.
+    DATABASES["default"]["ENGINE"] = "controlplane.postgresql"
     if DATABASE_POOL_MAX_SIZE:
-        # Django's backend, with requests failing at once while PostgreSQL is down.
-        DATABASES["default"]["ENGINE"] = "controlplane.postgresql"
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 1, minimum=0), DATABASE_POOL_MAX_SIZE),
             "max_size": DATABASE_POOL_MAX_SIZE,
-            "timeout": env_int("DATABASE_POOL_TIMEOUT", 5, minimum=1, maximum=600),
+            "timeout": env_int("DATABASE_POOL_TIMEOUT", 3, minimum=1, maximum=600),
         }
+    # Every wait for the server (a statement, a commit, the pool's check of a connection) ends
+    # after this many seconds: the connection is closed and the request answers 503. A server
+    # that stopped answering (its processes stopped, a frozen network path) is otherwise waited
+    # for as long as the kernel keeps the connection, minutes. Nothing the web and worker
+    # processes run takes seconds; migrations are exempt. 0: no deadline.
+    DATABASE_STATEMENT_TIMEOUT = env_int("DATABASE_STATEMENT_TIMEOUT", 3, minimum=0, maximum=3600)
+    # A peer that is gone (a host down, a cut network: nothing acknowledges) is noticed by TCP
+    # within ~10 s on every connection, the LISTEN one included, which waits idle for long.
+    for _libpq_option, _libpq_default in (
+        ("keepalives", 1),
+        ("keepalives_idle", 5),
+        ("keepalives_interval", 2),
+        ("keepalives_count", 3),
+        ("tcp_user_timeout", 10_000),
+    ):
+        DATABASES["default"]["OPTIONS"].setdefault(_libpq_option, _libpq_default)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # With a pool this checks each connection as it is handed out, so a database restart
     # costs no request an error (the pool replaces connections the server closed).

@@ -122,6 +122,29 @@ class Postgres:
     def stop(self) -> None:
         self.as_postgres(PG_CTL, "-D", self.data, "-m", "fast", "-w", "stop")
 
+    def processes(self) -> list[int]:
+        """The cluster's processes: the postmaster (from its pid file) and its children."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def pause(self) -> None:
+        """Stop every process of the cluster (SIGSTOP): the kernel still accepts connections
+        and bytes for it, but nothing answers, as with a server that hangs."""
+        for pid in self.processes():  # the postmaster first: it forks no new child meanwhile
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in reversed(self.processes()):
+            os.kill(pid, signal.SIGCONT)
+
     def stop_quietly(self) -> None:
         subprocess.run(
             ["runuser", "-u", "postgres", "--", str(PG_CTL), "-D", str(self.data), "-m", "immediate", "-w", "stop"],

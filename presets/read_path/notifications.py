@@ -213,9 +213,11 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
             async with conn:
-                await conn.execute(f"LISTEN {CHANGE_CHANNEL}")
-                await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
-                await conn.execute(f"LISTEN {check_channel}")
+                # A server that stops answering must not hold the listener (it reconnects).
+                await asyncio.wait_for(
+                    conn.execute(f"LISTEN {CHANGE_CHANNEL}; LISTEN {TOKENS_CHANNEL}; LISTEN {check_channel}"),
+                    SELF_CHECK_S,
+                )
                 delay = RECONNECT_FIRST_S
                 if await _receives(conn, follower, check_channel):
                     set_state(State("listen"), log_line=f"LISTEN on {where}")
