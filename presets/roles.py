@@ -1,4 +1,10 @@
-"""Who may do what: viewers read, on-call engineers change selections, staff administer."""
+"""Who may do what: viewers read, on-call engineers read and change selections, staff
+administer people and tokens, superusers do everything.
+
+A role is a group (``viewer``, ``oncall``); staff is Django's flag and grants the admin and
+the access history, not the chains. A person signed in with neither role group (and not a
+superuser) reads nothing: the pages show them who to ask, the API answers 403.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +12,48 @@ from typing import Any
 
 VIEWER_GROUP = "viewer"
 ONCALL_GROUP = "oncall"
+ROLE_GROUPS = (VIEWER_GROUP, ONCALL_GROUP)
+
+# Where a person's role groups are kept once read: on the user object, which Django loads
+# once a request, so every check in a request shares one query. Code that changes the groups
+# of an object it goes on using drops this (controlplane/sso_accounts.py, ``grant``).
+_CACHE = "_role_groups_cache"
+
+
+def _signed_in(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active)
+
+
+def role_groups(user: Any) -> frozenset[str]:
+    """The role groups (``viewer``, ``oncall``) ``user`` is in; read once per user object."""
+    groups = getattr(user, "groups", None)  # a service token (the API's TokenPrincipal) has none
+    if groups is None or not _signed_in(user):
+        return frozenset()
+    cached: frozenset[str] | None = getattr(user, _CACHE, None)
+    if cached is None:
+        cached = frozenset(groups.filter(name__in=ROLE_GROUPS).values_list("name", flat=True))
+        setattr(user, _CACHE, cached)
+    return cached
 
 
 def can_view(user: Any) -> bool:
-    """Any signed-in person may see what is live and its history."""
-    return bool(user is not None and user.is_authenticated and user.is_active)
+    """Viewers, on-call engineers and superusers may see what is live and its history."""
+    if not _signed_in(user):
+        return False
+    return bool(user.is_superuser) or bool(role_groups(user))
 
 
 def can_change(user: Any) -> bool:
     """On-call engineers (and superusers) may select, revert, extend and restore."""
-    if not can_view(user):
+    if not _signed_in(user):
         return False
-    if user.is_superuser:
-        return True
-    cached = getattr(user, "_can_change_cache", None)
-    if cached is None:
-        cached = user.groups.filter(name=ONCALL_GROUP).exists()
-        user._can_change_cache = cached
-    return bool(cached)
+    return bool(user.is_superuser) or ONCALL_GROUP in role_groups(user)
 
 
 def can_see_access(user: Any) -> bool:
     """Staff and on-call engineers may read the access history (who may do what, and who
     changed it); viewers may not."""
-    return can_view(user) and (bool(user.is_staff) or can_change(user))
+    return _signed_in(user) and (bool(user.is_staff) or can_change(user))
 
 
 def actor_of(user: Any) -> str:

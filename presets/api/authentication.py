@@ -8,7 +8,7 @@ from rest_framework import authentication, exceptions, permissions
 
 from presets.models import ServiceToken, use_token
 from presets.read_path.http import BEARER_HELP, TOKEN_REFUSED, bearer_token
-from presets.roles import can_change, can_view
+from presets.roles import VIEWER_GROUP, can_change, can_view
 
 
 class TokenPrincipal:
@@ -49,7 +49,10 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
 
 
 class CanRead(permissions.BasePermission):
-    message = "sign in or send a service token"
+    """A service token (either scope), or a person signed in with a role that reads
+    (``roles.can_view``). Someone signed in without one is refused (403), not asked to sign in."""
+
+    message = f"reading needs the {VIEWER_GROUP} role: ask an admin for it, or send a service token"
 
     def has_permission(self, request: Any, view: Any) -> bool:
         return isinstance(request.user, TokenPrincipal) or can_view(request.user)

@@ -1,6 +1,7 @@
 """The access history page (``/access/``): every token issued or revoked and every role or
 flag given or taken, newest first, with who did it. Staff and on-call engineers may see it
-(``roles.can_see_access``); the list pages by keyset (``older_than``, a change's id), and
+(``roles.can_see_access``), a viewer is told so and someone without a role gets the no-role
+page; the list pages by keyset (``older_than``, a change's id), and
 ``subject`` narrows it to one person or token (a link on each row)."""
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from django.views.decorators.http import require_safe
 from presets.access_history import access_entry, access_page
 from presets.exceptions import InvalidInput
 from presets.models import AccessAction
-from presets.roles import can_see_access
+from presets.roles import can_see_access, can_view
 from presets.web.display import format_clock
-from presets.web.pages import render_page
+from presets.web.pages import no_role_page, render_page
 
 ACCESS_PAGE_SIZE = 50
 CURSOR_MAX = 2**63 - 1  # AccessChange ids are bigints
@@ -52,6 +53,8 @@ class AccessFilterForm(forms.Form):
 def access_history(request: HttpRequest) -> HttpResponse:
     """Every access change, newest first."""
     if not can_see_access(request.user):
+        if not can_view(request.user):
+            return no_role_page(request)
         refusal = {"message": "The access history is for staff and on-call engineers. Nothing was changed."}
         return render_page(request, "presets/access_denied.html", refusal, status=403)
     form = AccessFilterForm(request.GET)

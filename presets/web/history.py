@@ -17,7 +17,6 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -28,7 +27,7 @@ from audit.history import HistoryFilter, entry, history_page, recent_actors
 from presets import selectors, services
 from presets.exceptions import InvalidInput
 from presets.models import Action, Chain, Selection
-from presets.web.pages import live_card, live_or_404, render_page
+from presets.web.pages import live_card, live_or_404, render_page, viewer_required
 
 HISTORY_PAGE_SIZE = 25
 # A history row's id is a PostgreSQL integer: a cursor past it names no row.
@@ -37,7 +36,7 @@ ACTOR_MAX = 150  # Selection.updated_by
 
 
 @require_safe
-@login_required
+@viewer_required
 def chain_history(request: HttpRequest, name: str) -> HttpResponse:
     """Every change of one chain, newest first, each with a one-click restore."""
     live = live_or_404(name)
@@ -45,7 +44,7 @@ def chain_history(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @require_safe
-@login_required
+@viewer_required
 def all_history(request: HttpRequest) -> HttpResponse:
     """Every change of every chain, newest first."""
     lives = {s.chain.name: s for s in services.revert_expired_and_read_all()}

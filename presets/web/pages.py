@@ -1,12 +1,16 @@
 """What every on-call page shares: its layout's context (who is signed in, in which role, the
-quick-change buttons), the chain it is about (or a 404) and the facts a chain's card shows."""
+quick-change buttons), who may read it (``viewer_required``, else the no-role page), the chain
+it is about (or a 404) and the facts a chain's card shows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -14,7 +18,7 @@ from audit.fleet import fleet_summaries
 from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
-from presets.roles import can_change, can_see_access
+from presets.roles import VIEWER_GROUP, can_change, can_see_access, can_view
 from presets.selectors import PinStart
 from presets.web.display import HealthMap, LiveState, format_minutes, live_state
 
@@ -25,16 +29,40 @@ QUICK_EXTEND_MINUTES = (60, 240)
 def render_page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     """``template`` with ``context`` and what every page's layout needs."""
     user = request.user
-    roles = ["on-call" if can_change(user) else "viewer"] + (["staff"] if user.is_staff else [])
+    reads = can_view(user)
+    roles = (["on-call" if can_change(user) else "viewer"] if reads else []) + (["staff"] if user.is_staff else [])
     context = {
         "can_change": can_change(user),
         "can_see_access": can_see_access(user),
-        "role": " · ".join(roles),
+        "role": " · ".join(roles) or "no role",
+        # The open alerts' count in the nav is reading too: none for someone without a role.
+        **({} if reads else {"open_alert_count": 0}),
         "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
         "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],
         **context,
     }
     return render(request, template, context, status=status)
+
+
+def no_role_page(request: HttpRequest) -> HttpResponse:
+    """The 403 for someone signed in without a role that reads: who they are signed in as,
+    which role to ask an admin for, and (in the layout) how to sign out."""
+    context = {"viewer_group": VIEWER_GROUP, "is_staff": request.user.is_staff}
+    return render_page(request, "presets/no_role.html", context, status=403)
+
+
+def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A page that reads the chains: for someone signed in (else to the sign-in page) with a
+    role that reads (``roles.can_view``; else the no-role page)."""
+
+    @login_required
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not can_view(request.user):
+            return no_role_page(request)
+        return view(request, *args, **kwargs)
+
+    return checked
 
 
 def live_or_404(name: str, now: Any = None) -> Selection:

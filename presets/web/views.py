@@ -15,7 +15,6 @@ from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -44,7 +43,7 @@ from presets.web.display import (
     step_rows,
 )
 from presets.web.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
-from presets.web.pages import live_card, live_or_404, render_page
+from presets.web.pages import live_card, live_or_404, render_page, viewer_required
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
@@ -55,7 +54,7 @@ CHANGE_NOTIFICATIONS_SHOWN = 20
 
 
 @require_safe
-@login_required
+@viewer_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every chain as a card: what it serves, since when, why, until when."""
     now = timezone.now()
@@ -82,14 +81,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 @require_safe
-@login_required
+@viewer_required
 def chain_page(request: HttpRequest, name: str) -> HttpResponse:
     """One chain: its live state, the reviewed presets to pin, revert and extend."""
     return _chain_page(request, name)
 
 
 @require_safe
-@login_required
+@viewer_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Open and recent alerts, when the audit app provides them."""
     return render_page(request, "presets/alerts.html", _alerts_context())
@@ -99,14 +98,15 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 
 def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A change's view: a POST, by someone signed in with the on-call role.
+    """A change's view: a POST, by someone signed in with the on-call role (someone without
+    a role that reads gets the no-role page, a viewer the 403 that says what changing needs).
 
     A GET of a change's URL (a bookmark, or signing in again after the session expired
     mid-change, which lands on the URL the form posted to) changes nothing: it goes to the
     chain's page, saying so."""
 
     @require_http_methods(["GET", "HEAD", "POST"])
-    @login_required
+    @viewer_required
     @wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.method != "POST":
