@@ -19,7 +19,7 @@ Two ways a database fails a request:
   with an ``OperationalError``, which every interface answers with a 503. A statement that
   is merely slow is cut the same way: nothing the web and worker processes run takes
   seconds. Migrations may (an index on a big table): a schema editor lifts the deadline
-  while it works.
+  while it works; so does creating or dropping a database.
 
 A request therefore answers within ``DATABASE_POOL_TIMEOUT`` (waiting for a connection) plus
 ``DATABASE_STATEMENT_TIMEOUT`` (its last wait), whatever the fault.
@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
+from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -59,8 +60,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _configure_connection(self, connection: psycopg.Connection[Any]) -> bool:
         # Called for every new connection, pooled (by the pool, before its first use) or
-        # not, before any statement of Django's own.
-        answer_within(connection, statement_timeout())
+        # not, before any statement of Django's own. The connection Django opens to the
+        # server itself rather than the database (creating or dropping a database, which
+        # waits for other sessions) is an operator's, like a migration's.
+        if self.alias != NO_DB_ALIAS:
+            answer_within(connection, statement_timeout())
         return bool(super()._configure_connection(connection))  # type: ignore[misc]  # not in django-stubs
 
     def schema_editor(self, *args: Any, **kwargs: Any) -> Any:

@@ -27,7 +27,7 @@ from presets.api.schema import WRITE_ERRORS, DocumentSerializer, errors, seriali
 from presets.documents import etag
 from presets.models import PRESET_NAME_MAX, Selection, current_epoch
 from presets.read_path.counters import count_read
-from presets.read_path.http import matches, wait_seconds
+from presets.read_path.http import matches, min_version, not_served_yet, wait_seconds
 from presets.roles import actor_of
 
 
@@ -79,19 +79,29 @@ class ChainDetailView(CountedReadView):
                 description="long poll: with If-None-Match, hold the "
                 "request up to this many seconds (0..60) until the version changes",
             ),
+            OpenApiParameter(
+                "min_version",
+                str,
+                description="read-your-writes: the version (or the ETag) a change answered with; "
+                "the read waits (about a second at most) until the process answering it serves "
+                "that version or a newer one, and answers 409 if the chain never reached it",
+            ),
         ],
-        responses={200: DocumentSerializer, 304: None, **errors(400, 401, 404, 503)},
+        responses={200: DocumentSerializer, 304: None, **errors(400, 401, 404, 409, 503)},
     )
     def get(self, request: Request, name: str) -> Response:
         # Long polls are held by the ASGI read front (presets/read_path/front.py); a request that
         # reaches Django (a session, or a WSGI deployment) is answered at once.
         wait_seconds(request.query_params.get("wait"))
+        minimum = min_version(request.query_params.get("min_version"))
         selection = services.revert_expired_and_read(chain=name)
         identity = parse_identity(request.headers.get("X-Chain-Client"), request.headers.get("X-Chain-Applied-Version"))
         if identity is not None:
             recorder.seen(name, *identity)
             recorder.flush()
         epoch = current_epoch()
+        if minimum is not None and (epoch, selection.version) < minimum:
+            raise not_served_yet(name, (epoch, selection.version), minimum)  # Django reads the database itself
         tag = etag(epoch, selection.version)
         if matches(request.headers.get("If-None-Match"), tag):
             return Response(status=304, headers={"ETag": tag, "Cache-Control": "no-cache"})

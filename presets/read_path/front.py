@@ -45,6 +45,8 @@ from presets.read_path.http import (
     bearer_token,
     error_body,
     matches,
+    min_version,
+    not_served_yet,
     wait_seconds,
 )
 from presets.read_path.request_context import (
@@ -75,6 +77,9 @@ FLEET_FLUSH_S = 1.0
 # A read arriving while the process is still loading its snapshot (tokens and documents)
 # waits this long for it, then is answered 503: the database may be down.
 STARTUP_WAIT_S = 5.0
+# A read with ``min_version`` ahead of this process's snapshot waits this long for the
+# change's notification (it takes milliseconds), then reads the chain from the database.
+MIN_VERSION_WAIT_S = 1.0
 
 _EXPIRY_UNAVAILABLE = (
     "this chain's pin has expired and the control plane's database is unavailable to revert it; retry shortly"
@@ -320,7 +325,7 @@ class ReadFront:
             return
 
         try:
-            wait = _wait_of(scope.get("query_string"))
+            wait, minimum = _query_of(scope.get("query_string"))
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
@@ -334,6 +339,16 @@ class ReadFront:
         if entry is None:
             await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
             return
+        if minimum is not None and entry.order < minimum:
+            try:
+                entry = await self._at_least(name, entry, minimum)
+            except Exception:  # noqa: BLE001 - the database is down: the version cannot be checked
+                await _error(send, 503, "the control plane's database is unavailable; retry shortly")
+                return
+            if entry.order < minimum:
+                refusal = not_served_yet(name, entry.order, minimum)
+                await _error(send, 409, refusal.message, details=refusal.details)
+                return
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
         if b"x-chain-client" in headers:
@@ -405,6 +420,19 @@ class ReadFront:
         for name in expired:
             await self._live(name)
 
+    async def _at_least(self, name: str, entry: Entry, minimum: tuple[int, int]) -> Entry:
+        """The chain's entry once it is ``minimum`` or newer (read-your-writes: a change made
+        through another process reaches this one's snapshot within milliseconds); after
+        ``MIN_VERSION_WAIT_S``, read from the database (what it has may still be older: the
+        version was never made)."""
+        deadline = time.monotonic() + MIN_VERSION_WAIT_S
+        while entry.order < minimum:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return await self.snapshot.reload(name) or entry
+            entry = await self.snapshot.wait_for_change(name, entry.etag, left) or entry
+        return await self._live(name) or entry
+
     async def _wait(self, name: str, held: Entry, wait: float, gone: asyncio.Future[Any]) -> Entry | None:
         """Hold a long poll for the document tagged ``held.etag`` until the chain's document
         changes, its pin expires (answered at once with the revert, whoever writes it) or
@@ -453,14 +481,18 @@ async def _client_gone(following: Awaitable[MutableMapping[str, Any]]) -> None:
     await asyncio.get_running_loop().create_future()  # never: cancelled when the poll ends
 
 
-def _wait_of(query_string: bytes | None) -> float:
-    """The long poll's ``wait`` in seconds (0 without one); raises InvalidInput."""
+def _query_of(query_string: bytes | None) -> tuple[float, tuple[int, int] | None]:
+    """The long poll's ``wait`` in seconds (0 without one) and the ``min_version`` to serve at
+    least (None without one); raises InvalidInput."""
     if not query_string:  # a plain read: nothing to parse
-        return 0.0
+        return 0.0, None
     if query_string.startswith(b"wait=") and _PLAIN_NUMBER.fullmatch(query_string, 5):
-        return wait_seconds(query_string[5:].decode("ascii"))  # the SDK's ``?wait=55``: as parse_qs reads it
+        return wait_seconds(query_string[5:].decode("ascii")), None  # the SDK's ``?wait=55``: as parse_qs reads it
     query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
-    return wait_seconds(query["wait"][-1] if "wait" in query else None)
+    return (
+        wait_seconds(query["wait"][-1] if "wait" in query else None),
+        min_version(query["min_version"][-1] if "min_version" in query else None),
+    )
 
 
 def answers_itself(scope: Scope) -> bool:

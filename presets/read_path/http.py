@@ -2,14 +2,15 @@
 machinery, and the DRF API, the health checks and the middleware import them from here.
 
 One error shape for every API failure (``{"error": {"code", "message", "details"}}``), ETag
-matching, the long-poll ``wait`` parameter and the bearer header.
+matching, the long-poll ``wait`` parameter, the read-your-writes ``min_version`` parameter
+and the bearer header.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from presets.exceptions import InvalidInput
+from presets.exceptions import Conflict, InvalidInput
 
 _CODES = {
     400: "validation_error",
@@ -66,6 +67,36 @@ def wait_seconds(raw: str | None) -> float:
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidInput("wait", f"must be 0..{MAX_WAIT_S} seconds, got {raw}")
     return wait
+
+
+def min_version(raw: str | None) -> tuple[int, int] | None:
+    """The ``min_version`` parameter as the (epoch, version) a read must serve at least: ``N``,
+    or ``E.N`` (a change's ETag, quotes optional); None when absent. Raises InvalidInput."""
+    if raw is None:
+        return None
+    epoch, dot, version = raw.strip().strip('"').rpartition(".")
+    if not dot:
+        epoch = "0"
+    if not (epoch.isdigit() and version.isdigit() and epoch.isascii() and version.isascii()):
+        raise InvalidInput(
+            "min_version",
+            f"{raw!r} is not a version: use the version (or the ETag) a change answered with, e.g. 8 or 1764000000.8",
+        )
+    return (int(epoch), int(version))
+
+
+def not_served_yet(name: str, served: tuple[int, int], minimum: tuple[int, int]) -> Conflict:
+    """The refusal of a read whose ``min_version`` the chain has not reached, even in the
+    database: no change made that version (yet)."""
+    return Conflict(
+        f"chain {name!r} is at {_label(served)}: it has no {_label(minimum)} (min_version) yet; "
+        "pass the version a change answered with",
+        details={"chain": name, "min_version": _label(minimum), "version": served[1], "epoch": served[0]},
+    )
+
+
+def _label(order: tuple[int, int]) -> str:
+    return f"v{order[1]}" if order[0] == 0 else f"v{order[1]} of epoch {order[0]}"
 
 
 def bearer_token(header: str | bytes | None) -> str | None:
