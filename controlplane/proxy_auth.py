@@ -15,6 +15,12 @@ own: Django's RemoteUserMiddleware has no notion of a trusted peer, and it would
 session whose groups changed. The roles are set again whenever the groups header changes, so a group removed at
 the proxy's provider takes effect at the next request the proxy signs. A session made this way
 lives only behind the proxy: a request without the header, or from another address, ends it.
+
+A proxy names people and says nothing more about them (no issuer, no subject), so their sign-in
+identity is the name: issuer ``proxy:<the user header, lower case>`` (``issuer()``), subject the
+name. Keeping the proxy's names unique is its provider's job, as it always was; the identity
+still keeps a local account of the same name from being taken (refused until an administrator
+links it), and names read from another header are another kind of name, linked afresh.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ ACTOR = "sso:proxy"
 BACKEND = "controlplane.proxy_auth.ProxyBackend"
 # The groups header as it was when this session's roles were set.
 SESSION_GROUPS_KEY = "proxy_auth_groups"
+# The name the proxy signed this session in with (a linked account may be named otherwise here).
+SESSION_NAME_KEY = "proxy_auth_name"
 # At most this many addresses are remembered for the once-per-address warning.
 WARNED_ADDRESSES_MAX = 1024
 
@@ -77,6 +85,11 @@ def is_trusted(address: str | None) -> bool:
     return any(peer in network for network in trusted_networks(tuple(settings.PROXY_AUTH_TRUSTED_PROXIES)))
 
 
+def issuer() -> str:
+    """The issuer of the identities the proxy names: its header, one namespace of names."""
+    return f"proxy:{settings.PROXY_AUTH_USER_HEADER.lower()}"
+
+
 def groups_from(header: str) -> list[str]:
     return [value.strip() for value in header.split(",") if value.strip()]
 
@@ -90,8 +103,9 @@ class ProxyBackend(RemoteUserBackend):
     ) -> Any:
         if request is None or not remote_user or not enabled():
             return None
+        name = remote_user.strip()
         try:
-            return sign_in(username=remote_user.strip(), groups=groups_from(proxy_groups), actor=ACTOR)
+            return sign_in(issuer=issuer(), subject=name, username=name, groups=groups_from(proxy_groups), actor=ACTOR)
         except SignInRefused as refused:
             logger.warning("proxy sign-in refused %s: %s", remote_user, refused)
             request.sso_refusal = str(refused)  # type: ignore[attr-defined]
@@ -136,7 +150,7 @@ class ProxyAuthMiddleware:
         user = request.user
         if (
             user.is_authenticated
-            and user.get_username() == username
+            and request.session.get(SESSION_NAME_KEY) == username
             and request.session.get(SESSION_GROUPS_KEY) == groups
         ):
             return None  # the same person with the same groups: the session stands
@@ -151,6 +165,7 @@ class ProxyAuthMiddleware:
         if not (user.is_authenticated and user.pk == signed_in.pk):
             auth.login(request, signed_in, backend=BACKEND)
         request.user = signed_in
+        request.session[SESSION_NAME_KEY] = username
         request.session[SESSION_GROUPS_KEY] = groups
         return None
 

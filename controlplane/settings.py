@@ -253,8 +253,8 @@ AXES_VERBOSE = False
 # A trusted reverse proxy (controlplane/proxy_auth.py) names the person in
 # PROXY_AUTH_USER_HEADER, believed only from PROXY_AUTH_TRUSTED_PROXIES (elsewhere: 403).
 # Both take roles from the provider's groups at every sign-in (controlplane/sso_accounts.py):
-# OIDC_ONCALL_GROUPS, OIDC_VIEWER_GROUPS, OIDC_STAFF_GROUPS; a person in none of them is
-# refused, or with OIDC_UNMAPPED_USERS=viewer signed in as a viewer.
+# OIDC_ONCALL_GROUPS, OIDC_VIEWER_GROUPS, OIDC_STAFF_GROUPS, OIDC_SUPERUSER_GROUPS; a person in
+# none of them is refused, or with OIDC_UNMAPPED_USERS=viewer signed in as a viewer.
 # LOCAL_PASSWORDS=false turns password sign-in off (the pages and the admin's).
 
 
@@ -292,6 +292,8 @@ OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups").strip()
 OIDC_ONCALL_GROUPS = env_list("OIDC_ONCALL_GROUPS", [])
 OIDC_VIEWER_GROUPS = env_list("OIDC_VIEWER_GROUPS", [])
 OIDC_STAFF_GROUPS = env_list("OIDC_STAFF_GROUPS", [])
+# Superuser and staff, taken away too when the group goes (sso_accounts.roles_for).
+OIDC_SUPERUSER_GROUPS = env_list("OIDC_SUPERUSER_GROUPS", [])
 OIDC_UNMAPPED_USERS = env_str("OIDC_UNMAPPED_USERS", "refuse").strip().lower()
 OIDC_SIGN_ALGORITHM = env_str("OIDC_SIGN_ALGORITHM", "RS256").strip()
 OIDC_TOKEN_AUTH_METHOD = env_str("OIDC_TOKEN_AUTH_METHOD", "client_secret_basic").strip()

@@ -3,10 +3,12 @@ mozilla-django-oidc, configured by the OIDC_* settings, with the provider's endp
 from its discovery document at the first sign-in.
 
 On top of the library: the ID token's issuer and audience are checked (the library checks
-only its signature and expiry), the userinfo must be about the ID token's subject, and the
-person is signed in by ``controlplane.sso_accounts`` (account made or updated, roles from
-the groups claim at every sign-in). A refusal, a provider that cannot be reached or a stale
-sign-in link lands on the sign-in page saying so, never on an error page.
+only its signature and expiry), the userinfo must be about the ID token's subject, an email
+address is a username only when the provider verified it (``email_verified``), and the
+person is signed in by ``controlplane.sso_accounts`` (the account linked to the ID token's
+issuer and subject, or made and linked; roles from the groups claim at every sign-in). A
+refusal, a provider that cannot be reached or a stale sign-in link lands on the sign-in page
+saying so, never on an error page.
 
 URLs (under /accounts/oidc/): ``authenticate/`` starts a sign-in, ``callback/`` is where the
 provider sends the browser back (register <base URL>/accounts/oidc/callback/ there). Both
@@ -226,8 +228,21 @@ class OIDCBackend(OIDCAuthenticationBackend):
                 "ask an administrator to check OIDC_USERNAME_CLAIM."
             )
             return None
+        subject = payload.get("sub")
+        if not isinstance(subject, str):
+            raise SuspiciousOperation("the ID token names no subject")
+        if settings.OIDC_USERNAME_CLAIM == "email" and not is_verified(claims.get("email_verified")):
+            # Anyone may type an address into a provider's profile; only a verified one is theirs.
+            logger.warning("single sign-on refused %s: email_verified is %r", username, claims.get("email_verified"))
+            request.sso_refusal = (
+                f"{provider_name()} has not verified your email address {username}, which is your username here, "
+                f"so you are not signed in: verify it at {provider_name()} and sign in again, or ask an administrator."
+            )
+            return None
         try:
             return sign_in(
+                issuer=str(payload["iss"]),
+                subject=subject,
                 username=username,
                 groups=group_values(claims.get(settings.OIDC_GROUPS_CLAIM)),
                 actor=actor(),
@@ -241,6 +256,12 @@ class OIDCBackend(OIDCAuthenticationBackend):
             logger.warning("single sign-on refused %s: %s", username, refused)
             request.sso_refusal = str(refused)
             return None
+
+
+def is_verified(claim: Any) -> bool:
+    """Whether an ``email_verified`` claim says yes: a JSON true, or (as some providers send
+    it) the string "true"."""
+    return claim is True or (isinstance(claim, str) and claim.strip().lower() == "true")
 
 
 # --- the views -------------------------------------------------------------------------

@@ -8,6 +8,10 @@ commands and single sign-on need not remember to (a queryset ``update()`` or raw
 signal and is not recorded: change people through their model). The rows are append-only in
 the database.
 
+Sign-in identities linked to an account or unlinked from it (``link_identity``,
+``unlink_identity``: single sign-on at a person's first sign-in, an administrator in the admin)
+are recorded by those functions themselves.
+
 Who made a change: the innermost ``acting_as(actor)``, else whoever a request's
 ``request_actor`` names (the signed-in person, for the admin pages), else ``"system"``.
 """
@@ -25,7 +29,7 @@ from django.db.models import Q
 
 from presets.documents import Time, format_time
 from presets.exceptions import InvalidInput
-from presets.models import AccessAction, AccessChange
+from presets.models import UNCLAIMED_ISSUER, AccessAction, AccessChange, SignInIdentity
 from presets.roles import ONCALL_GROUP, VIEWER_GROUP
 
 SYSTEM_ACTOR = "system"
@@ -52,6 +56,37 @@ def record_access_change(
     if action not in AccessAction.values:
         raise ValueError(f"unknown access action {action!r}: one of {', '.join(AccessAction.values)}")
     return AccessChange.objects.create(actor=actor, action=action, subject=subject, details=details or {})
+
+
+def link_identity(*, user: User, issuer: str, subject: str, actor: str, how: str) -> SignInIdentity:
+    """Link ``user`` to the person ``subject`` at ``issuer``, so that single sign-on signs them
+    in to it, and record it with ``actor`` and ``how`` (``first sign-in``, ``claimed``,
+    ``admin``). The account's unclaimed mark, if any, goes: it is bound now. Raises
+    IntegrityError when the identity, or an identity at that issuer for this account, is
+    linked already (run it in a transaction of its own or the caller's)."""
+    identity = SignInIdentity.objects.create(user=user, issuer=SignInIdentity.issuer_key(issuer), subject=subject)
+    SignInIdentity.objects.filter(user=user, issuer=UNCLAIMED_ISSUER).delete()
+    record_access_change(
+        actor=actor,
+        action=AccessAction.IDENTITY_LINKED,
+        subject=user.get_username(),
+        details={"issuer": identity.issuer, "subject": subject, "how": how},
+    )
+    return identity
+
+
+def unlink_identity(*, identity: SignInIdentity, actor: str) -> None:
+    """Unlink ``identity`` from its account (that person is refused until linked again) and
+    record it with ``actor``."""
+    username = identity.user.get_username()
+    issuer, subject = identity.issuer, identity.subject
+    identity.delete()
+    record_access_change(
+        actor=actor,
+        action=AccessAction.IDENTITY_UNLINKED,
+        subject=username,
+        details={"issuer": issuer, "subject": subject},
+    )
 
 
 @contextmanager

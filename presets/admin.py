@@ -1,7 +1,8 @@
 """Admin: chains, presets and selections are read-only here (they change only through the
 services: the presets file, the on-call pages and the API); tokens are managed here, and the
 access history is shown (never changed). Token changes go through ``presets.service_tokens``,
-so each is recorded with the signed-in admin as its actor."""
+so each is recorded with the signed-in admin as its actor; sign-in identities are linked and
+unlinked here through ``presets.access_history``, recorded the same way."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from simple_history.admin import SimpleHistoryAdmin
 
 from presets import service_tokens
-from presets.access_history import current_actor
+from presets.access_history import current_actor, link_identity, unlink_identity
 from presets.exceptions import ServiceError
-from presets.models import AccessChange, Chain, Preset, Selection, ServiceToken
+from presets.models import UNCLAIMED_ISSUER, AccessChange, Chain, Preset, Selection, ServiceToken, SignInIdentity
 
 
 class ReadOnlyAdminMixin:
@@ -106,3 +108,70 @@ class AccessChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["time", "actor", "action", "subject", "details"]
     list_filter = ["action"]
     search_fields = ["actor", "subject"]
+
+
+class SignInIdentityForm(forms.ModelForm):
+    class Meta:
+        model = SignInIdentity
+        fields = ["user", "issuer", "subject"]
+        help_texts = {
+            "user": "The account single sign-on is to sign this person in to.",
+            "issuer": (
+                "The provider's issuer, as OIDC_ISSUER names it (e.g. https://sso.example.com/realms/acme); "
+                "for the trusted proxy, proxy: and its user header in lower case (proxy:x-forwarded-user). "
+                "A refused sign-in names it on the person's sign-in page and in the log."
+            ),
+            "subject": (
+                "The provider's subject (sub) for the person; for the trusted proxy, the name it sends. "
+                "A refused sign-in names it too."
+            ),
+        }
+
+    def clean_issuer(self) -> str:
+        issuer = SignInIdentity.issuer_key(self.cleaned_data.get("issuer") or "")
+        if not issuer or issuer == UNCLAIMED_ISSUER:
+            raise forms.ValidationError("Give the provider's issuer (the sign-in page of a refused person shows it).")
+        return issuer
+
+    def clean_subject(self) -> str:
+        subject = (self.cleaned_data.get("subject") or "").strip()
+        if not subject:
+            raise forms.ValidationError("Give the person's subject at the provider.")
+        return subject
+
+
+@admin.register(SignInIdentity)
+class SignInIdentityAdmin(admin.ModelAdmin):
+    """Who single sign-on signs in to which account. Linking is how an existing account (one
+    made here, or one another identity held) is handed to a person at the provider; the
+    ``unclaimed`` rows mark accounts made by single sign-on before identities were kept (their
+    next sign-in binds them). A link is never edited: unlink it (delete) and link again."""
+
+    form = SignInIdentityForm
+    list_display = ["user", "issuer", "subject", "created_at"]
+    list_filter = ["issuer"]
+    search_fields = ["user__username", "issuer", "subject"]
+    autocomplete_fields = ["user"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: SignInIdentity, form: Any, change: bool) -> None:
+        linked = link_identity(
+            user=obj.user, issuer=obj.issuer, subject=obj.subject, actor=current_actor(), how="admin"
+        )
+        obj.pk, obj.created_at = linked.pk, linked.created_at
+        messages.warning(
+            request,
+            f"From {obj.user.get_username()}'s next sign-in through {obj.issuer}, the provider's groups decide "
+            "their roles, staff and superuser status here.",
+        )
+
+    def delete_model(self, request: HttpRequest, obj: SignInIdentity) -> None:
+        unlink_identity(identity=obj, actor=current_actor())
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        actor = current_actor()
+        with transaction.atomic():
+            for identity in queryset.select_related("user"):
+                unlink_identity(identity=identity, actor=actor)

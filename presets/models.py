@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import simple_history.manager
+from django.conf import settings
 from django.db import connection, models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
@@ -385,6 +386,8 @@ class AccessAction(models.TextChoices):
     STAFF_REVOKED = "staff_revoked"
     SUPERUSER_GRANTED = "superuser_granted"
     SUPERUSER_REVOKED = "superuser_revoked"
+    IDENTITY_LINKED = "identity_linked"
+    IDENTITY_UNLINKED = "identity_unlinked"
 
 
 class AccessChange(models.Model):
@@ -409,3 +412,56 @@ class AccessChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.subject}"
+
+
+# The issuer of an account's mark "made by single sign-on before sign-in identities were kept":
+# its first sign-in since binds it to the identity that signs in (0008_sign_in_identities.py).
+UNCLAIMED_ISSUER = "unclaimed"
+# The OpenID Connect limit on a subject; issuers are URLs well below it.
+IDENTITY_MAX = 255
+
+
+class SignInIdentity(models.Model):
+    """A person at an identity provider (its issuer, and the subject it names them by, which it
+    never reuses) and the account here that single sign-on signs them in to. Usernames are not
+    identities: a provider lets whoever its administrators allow carry a name, so a name alone
+    never decides whose account a sign-in opens. Made at a person's first sign-in, or by an
+    administrator linking an existing account (the admin); recorded in the access history
+    (``presets.access_history.link_identity``)."""
+
+    issuer = models.CharField(max_length=IDENTITY_MAX)
+    subject = models.CharField(max_length=IDENTITY_MAX)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sign_in_identities")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "sign-in identity"
+        verbose_name_plural = "sign-in identities"
+        ordering = ["issuer", "subject"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"],
+                name="presets_identity_once",
+                violation_error_message="This identity is linked to an account already: unlink it there first.",
+            ),
+            # One identity per provider and account: a second would be a second person.
+            models.UniqueConstraint(
+                fields=["issuer", "user"],
+                name="presets_identity_one_per_issuer",
+                violation_error_message="This account is linked to an identity at this issuer already.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.issuer} {self.subject}"
+
+    @property
+    def is_unclaimed(self) -> bool:
+        """Whether this marks an account made before identities were kept, not yet signed in to since."""
+        return self.issuer == UNCLAIMED_ISSUER
+
+    @staticmethod
+    def issuer_key(issuer: str) -> str:
+        """``issuer`` as identities are kept: an issuer URL with and without its final slash is
+        one provider (OIDC_ISSUER as configured, ``iss`` as the provider writes it)."""
+        return issuer.strip().rstrip("/")

@@ -6,10 +6,13 @@ endpoint's client authentication and RS256-signed ID tokens, the userinfo endpoi
 adds only HTTP around it (over TLS, like any real provider: its issuer must be https) and a
 sign-in form. Its directory of people is a JSON file read at every request:
 
-    {"carol": {"password": "...", "claims": {"preferred_username": "carol", "groups": [...]}}}
+    {"carol": {"password": "...", "claims": {"sub": "...", "preferred_username": "carol", "groups": [...]}}}
 
 so a test changes what the provider says about someone by rewriting that file, as an
-administrator changes a directory.
+administrator changes a directory. A person's ``sub`` claim is their subject (the provider's
+identifier for them, which the control plane links accounts to); two entries may carry the
+same ``preferred_username`` or ``email`` with different subjects, as two people at a real
+provider can.
 
     python -m tests.oidc_provider --port P --directory people.json --client-id ID
         --client-secret SECRET --redirect-uri URI [--redirect-uri URI] --certificate cert.pem --key key.pem
@@ -72,7 +75,15 @@ def make_provider(
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "grant_types_supported": ["authorization_code"],
         "code_challenge_methods_supported": ["S256"],
-        "claims_supported": ["sub", "preferred_username", "email", "given_name", "family_name", "groups"],
+        "claims_supported": [
+            "sub",
+            "preferred_username",
+            "email",
+            "email_verified",
+            "given_name",
+            "family_name",
+            "groups",
+        ],
     }
     clients = {
         client_id: {
