@@ -263,3 +263,10 @@ def test_the_access_page_passes_axe_in_both_themes(open_page: Callable[..., Any]
         assert page.locator("ol.access-history > li").count() >= 4
         assert axe_violations(page) == [], color_scheme
         assert page.evaluate("() => document.documentElement.scrollWidth") <= viewport["width"]
+
+
+def test_every_kind_of_access_change_reads_in_words_on_the_page() -> None:
+    from presets.models import AccessAction
+    from presets.web.access import ACTION_WORDS
+
+    assert set(ACTION_WORDS) == set(AccessAction)

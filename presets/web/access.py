@@ -40,6 +40,8 @@ ACTION_WORDS = {
     AccessAction.STAFF_REVOKED: "staff taken away",
     AccessAction.SUPERUSER_GRANTED: "made superuser",
     AccessAction.SUPERUSER_REVOKED: "superuser taken away",
+    AccessAction.IDENTITY_LINKED: "sign-in identity linked",
+    AccessAction.IDENTITY_UNLINKED: "sign-in identity unlinked",
 }
 
 
