@@ -105,6 +105,25 @@ def _versions() -> dict[str, tuple[int, int]]:
     return {name: (epoch, version) for name, version in Selection.objects.values_list("chain__name", "version")}
 
 
+# Long polls woken per turn of the event loop when a change reaches thousands of them.
+WAKE_BATCH = 64
+
+
+def _wake(waiters: list[asyncio.Future[None]], start: int = 0) -> None:
+    """Wake ``waiters`` ``WAKE_BATCH`` at a time, one batch per turn of the event loop.
+
+    Each woken poll is a task step queued on the loop, and answering it costs ~100 us. Woken
+    all at once, ten thousand of them would queue ahead of everything else: the change's own
+    answer to its caller (its view has just committed, in a thread), and every other request,
+    would wait for the whole fleet to be answered, seconds. A batch at a time, whatever became
+    ready meanwhile runs between two batches, and the fleet is answered just as fast."""
+    for waiter in waiters[start : start + WAKE_BATCH]:
+        if not waiter.done():
+            waiter.set_result(None)
+    if start + WAKE_BATCH < len(waiters):
+        asyncio.get_running_loop().call_soon(_wake, waiters, start + WAKE_BATCH)
+
+
 class Snapshot:
     """Every chain's live document and every live token in this process, and the long polls
     waiting on them."""
@@ -222,9 +241,9 @@ class Snapshot:
         self.entries[entry.name] = entry
         self.by_path[CHAIN_PATH + entry.name] = entry
         self._rebuild_list()
-        for waiter in self._waiting.pop(entry.name, ()):
-            if not waiter.done():
-                waiter.set_result(None)
+        waiters = self._waiting.pop(entry.name, None)
+        if waiters:
+            _wake(list(waiters))
 
     def _replace_all(self, entries: dict[str, Entry]) -> None:
         for entry in entries.values():
