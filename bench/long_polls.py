@@ -28,7 +28,8 @@ Then, ``--rounds`` times per size:
 3. makes one change to ``chat`` (a select or revert through the API), times its answer to
    its caller (``change_ms``), and times, per client, from the commit until its 200. t0 is
    the earlier of the POST's answer and the moment the script's own LISTEN connection
-   received the change's NOTIFY (bench/propagation.py), so at or after the commit. A timeout is a request with no answer within ``--wait`` + 5 s;
+   received the change's NOTIFY (bench/propagation.py), so at or after the commit. A
+   timeout is a request with no answer within ``--wait`` + 5 s;
 4. reads the resident memory (VmRSS) of granian's main process and each worker: idle before
    the first round, while the polls are held, and after they were answered and closed.
 
