@@ -137,7 +137,12 @@ def stack() -> Iterator[tuple[Stack, FreezableProxy]]:
 
 # What arrives while the database is out: (label, method, path, how to call, what it needs).
 REQUESTS: list[tuple[str, str, str, dict[str, Any]]] = [
-    ("select", "POST", "/api/v1/chains/chat/select", {"write": True, "body": {"preset": "pin_secondary", "reason": "x"}}),
+    (
+        "select",
+        "POST",
+        "/api/v1/chains/chat/select",
+        {"write": True, "body": {"preset": "pin_secondary", "reason": "x"}},
+    ),
     ("revert", "POST", "/api/v1/chains/incident-summary/revert", {"write": True, "body": {"reason": "x"}}),
     ("history", "GET", "/api/v1/chains/chat/history", {}),
     ("fleet", "GET", "/api/v1/fleet", {}),
@@ -239,9 +244,15 @@ def test_every_request_answers_within_the_bound_and_all_recovers(
     web.timings[f"{fault}:recovered_after"] = time.monotonic() - started
     # A change goes through again, and reaches the reads.
     status, _, body = request(
-        web, "POST", "/api/v1/chains/chat/select", token=web.write_token, body={"preset": "drop_vendor_b", "reason": fault}
+        web,
+        "POST",
+        "/api/v1/chains/chat/select",
+        token=web.write_token,
+        body={"preset": "drop_vendor_b", "reason": fault},
     )
     assert status == 200, body
     version = json.loads(body)["version"]
-    assert wait_for(lambda: json.loads(get(web, "/api/v1/chains/chat", token=web.read_token)[2])["version"] == version, 15)
+    assert wait_for(
+        lambda: json.loads(get(web, "/api/v1/chains/chat", token=web.read_token)[2])["version"] == version, 15
+    )
     assert request(web, "POST", "/api/v1/chains/chat/revert", token=web.write_token, body={"reason": fault})[0] == 200
