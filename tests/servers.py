@@ -30,6 +30,7 @@ from typing import Any
 from django.conf import settings
 
 from tests.conftest import needs
+from tests.metrics_text import value
 
 
 def _tool(path_glob: str) -> str | None:
@@ -383,6 +384,13 @@ def get(stack: Stack, path: str, **kwargs: Any) -> tuple[int, dict[str, str], by
         return request(stack, "GET", path, **kwargs)
     except OSError:
         return 0, {}, b""
+
+
+def held_polls(stack: Stack) -> float | None:
+    """Long polls the web process holds now (its ``controlplane_long_poll_waiters`` gauge,
+    written once a second); None when /metrics does not answer."""
+    status, _, body = get(stack, "/metrics")
+    return value(body.decode(), "controlplane_long_poll_waiters") if status == 200 else None
 
 
 def read_version(stack: Stack, chain: str) -> int | None:

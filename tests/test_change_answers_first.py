@@ -22,8 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import servers
-from tests.metrics_text import value
-from tests.servers import Stack, get, running_stack, wait_for
+from tests.servers import Stack, get, held_polls, running_stack, wait_for
 
 HELD = 1500
 
@@ -33,11 +32,6 @@ def stack() -> Iterator[Stack]:
     servers.require_tools("the change-answers-first test")
     with running_stack("answersfirst") as stack:
         yield stack
-
-
-def _waiters(stack: Stack) -> float | None:
-    status, _, body = get(stack, "/metrics")
-    return value(body.decode(), "controlplane_long_poll_waiters") if status == 200 else None
 
 
 async def _exchange(host: str, port: int, request: bytes, opened: asyncio.Event | None = None) -> tuple[int, float]:
@@ -80,9 +74,9 @@ def test_the_change_is_answered_before_most_of_the_fleet_it_wakes(stack: Stack) 
             if n % 100 == 99:
                 await asyncio.sleep(0)  # let the connections open as they go
         held = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: wait_for(lambda: _waiters(stack) == HELD, 60)
+            None, lambda: wait_for(lambda: held_polls(stack) == HELD, 60)
         )
-        assert held, f"{_waiters(stack)} of {HELD} long polls held"
+        assert held, f"{held_polls(stack)} of {HELD} long polls held"
         answered = await _exchange(host, port, change)
         return list(await asyncio.gather(*polls)), answered
 

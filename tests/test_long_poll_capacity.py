@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import servers
-from tests.metrics_text import value
-from tests.servers import Stack, get, running_stack, select, wait_for
+from tests.servers import Stack, get, held_polls, running_stack, select, wait_for
 
 HELD = 200
 
@@ -23,12 +22,6 @@ def stack() -> Iterator[Stack]:
     servers.require_tools("the held long polls test")
     with running_stack("capacity") as stack:
         yield stack
-
-
-def waiters(stack: Stack) -> float | None:
-    """Long polls the web process holds now (its gauge, written once a second)."""
-    status, _, body = get(stack, "/metrics")
-    return value(body.decode(), "controlplane_long_poll_waiters") if status == 200 else None
 
 
 def hold(stack: Stack, count: int, etag: str) -> list[socket.socket]:
@@ -53,15 +46,15 @@ def test_writes_are_answered_while_polls_are_held_and_a_client_that_leaves_frees
     assert status == 200, body
     clients = hold(stack, HELD, headers["etag"])
     try:
-        assert wait_for(lambda: waiters(stack) == HELD, 30), waiters(stack)
+        assert wait_for(lambda: held_polls(stack) == HELD, 30), held_polls(stack)
         # A change to another chain is made and answered while they are held...
         status, _, body = select(stack, "incident-summary", "local_only")
         assert status == 200, body
         assert json.loads(body)["preset"] == "local_only"
         # ... and does not wake them (they wait on chat).
-        assert wait_for(lambda: waiters(stack) == HELD, 5)
+        assert wait_for(lambda: held_polls(stack) == HELD, 5)
     finally:
         for client in clients:
             client.close()
     # The clients left: their polls end now, not in 50 s (the gauge is written once a second).
-    assert wait_for(lambda: waiters(stack) == 0, 15), waiters(stack)
+    assert wait_for(lambda: held_polls(stack) == 0, 15), held_polls(stack)
