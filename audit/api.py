@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
@@ -14,7 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.alerts import alert_entry, recent_alerts
-from audit.models import AlertKind, DeliveryState
+from audit.models import Alert, AlertKind, DeliveryState
+from audit.notifications import LAST_ERROR_HELP, sees_delivery_errors, without_errors
 from presets.api.fields import int_param
 from presets.api.schema import errors
 from presets.exceptions import InvalidInput
@@ -28,7 +31,7 @@ class DeliverySerializer(serializers.Serializer):
 
     state = serializers.ChoiceField(choices=DeliveryState.choices)
     attempts = serializers.IntegerField()
-    last_error = serializers.CharField(allow_blank=True)
+    last_error = serializers.CharField(allow_blank=True, allow_null=True, help_text=LAST_ERROR_HELP)
     delivered_at = serializers.DateTimeField(allow_null=True)
 
 
@@ -89,9 +92,22 @@ class AlertsView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        """Alerts, newest first."""
+        """Alerts, newest first; why a delivery failed (``last_error``) only for a signed-in
+        on-call engineer or staff, null for everyone else."""
         alerts = recent_alerts(limit=_limit(request), open_only=_open(request), chain=request.query_params.get("chain"))
-        return Response({"alerts": [alert_entry(alert) for alert in alerts]}, headers={"Cache-Control": "no-cache"})
+        errors = sees_delivery_errors(request.user)
+        return Response(
+            {"alerts": [_entry(alert, errors=errors) for alert in alerts]}, headers={"Cache-Control": "no-cache"}
+        )
+
+
+def _entry(alert: Alert, *, errors: bool) -> dict[str, Any]:
+    entry = alert_entry(alert)
+    if not errors:
+        entry["deliveries"] = without_errors(entry["deliveries"])
+        if entry["resolution_deliveries"] is not None:
+            entry["resolution_deliveries"] = without_errors(entry["resolution_deliveries"])
+    return entry
 
 
 def _open(request: Request) -> bool:

@@ -12,9 +12,11 @@ notification due for the next sweep.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, TypedDict
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,8 +28,17 @@ from audit.notifiers import planned_deliveries
 from presets.documents import Help, Time, format_time
 from presets.exceptions import NotFound
 from presets.models import Chain, Selection
+from presets.roles import can_change
 
 log = logging.getLogger(__name__)
+
+
+# What the API says of an error kept from its reader (README, "The webhook rules").
+LAST_ERROR_HELP = (
+    "why the last attempt failed (the status or the network failure, never what the target answered); "
+    "empty once delivered; null unless the reader is a signed-in on-call engineer or staff "
+    "(service tokens and viewers see the state and attempts only)"
+)
 
 
 class DeliveryDocument(TypedDict):
@@ -35,7 +46,7 @@ class DeliveryDocument(TypedDict):
 
     state: Annotated[str, Help("pending (tried again with backoff), delivered, or failed (given up)")]
     attempts: int
-    last_error: Annotated[str, Help("why the last attempt failed; empty once delivered")]
+    last_error: Annotated[str | None, Help(LAST_ERROR_HELP)]
     delivered_at: Time | None
 
 
@@ -145,8 +156,19 @@ def recent_notifications(*, limit: int = 100, chain: str | None = None, kind: st
     return list(notifications[:limit])
 
 
-def notification_entry(notification: Notification) -> NotificationEntry:
-    """One notification as the API shows it."""
+def sees_delivery_errors(user: Any) -> bool:
+    """Whether ``user`` may read why a delivery failed: a signed-in person on call
+    (``roles.can_change``) or staff. Never a service token or a viewer, who see each
+    delivery's state and attempts: an error describes a target (its status, whether it could
+    be reached), which those who act on alerts need and readers of the feeds do not."""
+    if not isinstance(user, AbstractBaseUser) or not (user.is_authenticated and user.is_active):
+        return False
+    return bool(getattr(user, "is_staff", False)) or can_change(user)
+
+
+def notification_entry(notification: Notification, *, errors: bool) -> NotificationEntry:
+    """One notification as the API shows it; with ``errors`` (``sees_delivery_errors``) the
+    deliveries' last errors, else null in their place."""
     change = notification.details if notification.kind == NotificationKind.CHANGE else None
     return {
         "id": str(notification.event_id),
@@ -156,12 +178,15 @@ def notification_entry(notification: Notification) -> NotificationEntry:
         "created_at": format_time(notification.created_at),
         "change": change,
         "alert_id": notification.alert_id,
-        "deliveries": deliveries_of(notification),
+        "deliveries": deliveries_of(notification, errors=errors),
     }
 
 
-def deliveries_of(row: Deliverable) -> dict[str, DeliveryDocument]:
-    """The delivery records of an alert or a notification, as documents."""
+def deliveries_of(row: Deliverable, *, errors: bool) -> dict[str, DeliveryDocument]:
+    """The delivery records of an alert or a notification, as documents; without ``errors``
+    each ``last_error`` is null (``sees_delivery_errors``)."""
+    if not errors:
+        return without_errors(row.deliveries)
     return {
         name: {
             "state": record["state"],
@@ -173,8 +198,21 @@ def deliveries_of(row: Deliverable) -> dict[str, DeliveryDocument]:
     }
 
 
-def resolution_deliveries(alert: Alert) -> dict[str, DeliveryDocument] | None:
+def without_errors(deliveries: Mapping[str, Mapping[str, Any]]) -> dict[str, DeliveryDocument]:
+    """Delivery records with each ``last_error`` null: for a reader who may not see them."""
+    return {
+        name: {
+            "state": record["state"],
+            "attempts": record["attempts"],
+            "last_error": None,
+            "delivered_at": record["delivered_at"],
+        }
+        for name, record in deliveries.items()
+    }
+
+
+def resolution_deliveries(alert: Alert, *, errors: bool = True) -> dict[str, DeliveryDocument] | None:
     """Where ``alert``'s resolution was sent and how that went; None while it is open, for an
     event, or when no notifier took it."""
     notification = getattr(alert, "resolution_notification", None)
-    return deliveries_of(notification) if notification is not None else None
+    return deliveries_of(notification, errors=errors) if notification is not None else None

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.models import NotificationKind
-from audit.notifications import NotificationEntry, notification_entry, recent_notifications
+from audit.notifications import NotificationEntry, notification_entry, recent_notifications, sees_delivery_errors
 from presets.api.fields import int_param
 from presets.api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
@@ -34,14 +34,18 @@ class NotificationsView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        """Notifications, newest first, with their delivery state per notifier."""
+        """Notifications, newest first, with their delivery state per notifier; why a
+        delivery failed (``last_error``) only for a signed-in on-call engineer or staff,
+        null for everyone else."""
         notifications = recent_notifications(
             limit=int_param(request, "limit", LIMIT_DEFAULT, 1, LIMIT_MAX),
             chain=request.query_params.get("chain"),
             kind=_type(request),
         )
+        errors = sees_delivery_errors(request.user)
         return Response(
-            {"notifications": [notification_entry(n) for n in notifications]}, headers={"Cache-Control": "no-cache"}
+            {"notifications": [notification_entry(n, errors=errors) for n in notifications]},
+            headers={"Cache-Control": "no-cache"},
         )
 
 

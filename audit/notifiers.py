@@ -4,22 +4,29 @@ every alert; the signed webhook, Slack, PagerDuty Events v2 and email when confi
 A notifier says which events it takes (``takes``) and delivers one event or raises
 ``DeliveryFailed`` with a message fit for the delivery record. It records nothing itself:
 ``audit.delivery`` keeps the state of each delivery and decides when to try again. The HTTP
-notifiers are small ``urllib`` clients rather than a notification library's: the webhook's
-signature covers the exact bytes sent, PagerDuty needs its ``dedup_key`` and ``resolve``, and
-a delivery record wants the answer's status and words, which such libraries keep to
-themselves.
+notifiers share one small ``http.client`` POST (``post_json``) rather than a notification
+library's: the webhook's signature covers the exact bytes sent, PagerDuty needs its
+``dedup_key`` and ``resolve``, and the webhook rules (README, "The webhook rules") need a
+client that follows no redirect, reads nothing of the answer but its status, connects only
+to the address it checked, and ends each attempt by a deadline.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import json
 import logging
+import smtplib
+import socket
+import ssl
+import threading
 import time
-import urllib.error
-import urllib.request
+from http import HTTPStatus
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -36,8 +43,19 @@ EVENT_ID_HEADER = "X-Controlplane-Event-Id"
 EVENT_TYPE_HEADER = "X-Controlplane-Event"
 TIMESTAMP_HEADER = "X-Controlplane-Timestamp"
 SIGNATURE_HEADER = "X-Controlplane-Signature"
-# How much of a refusal's body a delivery record keeps (Slack and PagerDuty say why there).
-ANSWER_WORDS_MAX = 200
+
+# Where no notifier POSTs unless WEBHOOK_ALLOW_LINK_LOCAL=true: link-local addresses, where
+# clouds serve each instance its metadata and credentials (169.254.169.254, which
+# metadata.google.internal resolves to), and the metadata addresses outside that range
+# (AWS's over IPv6, Alibaba Cloud's). controlplane/settings.py refuses them in the URLs it
+# is given; here they are refused in whatever a name resolves to when an attempt is made.
+REFUSED_NETWORKS = tuple(
+    ipaddress.ip_network(network)
+    for network in ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32")
+)
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64's well-known prefix
+# reaches 169.254.169.254 as 64:ff9b::a9fe:a9fe (the IPv4-mapped form is ``ipv4_mapped``).
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 class DeliveryFailed(Exception):
@@ -59,39 +77,162 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return f"v1={digest}"
 
 
+def is_refused_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is link-local or a cloud's metadata address (IPv4 ones also as
+    IPv6 maps them or NAT64 embeds them)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address in NAT64:
+            address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return any(address in network for network in REFUSED_NETWORKS)
+
+
+class TargetRefused(Exception):
+    """The target resolved to an address no notifier may reach (``is_refused_address``)."""
+
+
+def target_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
+    """Where ``host`` resolves now (``getaddrinfo``'s entries, TCP only), every address
+    checked: one link-local or metadata address refuses the target, unless
+    WEBHOOK_ALLOW_LINK_LOCAL. The caller connects to these entries only, so a name that
+    resolves elsewhere a moment later (DNS rebinding) gains nothing."""
+    entries = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if not settings.WEBHOOK_ALLOW_LINK_LOCAL:
+        for *_, sockaddr in entries:
+            resolved = str(sockaddr[0])
+            if is_refused_address(ipaddress.ip_address(resolved.split("%", 1)[0])):
+                raise TargetRefused(
+                    f"{resolved} is a link-local or cloud metadata address (WEBHOOK_ALLOW_LINK_LOCAL=true allows it)"
+                )
+    return entries
+
+
+class TargetConnection(http.client.HTTPConnection):
+    """One connection to a notifier's target, TLS for https: made to an address
+    ``target_addresses`` checked, never through a proxy, and cut off (``cut``) by the
+    attempt's deadline."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, tls: ssl.SSLContext | None) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.tls = tls
+        self.default_port = 443 if tls is not None else 80  # the Host header names other ports
+        self.was_cut = False
+
+    def connect(self) -> None:
+        last: OSError = OSError("the name resolved to no address")
+        for family, kind, proto, _, sockaddr in target_addresses(self.host, self.port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(sockaddr)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls is not None else sock
+            return
+        raise last
+
+    def cut(self) -> None:
+        """End the attempt from another thread: the blocked read or write fails at once."""
+        self.was_cut = True
+        sock = self.sock
+        if sock is not None:
+            try:
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the socket's, not TLS's: no TLS state touched
+            except OSError:
+                pass
+
+
 def post_json(name: str, url: str, document: Any, *, headers: dict[str, str] | None = None, secret: str = "") -> None:
     """POST ``document`` as JSON; any 2xx answer is a delivery. With ``secret`` the request is
-    signed (``sign``) with the current time. Errors name the status or the network failure,
-    never the URL: it may carry a secret (Slack's does)."""
+    signed (``sign``) with the current time.
+
+    The webhook rules: a redirect (3xx) is a failed attempt, never followed; the target must
+    not resolve to a link-local or metadata address (``target_addresses``); the whole attempt
+    ends within ALERT_WEBHOOK_TIMEOUT_SECONDS however slowly the target answers. Errors say the
+    status (with the standard words for it, not the target's) or the network failure in fixed
+    words (``network_failure``): never the answer's body or headers, nor the URL, which may
+    carry a secret (Slack's does)."""
     body = json.dumps(document, separators=(",", ":")).encode()
     sent = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **(headers or {})}
     if secret:
         timestamp = str(int(time.time()))
         sent |= {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(secret, timestamp, body)}
-    request = urllib.request.Request(url, data=body, method="POST", headers=sent)
+    connection, path = _connection(name, url)
+    deadline = threading.Timer(connection.timeout or 0, connection.cut)
+    deadline.daemon = True
+    deadline.start()
     try:
-        with urllib.request.urlopen(request, timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        words = _answer_words(exc)
-        raise DeliveryFailed(f"{name} answered HTTP {exc.code} {exc.reason}{words}") from None
-    except urllib.error.URLError as exc:
-        raise DeliveryFailed(f"{name} unreachable: {exc.reason}") from None
-    except (OSError, ValueError) as exc:  # timeouts, resets, a malformed answer
-        raise DeliveryFailed(f"{name} failed: {exc.__class__.__name__}: {exc}") from None
-    if not 200 <= status < 300:
-        raise DeliveryFailed(f"{name} answered HTTP {status}")
+        try:
+            connection.connect()
+        except TargetRefused as exc:
+            raise DeliveryFailed(f"{name} refused: {exc}") from None
+        except (OSError, ValueError) as exc:
+            raise DeliveryFailed(f"{name} unreachable: {network_failure(exc, cut=connection.was_cut)}") from None
+        if connection.was_cut:  # the deadline passed while connecting
+            raise DeliveryFailed(f"{name} unreachable: timed out")
+        try:
+            connection.request("POST", path, body=body, headers=sent)
+            status = connection.getresponse().status  # its headers and body are never read
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise DeliveryFailed(f"{name} failed: {network_failure(exc, cut=connection.was_cut)}") from None
+        if connection.was_cut:  # an answer cut short by the deadline can look whole
+            raise DeliveryFailed(f"{name} failed: timed out")
+    finally:
+        deadline.cancel()
+        connection.close()
+    if 200 <= status < 300:
+        return
+    words = f"{name} answered HTTP {status}{_status_words(status)}"
+    if 300 <= status < 400:
+        raise DeliveryFailed(f"{words} (redirects are not followed)")
+    raise DeliveryFailed(words)
 
 
-def _answer_words(error: urllib.error.HTTPError) -> str:
+def _connection(name: str, url: str) -> tuple[TargetConnection, str]:
+    parts = urlsplit(url)
     try:
-        words = error.read(ANSWER_WORDS_MAX + 1).decode("utf-8", "replace").strip()
-    except (OSError, ValueError):
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise DeliveryFailed(f"{name} URL is not a valid http:// or https:// URL")
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    connection = TargetConnection(
+        parts.hostname,
+        port or (443 if tls is not None else 80),
+        timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
+        tls=tls,
+    )
+    return connection, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _status_words(status: int) -> str:
+    # The standard phrase, never the one in the answer: a target chooses its own.
+    try:
+        return f" {HTTPStatus(status).phrase}"
+    except ValueError:
         return ""
-    words = " ".join(words.split())
-    if len(words) > ANSWER_WORDS_MAX:
-        words = words[:ANSWER_WORDS_MAX] + "…"
-    return f": {words}" if words else ""
+
+
+def network_failure(error: BaseException, *, cut: bool = False) -> str:
+    """A network failure in a few fixed words: the kind of failure, or the operating
+    system's words for its error number; nothing the target sent."""
+    if cut or isinstance(error, TimeoutError):
+        return "timed out"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return "TLS certificate not accepted"
+    if isinstance(error, ssl.SSLError):
+        return "TLS failed"
+    if isinstance(error, socket.gaierror):
+        return f"name not resolved ({error.strerror})" if error.strerror else "name not resolved"
+    if isinstance(error, http.client.HTTPException):
+        return f"no HTTP answer ({error.__class__.__name__})"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return error.__class__.__name__
 
 
 class LogNotifier:
@@ -202,8 +343,12 @@ class EmailNotifier:
         subject, body = messages.email_message(event)
         try:
             send_mail(subject, body, None, recipients)
-        except OSError as exc:  # smtplib's errors are OSErrors too
-            raise DeliveryFailed(f"mail not sent: {exc.__class__.__name__}: {exc}") from None
+        except smtplib.SMTPResponseException as exc:  # the server's reply code, not its words
+            raise DeliveryFailed(f"mail not sent: {exc.__class__.__name__} {exc.smtp_code}") from None
+        except smtplib.SMTPException as exc:
+            raise DeliveryFailed(f"mail not sent: {exc.__class__.__name__}") from None
+        except OSError as exc:
+            raise DeliveryFailed(f"mail not sent: {network_failure(exc)}") from None
 
 
 LOG = LogNotifier()

@@ -36,19 +36,20 @@ def prune_provider_health() -> int:
 
 
 # Attempts are counted on the alert, not by Celery, so they survive a re-queue by a sweep;
-# the service bounds them (ALERT_DELIVERY_MAX_ATTEMPTS) and computes the backoff.
+# the service bounds them (ALERT_DELIVERY_MAX_ATTEMPTS) and computes the backoff. ``lease`` is
+# the row's lease this task was queued with (audit/delivery.py): the retry carries the next.
 @shared_task(bind=True, name="audit.tasks.deliver_alert", max_retries=None)
-def deliver_alert(self: Any, alert_id: int) -> None:
+def deliver_alert(self: Any, alert_id: int, lease: str | None = None) -> None:
     """Deliver one alert to its pending notifiers; retry with backoff while any is pending."""
-    retry_in = delivery.deliver_alert(alert_id=alert_id)
-    if retry_in is not None:
-        raise self.retry(countdown=retry_in)
+    retry = delivery.attempt(delivery.ALERTS, pk=alert_id, lease=delivery.lease_of(lease))
+    if retry is not None:
+        raise self.retry(countdown=retry.seconds, kwargs={"lease": retry.lease.isoformat()})
 
 
 @shared_task(bind=True, name="audit.tasks.deliver_notification", max_retries=None)
-def deliver_notification(self: Any, notification_id: int) -> None:
+def deliver_notification(self: Any, notification_id: int, lease: str | None = None) -> None:
     """Deliver one change or resolution to its pending notifiers; retry with backoff while any
     is pending."""
-    retry_in = delivery.deliver_notification(notification_id=notification_id)
-    if retry_in is not None:
-        raise self.retry(countdown=retry_in)
+    retry = delivery.attempt(delivery.NOTIFICATIONS, pk=notification_id, lease=delivery.lease_of(lease))
+    if retry is not None:
+        raise self.retry(countdown=retry.seconds, kwargs={"lease": retry.lease.isoformat()})

@@ -506,6 +506,47 @@ for _name, _url in (
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
 if PAGERDUTY_ROUTING_KEY and not (PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL):
     raise ImproperlyConfigured("PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL must not be empty")
+# The webhook rules (README): no notifier POSTs to a link-local address (169.254.0.0/16,
+# fe80::/10) or a cloud's metadata address (fd00:ec2::254, 100.100.100.200,
+# metadata.google.internal), where instances get their credentials, unless this is true.
+# A URL naming one is refused here; audit/notifiers.py checks where each name resolves at
+# every attempt.
+WEBHOOK_ALLOW_LINK_LOCAL = env_bool("WEBHOOK_ALLOW_LINK_LOCAL", False)
+_METADATA_NAMES = {"metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"}
+_LINK_LOCAL_NETWORKS = tuple(
+    ipaddress.ip_network(_network)
+    for _network in ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32")
+)
+
+
+def _link_local_host(url: str) -> str | None:
+    """The host of ``url`` when it is a link-local or metadata address or name, else None."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host in _METADATA_NAMES:
+        return host
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return host if any(address in network for network in _LINK_LOCAL_NETWORKS) else None
+
+
+if not WEBHOOK_ALLOW_LINK_LOCAL:
+    for _name, _url in (
+        ("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL),
+        ("NOTIFY_WEBHOOK_URL", NOTIFY_WEBHOOK_URL),
+        ("SLACK_WEBHOOK_URL", SLACK_WEBHOOK_URL),
+        ("PAGERDUTY_EVENTS_URL", PAGERDUTY_EVENTS_URL),
+        ("PAGERDUTY_CHANGE_EVENTS_URL", PAGERDUTY_CHANGE_EVENTS_URL),
+    ):
+        if _host := _link_local_host(_url):
+            # The host only: the rest of the URL may be a secret (Slack's is).
+            raise ImproperlyConfigured(
+                f"{_name} points at {_host}, a link-local or cloud metadata address, where webhooks are "
+                "refused: set WEBHOOK_ALLOW_LINK_LOCAL=true only if that truly is the target"
+            )
 # Outgoing mail for ALERT_EMAILS (Django's SMTP backend).
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)

@@ -18,6 +18,7 @@ from django.utils.safestring import mark_safe
 from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.messages import change_summary, expiry_words
 from audit.models import Alert, Deliverable, DeliveryState, Notification
+from audit.notifications import sees_delivery_errors
 from audit.notifiers import LOG
 from presets.documents import format_duration, format_time
 from presets.web import display
@@ -195,17 +196,19 @@ NOTIFIER_LABELS = {"webhook": "Webhook", "slack": "Slack", "pagerduty": "PagerDu
 
 
 @register.filter
-def delivery_lines(row: Deliverable) -> list[DeliveryLine]:
+def delivery_lines(row: Deliverable, user: Any = None) -> list[DeliveryLine]:
     """Each notifier's delivery of an alert (or a notification) but the log's (always
-    written), or one line saying that no webhook or email is set up."""
+    written), or one line saying that no webhook or email is set up. Why an attempt failed
+    is said only to ``user`` on call or staff (``sees_delivery_errors``)."""
     now = timezone.now()
+    errors = sees_delivery_errors(user)
     order = list(NOTIFIER_LABELS)
     names = sorted(row.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
     lines = [
         DeliveryLine(
             name,
             row.deliveries[name]["state"],
-            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(row, row.deliveries[name], now=now)}",
+            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(row, row.deliveries[name], now=now, errors=errors)}",
         )
         for name in names
         if name != LOG.name
@@ -214,11 +217,11 @@ def delivery_lines(row: Deliverable) -> list[DeliveryLine]:
 
 
 @register.filter
-def resolution_delivery_lines(alert: Alert) -> list[DeliveryLine]:
+def resolution_delivery_lines(alert: Alert, user: Any = None) -> list[DeliveryLine]:
     """Each notifier's delivery of ``alert``'s resolution; none while it is open, for an
     event, or when no notifier took it."""
     notification = getattr(alert, "resolution_notification", None)
-    return delivery_lines(notification) if notification is not None else []
+    return delivery_lines(notification, user) if notification is not None else []
 
 
 @register.filter
@@ -231,18 +234,18 @@ def notification_words(notification: Notification) -> str:
     return f"{change_summary(change)}, {expiry_words(change)}: {change.get('reason', '')}"
 
 
-def _delivery_words(alert: Deliverable, record: dict[str, Any], *, now: datetime) -> str:
+def _delivery_words(alert: Deliverable, record: dict[str, Any], *, now: datetime, errors: bool) -> str:
     attempts = int(record.get("attempts") or 0)
-    error = record.get("last_error") or "no reason given"
+    why = f": {record.get('last_error') or 'no reason given'}" if errors else ""
     tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
     if record["state"] == DeliveryState.DELIVERED:
         return f"delivered {clock(record.get('delivered_at'))}" + (f" after {tries}" if attempts > 1 else "")
     if record["state"] == DeliveryState.FAILED:
-        return f"failed after {tries}, not retried: {error}"
+        return f"failed after {tries}, not retried{why}"
     if attempts == 0:
         late = first_attempt_overdue(alert, now=now)
         return "pending, not tried yet" + (": is a worker running?" if late else "")
-    words = f"pending, attempt {attempts} failed: {error}"
+    words = f"pending, attempt {attempts} failed{why}"
     retry_at = next_retry_at(alert)
     if retry_at is None:
         return words
