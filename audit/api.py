@@ -17,10 +17,11 @@ from rest_framework.views import APIView
 
 from audit.alerts import alert_entry, recent_alerts
 from audit.models import Alert, AlertKind, DeliveryState
-from audit.notifications import LAST_ERROR_HELP, sees_delivery_errors, without_errors
+from audit.notifications import LAST_ERROR_HELP, without_errors
 from presets.api.fields import int_param
 from presets.api.schema import errors
 from presets.exceptions import InvalidInput
+from presets.roles import can_see_delivery_errors
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 500
 
@@ -95,7 +96,7 @@ class AlertsView(APIView):
         """Alerts, newest first; why a delivery failed (``last_error``) only for a signed-in
         on-call engineer or staff, null for everyone else."""
         alerts = recent_alerts(limit=_limit(request), open_only=_open(request), chain=request.query_params.get("chain"))
-        errors = sees_delivery_errors(request.user)
+        errors = can_see_delivery_errors(request.user)
         return Response(
             {"alerts": [_entry(alert, errors=errors) for alert in alerts]}, headers={"Cache-Control": "no-cache"}
         )

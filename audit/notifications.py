@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, TypedDict
 
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,7 +27,6 @@ from audit.notifiers import planned_deliveries
 from presets.documents import Help, Time, format_time
 from presets.exceptions import NotFound
 from presets.models import Chain, Selection
-from presets.roles import can_change
 
 log = logging.getLogger(__name__)
 
@@ -156,18 +154,8 @@ def recent_notifications(*, limit: int = 100, chain: str | None = None, kind: st
     return list(notifications[:limit])
 
 
-def sees_delivery_errors(user: Any) -> bool:
-    """Whether ``user`` may read why a delivery failed: a signed-in person on call
-    (``roles.can_change``) or staff. Never a service token or a viewer, who see each
-    delivery's state and attempts: an error describes a target (its status, whether it could
-    be reached), which those who act on alerts need and readers of the feeds do not."""
-    if not isinstance(user, AbstractBaseUser) or not (user.is_authenticated and user.is_active):
-        return False
-    return bool(getattr(user, "is_staff", False)) or can_change(user)
-
-
 def notification_entry(notification: Notification, *, errors: bool) -> NotificationEntry:
-    """One notification as the API shows it; with ``errors`` (``sees_delivery_errors``) the
+    """One notification as the API shows it; with ``errors`` (``roles.can_see_delivery_errors``) the
     deliveries' last errors, else null in their place."""
     change = notification.details if notification.kind == NotificationKind.CHANGE else None
     return {
@@ -184,7 +172,7 @@ def notification_entry(notification: Notification, *, errors: bool) -> Notificat
 
 def deliveries_of(row: Deliverable, *, errors: bool) -> dict[str, DeliveryDocument]:
     """The delivery records of an alert or a notification, as documents; without ``errors``
-    each ``last_error`` is null (``sees_delivery_errors``)."""
+    each ``last_error`` is null (``roles.can_see_delivery_errors``)."""
     if not errors:
         return without_errors(row.deliveries)
     return {

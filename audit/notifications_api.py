@@ -10,10 +10,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.models import NotificationKind
-from audit.notifications import NotificationEntry, notification_entry, recent_notifications, sees_delivery_errors
+from audit.notifications import NotificationEntry, notification_entry, recent_notifications
 from presets.api.fields import int_param
 from presets.api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
+from presets.roles import can_see_delivery_errors
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 500
 
@@ -42,7 +43,7 @@ class NotificationsView(APIView):
             chain=request.query_params.get("chain"),
             kind=_type(request),
         )
-        errors = sees_delivery_errors(request.user)
+        errors = can_see_delivery_errors(request.user)
         return Response(
             {"notifications": [notification_entry(n, errors=errors) for n in notifications]},
             headers={"Cache-Control": "no-cache"},

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
+
 VIEWER_GROUP = "viewer"
 ONCALL_GROUP = "oncall"
 ROLE_GROUPS = (VIEWER_GROUP, ONCALL_GROUP)
@@ -54,6 +56,16 @@ def can_see_access(user: Any) -> bool:
     """Staff and on-call engineers may read the access history (who may do what, and who
     changed it); viewers may not."""
     return _signed_in(user) and (bool(user.is_staff) or can_change(user))
+
+
+def can_see_delivery_errors(user: Any) -> bool:
+    """On-call engineers, superusers and staff may read why a delivery failed; service tokens
+    and viewers see each delivery's state and attempts only: an error describes a target
+    (its status, whether it could be reached), which those who act on alerts need and readers
+    of the feeds do not."""
+    if not isinstance(user, AbstractBaseUser) or not _signed_in(user):
+        return False
+    return bool(getattr(user, "is_staff", False)) or can_change(user)
 
 
 def actor_of(user: Any) -> str:

@@ -18,9 +18,9 @@ from django.utils.safestring import mark_safe
 from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.messages import change_summary, expiry_words
 from audit.models import Alert, Deliverable, DeliveryState, Notification
-from audit.notifications import sees_delivery_errors
 from audit.notifiers import LOG
 from presets.documents import format_duration, format_time
+from presets.roles import can_see_delivery_errors
 from presets.web import display
 
 register = template.Library()
@@ -199,9 +199,9 @@ NOTIFIER_LABELS = {"webhook": "Webhook", "slack": "Slack", "pagerduty": "PagerDu
 def delivery_lines(row: Deliverable, user: Any = None) -> list[DeliveryLine]:
     """Each notifier's delivery of an alert (or a notification) but the log's (always
     written), or one line saying that no webhook or email is set up. Why an attempt failed
-    is said only to ``user`` on call or staff (``sees_delivery_errors``)."""
+    is said only to ``user`` on call or staff (``roles.can_see_delivery_errors``)."""
     now = timezone.now()
-    errors = sees_delivery_errors(user)
+    errors = can_see_delivery_errors(user)
     order = list(NOTIFIER_LABELS)
     names = sorted(row.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
     lines = [
