@@ -27,6 +27,7 @@ import time
 from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+from urllib.request import getproxies_environment, proxy_bypass
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -88,6 +89,10 @@ def is_refused_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -
     return any(address in network for network in REFUSED_NETWORKS)
 
 
+class ProxyRefused(OSError):
+    """The forward proxy answered a CONNECT with another status than 200 (said in our words)."""
+
+
 class TargetRefused(Exception):
     """The target resolved to an address no notifier may reach (``is_refused_address``)."""
 
@@ -108,18 +113,47 @@ def target_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
     return entries
 
 
+def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
+    """The forward proxy the environment names for ``scheme`` (``HTTP_PROXY``,
+    ``HTTPS_PROXY``; ``NO_PROXY`` exempts hosts), as (host, port); None to go directly. Only
+    ``http://`` proxies: https targets are tunnelled through them (CONNECT)."""
+    proxy = getproxies_environment().get(scheme)
+    if not proxy or proxy_bypass(host):
+        return None
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if parts.scheme != "http" or not parts.hostname:
+        raise DeliveryFailed(f"the {scheme} proxy must be an http://host:port URL")
+    return parts.hostname, parts.port or 80
+
+
 class TargetConnection(http.client.HTTPConnection):
     """One connection to a notifier's target, TLS for https: made to an address
-    ``target_addresses`` checked, never through a proxy, and cut off (``cut``) by the
-    attempt's deadline."""
+    ``target_addresses`` checked, or through the environment's forward proxy (``proxy``),
+    and cut off (``cut``) by the attempt's deadline.
 
-    def __init__(self, host: str, port: int, *, timeout: float, tls: ssl.SSLContext | None) -> None:
+    Through a proxy, the proxy resolves the target's name: refusing link-local and metadata
+    addresses is then the proxy's work (an address written in the URL is still refused
+    here)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout: float,
+        tls: ssl.SSLContext | None,
+        proxy: tuple[str, int] | None = None,
+    ) -> None:
         super().__init__(host, port, timeout=timeout)
         self.tls = tls
+        self.proxy = proxy
         self.default_port = 443 if tls is not None else 80  # the Host header names other ports
         self.was_cut = False
 
     def connect(self) -> None:
+        if self.proxy is not None:
+            self._connect_through(*self.proxy)
+            return
         last: OSError = OSError("the name resolved to no address")
         for family, kind, proto, _, sockaddr in target_addresses(self.host, self.port):
             sock = socket.socket(family, kind, proto)
@@ -133,6 +167,35 @@ class TargetConnection(http.client.HTTPConnection):
             self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls is not None else sock
             return
         raise last
+
+    def _connect_through(self, proxy_host: str, proxy_port: int) -> None:
+        try:
+            literal = ipaddress.ip_address(self.host)
+        except ValueError:
+            literal = None
+        if literal is not None and not settings.WEBHOOK_ALLOW_LINK_LOCAL and is_refused_address(literal):
+            raise TargetRefused(
+                f"{self.host} is a link-local or cloud metadata address (WEBHOOK_ALLOW_LINK_LOCAL=true allows it)"
+            )
+        sock = socket.create_connection((proxy_host, proxy_port), timeout=self.timeout)
+        self.sock = sock
+        if self.tls is None:
+            return  # plain http: the request names the whole URL (``request_target``)
+        authority = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode("ascii"))
+        answer = http.client.HTTPResponse(sock, method="CONNECT")
+        answer.begin()  # the status line and headers only: a tunnel's answer has no body
+        if answer.status != 200:
+            raise ProxyRefused(f"the proxy refused the tunnel (HTTP {answer.status})")
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+
+    def request_target(self, path: str) -> str:
+        """What the request line names: the path, or the whole URL for a plain http target
+        through a proxy (which must know where to forward it)."""
+        if self.proxy is None or self.tls is not None:
+            return path
+        authority = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{authority}:{self.port}{path}"
 
     def cut(self) -> None:
         """End the attempt from another thread: the blocked read or write fails at once."""
@@ -174,7 +237,7 @@ def post_json(name: str, url: str, document: Any, *, headers: dict[str, str] | N
         if connection.was_cut:  # the deadline passed while connecting
             raise DeliveryFailed(f"{name} unreachable: timed out")
         try:
-            connection.request("POST", path, body=body, headers=sent)
+            connection.request("POST", connection.request_target(path), body=body, headers=sent)
             status = connection.getresponse().status  # its headers and body are never read
         except (OSError, ValueError, http.client.HTTPException) as exc:
             raise DeliveryFailed(f"{name} failed: {network_failure(exc, cut=connection.was_cut)}") from None
@@ -205,6 +268,7 @@ def _connection(name: str, url: str) -> tuple[TargetConnection, str]:
         port or (443 if tls is not None else 80),
         timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
         tls=tls,
+        proxy=proxy_for(parts.scheme, parts.hostname),
     )
     return connection, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
@@ -222,6 +286,8 @@ def network_failure(error: BaseException, *, cut: bool = False) -> str:
     system's words for its error number; nothing the target sent."""
     if cut or isinstance(error, TimeoutError):
         return "timed out"
+    if isinstance(error, ProxyRefused):
+        return str(error)  # its status only
     if isinstance(error, ssl.SSLCertVerificationError):
         return "TLS certificate not accepted"
     if isinstance(error, ssl.SSLError):

@@ -292,6 +292,110 @@ def test_an_attempt_ends_by_its_deadline_however_slowly_the_target_answers(synce
     assert took < 10, f"the attempt took {took:.1f} s with a 1 s deadline"
 
 
+# --- a forward proxy from the environment ------------------------------------------------------
+
+
+def proxied(monkeypatch: pytest.MonkeyPatch, *, http: str = "", https: str = "", no_proxy: str = "") -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (("http_proxy", http), ("https_proxy", https), ("no_proxy", no_proxy)):
+        if value:
+            monkeypatch.setenv(name, value)
+
+
+def test_a_plain_http_target_is_reached_through_the_environment_s_proxy(
+    synced: None, settings: Any, target: Callable[..., Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    destination, proxy = target(200), target(200)  # the proxy answers for the destination
+    settings.ALERT_WEBHOOK_URL = destination.url
+    proxied(monkeypatch, http=proxy.base)
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = attempt_once(clock)
+    assert alert.deliveries["webhook"]["state"] == "delivered"
+    assert destination.requests == []
+    [forwarded] = proxy.requests
+    assert (forwarded.method, forwarded.path) == ("POST", destination.url)  # the whole URL, for the proxy
+    assert forwarded.headers["Host"] == destination.base.removeprefix("http://")
+
+
+def test_a_host_no_proxy_names_is_reached_directly(
+    synced: None, settings: Any, target: Callable[..., Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    destination, proxy = target(200), target(200)
+    settings.ALERT_WEBHOOK_URL = destination.url
+    proxied(monkeypatch, http=proxy.base, no_proxy="127.0.0.1")
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = attempt_once(clock)
+    assert alert.deliveries["webhook"]["state"] == "delivered"
+    assert (len(destination.requests), proxy.requests) == (1, [])
+
+
+class TunnellingProxy(socketserver.ThreadingTCPServer):
+    """A forward proxy's CONNECT: answers ``status`` and records the authority asked for and
+    the first bytes sent through the tunnel (then closes it: nothing is behind it)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, status: int) -> None:
+        self.asked: list[str] = []
+        self.tunnelled = b""
+        proxy = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                line = self.rfile.readline().decode("latin-1")
+                while self.rfile.readline() not in (b"\r\n", b""):
+                    pass
+                proxy.asked.append(line.strip())
+                self.wfile.write(f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n\r\n".encode())
+                if status == 200:
+                    proxy.tunnelled = self.rfile.read1(5)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(200, "webhook unreachable: TLS failed"), (403, "webhook unreachable: the proxy refused the tunnel (HTTP 403)")],
+    ids=["tunnel", "tunnel_refused"],
+)
+def test_an_https_target_is_tunnelled_through_the_environment_s_proxy(
+    synced: None, settings: Any, monkeypatch: pytest.MonkeyPatch, status: int, error: str
+) -> None:
+    proxy = TunnellingProxy(status)
+    try:
+        # A name only the proxy could resolve: this process never looks it up.
+        settings.ALERT_WEBHOOK_URL = "https://hooks.example.invalid/controlplane"
+        proxied(monkeypatch, https=proxy.url)
+        with time_machine.travel(T0, tick=False) as clock:
+            alert = attempt_once(clock)
+    finally:
+        proxy.close()
+    assert proxy.asked == ["CONNECT hooks.example.invalid:443 HTTP/1.1"]
+    if status == 200:
+        assert proxy.tunnelled[:1] == b"\x16"  # a TLS handshake, sent through the tunnel
+    assert alert.deliveries["webhook"]["last_error"] == error
+
+
+def test_a_link_local_address_written_in_the_url_is_refused_even_through_a_proxy(
+    synced: None, settings: Any, target: Callable[..., Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = target(200)
+    settings.ALERT_WEBHOOK_URL = "http://169.254.169.254/latest/meta-data/"
+    proxied(monkeypatch, http=proxy.base)
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = attempt_once(clock)
+    assert proxy.requests == []
+    assert alert.deliveries["webhook"]["last_error"].startswith("webhook refused: 169.254.169.254 is a link-local")
+
+
 # --- who sees why a delivery failed --------------------------------------------------------------
 
 
