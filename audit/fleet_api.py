@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, permissions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,9 +16,11 @@ from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
 from presets import services
+from presets.api.authentication import TokenPrincipal
 from presets.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from presets.api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
+from presets.read_path.http import error_body
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +136,17 @@ class HealthStepSerializer(serializers.Serializer):
     )
 
     def validate_outcomes(self, value: dict[str, int]) -> dict[str, int]:
-        unknown = sorted(set(value) - set(provider_health.OUTCOME_CLASSES))
-        if unknown:
+        # Classes this control plane does not know are dropped and counted (a newer SDK may
+        # have more); a step naming more than this is no SDK's.
+        if len(value) > MAX_OUTCOME_CLASSES:
             raise serializers.ValidationError(
-                f"unknown outcome class(es) {unknown}; known: {', '.join(provider_health.OUTCOME_CLASSES)}"
+                f"at most {MAX_OUTCOME_CLASSES} outcome classes per step; known: "
+                f"{', '.join(provider_health.OUTCOME_CLASSES)}"
             )
         return value
+
+
+MAX_OUTCOME_CLASSES = 50
 
 
 class HealthSerializer(serializers.Serializer):
@@ -167,9 +174,24 @@ class HealthSerializer(serializers.Serializer):
         return value
 
 
+class SentWithAToken(permissions.BasePermission):
+    """Usage reports are a service's evidence: a service token sends them, never a session."""
+
+    message = (
+        "usage reports need a service token (send 'Authorization: Bearer <token>'); a signed-in session cannot send one"
+    )
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return isinstance(request.user, TokenPrincipal)
+
+
 class UsageView(APIView):
     """An SDK instance's batched report: requests served per provider, documents refused,
-    provider health."""
+    provider health. Evidence within limits (``audit.usage``): a service token only, at most
+    USAGE_REPORTS_PER_*_PER_MINUTE (429 with Retry-After past one), what the registry and the
+    chain do not know dropped and counted in the answer."""
+
+    permission_classes = [SentWithAToken]
 
     class ProviderUsageSerializer(serializers.Serializer):
         requests = StrictIntegerField(min_value=0, max_value=10**12)
@@ -210,43 +232,75 @@ class UsageView(APIView):
         operation_id="chains_usage",
         request=InputSerializer,
         responses={
-            202: inline_serializer("UsageAccepted", {"accepted": serializers.BooleanField()}),
-            **errors(400, 401, 404, 503),
+            202: inline_serializer(
+                "UsageAccepted",
+                {
+                    "accepted": serializers.BooleanField(),
+                    "dropped": serializers.DictField(
+                        child=serializers.IntegerField(),
+                        help_text="what the report held that was not kept, by kind: providers, steps, "
+                        "outcome_classes and breaker_openings the registry does not know, rejections of "
+                        f"versions the chain never had or past the newest {usage_reports.MAX_REJECTIONS}, "
+                        "health (1: from an instance that has not read the chain within "
+                        "FLEET_INSTANCE_TTL_MINUTES)",
+                    ),
+                },
+            ),
+            **errors(400, 401, 403, 404, 429, 503),
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        chain = services.revert_expired_and_read(chain=name).chain
+        selection = services.revert_expired_and_read(chain=name)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        if data.get("ahead_of_server"):
-            usage_reports.note_ahead(chain=chain, client=data["client"], **data["ahead_of_server"])
-        usage_reports.record_usage(
-            chain=chain, client=data["client"], providers=data["providers"], rejected=data["rejected"]
+        principal = request.user
+        if not isinstance(principal, TokenPrincipal):  # SentWithAToken let nothing else through
+            raise exceptions.PermissionDenied(SentWithAToken.message)
+        taken = usage_reports.take_report(
+            chain=selection.chain,
+            live_version=selection.version,
+            token=principal.token,
+            report=_usage_report(serializer.validated_data),
         )
-        if data.get("health"):
-            health = data["health"]
-            provider_health.record_health(
-                chain=chain,
-                client=data["client"],
-                steps=[
-                    provider_health.StepReport(
-                        provider=step["provider"],
-                        model=step["model"],
-                        outcomes=step["outcomes"],
-                        latency_ms=tuple(step["latency_ms"]),
-                    )
-                    for step in health["steps"]
-                ],
-                breaker_openings=health["breaker_openings"],
+        if isinstance(taken, usage_reports.Refused):
+            details = {"limit": taken.limit, "allowed_per_minute": taken.allowed, "retry_after": taken.retry_after}
+            return Response(
+                error_body(429, taken.message, details), status=429, headers={"Retry-After": str(taken.retry_after)}
             )
+        if taken.evidence:
             # The report is stored: judging the alerts must not fail it (an SDK would resend
             # it and count it twice), so a failure here is logged and left to the beat.
             try:
                 provider_alerts.sweep_after_report()
             except Exception:
                 log.exception("provider alerts: the sweep after a usage report failed")
-        return Response({"accepted": True}, status=202)
+        return Response({"accepted": True, "dropped": taken.dropped.as_dict()}, status=202)
+
+
+def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:
+    """The report ``UsageView.InputSerializer`` validated, as ``audit.usage`` takes it."""
+    health = data.get("health")
+    ahead = data.get("ahead_of_server")
+    return usage_reports.UsageReport(
+        client=data["client"],
+        providers={name: usage_reports.Served(**usage) for name, usage in data["providers"].items()},
+        rejected=[usage_reports.Refusal(**item) for item in data["rejected"]],
+        health=None
+        if health is None
+        else usage_reports.Health(
+            steps=[
+                provider_health.StepReport(
+                    provider=step["provider"],
+                    model=step["model"],
+                    outcomes=step["outcomes"],
+                    latency_ms=tuple(step["latency_ms"]),
+                )
+                for step in health["steps"]
+            ],
+            breaker_openings=health["breaker_openings"],
+        ),
+        ahead=usage_reports.Ahead(**ahead) if ahead else None,
+    )
 
 
 class ChainHealthView(APIView):

@@ -278,6 +278,17 @@ OUTCOME_CLASSES = (
     "verify_failed",
     "other",
 )
+# The classes that are the provider's failures (``audit.provider_health`` says why).
+ERROR_CLASSES = (
+    "credentials",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "unknown",
+    "unavailable",
+    "verify_failed",
+    "other",
+)
 # Upper bounds of the served-latency histogram, in milliseconds; one more bucket above.
 LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 LATENCY_FIELDS = tuple(f"latency_{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
@@ -326,17 +337,72 @@ class ProviderHealthMinute(models.Model):
 
 class ProviderReporter(models.Model):
     """An instance that reported on a step of a chain, and when it last did (how many
-    instances stand behind a step's figures; which saw its credentials rejected)."""
+    instances stand behind a step's figures; which saw its credentials rejected). Only an
+    instance fleet status knows reports health, so it is that instance's row."""
 
     chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="provider_reporters")
     provider = models.CharField(max_length=100)
     model = models.CharField(max_length=100)
-    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    # Not indexed alone: the instance's rows go with it (a cascade), rarely.
+    instance = models.ForeignKey(
+        FleetInstance, on_delete=models.CASCADE, related_name="provider_reports", db_index=False
+    )
     last_reported_at = models.DateTimeField()
     last_credentials_failure_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["chain", "provider", "model", "client"], name="provider_reporter_unique")
+            models.UniqueConstraint(fields=["chain", "provider", "model", "instance"], name="provider_reporter_unique")
         ]
         indexes = [models.Index(fields=["chain", "last_reported_at"], name="provider_reporter_recent")]
+
+
+class ProviderEvidence(models.Model):
+    """What one instance that polls its chain reported about one step in one minute, and with
+    which token: the evidence provider alerts weigh (``audit.provider_health``
+    ``failing_evidence``, ``credential_evidence``), kept for their window only.
+
+    Only an instance fleet status knows (it read its chain lately) has any, so the rows are
+    bounded by the instances that poll, the registry's steps and the window."""
+
+    # Not indexed alone: the unique constraint's index starts with it.
+    instance = models.ForeignKey(
+        FleetInstance, on_delete=models.CASCADE, related_name="provider_evidence", db_index=False
+    )
+    provider = models.CharField(max_length=100)
+    model = models.CharField(max_length=100)
+    minute = models.DateTimeField(help_text="the minute the reports arrived in (UTC, truncated)")
+    token = models.CharField(max_length=100, help_text="the service token of the instance's last report that minute")
+    served = models.PositiveBigIntegerField(default=0)
+    credentials = models.PositiveBigIntegerField(default=0)
+    rate_limited = models.PositiveBigIntegerField(default=0)
+    server_error = models.PositiveBigIntegerField(default=0)
+    timeout = models.PositiveBigIntegerField(default=0)
+    unknown = models.PositiveBigIntegerField(default=0)
+    unavailable = models.PositiveBigIntegerField(default=0)
+    verify_failed = models.PositiveBigIntegerField(default=0)
+    other = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "provider", "model", "minute"], name="provider_evidence_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="provider_evidence_by_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model} from instance {self.instance_id} at {format_time(self.minute)}"
+
+
+class ReportWindow(models.Model):
+    """How many usage reports one key sent in its current minute (``audit.usage.admit``): an
+    instance fleet status knows (``instance:<id>``), the instances it does not know of one
+    token on one chain together (``unknown:<chain>:<token>``), a token (``token:<id>``), a
+    chain (``chain:<id>``). A report is counted under all its keys or under none."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    window_start = models.DateTimeField(help_text="the minute counted (UTC, truncated)")
+    reports = models.PositiveIntegerField()
+    allowed = models.PositiveIntegerField(help_text="the limit the last report was counted against")
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.reports} of {self.allowed} at {format_time(self.window_start)}"

@@ -1,6 +1,12 @@
-"""Alerts from the fleet's provider health: ``provider_failing`` when a step's error rate is
-over the threshold (``provider_health.failing_steps``), ``provider_credentials`` when enough
-instances saw a provider reject their credentials (``provider_health.credential_failures``).
+"""Alerts from the fleet's provider health: ``provider_failing`` when a step is failing by the
+evidence of the instances that poll its chain, ``provider_credentials`` when enough of them saw
+a provider reject their credentials (``provider_health.alert_evidence``).
+
+Usage reports are evidence, never authority: each alert needs PROVIDER_ALERT_MIN_INSTANCES
+distinct instances that read the chain within FLEET_INSTANCE_TTL_MINUTES and see the
+condition, one instance's counts weigh at most as much as the median instance's, and the alert
+names the tokens its evidence came with: one report, one instance or any number of names that
+never read the chain cannot page anyone, and whoever could is named.
 
 Each is raised once while its condition lasts (one open per chain and subject) and resolves
 itself when the condition ends, with a resolution that says how. ``sweep`` runs after usage
@@ -51,8 +57,9 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
     """Raise the provider alerts whose condition holds now; resolve the open ones whose
     condition ended."""
     now = now or timezone.now()
-    failing = {(step.chain, f"{step.provider}/{step.model}"): step for step in provider_health.failing_steps(now=now)}
-    credentials = provider_health.credential_failures(now=now)
+    evidence = provider_health.alert_evidence(now=now)
+    failing = {(step.chain, step.subject): step for step in evidence.failing}
+    credentials = {(seen.chain, seen.provider): seen for seen in evidence.credentials}
     raised = resolved = 0
     with transaction.atomic():
         chains = {
@@ -60,6 +67,7 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
         }
         versions = dict(Selection.objects.filter(chain__in=chains.values()).values_list("chain__name", "version"))
         for (chain_name, subject), step in failing.items():
+            witnesses = [instance.client for instance in step.failing_instances]
             _, created = raise_alert(
                 kind=AlertKind.PROVIDER_FAILING,
                 chain=chains[chain_name],
@@ -70,26 +78,31 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
                     "provider": step.provider,
                     "model": step.model,
                     "error_rate": round(step.error_rate, 4),
-                    "errors": step.errors,
-                    "attempts": step.attempts,
+                    "errors": round(step.errors),
+                    "attempts": round(step.attempts),
                     "worst": step.worst,
                     "window_minutes": settings.PROVIDER_FAILING_MINUTES,
+                    "instances": len(step.instances),
+                    "failing_instances": len(witnesses),
+                    "clients": witnesses[:20],
+                    "tokens": step.tokens,
                 },
                 now=now,
             )
             raised += created
-        for (chain_name, provider), clients in credentials.items():
-            shown = ", ".join(clients[:5]) + (f" and {len(clients) - 5} more" if len(clients) > 5 else "")
+        for (chain_name, provider), seen in credentials.items():
             _, created = raise_alert(
                 kind=AlertKind.PROVIDER_CREDENTIALS,
                 chain=chains[chain_name],
                 version=versions.get(chain_name, 0),
                 subject=provider,
-                message=(
-                    f"{provider} rejected the credentials (HTTP 401/403) of {len(clients)} instance(s) of "
-                    f"{chain_name} in the last {settings.PROVIDER_FAILING_MINUTES} min: {shown}; check its API key"
-                ),
-                details={"provider": provider, "instances": len(clients), "clients": clients[:20]},
+                message=seen.describe(),
+                details={
+                    "provider": provider,
+                    "instances": len(seen.clients),
+                    "clients": seen.clients[:20],
+                    "tokens": seen.tokens,
+                },
                 now=now,
             )
             raised += created
@@ -108,12 +121,13 @@ def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:
         if kind == AlertKind.PROVIDER_FAILING:
             alert.resolution = (
                 f"{alert.subject} is below {settings.PROVIDER_FAILING_ERROR_PERCENT} % errors over the last "
-                f"{minutes} min, or had fewer than {settings.PROVIDER_FAILING_MIN_ATTEMPTS} attempts to judge"
+                f"{minutes} min, had fewer than {settings.PROVIDER_FAILING_MIN_ATTEMPTS} attempts to judge, or "
+                f"fewer than {settings.PROVIDER_ALERT_MIN_INSTANCES} instances polling the chain see it failing"
             )
         else:
             alert.resolution = (
-                f"fewer than {settings.PROVIDER_CREDENTIALS_INSTANCES} instances saw {alert.subject} reject "
-                f"their credentials in the last {minutes} min"
+                f"fewer than {provider_health.credential_instances_needed()} instances polling the chain saw "
+                f"{alert.subject} reject their credentials in the last {minutes} min"
             )
         alert.resolved_at = now
         alert.save(update_fields=["resolution", "resolved_at"])

@@ -8,6 +8,13 @@ circuit-breaker openings. ``record_health`` adds it to the minute it arrived in 
 instances merge into one row per minute), ``step_health`` / ``chain_health`` read it,
 ``prune`` keeps the window (``PROVIDER_HEALTH_RETENTION_HOURS``, 48 by default).
 
+Only an instance fleet status knows (it read its chain within FLEET_INSTANCE_TTL_MINUTES)
+reports health (``audit.usage`` drops the rest), and each of its reports is also kept apart,
+per instance and minute with the token it came with, as the *evidence* the provider alerts
+weigh (``alert_evidence``): an alert needs PROVIDER_ALERT_MIN_INSTANCES instances that see the
+condition, and one instance's counts weigh at most as much as the median instance's, so no
+single report or instance, and no name that never read the chain, can raise one.
+
 An attempt is an *error* of the provider when it says something about the provider: server
 errors, rate limits, timeouts, unknown outcomes, rejected credentials, failed connections,
 failed verification and unclassified statuses. A rejected request (400/422) or a
@@ -17,10 +24,12 @@ rate's denominator.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Annotated, Any, TypedDict, TypeVar
 
 from django.conf import settings
@@ -29,24 +38,22 @@ from django.db.models import Sum
 from django.db.models.query import RawQuerySet
 from django.utils import timezone
 
-from audit.models import LATENCY_BOUNDS_MS, LATENCY_FIELDS, OUTCOME_CLASSES, ProviderHealthMinute, ProviderReporter
+from audit.models import (
+    ERROR_CLASSES,
+    LATENCY_BOUNDS_MS,
+    LATENCY_FIELDS,
+    OUTCOME_CLASSES,
+    ProviderEvidence,
+    ProviderHealthMinute,
+    ProviderReporter,
+    ReportWindow,
+)
 from presets import statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
 
 Row = TypeVar("Row", ProviderHealthMinute, ProviderReporter)
 
-# The classes that are the provider's failures (see the module's docstring).
-ERROR_CLASSES = (
-    "credentials",
-    "rate_limited",
-    "server_error",
-    "timeout",
-    "unknown",
-    "unavailable",
-    "verify_failed",
-    "other",
-)
 RECENT = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 # The sparkline: the error rate of each of the last this many minutes.
@@ -75,16 +82,20 @@ class StepReport:
 def record_health(
     *,
     chain: Chain,
-    client: str,
+    instance: int,
+    token: str,
     steps: Iterable[StepReport],
     breaker_openings: Mapping[str, int],
     now: datetime | None = None,
 ) -> None:
-    """Add one instance's report to the minute it arrived in, and note the instance as a
-    reporter of each step (with when it last saw its credentials rejected).
+    """Add one instance's report to the minute it arrived in, keep it as that instance's
+    evidence (``instance``: its fleet status row; ``token``: the name of the token it came
+    with), and note the instance as a reporter of each step (with when it last saw its
+    credentials rejected).
 
-    Three statements whatever the report holds: one upsert adds every step's counts to its
-    minute's row, two record the reporters (with and without rejected credentials)."""
+    Four statements whatever the report holds: one upsert adds every step's counts to its
+    minute's row, one to the instance's evidence, two record the reporters (with and without
+    rejected credentials)."""
     now = now or timezone.now()
     rows: dict[tuple[str, str], dict[str, int]] = {}
     credentials: set[tuple[str, str]] = set()
@@ -101,14 +112,31 @@ def record_health(
             rows.setdefault((provider, ""), dict.fromkeys(_COUNTED, 0))["breaker_openings"] += openings
     if not rows:
         return
+    minute = connection.ops.adapt_datetimefield_value(minute_of(now))
     with transaction.atomic():
-        _add(chain=chain, minute=minute_of(now), rows=rows)
+        _add(
+            ProviderHealthMinute,
+            key=("chain_id", "provider", "model", "minute"),
+            counted=_COUNTED,
+            rows=[(chain.pk, provider, model, minute, *counts.values()) for (provider, model), counts in rows.items()],
+        )
+        _add(
+            ProviderEvidence,
+            key=("instance_id", "provider", "model", "minute"),
+            counted=_EVIDENCE,
+            rows=[
+                (instance, provider, model, minute, token, *(counts[name] for name in _EVIDENCE))
+                for (provider, model), counts in rows.items()
+                if model
+            ],
+            replaced=("token",),
+        )
         reporters = [
             ProviderReporter(
                 chain=chain,
                 provider=provider,
                 model=model,
-                client=client,
+                instance_id=instance,
                 last_reported_at=now,
                 last_credentials_failure_at=now if (provider, model) in credentials else None,
             )
@@ -121,7 +149,7 @@ def record_health(
                 ProviderReporter.objects.bulk_create(
                     batch,
                     update_conflicts=True,
-                    unique_fields=["chain", "provider", "model", "client"],
+                    unique_fields=["chain", "provider", "model", "instance"],
                     update_fields=["last_reported_at", "last_credentials_failure_at"]
                     if rejected
                     else ["last_reported_at"],
@@ -130,37 +158,50 @@ def record_health(
 
 # Every counter of a minute's row: outcome classes, latency buckets, breaker openings.
 _COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, "breaker_openings")
+# The counters of an instance's evidence: what an alert weighs (attempts, errors by class).
+_EVIDENCE = ("served", *ERROR_CLASSES)
 
 
-def _add(*, chain: Chain, minute: datetime, rows: Mapping[tuple[str, str], Mapping[str, int]]) -> None:
-    """Add each (provider, model)'s counts to its row for ``minute``, creating the rows a
-    first report needs: one ``INSERT ... ON CONFLICT DO UPDATE`` adding to what is there
-    (PostgreSQL and SQLite both have it; the ORM's upsert can only overwrite)."""
-    table = connection.ops.quote_name(ProviderHealthMinute._meta.db_table)
-    key = ("chain_id", "provider", "model", "minute")
-    columns = ", ".join(connection.ops.quote_name(name) for name in (*key, *_COUNTED))
-    placeholders = f"({statements.placeholders(len(key) + len(_COUNTED))})"
-    additions = ", ".join(
-        f"{column} = {table}.{column} + EXCLUDED.{column}" for column in map(connection.ops.quote_name, _COUNTED)
-    )
-    stamp = connection.ops.adapt_datetimefield_value(minute)
-    params: list[Any] = []
-    for (provider, model), counts in rows.items():
-        params.extend((chain.pk, provider, model, stamp, *(counts[name] for name in _COUNTED)))
+def _add(
+    model: type[ProviderHealthMinute | ProviderEvidence],
+    *,
+    key: tuple[str, ...],
+    counted: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+    replaced: tuple[str, ...] = (),
+) -> None:
+    """Add each row's counts to ``model``'s row with the same ``key``, creating the rows a
+    first report needs; each row is its key's values, the ``replaced`` columns' (the last
+    report's stand) and the ``counted`` ones'. One ``INSERT ... ON CONFLICT DO UPDATE``
+    adding to what is there (PostgreSQL and SQLite both have it; the ORM's upsert can only
+    overwrite)."""
+    if not rows:
+        return
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = (*key, *replaced, *counted)
+    columns = ", ".join(connection.ops.quote_name(name) for name in names)
+    placeholders = f"({statements.placeholders(len(names))})"
+    updates = [f"{column} = EXCLUDED.{column}" for column in map(connection.ops.quote_name, replaced)]
+    updates += [
+        f"{column} = {table}.{column} + EXCLUDED.{column}" for column in map(connection.ops.quote_name, counted)
+    ]
     sql = (
         f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(rows))} "
-        f"ON CONFLICT (chain_id, provider, model, minute) DO UPDATE SET {additions}"
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(updates)}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [value for row in rows for value in row])
 
 
 def prune(*, now: datetime | None = None) -> int:
-    """Forget buckets and reporters older than the window; returns the buckets deleted."""
+    """Forget buckets and reporters older than the window, evidence older than the alerts'
+    window and the usage-report limits' past minutes; returns the buckets deleted."""
     now = now or timezone.now()
     cutoff = now - timedelta(hours=settings.PROVIDER_HEALTH_RETENTION_HOURS)
     deleted, _ = ProviderHealthMinute.objects.filter(minute__lt=minute_of(cutoff)).delete()
     ProviderReporter.objects.filter(last_reported_at__lt=cutoff).delete()
+    ProviderEvidence.objects.filter(minute__lt=_evidence_since(now)).delete()
+    ReportWindow.objects.filter(window_start__lt=minute_of(now)).delete()
     return deleted
 
 
@@ -439,7 +480,7 @@ class Failing:
         )
 
 
-def is_failing(*, attempts: int, errors: int) -> bool:
+def is_failing(*, attempts: float, errors: float) -> bool:
     """A step is failing at PROVIDER_FAILING_ERROR_PERCENT errors or more, judged on at least
     PROVIDER_FAILING_MIN_ATTEMPTS attempts (fewer say too little)."""
     return (
@@ -470,21 +511,188 @@ def failing_steps(*, now: datetime | None = None, chain: Chain | None = None) ->
     return sorted(failing, key=lambda step: (-step.error_rate, step.chain, step.provider, step.model))
 
 
-def credential_failures(*, now: datetime | None = None) -> dict[tuple[str, str], list[str]]:
-    """Per (chain, provider): the instances that saw its credentials rejected in the last
-    PROVIDER_FAILING_MINUTES, when at least PROVIDER_CREDENTIALS_INSTANCES did."""
+# --- evidence: what provider alerts weigh ------------------------------------------------------
+
+
+def _evidence_since(now: datetime) -> datetime:
+    """The first minute the alerts' window reads (as ``failing_steps``)."""
+    return minute_of(now - timedelta(minutes=settings.PROVIDER_FAILING_MINUTES))
+
+
+@dataclass(frozen=True)
+class InstanceEvidence:
+    """One instance's attempts on one step over the alerts' window, and the tokens its
+    reports came with."""
+
+    client: str
+    tokens: frozenset[str]
+    served: int
+    errors: Mapping[str, int]
+    """Attempts by error class (``ERROR_CLASSES``)."""
+
+    @property
+    def attempts(self) -> int:
+        return self.served + sum(self.errors.values())
+
+    @property
+    def sees_failing(self) -> bool:
+        """Whether this instance's own attempts are failing by the error-rate rule."""
+        errors = sum(self.errors.values())
+        return errors > 0 and errors * 100 >= settings.PROVIDER_FAILING_ERROR_PERCENT * self.attempts
+
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """What the instances that poll a chain reported about one of its steps over the alerts'
+    window: the ``provider_failing`` alert's rule and its words."""
+
+    chain: str
+    provider: str
+    model: str
+    instances: tuple[InstanceEvidence, ...]
+
+    @property
+    def subject(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+    @cached_property
+    def weighed(self) -> dict[str, float]:
+        """Attempts by class over every reporting instance, each instance's weighing at most
+        as much as the median instance's (its own error rate kept): an instance that claims a
+        thousand times what the others saw counts as one typical instance."""
+        attempts = [evidence.attempts for evidence in self.instances if evidence.attempts]
+        cap = statistics.median(attempts) if attempts else 0.0
+        totals = dict.fromkeys(("served", *ERROR_CLASSES), 0.0)
+        for evidence in self.instances:
+            if not evidence.attempts:
+                continue
+            weight = min(1.0, cap / evidence.attempts)
+            totals["served"] += evidence.served * weight
+            for name, count in evidence.errors.items():
+                totals[name] += count * weight
+        return totals
+
+    @property
+    def attempts(self) -> float:
+        return sum(self.weighed.values())
+
+    @property
+    def errors(self) -> float:
+        return self.attempts - self.weighed["served"]
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.attempts if self.attempts else 0.0
+
+    @property
+    def worst(self) -> str:
+        """The error class with the most (weighed) attempts."""
+        return max(ERROR_CLASSES, key=lambda name: self.weighed[name])
+
+    @property
+    def failing_instances(self) -> tuple[InstanceEvidence, ...]:
+        """The instances whose own attempts are failing."""
+        return tuple(evidence for evidence in self.instances if evidence.sees_failing)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The tokens the failing instances' reports came with: where the evidence came from."""
+        return sorted({token for evidence in self.failing_instances for token in evidence.tokens})
+
+    @property
+    def alerting(self) -> bool:
+        """PROVIDER_ALERT_MIN_INSTANCES polling instances see it failing, and the weighed
+        attempts are failing by the error-rate rule (``is_failing``)."""
+        return len(self.failing_instances) >= settings.PROVIDER_ALERT_MIN_INSTANCES and is_failing(
+            attempts=self.attempts, errors=self.errors
+        )
+
+    def describe(self) -> str:
+        failing = len(self.failing_instances)
+        return (
+            f"{self.subject} on {self.chain}: {self.error_rate * 100:.1f} % errors "
+            f"(mostly {_CLASS_WORDS[self.worst]}) over the last {settings.PROVIDER_FAILING_MINUTES} min, "
+            f"{self.errors:.0f} of {self.attempts:.0f} attempts; {failing} of {len(self.instances)} instance(s) "
+            f"polling the chain see it failing ({_tokens(self.tokens)})"
+        )
+
+
+@dataclass(frozen=True)
+class CredentialEvidence:
+    """The polling instances that saw a provider reject their credentials over the alerts'
+    window, and the tokens their reports came with: the ``provider_credentials`` alert's."""
+
+    chain: str
+    provider: str
+    clients: list[str]
+    tokens: list[str]
+
+    def describe(self) -> str:
+        shown = ", ".join(self.clients[:5]) + (f" and {len(self.clients) - 5} more" if len(self.clients) > 5 else "")
+        return (
+            f"{self.provider} rejected the credentials (HTTP 401/403) of {len(self.clients)} instance(s) of "
+            f"{self.chain} in the last {settings.PROVIDER_FAILING_MINUTES} min: {shown} ({_tokens(self.tokens)}); "
+            "check its API key"
+        )
+
+
+def _tokens(names: list[str]) -> str:
+    return f"token{'' if len(names) == 1 else 's'} {', '.join(names)}"
+
+
+@dataclass(frozen=True)
+class AlertEvidence:
+    failing: list[StepEvidence]
+    """The steps ``provider_failing`` is raised for, worst first."""
+    credentials: list[CredentialEvidence]
+    """The providers ``provider_credentials`` is raised for."""
+
+
+def credential_instances_needed() -> int:
+    """How many polling instances must see a provider reject their credentials."""
+    return max(settings.PROVIDER_CREDENTIALS_INSTANCES, settings.PROVIDER_ALERT_MIN_INSTANCES)
+
+
+def alert_evidence(*, now: datetime | None = None) -> AlertEvidence:
+    """What the provider alerts stand on now: the evidence of the instances that polled their
+    chain within FLEET_INSTANCE_TTL_MINUTES, over the last PROVIDER_FAILING_MINUTES (one
+    query); a report from an instance that stopped polling no longer counts."""
     now = now or timezone.now()
-    since = now - timedelta(minutes=settings.PROVIDER_FAILING_MINUTES)
-    seen: dict[tuple[str, str], set[str]] = {}
-    for chain, provider, client in ProviderReporter.objects.filter(last_credentials_failure_at__gte=since).values_list(
-        "chain__name", "provider", "client"
-    ):
-        seen.setdefault((chain, provider), set()).add(client)
-    return {
-        key: sorted(clients)
-        for key, clients in sorted(seen.items())
-        if len(clients) >= settings.PROVIDER_CREDENTIALS_INSTANCES
-    }
+    polled = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
+    rows = (
+        ProviderEvidence.objects.filter(minute__gte=_evidence_since(now), instance__last_seen_at__gte=polled)
+        .values_list("instance__chain__name", "provider", "model", "instance__client", "token")
+        .annotate(*(Sum(name) for name in _EVIDENCE))
+        .order_by()
+    )
+    by_instance: dict[tuple[str, str, str, str], tuple[set[str], list[int]]] = {}
+    for chain, provider, model, client, token, *sums in rows:
+        tokens, counts = by_instance.setdefault((chain, provider, model, client), (set(), [0] * len(_EVIDENCE)))
+        tokens.add(token)
+        for index, count in enumerate(sums):
+            counts[index] += count or 0
+    steps: dict[tuple[str, str, str], list[InstanceEvidence]] = defaultdict(list)
+    for (chain, provider, model, client), (tokens, (served, *errors)) in sorted(by_instance.items()):
+        steps[chain, provider, model].append(
+            InstanceEvidence(client, frozenset(tokens), served, dict(zip(ERROR_CLASSES, errors, strict=True)))
+        )
+    every = [StepEvidence(chain, provider, model, tuple(found)) for (chain, provider, model), found in steps.items()]
+    failing = sorted(
+        (step for step in every if step.alerting),
+        key=lambda step: (-step.error_rate, step.chain, step.provider, step.model),
+    )
+    rejected: dict[tuple[str, str], dict[str, frozenset[str]]] = defaultdict(dict)
+    for step in every:
+        for evidence in step.instances:
+            if evidence.errors.get("credentials"):
+                seen = rejected[step.chain, step.provider]
+                seen[evidence.client] = seen.get(evidence.client, frozenset()) | evidence.tokens
+    credentials = [
+        CredentialEvidence(chain, provider, sorted(seen), sorted(set().union(*seen.values())))
+        for (chain, provider), seen in sorted(rejected.items())
+        if len(seen) >= credential_instances_needed()
+    ]
+    return AlertEvidence(failing=failing, credentials=credentials)
 
 
 @dataclass(frozen=True)
@@ -552,8 +760,13 @@ def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
 
 __all__ = [
     "ERROR_CLASSES",
+    "AlertEvidence",
+    "CredentialEvidence",
     "Failing",
-    "credential_failures",
+    "InstanceEvidence",
+    "StepEvidence",
+    "alert_evidence",
+    "credential_instances_needed",
     "failing_steps",
     "health_by_chain",
     "health_by_step",

@@ -4,7 +4,10 @@ PostgreSQL database.
 
 Each report is what one chainclient 0.3.0 instance sends: served counts for 3 providers and
 the health of 3 steps (attempts by class, a latency histogram). Reports cycle through
-``--instances`` client names, as a fleet reporting every ``--interval`` seconds would.
+``--instances`` client names, as a fleet reporting every ``--interval`` seconds would; each
+instance first reads the chain, as SDK instances do (health counts only from an instance fleet
+status knows), and the usage-report limits are raised out of the way (this measures the cost
+of reports the control plane takes, not its refusals).
 Measured: the round trip per report over kept-alive loopback connections (``--connections``
 at once), the server's CPU per report (the web processes' and PostgreSQL's, from /proc), and
 the rows the health tables hold afterwards; from those, the CPU share and the rows per hour
@@ -40,7 +43,7 @@ def report(instance: int, *, health: bool = True) -> bytes:
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     body = {
-        "client": f"bench/instance-{instance:04d}",
+        "client": client_of(instance),
         "applied_version": 1,
         "providers": {
             name: {"requests": 20, "last_served_at": now} for name in ("vendor_a", "vendor_b", "self_hosted")
@@ -89,7 +92,12 @@ def main() -> None:
     parser.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
 
-    with scratch_control_plane("bench_health", args.admin_url) as plane:
+    # The whole run's reports fall in a minute or two: no limit of a real fleet's size applies.
+    limits = {
+        f"USAGE_REPORTS_PER_{per}_PER_MINUTE": str(most)
+        for per, most in (("INSTANCE", 600), ("TOKEN", 10**6), ("CHAIN", 10**6))
+    }
+    with scratch_control_plane("bench_health", args.admin_url, **limits) as plane:
         token = plane.token("read")
         port = free_port()
         process = start(granian("controlplane.asgi:application", str(port)), plane.env)
@@ -97,6 +105,7 @@ def main() -> None:
             wait_until_up(f"http://127.0.0.1:{port}/healthz")
             headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
             servers = tree(process.pid)
+            poll_as_instances(port, token, args.instances, plane.database_url)
             runs = {}
             # The same reports without and with their health section, one after the other.
             for label, health in (("usage only", False), ("with health", True)):
@@ -128,6 +137,32 @@ def main() -> None:
         f"fleet_cores={fleet_rate * health.cpu_ms / 1000:.2f} buckets_per_hour={buckets / max(minutes, 1) * 60:.0f} "
         f"reporter_rows={reporters}"
     )
+
+
+def poll_as_instances(port: int, token: str, instances: int, database_url: str) -> None:
+    """Read the chain once as each instance, as an SDK instance does before it reports, and
+    wait until fleet status knows them all (the web processes write reads once a second)."""
+    import psycopg
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for instance in range(instances):
+        identity = {"X-Chain-Client": client_of(instance), "X-Chain-Applied-Version": "1"}
+        conn.request("GET", "/api/v1/chains/chat", headers={"Authorization": f"Bearer {token}", **identity})
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise SystemExit(f"reading the chain as {client_of(instance)}: HTTP {response.status}")
+    conn.close()
+    deadline = time.monotonic() + 30
+    with psycopg.connect(database_url) as db:
+        while db.execute("SELECT count(*) FROM audit_fleetinstance").fetchone()[0] < instances:
+            if time.monotonic() > deadline:
+                raise SystemExit("fleet status did not record every instance's read within 30 s")
+            time.sleep(0.2)
+
+
+def client_of(instance: int) -> str:
+    return f"bench/instance-{instance:04d}"
 
 
 @dataclass

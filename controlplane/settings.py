@@ -448,6 +448,21 @@ PROVIDER_FAILING_MIN_ATTEMPTS = env_int("PROVIDER_FAILING_MIN_ATTEMPTS", 20, min
 # provider_credentials: this many instances saw a provider reject their credentials (401/403)
 # in the last PROVIDER_FAILING_MINUTES.
 PROVIDER_CREDENTIALS_INSTANCES = env_int("PROVIDER_CREDENTIALS_INSTANCES", 3, minimum=1)
+# Usage reports are evidence, never authority (audit/usage.py, audit/provider_health.py): a
+# provider alert needs this many distinct instances, each of which polled the chain within
+# FLEET_INSTANCE_TTL_MINUTES, that see the step failing (or the credentials rejected); one
+# instance's attempts weigh at most as much as the median reporting instance's.
+PROVIDER_ALERT_MIN_INSTANCES = env_int("PROVIDER_ALERT_MIN_INSTANCES", 3, minimum=1, maximum=10_000)
+# Usage reports accepted per minute, counted in the database (every web process shares them);
+# past one, 429 with Retry-After (the SDK waits, keeping its counts). Per instance: the SDK
+# reports once a minute by default, so 6 leaves room for a 10-second usage_interval and
+# restarts; instances fleet status does not know (never polled the chain) share one such
+# limit per token and chain, so made-up names buy nothing. Per token and per chain: size them
+# above the fleet's reports a minute (instances x 60 / usage_interval). The chain's bounds the
+# storage reports add to a chain each minute, whatever the fleet claims.
+USAGE_REPORTS_PER_INSTANCE_PER_MINUTE = env_int("USAGE_REPORTS_PER_INSTANCE_PER_MINUTE", 6, minimum=1, maximum=600)
+USAGE_REPORTS_PER_TOKEN_PER_MINUTE = env_int("USAGE_REPORTS_PER_TOKEN_PER_MINUTE", 1200, minimum=1, maximum=10**6)
+USAGE_REPORTS_PER_CHAIN_PER_MINUTE = env_int("USAGE_REPORTS_PER_CHAIN_PER_MINUTE", 3000, minimum=1, maximum=10**6)
 for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
     if _url and not _url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")

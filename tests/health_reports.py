@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from audit.models import LATENCY_BOUNDS_MS
 from presets.documents import format_time
+from presets.models import Selection
 
 BOUNDS = list(LATENCY_BOUNDS_MS)
 
@@ -26,9 +27,29 @@ def step(provider: str, model: str, outcomes: dict[str, int], histogram: list[in
     return {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
 
 
-def report(client: Client, instance: str, steps: list[dict[str, Any]], chain: str = "chat", **health: Any):  # type: ignore[no-untyped-def]
+def poll(client: Client, instance: str, chain: str = "chat") -> None:
+    """Read ``chain`` as the instance ``checkout/{instance}`` on its live version, as the SDK
+    does before it reports: fleet status then knows the instance, so its health counts."""
+    version = Selection.objects.get(chain__name=chain).version
+    headers = {"X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": str(version)}
+    response = client.get(f"/api/v1/chains/{chain}", headers=headers)
+    assert response.status_code == 200, response.content
+
+
+def report(  # type: ignore[no-untyped-def]
+    client: Client,
+    instance: str,
+    steps: list[dict[str, Any]],
+    chain: str = "chat",
+    *,
+    polled: bool = True,
+    **health: Any,
+):
     """POST one instance's usage report; as the SDK does, it counts the requests each
-    provider served (``providers``) beside the health of every step."""
+    provider served (``providers``) beside the health of every step. ``polled``: the instance
+    read the chain first (``poll``), as every SDK instance does."""
+    if polled:
+        poll(client, instance, chain)
     served: dict[str, int] = {}
     for reported in steps:
         served[reported["provider"]] = served.get(reported["provider"], 0) + reported["outcomes"].get("served", 0)
@@ -42,11 +63,12 @@ def report(client: Client, instance: str, steps: list[dict[str, Any]], chain: st
 
 
 def vendor_a_failing(reader: Client, instances: int = 3) -> None:
-    """Half of vendor_a's attempts answer 503 on every instance; vendor_b serves the rest."""
+    """Half of vendor_a's attempts answer 503 on every instance (``checkout/pod-0``, ...);
+    vendor_b serves the rest."""
     for n in range(instances):
         response = report(
             reader,
-            f"i{n}",
+            f"pod-{n}",
             [
                 step("vendor_a", "large", {"served": 50, "server_error": 50}, latency(b4=50)),
                 step("vendor_b", "large", {"served": 50}, latency(b3=48, b5=2)),

@@ -52,6 +52,14 @@ def api(request: pytest.FixtureRequest, synced: None, write_token: str, alice: U
     return client
 
 
+def posts_for(api: Client) -> list[str]:
+    """The POST URLs ``api`` may send to: a session sends no usage report (only services
+    report, with a token: a session's is refused with 403 before its body is read)."""
+    if "HTTP_AUTHORIZATION" in api.defaults:
+        return POSTS
+    return [url for url in POSTS if not url.endswith("/usage")]
+
+
 @pytest.fixture
 def oncall(synced: None, alice: User) -> Client:
     client = Client()
@@ -125,7 +133,7 @@ REFUSED_BODIES = [
 @pytest.mark.parametrize("body,fragment", [c[1:] for c in REFUSED_BODIES], ids=[c[0] for c in REFUSED_BODIES])
 def test_a_body_the_control_plane_cannot_take_is_a_400_naming_it(api: Client, body: str, fragment: str) -> None:
     before = written_state()
-    for url in POSTS:
+    for url in posts_for(api):
         response = api.post(url, body, content_type="application/json")
         error = assert_json_4xx(response, fragment)
         assert response.status_code == 400 and error["code"] == "validation_error", url
@@ -135,7 +143,7 @@ def test_a_body_the_control_plane_cannot_take_is_a_400_naming_it(api: Client, bo
 @pytest.mark.parametrize("api", WHO, indirect=True)
 def test_a_body_over_the_upload_limit_is_a_json_400(api: Client) -> None:
     body = json.dumps({"preset": "pin_secondary", "reason": "x" * 3_000_000})
-    for url in POSTS:
+    for url in posts_for(api):
         assert_json_4xx(api.post(url, body, content_type="application/json"), "bytes")
 
 
@@ -226,21 +234,40 @@ def test_numbers_and_dates_no_column_can_hold_never_answer_5xx(api: Client) -> N
 NAIVE = "2026-12-01T06:00:00"
 
 
-@pytest.mark.parametrize("api", WHO, indirect=True)
+NAIVE_TIMES = [
+    ("select", POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": NAIVE}, "expires_at"),
+    (
+        "select-date-only",
+        POSTS[0],
+        {"preset": "pin_secondary", "reason": "r", "expires_at": "2026-12-01"},
+        "expires_at",
+    ),
+    ("extend", POSTS[2], {"reason": "r", "expires_at": NAIVE}, "expires_at"),
+    (
+        "usage-last-served",
+        POSTS[4],
+        {"client": "checkout/1", "providers": {"vendor_a": {"requests": 1, "last_served_at": NAIVE}}},
+        "last_served_at",
+    ),
+    (
+        "usage-rejection",
+        POSTS[4],
+        {"client": "checkout/1", "rejected": [{"version": 1, "reason": "r", "at": NAIVE}]},
+        "at",
+    ),
+]
+
+
+# A session sends no usage report (its 403 is tests/test_usage_report_limits.py's).
 @pytest.mark.parametrize(
-    "url,body,field",
+    "api,url,body,field",
     [
-        (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": NAIVE}, "expires_at"),
-        (POSTS[0], {"preset": "pin_secondary", "reason": "r", "expires_at": "2026-12-01"}, "expires_at"),
-        (POSTS[2], {"reason": "r", "expires_at": NAIVE}, "expires_at"),
-        (
-            POSTS[4],
-            {"client": "checkout/1", "providers": {"vendor_a": {"requests": 1, "last_served_at": NAIVE}}},
-            "last_served_at",
-        ),
-        (POSTS[4], {"client": "checkout/1", "rejected": [{"version": 1, "reason": "r", "at": NAIVE}]}, "at"),
+        pytest.param(who, url, body, field, id=f"{name}-{who}")
+        for name, url, body, field in NAIVE_TIMES
+        for who in WHO
+        if who == "token" or not url.endswith("/usage")
     ],
-    ids=["select", "select-date-only", "extend", "usage-last-served", "usage-rejection"],
+    indirect=["api"],
 )
 def test_a_time_without_a_time_zone_is_refused_naming_the_field(api: Client, url: str, body: Any, field: str) -> None:
     before = written_state()

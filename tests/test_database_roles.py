@@ -253,8 +253,11 @@ def test_every_feature_works_as_the_app_role(stack: Stack) -> None:
     restored = api(stack, "/api/v1/chains/chat/history/4/restore", {"reason": "undo v4"})
     assert (restored["version"], restored["preset"]) == (5, "pin_secondary")
 
-    # A usage report (fleet status and provider health), with vendor_a failing.
+    # A usage report (fleet status and provider health), with vendor_a failing, from three
+    # instances that poll the chain (reports are evidence only from those).
     for instance in ("i1", "i2", "i3"):
+        identity = {"X-Chain-Client": f"checkout/{instance}", "X-Chain-Applied-Version": "5"}
+        assert request(stack, "GET", "/api/v1/chains/chat", token=stack.read_token, headers=identity)[0] == 200
         status, _, body = request(
             stack,
             "POST",

@@ -1,5 +1,6 @@
-"""provider_failing and provider_credentials: raised once while the fleet's reports show the
-condition, resolved by themselves when it ends, delivered like every alert."""
+"""provider_failing and provider_credentials: raised once while the reports of at least
+PROVIDER_ALERT_MIN_INSTANCES instances that poll the chain show the condition, resolved by
+themselves when it ends, delivered like every alert."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.test import Client
 from audit import provider_alerts
 from audit.models import LATENCY_BOUNDS_MS, Alert, AlertKind
 from audit.tasks import alert_providers
+from tests.health_reports import poll
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -25,6 +27,7 @@ def thresholds(settings: Any) -> None:
     settings.PROVIDER_FAILING_MIN_ATTEMPTS = 20
     settings.PROVIDER_FAILING_MINUTES = 5
     settings.PROVIDER_CREDENTIALS_INSTANCES = 3
+    settings.PROVIDER_ALERT_MIN_INSTANCES = 3
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +37,9 @@ def every_report_judged(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def report(client: Client, instance: str, outcomes: dict[str, int], provider: str = "vendor_a") -> None:
+    """The instance ``checkout/{instance}`` reads the chain, then reports ``outcomes`` of
+    ``provider``'s large model, as an SDK instance does."""
+    poll(client, instance)
     body = {
         "client": f"checkout/{instance}",
         "health": {
@@ -58,15 +64,20 @@ def alerts(kind: str) -> list[Alert]:
 
 def test_a_failing_provider_raises_one_alert_that_resolves_when_it_recovers(reader: Client) -> None:
     with time_machine.travel(T0, tick=False) as clock:
-        for n in range(4):  # every report keeps it failing: still one alert
+        for n in range(2):
+            report(reader, f"i{n}", {"served": 5, "server_error": 5})
+        assert alerts(AlertKind.PROVIDER_FAILING) == []  # two instances: not yet
+        for n in range(2, 4):  # every report keeps it failing: still one alert
             report(reader, f"i{n}", {"served": 5, "server_error": 5})
         (alert,) = alerts(AlertKind.PROVIDER_FAILING)
         assert alert.is_open
         assert (alert.subject, alert.version) == ("vendor_a/large", 1)
         assert alert.message == (
-            "vendor_a/large on chat: 50.0 % errors (mostly 5xx) over the last 5 min, 10 of 20 attempts"
+            "vendor_a/large on chat: 50.0 % errors (mostly 5xx) over the last 5 min, 15 of 30 attempts; "
+            "3 of 3 instance(s) polling the chain see it failing (token reader)"
         )
-        assert alert.details["error_rate"] == 0.5  # as raised, at the second report
+        assert alert.details["error_rate"] == 0.5  # as raised, at the third report
+        assert (alert.details["failing_instances"], alert.details["tokens"]) == (3, ["reader"])
 
         clock.shift(timedelta(minutes=6))  # the failures leave the window
         for n in range(4):
@@ -75,16 +86,21 @@ def test_a_failing_provider_raises_one_alert_that_resolves_when_it_recovers(read
     alert.refresh_from_db()
     assert not alert.is_open
     assert "below 20 % errors over the last 5 min" in alert.resolution
+    assert "fewer than 3 instances polling the chain see it failing" in alert.resolution
     assert len(alerts(AlertKind.PROVIDER_FAILING)) == 1
 
 
 def test_failing_again_after_recovering_is_a_new_alert(reader: Client) -> None:
+    def every_instance(outcomes: dict[str, int]) -> None:
+        for n in range(3):
+            report(reader, f"i{n}", outcomes)
+
     with time_machine.travel(T0, tick=False) as clock:
-        report(reader, "i1", {"served": 10, "timeout": 20})
+        every_instance({"served": 10, "timeout": 20})
         clock.shift(timedelta(minutes=6))
-        report(reader, "i1", {"served": 30})
+        every_instance({"served": 30})
         clock.shift(timedelta(minutes=6))
-        report(reader, "i1", {"served": 10, "timeout": 20})
+        every_instance({"served": 10, "timeout": 20})
 
     first, second = alerts(AlertKind.PROVIDER_FAILING)
     assert (first.is_open, second.is_open) == (False, True)
@@ -93,8 +109,9 @@ def test_failing_again_after_recovering_is_a_new_alert(reader: Client) -> None:
 
 def test_too_few_attempts_or_a_low_rate_raise_nothing(reader: Client) -> None:
     with time_machine.travel(T0, tick=False):
-        report(reader, "i1", {"served": 1, "server_error": 18})  # 19 attempts: too few
-        report(reader, "i2", {"served": 200, "rate_limited": 30}, provider="vendor_b")  # 13 %
+        for n in range(3):
+            report(reader, f"i{n}", {"served": 1, "server_error": 5})  # 18 attempts: too few
+            report(reader, f"i{n}", {"served": 200, "rate_limited": 30}, provider="vendor_b")  # 13 %
 
     assert alerts(AlertKind.PROVIDER_FAILING) == []
 
@@ -108,19 +125,22 @@ def test_credentials_rejected_by_three_instances_raise_provider_credentials(read
         (alert,) = alerts(AlertKind.PROVIDER_CREDENTIALS)
         assert alert.subject == "vendor_a"
         assert alert.message.startswith("vendor_a rejected the credentials (HTTP 401/403) of 3 instance(s) of chat")
+        assert "checkout/i1, checkout/i2, checkout/i3 (token reader)" in alert.message
+        assert alert.details["tokens"] == ["reader"]
         assert alerts(AlertKind.PROVIDER_FAILING) == []  # 4 of 304 attempts: not failing
         clock.shift(timedelta(minutes=6))
         assert alert_providers() == 0  # the beat resolves it with no report arriving
 
     alert.refresh_from_db()
     assert not alert.is_open
-    assert "fewer than 3 instances" in alert.resolution
+    assert "fewer than 3 instances polling the chain saw vendor_a reject" in alert.resolution
 
 
 def test_provider_alerts_are_in_the_api_with_their_subject_and_deliveries(reader: Client, settings: Any) -> None:
     settings.ALERT_WEBHOOK_URL = "http://127.0.0.1:9/hook"  # configured: a pending delivery
     with time_machine.travel(T0, tick=False):
-        report(reader, "i1", {"served": 10, "server_error": 30})
+        for n in range(3):
+            report(reader, f"i{n}", {"served": 10, "server_error": 30})
 
     (entry,) = reader.get("/api/v1/alerts?open=true").json()["alerts"]
     assert (entry["kind"], entry["subject"], entry["chain"]) == ("provider_failing", "vendor_a/large", "chat")

@@ -1,5 +1,6 @@
 """Provider health from the fleet's usage reports: merged per minute, read over 5 minutes and
-an hour, bounded in storage, in the API and in /metrics; bad reports refused whole."""
+an hour, bounded in storage, in the API and in /metrics; bad reports refused whole; only from
+instances that poll their chain."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit import provider_health
-from audit.models import ProviderHealthMinute, ProviderReporter, ProviderUsage
+from audit.models import ProviderEvidence, ProviderHealthMinute, ProviderReporter, ProviderUsage, ReportWindow
 from audit.tasks import prune_provider_health
 from presets.models import Chain
 from presets.selectors import active_presets
@@ -124,6 +125,9 @@ def test_storage_stays_within_the_window_over_three_simulated_days(reader: Clien
     # 48 h of one report per 10 minutes, plus the hour since the last prune.
     assert ProviderHealthMinute.objects.count() <= 49 * 6
     assert ProviderReporter.objects.count() == 3
+    # The alerts' evidence: their 5-minute window, plus the hour since the last prune.
+    assert ProviderEvidence.objects.count() <= 7
+    assert ReportWindow.objects.count() <= 3 * 6  # the report limits' minutes since then
 
 
 def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> None:
@@ -141,7 +145,10 @@ def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> Non
     ("health", "fragment"),
     [
         ({"latency_bounds_ms": [1, 2], "steps": []}, "the histogram this control plane merges"),
-        ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"exploded": 1})]}, "unknown outcome"),
+        (
+            {"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {f"c{n}": 1 for n in range(51)})]},
+            "at most 50 outcome classes per step",
+        ),
         ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"served": -1})]}, "greater than or equal"),
         (
             {"latency_bounds_ms": BOUNDS, "steps": [{**step("vendor_a", "large", {}), "latency_ms": [1, 2]}]},
@@ -149,7 +156,7 @@ def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> Non
         ),
         ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {})] * 51}, "no more than 50 elements"),
     ],
-    ids=["other-bounds", "unknown-class", "negative", "short-histogram", "too-many-steps"],
+    ids=["other-bounds", "too-many-classes", "negative", "short-histogram", "too-many-steps"],
 )
 def test_a_bad_health_report_is_refused_whole_with_what_was_wrong(reader: Client, health, fragment: str) -> None:
     body = {
@@ -190,13 +197,13 @@ def test_steps_reported_outside_the_live_chain_follow_it_worst_first(reader: Cli
         "i1",
         [
             step("vendor_b", "small", {"served": 9, "timeout": 1}),
-            step("self_hosted", "70b", {"served": 1, "server_error": 1}),
+            step("self_hosted", "vision-11b", {"served": 1, "server_error": 1}),
         ],
     )
 
     names = [f"{s['provider']}/{s['model']}" for s in health_of(reader)["steps"]]
 
-    assert names == ["vendor_a/large", "vendor_b/large", "self_hosted/8b", "self_hosted/70b", "vendor_b/small"]
+    assert names == ["vendor_a/large", "vendor_b/large", "self_hosted/8b", "self_hosted/vision-11b", "vendor_b/small"]
 
 
 def test_a_step_over_the_threshold_with_enough_attempts_is_failing_now(reader: Client, settings) -> None:
@@ -229,11 +236,13 @@ def test_credential_failures_count_once_enough_instances_saw_them(reader: Client
     with time_machine.travel(T0, tick=False):
         for n in range(2):
             report(reader, f"i{n}", [step("vendor_a", "large", {"credentials": 1})])
-        assert provider_health.credential_failures() == {}
+        assert provider_health.alert_evidence().credentials == []
         report(reader, "i2", [step("vendor_a", "large", {"credentials": 4})])
-        failures = provider_health.credential_failures()
+        (failures,) = provider_health.alert_evidence().credentials
 
-    assert failures == {("chat", "vendor_a"): ["checkout/i0", "checkout/i1", "checkout/i2"]}
+    assert (failures.chain, failures.provider) == ("chat", "vendor_a")
+    assert failures.clients == ["checkout/i0", "checkout/i1", "checkout/i2"]
+    assert failures.tokens == ["reader"]
 
 
 def test_the_healthiest_reviewed_preset_is_suggested_only_when_the_live_head_fails(reader: Client) -> None:
@@ -265,3 +274,56 @@ def test_the_server_merges_the_outcome_classes_and_histogram_the_sdk_sends() -> 
 
     assert provider_health.OUTCOME_CLASSES == sdk_health.OUTCOME_CLASSES
     assert provider_health.LATENCY_BOUNDS_MS == tuple(sdk_health.LATENCY_BOUNDS_MS)
+
+
+def test_health_from_an_instance_that_has_not_read_the_chain_lately_is_dropped_and_counted(
+    reader: Client, settings
+) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        response = report(reader, "i1", [step("vendor_a", "large", {"served": 2, "server_error": 40})], polled=False)
+        assert response.status_code == 202, response.content
+        assert response.json()["dropped"]["health"] == 1
+        assert health_of(reader)["steps"][0]["recent"]["attempts"] == 0
+
+        report(reader, "i2", [step("vendor_a", "large", {"served": 4})])  # it reads, then reports
+        clock.shift(timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES + 1))
+        late = report(reader, "i2", [step("vendor_a", "large", {"server_error": 40})], polled=False)
+        head = by_step(health_of(reader))["vendor_a/large"]
+
+    assert late.json()["dropped"]["health"] == 1  # it stopped reading the chain 11 minutes ago
+    assert head["hour"]["outcomes"] == {"served": 4}
+    assert ProviderReporter.objects.get().instance.client == "checkout/i2"  # no row for the unknown one
+    assert ProviderUsage.objects.filter(client="checkout/i1").exists()  # its served counts are kept
+
+
+def test_steps_providers_and_classes_the_registry_does_not_know_are_dropped_and_counted(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        response = report(
+            reader,
+            "i1",
+            [
+                step("vendor_a", "large", {"served": 3, "server_error": 1, "exploded": 7, "melted": 1}),
+                step("vendor_a", "huge", {"served": 1}),
+                step("vendor_zzz", "large", {"served": 1}),
+            ],
+            breaker_openings={"vendor_a": 1, "vendor_zzz": 2},
+        )
+        steps = by_step(health_of(reader))
+
+    assert response.status_code == 202, response.content
+    assert response.json() == {
+        "accepted": True,
+        "dropped": {
+            "providers": 1,  # vendor_zzz's served count
+            "steps": 2,
+            "outcome_classes": 2,
+            "breaker_openings": 1,
+            "rejections": 0,
+            "health": 0,
+        },
+    }
+    assert steps["vendor_a/large"]["recent"]["outcomes"] == {"served": 3, "server_error": 1}
+    assert steps["vendor_a/large"]["recent"]["breaker_openings"] == 1
+    assert set(steps) == {"vendor_a/large", "vendor_b/large", "self_hosted/8b"}
+    assert set(ProviderUsage.objects.values_list("provider", flat=True)) == {"vendor_a"}
+    assert set(ProviderHealthMinute.objects.values_list("provider", flat=True)) == {"vendor_a"}

@@ -1,6 +1,7 @@
-"""The provider-health promise as a system: 40 real SDK instances route real requests (their
-vendors faked by chainclient.testing) and report to a real running control plane; the API and
-the on-call pages show the truth within 15 s, provider_failing is raised once, and resolves on
+"""The provider-health promise as a system: 40 real SDK instances poll their chain, route real
+requests (their vendors faked by chainclient.testing) and report to a real running control
+plane; the API and the on-call pages show the truth within 15 s, provider_failing is raised
+once, on the evidence of the instances that poll, naming their token, and resolves on
 recovery."""
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def test_forty_instances_show_a_failing_vendor_raise_one_alert_and_resolve_it(
     fleet: tuple[list[Instance], threading.Event], reader: Client, alice: User, settings: Any
 ) -> None:
     settings.PROVIDER_FAILING_MINUTES = 1
+    # These instances report every second, not every minute: limits sized for that.
+    settings.USAGE_REPORTS_PER_INSTANCE_PER_MINUTE = 120
+    settings.USAGE_REPORTS_PER_TOKEN_PER_MINUTE = settings.USAGE_REPORTS_PER_CHAIN_PER_MINUTE = 60 * 120
     instances, failing = fleet
     oncall = Client()
     oncall.force_login(alice)
@@ -141,4 +145,6 @@ def test_forty_instances_show_a_failing_vendor_raise_one_alert_and_resolve_it(
     (alert,) = failing_alerts()  # raised once, however many reports judged it
     assert alert.subject == "vendor_a/large"
     assert "mostly 5xx" in alert.message
+    assert alert.details["tokens"] == ["reader"]
+    assert alert.details["failing_instances"] >= 3
     assert shown_after <= WITHIN_S

@@ -8,7 +8,9 @@ A small daemon thread of its own (with its own connection: the poller's is held 
 polls) sends ``POST {chain}/usage`` about every ``usage_interval`` seconds, only when
 there is something to say. A report that fails is merged back into what was recorded
 since, so nothing is lost and no caller waits; ``stop()`` gets one last best-effort report
-within its own budget.
+within its own budget. When the control plane answers with ``Retry-After`` (429: too many
+reports; 503), the next report waits that long (at most ``MAX_RETRY_AFTER_S``), the counts
+kept meanwhile within the same bounds.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from chainclient.health import HealthCounts, HealthTally
 from chainclient.receipts import Attempt
 from chainclient.stats import ClientStats, OlderAnswer
-from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message
+from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message, retry_after
 
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
@@ -37,6 +39,8 @@ _MAX_REPORTED_PROVIDERS = 50
 _MAX_REASON_CHARS = 500
 # stop() keeps this much of its budget for joining the usage thread after its last report.
 _FLUSH_MARGIN_S = 0.05
+# The longest Retry-After a report waits for: a proxy's mistake must not silence it for a day.
+MAX_RETRY_AFTER_S = 600.0
 
 Served = dict[str, list[float]]
 """Requests per provider since the last accepted report: provider -> [requests, last at]."""
@@ -77,6 +81,7 @@ class UsageReporter:
         self._health = HealthTally()
         self.worker: Worker | None = None
         self._flush_by = 0.0  # monotonic deadline of the last report, set by stop()
+        self._not_before = 0.0  # monotonic: no report before this (the server's Retry-After)
 
     # -- recording (any thread) -----------------------------------------------------------
 
@@ -135,6 +140,7 @@ class UsageReporter:
         self._health = HealthTally()  # a new lock too
         self.worker = None
         self._flush_by = 0.0
+        self._not_before = 0.0
         # Forked children share the parent's generator state: reseed, or their report
         # times would stay in step across the whole fleet of workers.
         self._random.seed()
@@ -145,14 +151,21 @@ class UsageReporter:
 
     def _run(self, stop_event: threading.Event, connection: Connection) -> None:
         try:
-            while not stop_event.wait(self._interval * self._random.uniform(0.9, 1.1)):
+            while not stop_event.wait(self._next_wait()):
                 self._report(connection, self._endpoint.timeout, stop_event)
-            # Stopping: one last best-effort report within what is left of stop()'s budget.
+            # Stopping: one last best-effort report within what is left of stop()'s budget,
+            # unless the control plane asked to wait (it would refuse it again).
             left = self._flush_by - time.monotonic() - _FLUSH_MARGIN_S
-            if left > 0:
+            if left > 0 and time.monotonic() >= self._not_before:
                 self._report(connection, left, stop_event)
         finally:
             connection.close()
+
+    def _next_wait(self) -> float:
+        """Seconds until the next report: the interval, with jitter so that a fleet does not
+        report in step, or longer while the control plane's Retry-After lasts."""
+        interval = self._interval * self._random.uniform(0.9, 1.1)
+        return max(interval, self._not_before - time.monotonic())
 
     def _report(self, connection: Connection, timeout: float, stop_event: threading.Event) -> None:
         """Send what was served and refused, and the provider health, since the last accepted
@@ -166,14 +179,20 @@ class UsageReporter:
         if not served and not refusals and health.empty and ahead is None:
             return
         try:
-            error = self._send(connection, timeout, served, refusals, health, ahead)
+            error, wait = self._send(connection, timeout, served, refusals, health, ahead)
         except Exception as exc:  # a bug here must not lose the counts or end reporting
             logger.exception("chain %s: unexpected error while reporting usage", self._chain)
-            error = f"unexpected {type(exc).__name__}: {exc}"
+            error, wait = f"unexpected {type(exc).__name__}: {exc}", None
         finally:
             # Reports are a minute apart: never send one on a connection the server may
             # have closed meanwhile (a report is not resent, so that would fail it).
             connection.close()
+        if wait is not None:
+            wait = min(wait, MAX_RETRY_AFTER_S)
+            # A little more than asked, at random: the instances refused in one minute must
+            # not all come back in the same second.
+            self._not_before = time.monotonic() + wait * self._random.uniform(1.0, 1.1)
+            error = f"{error}; the next report in {wait:g}s, as the control plane asked"
         if error is None:
             self._accepted()
         else:
@@ -190,8 +209,9 @@ class UsageReporter:
         refusals: list[Refusal],
         health: HealthCounts,
         ahead: OlderAnswer | None,
-    ) -> str | None:
-        """POST one report; None when the control plane accepted it, else why not."""
+    ) -> tuple[str | None, float | None]:
+        """POST one report: (None when the control plane accepted it, else why not; the
+        seconds it asked to wait before the next one, if it did)."""
         version = self._applied_version()
         report = _report_body(self._endpoint.client_id, version, served, refusals, ahead)
         health_body = health.body()
@@ -200,12 +220,15 @@ class UsageReporter:
         body = json.dumps(report).encode("utf-8")
         headers = self._endpoint.report_headers(applied_version=version)
         try:
-            status, _, response = connection.request(
+            status, response_headers, response = connection.request(
                 "POST", self._endpoint.usage_path, headers, timeout, body=body, connect_timeout=timeout
             )
         except REQUEST_ERRORS as exc:
-            return describe(exc)
-        return None if 200 <= status < 300 else f"HTTP {status}: {error_message(response)}"
+            return describe(exc), None
+        if 200 <= status < 300:
+            return None, None
+        wait = retry_after(response_headers) if status in (429, 503) else None
+        return f"HTTP {status}: {error_message(response)}", wait
 
     def _put_back(self, served: Served, refusals: list[Refusal]) -> None:
         """Merge an unsent report into what has been recorded since it was taken."""
@@ -294,4 +317,4 @@ def _utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-__all__ = ["MAX_REPORTED_REJECTIONS", "Refusal", "Served", "UsageReporter"]
+__all__ = ["MAX_REPORTED_REJECTIONS", "MAX_RETRY_AFTER_S", "Refusal", "Served", "UsageReporter"]

@@ -16,6 +16,7 @@ import chainclient
 from chainclient import RequestRejected, Router
 from chainclient.client import MAX_REPORTED_REJECTIONS
 from chainclient.testing import FakeChainClient, FakeProviders, fake_chain, fake_registry
+from chainclient.usage import MAX_RETRY_AFTER_S
 
 UTC_SECOND = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -128,6 +129,58 @@ def test_report_failures_are_logged_once_per_outage(make_client, control_plane, 
     assert len(recovered) == 1
     assert "after 3 failed attempts" in recovered[0].getMessage()
     assert served_totals(control_plane.accepted_reports()) == {"vendor_a": 1}
+
+
+THROTTLED = {"error": {"code": "throttled", "message": "too many usage reports"}}
+
+
+def test_a_429_holds_the_next_report_for_its_retry_after_and_keeps_the_counts(make_client, control_plane, eventually):
+    control_plane.always(304)
+    control_plane.reply_usage(429, THROTTLED, headers={"Retry-After": "1", "Content-Type": "application/json"})
+    client = make_client(usage_interval=0.05)
+    client.record_served("vendor_a")
+    client.start()
+    eventually(lambda: control_plane.report_count() >= 1)
+    client.record_served("vendor_a")
+    client.record_served("vendor_b")
+
+    eventually(lambda: control_plane.accepted_reports(), timeout=5)
+
+    refused, accepted = control_plane.reports[:2]
+    assert refused.accepted is False
+    # Every 0.05 s otherwise: the second report waited the second the control plane asked for.
+    assert accepted.at - refused.at >= 1.0
+    assert served_totals(control_plane.accepted_reports()) == {"vendor_a": 2, "vendor_b": 1}
+    assert control_plane.report_count() == 2
+
+
+def test_stop_sends_no_last_report_while_the_control_plane_asks_to_wait(make_client, control_plane, eventually):
+    control_plane.always(304)
+    control_plane.reply_usage(429, THROTTLED, headers={"Retry-After": "30", "Content-Type": "application/json"})
+    client = make_client(usage_interval=0.05).start()
+    client.record_served("vendor_a")
+    eventually(lambda: control_plane.report_count() == 1)
+    eventually(lambda: client.health()["usage_report_failures"] == 1)
+    client.record_served("vendor_b")
+
+    client.stop()
+
+    assert control_plane.report_count() == 1  # it would be refused again
+    assert client.health()["unreported_requests"] == 2  # kept, not dropped
+
+
+def test_a_retry_after_is_honoured_for_ten_minutes_at_most(make_client, control_plane, eventually):
+    control_plane.always(304)
+    control_plane.reply_usage(429, THROTTLED, headers={"Retry-After": "86400", "Content-Type": "application/json"})
+    client = make_client(usage_interval=0.05).start()
+    client.record_served("vendor_a")
+
+    eventually(lambda: client.health()["usage_report_failures"] == 1)
+
+    # A proxy's mistake (a day) must not silence the reports for a day.
+    held_for = client._usage._not_before - time.monotonic()
+    assert MAX_RETRY_AFTER_S == 600
+    assert 590 <= held_for <= 660
 
 
 REFUSED = [
