@@ -213,11 +213,13 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
             async with conn:
-                # A server that stops answering must not hold the listener (it reconnects).
-                await asyncio.wait_for(
-                    conn.execute(f"LISTEN {CHANGE_CHANNEL}; LISTEN {TOKENS_CHANNEL}; LISTEN {check_channel}"),
-                    SELF_CHECK_S,
-                )
+                # No asyncio.wait_for here: before Python 3.12 it can swallow the task's
+                # cancellation (the front's stop() would wait for ever). A server that stops
+                # answering holds the listener until it answers again or TCP gives up on it
+                # (keepalives, tcp_user_timeout); the version check serves meanwhile.
+                await conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+                await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
+                await conn.execute(f"LISTEN {check_channel}")
                 delay = RECONNECT_FIRST_S
                 if await _receives(conn, follower, check_channel):
                     set_state(State("listen"), log_line=f"LISTEN on {where}")
