@@ -5,13 +5,12 @@ on the alerts page (README, "Change notifications")."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import http.server
 import json
-import os
 import re
-import runpy
 import subprocess
 import sys
 import threading
@@ -19,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +32,7 @@ from audit.models import Alert, Notification
 from controlplane.celery import app
 from presets import services
 from presets.models import Selection
-from tests import test_celery_worker
+from tests import settings_env, test_celery_worker
 from tests.servers import free_port, wait_for
 from tests.test_provider_alerts import report as report_health
 
@@ -722,18 +720,10 @@ def test_the_alerts_page_shows_where_a_resolution_was_sent(synced, settings, cap
 
 # --- the settings' refusals --------------------------------------------------------------------------------
 
-SETTINGS_FILE = Path(django_settings.BASE_DIR) / "controlplane" / "settings.py"
 NOTIFY_PREFIXES = ("NOTIFY_", "SLACK_", "PAGERDUTY_", "ALERT_WEBHOOK_URL", "ALERT_EMAILS")
 
 
-def load_settings(monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]) -> dict[str, Any]:
-    """controlplane/settings.py run afresh with ``environment`` on top of this process's."""
-    for name in list(os.environ):
-        if name.startswith(NOTIFY_PREFIXES):
-            monkeypatch.delenv(name)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return runpy.run_path(str(SETTINGS_FILE))
+load_settings = functools.partial(settings_env.load_settings, clear=NOTIFY_PREFIXES)
 
 
 HOOK = "https://hooks.example.com/controlplane"

@@ -7,11 +7,10 @@ tests/test_proxy_auth_stack.py."""
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib
-import os
 import re
-import runpy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 from django.apps import apps as django_apps
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
@@ -31,6 +29,7 @@ from controlplane.sso_accounts import RoleMapping, Roles, SignInRefused, group_v
 from presets.access_history import acting_as, link_identity, unlink_identity
 from presets.models import AccessAction, AccessChange, SignInIdentity
 from presets.roles import can_change
+from tests import settings_env
 from tests.oidc_provider import RunningProvider
 
 MAPPING = RoleMapping(
@@ -228,19 +227,12 @@ def test_email_verified_is_yes_only_when_the_claim_says_true(claim: Any, verifie
 
 # --- the settings' refusals -------------------------------------------------------------
 
-SETTINGS_FILE = Path(django_settings.BASE_DIR) / "controlplane" / "settings.py"
+SSO_SETTINGS = ("OIDC_", "PROXY_AUTH_", "LOCAL_PASSWORDS")
 OIDC = {"OIDC_ISSUER": "https://idp.example.com", "OIDC_CLIENT_ID": "cp", "OIDC_CLIENT_SECRET": "s3cret"}
 PROXY = {"PROXY_AUTH_USER_HEADER": "X-Forwarded-User", "PROXY_AUTH_TRUSTED_PROXIES": "10.0.0.0/24"}
 
 
-def load_settings(monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]) -> dict[str, Any]:
-    """controlplane/settings.py run afresh with ``environment`` on top of this process's."""
-    for name in list(os.environ):
-        if name.startswith(("OIDC_", "PROXY_AUTH_", "LOCAL_PASSWORDS")):
-            monkeypatch.delenv(name)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return runpy.run_path(str(SETTINGS_FILE))
+load_settings = functools.partial(settings_env.load_settings, clear=SSO_SETTINGS)
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,10 @@ it ran out."""
 
 from __future__ import annotations
 
+import functools
 import http.server
 import ipaddress
-import os
 import re
-import runpy
 import socket
 import socketserver
 import threading
@@ -22,12 +21,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 import pytest
 import time_machine
-from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -38,6 +35,7 @@ from audit import delivery, tasks
 from audit.models import Alert, Notification
 from audit.notifiers import is_refused_address
 from controlplane.celery import app
+from tests import settings_env
 from tests.servers import wait_for
 from tests.test_alert_delivery import T0, stale_alert
 
@@ -544,18 +542,10 @@ def test_a_link_local_target_is_tried_only_when_allowed(synced: None, settings: 
     assert tried["attempts"] == 2 and tried["last_error"].startswith("webhook unreachable: ")
 
 
-SETTINGS_FILE = Path(django_settings.BASE_DIR) / "controlplane" / "settings.py"
 TARGET_SETTINGS = ("NOTIFY_", "SLACK_", "PAGERDUTY_", "ALERT_WEBHOOK_URL", "ALERT_EMAILS", "WEBHOOK_")
 
 
-def load_settings(monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]) -> dict[str, Any]:
-    """controlplane/settings.py run afresh with ``environment`` on top of this process's."""
-    for name in list(os.environ):
-        if name.startswith(TARGET_SETTINGS):
-            monkeypatch.delenv(name)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return runpy.run_path(str(SETTINGS_FILE))
+load_settings = functools.partial(settings_env.load_settings, clear=TARGET_SETTINGS)
 
 
 @pytest.mark.parametrize(
