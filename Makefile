@@ -57,7 +57,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy controlplane presets audit sdk/chainclient
+	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker audit presets sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
 BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py

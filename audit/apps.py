@@ -14,9 +14,6 @@ class AuditConfig(AppConfig):
 
         events.pin_expired.connect(_report_expired_pin, dispatch_uid="audit.report_expired_pin")
         events.selection_changed.connect(_notify_change, dispatch_uid="audit.notify_change")
-        # The delivery tasks registered in every process, not only in the worker (which
-        # imports them itself): a web process queues them by name when a change commits.
-        from audit import tasks  # noqa: F401
 
 
 def _report_expired_pin(sender: Any, *, selection: Any, now: Any, **_: Any) -> None:

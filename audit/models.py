@@ -179,7 +179,7 @@ class Notification(Deliverable):
     """A change of what a chain serves, or an alert's resolution, to tell the notifiers that
     take it (``audit.notifications``), with its delivery per notifier.
 
-    ``details`` is the change as a history entry (``audit.history.HistoryEntry``) at the time
+    ``details`` is the change as a history entry (``presets.history.HistoryEntry``) at the time
     it was made; empty for a resolution, which is told from its alert. ``event_id`` is the id
     receivers see, the same on every retry."""
 

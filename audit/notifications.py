@@ -20,12 +20,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import delivery
-from audit.history import HistoryEntry, entry
 from audit.messages import ALERT_RESOLVED, CHANGE
 from audit.models import Alert, Deliverable, Notification, NotificationKind
 from audit.notifiers import planned_deliveries
 from presets.documents import Help, Time, format_time
 from presets.exceptions import NotFound
+from presets.history import HistoryEntry, entry
 from presets.models import Chain, Selection
 
 log = logging.getLogger(__name__)

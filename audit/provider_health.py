@@ -71,7 +71,7 @@ def minute_of(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class StepReport:
-    """One step's share of a usage report, validated (``audit.fleet_api`` parses it)."""
+    """One step's share of a usage report, validated (``http_api.fleet`` parses it)."""
 
     provider: str
     model: str

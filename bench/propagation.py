@@ -65,7 +65,7 @@ from sdk_current import example_client  # noqa: E402
 
 from chainclient import ChainDocument  # noqa: E402
 
-CHANGE_CHANNEL = "chain_changed"  # presets.read_path.notifications.CHANGE_CHANNEL
+CHANGE_CHANNEL = "chain_changed"  # read_path.notifications.CHANGE_CHANNEL
 
 
 # --- the client processes ------------------------------------------------------------------

@@ -17,8 +17,8 @@ from controlplane.asgi_handler import OneHopASGIHandler  # noqa: E402
 django_application = OneHopASGIHandler()
 
 from controlplane import pool_metrics  # noqa: E402
-from presets.read_path.counters import prepare_multiprocess_dir  # noqa: E402
-from presets.read_path.front import ReadFront  # noqa: E402 - needs Django set up first
+from read_path.counters import prepare_multiprocess_dir  # noqa: E402
+from read_path.front import ReadFront  # noqa: E402 - needs Django set up first
 
 prepare_multiprocess_dir()
 

@@ -12,7 +12,7 @@ CPU than the crossings. Measured on ``/healthz`` with 4 requests at a time in on
 
 This handler builds the synchronous chain (Django's WSGI handler's, the one the WSGI entry
 point and the test client run) and runs it in the request's thread in one call; reading the
-body, sending the answer, the request signals, streaming (``audit.history_api`` steps its
+body, sending the answer, the request signals, streaming (``http_api.history`` steps its
 generator in the request's thread) and a client's disconnect stay Django's. The request's
 thread is one kept from an earlier request, as WSGI servers keep theirs (Django keeps what a
 request sets in context variables, asgiref's ``Local``, not in the thread).

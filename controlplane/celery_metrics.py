@@ -76,8 +76,8 @@ def _task_ended(task_id: str | None = None, task: Any = None, state: str | None 
 @worker_init.connect
 def _prepare_directory(**kwargs: Any) -> None:
     # Before the pool starts: files of processes gone since an earlier worker are removed
-    # (presets.read_path.counters.prepare_multiprocess_dir, as the web processes do).
-    from presets.read_path.counters import prepare_multiprocess_dir  # noqa: PLC0415 - needs Django set up
+    # (read_path.counters.prepare_multiprocess_dir, as the web processes do).
+    from read_path.counters import prepare_multiprocess_dir  # noqa: PLC0415 - needs Django set up
 
     prepare_multiprocess_dir()
 
@@ -108,7 +108,7 @@ def _metrics_app(directory: str, token: str) -> WSGIApplication:
     from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: PLC0415 - see the module's docstring
     from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
 
-    from presets.read_path.http import bearer_token  # noqa: PLC0415 - needs Django set up
+    from read_path.http import bearer_token  # noqa: PLC0415 - needs Django set up
 
     registry = CollectorRegistry(auto_describe=False)
     MultiProcessCollector(registry, path=directory)

@@ -16,7 +16,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from presets.read_path.http import error_body
+from read_path.http import error_body
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
-from presets.read_path import notifications
-from presets.read_path.http import error_body
+from read_path import notifications
+from read_path.http import error_body
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

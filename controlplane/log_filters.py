@@ -18,8 +18,8 @@ import time
 from django.http import HttpRequest
 from django.utils.functional import LazyObject, empty
 
-from presets.read_path import request_context
-from presets.read_path.request_context import method_label, route_of
+from read_path import request_context
+from read_path.request_context import method_label, route_of
 
 # The loggers Django reports refused requests to (``django.utils.log.log_response``):
 # ``django.request`` and ``django.security.*`` (``csrf``, ``DisallowedHost``, ...).

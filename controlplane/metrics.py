@@ -9,7 +9,7 @@ Two kinds of figures, kept apart on purpose:
   memory that a restart or a second process could lose or double.
 - What one process saw (chain reads by status, long polls waiting, request durations by
   route, its database pool's use, a Celery worker's tasks) only that process knows:
-  ``presets.read_path.counters``, ``controlplane.pool_metrics`` and
+  ``read_path.counters``, ``controlplane.pool_metrics`` and
   ``controlplane.celery_metrics`` write them to the multiprocess files summed here.
 """
 
@@ -32,8 +32,8 @@ from audit import provider_health
 from audit.models import Alert
 from controlplane import pool_metrics
 from presets.models import Action, Selection
-from presets.read_path.http import bearer_token
 from presets.selectors import pin_age
+from read_path.http import bearer_token
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from prometheus_client import Gauge
 
 from controlplane.postgresql.base import pool_stats
-from presets.read_path import counters  # noqa: F401 - creates the metrics directory first
+from read_path import counters  # noqa: F401 - creates the metrics directory first
 
 POOL_CONNECTIONS = Gauge(
     "controlplane_db_pool_connections",

@@ -16,8 +16,8 @@ from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from presets.api.parsers import unstorable_character
-from presets.read_path.http import error_body
+from http_api.parsers import unstorable_character
+from read_path.http import error_body
 
 
 def refused_parameter(request: HttpRequest) -> tuple[str, str] | None:

@@ -2,7 +2,7 @@
 
 ``RequestContextMiddleware`` is the outermost middleware, so it sees every answer, redirects
 and refusals by other middleware and error pages included. The read front does the same for
-the reads it answers (``presets.read_path.request_context`` holds the shared rules).
+the reads it answers (``read_path.request_context`` holds the shared rules).
 
 - The id: the request's ``X-Request-ID`` when well formed, else a new one; answered in the
   ``X-Request-ID`` header and held in ``request_context.current`` until the response is
@@ -26,8 +26,8 @@ from typing import Any
 from django.core.signals import request_finished
 from django.http import HttpRequest, HttpResponseBase
 
-from presets.read_path import counters, request_context
-from presets.read_path.request_context import RequestContext, log_access, method_label, request_id_from, route_of
+from read_path import counters, request_context
+from read_path.request_context import RequestContext, log_access, method_label, request_id_from, route_of
 
 
 def _forget(**kwargs: Any) -> None:

@@ -66,7 +66,7 @@ SECRET_KEY = configured_secret_key(os.environ.get("SECRET_KEY", ""), local_file=
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # A form older than its person's last sign-in fails the check: say so in the site's layout.
-CSRF_FAILURE_VIEW = "presets.web.errors.csrf_failure"
+CSRF_FAILURE_VIEW = "pages.errors.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -79,8 +79,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "simple_history",
     "axes",
+    # The domain (models, services) ...
     "presets",
     "audit",
+    # ... and its interfaces (docs/ARCHITECTURE.md): apps without models, for their signal
+    # receivers, template tags, static files, admin, commands and tasks.
+    "read_path",
+    "pages",
+    "commands",
+    "worker",
 ]
 
 MIDDLEWARE = [
@@ -115,7 +122,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "presets.web.context_processors.open_alerts",
+                "pages.context_processors.open_alerts",
             ],
         },
     },
@@ -432,7 +439,7 @@ LONG_POLL_MAX_HELD = env_int("LONG_POLL_MAX_HELD", 16384, minimum=0, maximum=1_0
 FLEET_INSTANCE_TTL_MINUTES = env_int("FLEET_INSTANCE_TTL_MINUTES", 10, minimum=1)
 # Provider health from the SDK's usage reports: one-minute buckets kept this long.
 PROVIDER_HEALTH_RETENTION_HOURS = env_int("PROVIDER_HEALTH_RETENTION_HOURS", 48, minimum=1, maximum=24 * 90)
-# The audit export (GET /api/v1/history, manage.py export_history; audit/history_export.py).
+# The audit export (GET /api/v1/history, manage.py export_history; presets/history_export.py).
 # It ends at the changes made this many seconds before it starts: a change is stamped a moment
 # before it commits, and one still committing when an export read past its time would be
 # skipped by a resume. Raise it if commits can take longer or the web hosts' clocks differ.
@@ -616,15 +623,15 @@ CELERY_BEAT_SCHEDULE = {
 # --- API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "presets.api.authentication.ServiceTokenAuthentication",
+        "http_api.authentication.ServiceTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["presets.api.authentication.CanRead"],
+    "DEFAULT_PERMISSION_CLASSES": ["http_api.authentication.CanRead"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # DRF's, plus: too deep, NUL and lone surrogates are a 400 naming where (not a 500).
-    "DEFAULT_PARSER_CLASSES": ["presets.api.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "presets.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "presets.api.schema.ViewSchema",
+    "DEFAULT_PARSER_CLASSES": ["http_api.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "http_api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "http_api.schema.ViewSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

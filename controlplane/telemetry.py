@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
-    from presets.read_path.front import ASGIApp, ReadFront
+    from read_path.front import ASGIApp, ReadFront
 
 WEB_SERVICE_NAME = "controlplane"
 WORKER_SERVICE_NAME = "controlplane-worker"
@@ -111,7 +111,7 @@ def trace_front(front: ReadFront) -> ASGIApp:
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
     from opentelemetry.util.http import get_excluded_urls
 
-    from presets.read_path.front import PREFIX, answers_itself
+    from read_path.front import PREFIX, answers_itself
 
     def span_details(scope: dict[str, Any]) -> tuple[str, dict[str, str]]:
         route = PREFIX if scope["path"] == PREFIX else PREFIX + "/{name}"

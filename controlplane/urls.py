@@ -7,34 +7,35 @@ from django.urls import include, path
 from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView
 
-from audit import api as audit_api
-from audit import fleet_api, history_api
-from audit import notifications_api as audit_notifications_api
 from controlplane import account_pages, health, metrics
 from controlplane.database_outage import database_unavailable
-from presets.api import access as api_access
-from presets.api import views as api
-from presets.api.errors import api_not_found, api_server_error
-from presets.web import access as web_access
-from presets.web import history as web_history
-from presets.web import views as web
+from http_api import access as access_api
+from http_api import alerts as alerts_api
+from http_api import chains as chains_api
+from http_api import fleet as fleet_api
+from http_api import history as history_api
+from http_api import notifications as notifications_api
+from http_api.errors import api_not_found, api_server_error
+from pages import access as web_access
+from pages import history as web_history
+from pages import views as web
 
 api_v1 = [
-    path("chains", api.ChainListView.as_view(), name="api-chains"),
-    path("chains/<slug:name>", api.ChainDetailView.as_view(), name="api-chain"),
-    path("chains/<slug:name>/select", api.SelectView.as_view(), name="api-select"),
-    path("chains/<slug:name>/revert", api.RevertView.as_view(), name="api-revert"),
-    path("chains/<slug:name>/extend", api.ExtendView.as_view(), name="api-extend"),
-    path("chains/<slug:name>/history", api.HistoryView.as_view(), name="api-history"),
-    path("chains/<slug:name>/history/<int:version>/restore", api.RestoreView.as_view(), name="api-restore"),
-    path("alerts", audit_api.AlertsView.as_view(), name="api-alerts"),
-    path("notifications", audit_notifications_api.NotificationsView.as_view(), name="api-notifications"),
+    path("chains", chains_api.ChainListView.as_view(), name="api-chains"),
+    path("chains/<slug:name>", chains_api.ChainDetailView.as_view(), name="api-chain"),
+    path("chains/<slug:name>/select", chains_api.SelectView.as_view(), name="api-select"),
+    path("chains/<slug:name>/revert", chains_api.RevertView.as_view(), name="api-revert"),
+    path("chains/<slug:name>/extend", chains_api.ExtendView.as_view(), name="api-extend"),
+    path("chains/<slug:name>/history", chains_api.HistoryView.as_view(), name="api-history"),
+    path("chains/<slug:name>/history/<int:version>/restore", chains_api.RestoreView.as_view(), name="api-restore"),
+    path("alerts", alerts_api.AlertsView.as_view(), name="api-alerts"),
+    path("notifications", notifications_api.NotificationsView.as_view(), name="api-notifications"),
     path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
     path("chains/<slug:name>/instances", fleet_api.ChainInstancesView.as_view(), name="api-instances"),
     path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
-    path("access-history", api_access.AccessHistoryView.as_view(), name="api-access-history"),
+    path("access-history", access_api.AccessHistoryView.as_view(), name="api-access-history"),
 ]
 
 urlpatterns = [

@@ -6,19 +6,13 @@ class PresetsConfig(AppConfig):
     verbose_name = "Chains and presets"
 
     def ready(self) -> None:
-        # Wiring, not logic: the read path announces every change the services make.
-        from presets import events
-        from presets.read_path.notifications import announce_change
-
-        events.selection_changed.connect(announce_change, dispatch_uid="read_path.announce_change")
-        # ... and every change of a service token, which read fronts hold in memory.
+        # A token found active is kept for a while in this process: forgotten at once when
+        # any token changes. (The read path connects its own receivers: read_path/apps.py.)
         from django.db.models.signals import post_delete, post_save
 
         from presets.models import ServiceToken, forget_checked_tokens
-        from presets.read_path.notifications import announce_tokens_changed
 
         for signal in (post_save, post_delete):
-            signal.connect(announce_tokens_changed, sender=ServiceToken, dispatch_uid="read_path.tokens_changed")
             signal.connect(forget_checked_tokens, sender=ServiceToken, dispatch_uid="presets.forget_checked_tokens")
 
         # The access history: every change of a person's role groups and access flags,

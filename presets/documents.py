@@ -2,7 +2,7 @@
 
 ``ChainDocument`` is the document's one schema: ``Selection.to_document`` builds it (mypy
 checks the builder against it), the read path encodes it (``encode_document``) and the
-OpenAPI schema is generated from it (``presets.api.schema.serializer_for``, with each field's
+OpenAPI schema is generated from it (``http_api.schema.serializer_for``, with each field's
 ``Help``). Field names are public contract. The audit trail's documents (history entries,
 fleet status) are TypedDicts in the same way.
 """

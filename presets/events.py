@@ -2,7 +2,7 @@
 
 Both are sent inside the change's transaction, so what a receiver writes or sends commits
 (or rolls back) with the change itself. Receivers are connected in the apps' ``ready()``:
-``presets.read_path.notifications`` announces every change to the web processes;
+``read_path.notifications`` announces every change to the web processes;
 ``audit.alerts`` reports every expired pin; ``audit.notifications`` tells the notifiers
 (webhook, Slack, PagerDuty, email) about every change.
 """

@@ -14,10 +14,10 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.test import Client
 
+from pages import access as access_page
 from presets.access_history import acting_as, current_actor, record_access_change
 from presets.db_roles import history_tables
 from presets.models import AccessChange, ServiceToken
-from presets.web import access as access_page
 from tests.browser import LAPTOP, PHONE, axe_violations
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -266,7 +266,7 @@ def test_the_access_page_passes_axe_in_both_themes(open_page: Callable[..., Any]
 
 
 def test_every_kind_of_access_change_reads_in_words_on_the_page() -> None:
+    from pages.access import ACTION_WORDS
     from presets.models import AccessAction
-    from presets.web.access import ACTION_WORDS
 
     assert set(ACTION_WORDS) == set(AccessAction)

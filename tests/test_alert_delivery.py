@@ -19,11 +19,12 @@ from django.core.management import call_command
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from audit import alerts, tasks
+from audit import alerts
 from audit import delivery as alert_delivery
 from audit.models import Alert
 from controlplane.celery import app
 from presets import services
+from worker import tasks
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 

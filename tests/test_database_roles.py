@@ -221,10 +221,10 @@ SWEEPS = """
 from datetime import timedelta
 from django.utils import timezone
 from audit import alerts, delivery, provider_alerts, provider_health
-from audit.tasks import alert_providers, alert_stale_pins, prune_provider_health
+from worker.tasks import alert_providers, alert_stale_pins, prune_provider_health
 from presets import services
 from presets.models import Selection
-from presets.tasks import expire_pins
+from worker.pins import expire_pins
 pin = Selection.objects.get(chain__name="chat")
 print("stale", alerts.sweep_stale_pins(now=timezone.now() + timedelta(minutes=61)).raised)
 print("expired", services.expire_pins(now=pin.expires_at + timedelta(seconds=1)))

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pages.display import compare_steps, format_clock
 from presets.documents import format_duration
-from presets.web.display import compare_steps, format_clock
 
 
 def step(provider: str, model: str = "large") -> dict:

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 
 from presets import services
 from presets.models import EPOCH_ROW, Epoch, Selection
-from presets.read_path.notifications import CHANGE_CHANNEL, connection_params
+from read_path.notifications import CHANGE_CHANNEL, connection_params
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 

@@ -18,8 +18,9 @@ from django.db import connection, transaction
 from audit import alerts
 from audit.models import Alert
 from controlplane.celery import app
-from presets import services, tasks
+from presets import services
 from presets.models import Selection
+from worker import pins as tasks
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 

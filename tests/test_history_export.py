@@ -1,5 +1,5 @@
 """The audit export: GET /api/v1/history (NDJSON, streamed, resumable) and
-manage.py export_history (NDJSON or CSV), both written by audit/history_export.py."""
+manage.py export_history (NDJSON or CSV), both written by presets/history_export.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from django.db import connection
 from django.test import Client
 
 from presets import services
-from presets.read_path.front import ReadFront, answers_itself
+from read_path.front import ReadFront, answers_itself
 from tests.servers import get, require_tools, running_stack, select
 
 pytestmark = pytest.mark.usefixtures("synced")

@@ -34,8 +34,8 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from presets.read_path.notifications import State, conninfo_for, listen_settings, set_state
-from presets.read_path.snapshot import PG_SAFETY_POLL_S
+from read_path.notifications import State, conninfo_for, listen_settings, set_state
+from read_path.snapshot import PG_SAFETY_POLL_S
 from tests import metrics_text
 from tests.conftest import needs
 from tests.servers import Postgres, Stack, free_port, get, require_tools, running_stack, select, wait_for
@@ -132,7 +132,7 @@ def test_a_bad_listen_database_url_fails_at_start(database_url: str, listen_url:
 
 
 def test_falling_back_to_polling_logs_one_warning_until_listen_works_again(caplog: Any) -> None:
-    caplog.set_level(logging.DEBUG, logger="presets.read_path.notifications")
+    caplog.set_level(logging.DEBUG, logger="read_path.notifications")
     try:
         set_state(State("starting", "loading"))
         set_state(State("polling", "the LISTEN connection failed (OperationalError)"))

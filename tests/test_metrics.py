@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from audit.alerts import sweep_stale_pins
 from presets import services
-from presets.read_path import counters
-from presets.read_path.counters import prepare_multiprocess_dir
-from presets.read_path.front import ReadFront
-from presets.read_path.request_context import CHAIN_ROUTE
+from read_path import counters
+from read_path.counters import prepare_multiprocess_dir
+from read_path.front import ReadFront
+from read_path.request_context import CHAIN_ROUTE
 from tests.metrics_text import value
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
@@ -147,7 +147,7 @@ def test_counts_of_another_web_process_are_summed_into_the_scrape() -> None:
     before = reads(scrape(), 418)
     code = (
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'controlplane.settings'; "
-        "django.setup(); from presets.read_path import counters; "
+        "django.setup(); from read_path import counters; "
         "[counters.front_durations.observe(('/api/v1/chains/<slug:name>', 'GET', 418), 0.001) for _ in range(4)]; "
         "counters.flush_front(waiters=0)"
     )

@@ -13,8 +13,8 @@ from django.test import Client
 
 from audit import provider_alerts
 from audit.models import LATENCY_BOUNDS_MS, Alert, AlertKind
-from audit.tasks import alert_providers
 from tests.health_reports import poll
+from worker.tasks import alert_providers
 
 pytestmark = pytest.mark.usefixtures("synced")
 

@@ -15,11 +15,11 @@ from django.test import Client
 
 from audit import provider_health
 from audit.models import ProviderEvidence, ProviderHealthMinute, ProviderReporter, ProviderUsage, ReportWindow
-from audit.tasks import prune_provider_health
 from presets.models import Chain
 from presets.selectors import active_presets
 from tests.health_reports import BOUNDS, latency, report, step
 from tests.metrics_text import value
+from worker.tasks import prune_provider_health
 
 pytestmark = pytest.mark.usefixtures("synced")
 

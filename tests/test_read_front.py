@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import ServiceToken
-from presets.read_path.front import ReadFront
+from read_path.front import ReadFront
 
 CHAT = "/api/v1/chains/chat"
 
@@ -445,7 +445,7 @@ def test_a_repeated_header_counts_by_its_last_value_on_both_paths(read_token) ->
 
 def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> None:
     from audit.models import FleetInstance
-    from presets.read_path.snapshot import in_worker_thread
+    from read_path.snapshot import in_worker_thread
 
     async def body(app):
         # The first read takes the full path, the second is a plain read: both note it.
@@ -486,7 +486,7 @@ def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_to
 
 def test_the_front_records_a_held_long_poll_as_it_arrives(read_token) -> None:
     from audit.models import FleetInstance
-    from presets.read_path.snapshot import in_worker_thread
+    from read_path.snapshot import in_worker_thread
 
     async def body(app):
         held = asyncio.ensure_future(
@@ -534,7 +534,7 @@ def test_documents_carry_the_epoch_and_their_etag_changes_when_it_is_raised(read
 
 def test_long_polls_past_the_bound_are_answered_at_once_and_counted(read_token) -> None:
     """LONG_POLL_MAX_HELD: held polls never take the capacity writes and pages need."""
-    from presets.read_path import counters
+    from read_path import counters
     from tests.metrics_text import value
     from tests.test_metrics import scrape
 

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from presets import service_tokens
 from presets.models import ServiceToken
-from presets.read_path.notifications import state
-from presets.read_path.snapshot import PG_SAFETY_POLL_S
+from read_path.notifications import state
+from read_path.snapshot import PG_SAFETY_POLL_S
 from tests.conftest import make_token
 from tests.test_read_front import auth, call, run
 
@@ -159,7 +159,7 @@ def test_a_process_that_cannot_load_its_tokens_answers_503_not_a_hung_read() -> 
         "import asyncio, django\n"
         "django.setup()\n"
         "from django.core.asgi import get_asgi_application\n"
-        "from presets.read_path import front\n"
+        "from read_path import front\n"
         "from tests.test_read_front import call\n"
         "front.STARTUP_WAIT_S = 0.5\n"
         "async def main():\n"

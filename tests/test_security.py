@@ -229,7 +229,7 @@ def test_no_log_line_ever_contains_a_raw_token(
 ) -> None:
     from django.core.asgi import get_asgi_application
 
-    from presets.read_path.front import ReadFront
+    from read_path.front import ReadFront
     from tests.test_read_front import call
 
     caplog.set_level(logging.DEBUG)

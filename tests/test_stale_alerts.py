@@ -13,11 +13,12 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.test import override_settings
 
-from audit import alerts, tasks
+from audit import alerts
 from audit.models import Alert
 from presets import services
 from presets.models import Chain, Selection
 from tests.test_expiry_sweeps import race_on_the_row_lock
+from worker import tasks
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 

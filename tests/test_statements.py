@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from presets import services, statements
 from presets.models import Selection
-from presets.read_path.notifications import CHANGE_CHANNEL, connection_params
+from read_path.notifications import CHANGE_CHANNEL, connection_params
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 

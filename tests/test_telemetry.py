@@ -217,7 +217,7 @@ import django
 django.setup()
 from opentelemetry import trace
 from controlplane import telemetry
-from presets.tasks import expire_pins
+from worker.pins import expire_pins
 assert telemetry.setup(web=False)
 with trace.get_tracer("a test").start_as_current_span("queueing") as span:
     expire_pins.delay()

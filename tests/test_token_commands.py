@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from presets.models import AccessChange, ServiceToken, hash_token
-from presets.read_path.front import ReadFront
+from read_path.front import ReadFront
 from tests.test_read_front import auth, call
 
 pytestmark = pytest.mark.usefixtures("synced")

@@ -21,10 +21,10 @@ from django.test.utils import CaptureQueriesContext
 from audit import alerts
 from audit import delivery as alert_delivery
 from audit.models import Alert
+from pages.errors import WayBack, way_back
+from pages.templatetags.oncall import clock_times
 from presets import services
 from presets.models import Selection
-from presets.templatetags.oncall import clock_times
-from presets.web.errors import WayBack, way_back
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -425,7 +425,7 @@ def test_a_csrf_failure_is_one_warning_line_naming_who(stale_form: tuple[Client,
 def test_a_server_error_still_logs_its_traceback_at_error(alice: User, log_output: StringIO) -> None:
     client = Client(raise_request_exception=False)
     client.force_login(alice)
-    with mock.patch("presets.web.views.recent_alerts", side_effect=RuntimeError("the alerts read broke")):
+    with mock.patch("pages.views.recent_alerts", side_effect=RuntimeError("the alerts read broke")):
         response = client.get("/alerts/")
     assert response.status_code == 500
     output = log_output.getvalue()

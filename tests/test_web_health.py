@@ -15,9 +15,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from audit.provider_health import SPARK_MINUTES
+from pages.display import StepRow
+from pages.templatetags.oncall import sparkline
 from presets.models import Selection
-from presets.templatetags.oncall import sparkline
-from presets.web.display import StepRow
 from tests.health_reports import report, step, vendor_a_failing
 
 pytestmark = pytest.mark.usefixtures("synced")

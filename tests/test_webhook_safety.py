@@ -31,13 +31,14 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from audit import delivery, tasks
+from audit import delivery
 from audit.models import Alert, Notification
 from audit.notifiers import is_refused_address
 from controlplane.celery import app
 from tests import settings_env
 from tests.servers import wait_for
 from tests.test_alert_delivery import T0, stale_alert
+from worker import tasks
 
 SECRET = "s3cr3t-internal-page-7f2a"
 SIGNING_SECRET = "test-secret-for-signing-webhooks-0123456789"

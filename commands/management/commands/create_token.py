@@ -1,0 +1,50 @@
+"""Create a service token and print its secret once (recorded in the access history)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from commands.operations import actor_from, add_actor_argument, run, time_option, whole_number
+from presets import service_tokens
+from presets.documents import format_time
+from presets.models import TokenScope
+
+
+class Command(BaseCommand):
+    help = (
+        "Create an API token NAME with scope read (default) or write, working until revoked or "
+        "until --expires-in DAYS / --expires-at ISO; prints the token once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="who uses it, e.g. checkout-service")
+        parser.add_argument("--scope", choices=TokenScope.values, default=TokenScope.READ)
+        parser.add_argument("--expires-in", default=None, metavar="DAYS", help="the token stops working DAYS from now")
+        parser.add_argument("--expires-at", default=None, metavar="ISO", help="the token stops working at this time")
+        add_actor_argument(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["expires_in"] is not None and options["expires_at"] is not None:
+            raise CommandError("--expires-in and --expires-at: give one of them, not both")
+        expires_at: datetime | None
+        days = whole_number("--expires-in", options["expires_in"], maximum=service_tokens.TOKEN_MAX_DAYS)
+        if days is not None:
+            expires_at = timezone.now() + timedelta(days=days)
+            names = {"expires_at": "--expires-in"}
+        else:
+            expires_at = time_option("--expires-at", options["expires_at"])
+            names = {"expires_at": "--expires-at"}
+        actor = actor_from(options)
+        issued = run(
+            lambda: service_tokens.create_token(
+                name=options["name"], scope=options["scope"], actor=actor, expires_at=expires_at
+            ),
+            names=names,
+        )
+        until = f", expiring at {format_time(expires_at)}" if expires_at is not None else ""
+        self.stderr.write(f"created {options['scope']} token {options['name']!r}{until}; it is shown only this once:")
+        self.stdout.write(issued.raw)

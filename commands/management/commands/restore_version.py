@@ -1,0 +1,39 @@
+"""Undo one change of a chain's history (make its previous value live again), from a runbook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
+
+from commands.operations import actor_from, add_change_arguments, changed, run, whole_number
+from presets import services
+
+
+class Command(BaseCommand):
+    help = (
+        "Undo the change that made CHAIN's VERSION: what it replaced is live again, as a new "
+        "version (a restored pin gets the default duration). See chain_history. Needs --reason."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("chain", metavar="CHAIN")
+        parser.add_argument("version", metavar="VERSION", help="the version whose change to undo")
+        add_change_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        version = whole_number("VERSION", options["version"])
+        assert version is not None
+        expected = whole_number("--expected-version", options["expected_version"])
+        actor = actor_from(options)
+        selection = run(
+            lambda: services.restore(
+                chain=options["chain"],
+                version=version,
+                actor=actor,
+                reason=options["reason"],
+                expected_version=expected,
+            )
+        )
+        self.stdout.write(changed(selection, now=timezone.now()))

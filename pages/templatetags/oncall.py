@@ -1,0 +1,254 @@
+"""Template filters of the on-call pages: times in UTC, countdowns and steps, read at a glance.
+
+The countdown texts match what ``pages/static/presets/app.js`` writes as it updates them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.conf import settings
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
+
+from audit.delivery import first_attempt_overdue, next_retry_at
+from audit.messages import change_summary, expiry_words
+from audit.models import Alert, Deliverable, DeliveryState, Notification
+from audit.notifiers import LOG
+from pages import display
+from presets.documents import format_duration, format_time
+from presets.roles import can_see_delivery_errors
+
+register = template.Library()
+
+
+@register.filter
+def clock(value: datetime | str | None) -> str:
+    """'06:03 UTC' today, 'Sat 29 Nov 06:03 UTC' on another day."""
+    if not value:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return display.format_clock(value, now=timezone.now())
+
+
+@register.filter
+def time_left(value: datetime | None) -> str:
+    """'expires in 3 h 12 min', or 'expired' once the moment has passed."""
+    if value is None:
+        return ""
+    left = value - timezone.now()
+    if left <= timedelta(0):
+        return "expired"
+    return f"expires in {format_duration(left)}"
+
+
+@register.filter
+def time_since(value: datetime | None) -> str:
+    """'12 min ago'."""
+    if value is None:
+        return ""
+    return f"{format_duration(timezone.now() - value)} ago"
+
+
+@register.filter
+def duration(value: timedelta | None) -> str:
+    """'2 h 5 min'."""
+    return "" if value is None else format_duration(value)
+
+
+@register.filter
+def step_label(step: dict[str, Any]) -> str:
+    """'vendor_b/large'."""
+    return display.step_label(step)
+
+
+@register.filter
+def step_line(steps: list[dict[str, Any]]) -> str:
+    """A chain of steps on one line, in fallback order: 'vendor_a/large › vendor_b/large'."""
+    return " › ".join(display.step_label(step) for step in steps)
+
+
+@register.filter
+def timeout(step: dict[str, Any]) -> str:
+    """A step's timeout: '20 s'."""
+    ms = int(step["timeout_ms"])
+    return f"{ms / 1000:g} s"
+
+
+@register.filter
+def iso(value: datetime | None) -> str:
+    """RFC 3339 in UTC for a <time datetime> the script counts down to."""
+    return format_time(value) or ""
+
+
+@register.simple_tag
+def sparkline(row: display.StepRow) -> str:
+    """A step's error rate over the last minutes as a small inline SVG bar chart, drawn on
+    the server (no script): one bar a minute, its height the error rate, red at or over the
+    failure threshold; a minute without attempts is a dot on the baseline."""
+    health = row.health
+    if health is None:
+        return ""
+    rates = health["sparkline"]
+    width, height, bar = 3 * len(rates), 16, 2
+    shapes = []
+    for index, rate in enumerate(rates):
+        x = index * 3
+        if rate is None:
+            shapes.append(
+                format_html('<rect class="spark-none" x="{}" y="{}" width="{}" height="1"/>', x, height - 1, bar)
+            )
+            continue
+        tall = max(1, round(rate * height))
+        kind = "spark-bad" if rate * 100 >= settings.PROVIDER_FAILING_ERROR_PERCENT else "spark-ok"
+        shapes.append(
+            format_html('<rect class="{}" x="{}" y="{}" width="{}" height="{}"/>', kind, x, height - tall, bar, tall)
+        )
+    known = [rate for rate in rates if rate is not None]
+    if known:
+        words = (
+            f"Error rate per minute over the last {len(rates)} min: highest {max(known) * 100:.0f} %, "
+            f"latest {known[-1] * 100:.0f} %"
+        )
+    else:
+        words = f"No attempts reported in the last {len(rates)} min"
+    return format_html(
+        '<svg class="sparkline" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{words}">'
+        "<title>{words}</title>{shapes}</svg>",
+        w=width,
+        h=height,
+        words=words,
+        shapes=mark_safe("".join(shapes)),  # each built by format_html above
+    )
+
+
+# --- the alerts page ----------------------------------------------------------------------
+
+# An ISO 8601 instant with its offset, as alert messages carry them ("2026-11-30T15:51:03Z").
+ISO_INSTANT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})(?![\w:+-])")
+
+
+@register.filter
+def clock_times(text: str | None) -> str:
+    """``text``, escaped, with each ISO 8601 instant in it written as the pages write times
+    ("15:51 UTC") inside a ``<time>`` that keeps the exact instant. Alert messages are stored
+    and sent (webhook, email) with ISO times; only the page reads them this way."""
+    if not text:
+        return ""
+    now = timezone.now()
+    parts, start = [], 0
+    for match in ISO_INSTANT.finditer(text):
+        try:
+            value = datetime.fromisoformat(match.group().replace("Z", "+00:00"))
+        except ValueError:  # shaped like a time but not one (month 13): left as written
+            continue
+        parts.append(conditional_escape(text[start : match.start()]))
+        parts.append(format_html('<time datetime="{}">{}</time>', match.group(), display.format_clock(value, now=now)))
+        start = match.end()
+    parts.append(conditional_escape(text[start:]))
+    return mark_safe("".join(parts))  # every part escaped or built by format_html above
+
+
+@register.filter
+def alert_state(alert: Alert) -> str:
+    """``open`` or ``resolved`` for a condition (a stale pin, a failing provider); ``event``
+    for something that happened (an expired pin), which is raised already resolved."""
+    if alert.is_event:
+        return "event"
+    return "open" if alert.is_open else "resolved"
+
+
+@dataclass(frozen=True)
+class AlertSection:
+    """A heading of the alerts page and its alerts; ``empty`` is said when there are none
+    (a section without it is left out)."""
+
+    title: str
+    alerts: list[Alert]
+    empty: str = ""
+
+
+@register.filter
+def alert_sections(alerts: list[Alert]) -> list[AlertSection]:
+    """The open alerts first, then the rest, each newest first (the order they come in)."""
+    open_ = [a for a in alerts if alert_state(a) == "open"]
+    rest = [a for a in alerts if alert_state(a) != "open"]
+    return [AlertSection("Open now", open_, "Nothing open."), AlertSection("Recent", rest)]
+
+
+@dataclass(frozen=True)
+class DeliveryLine:
+    """Where an alert or a notification was sent and how that went, in words: ``state`` is
+    ``pending``, ``delivered`` or ``failed``."""
+
+    notifier: str
+    state: str
+    words: str
+
+
+# Each notifier as the page names it, in the order it lists them.
+NOTIFIER_LABELS = {"webhook": "Webhook", "slack": "Slack", "pagerduty": "PagerDuty", "email": "Email"}
+
+
+@register.filter
+def delivery_lines(row: Deliverable, user: Any = None) -> list[DeliveryLine]:
+    """Each notifier's delivery of an alert (or a notification) but the log's (always
+    written), or one line saying that no webhook or email is set up. Why an attempt failed
+    is said only to ``user`` on call or staff (``roles.can_see_delivery_errors``)."""
+    now = timezone.now()
+    errors = can_see_delivery_errors(user)
+    order = list(NOTIFIER_LABELS)
+    names = sorted(row.deliveries, key=lambda name: (order.index(name) if name in order else len(order), name))
+    lines = [
+        DeliveryLine(
+            name,
+            row.deliveries[name]["state"],
+            f"{NOTIFIER_LABELS.get(name, name)}: {_delivery_words(row, row.deliveries[name], now=now, errors=errors)}",
+        )
+        for name in names
+        if name != LOG.name
+    ]
+    return lines or [DeliveryLine(LOG.name, DeliveryState.DELIVERED, "Only logged: no webhook or email is set up.")]
+
+
+@register.filter
+def resolution_delivery_lines(alert: Alert, user: Any = None) -> list[DeliveryLine]:
+    """Each notifier's delivery of ``alert``'s resolution; none while it is open, for an
+    event, or when no notifier took it."""
+    notification = getattr(alert, "resolution_notification", None)
+    return delivery_lines(notification, user) if notification is not None else []
+
+
+@register.filter
+def notification_words(notification: Notification) -> str:
+    """A change notification's change in words: 'alice selected pin_secondary on chat (v2),
+    pinned until 2026-11-29 06:00 UTC: INC-7'."""
+    change = notification.details
+    if not change:
+        return f"{notification.kind} on {notification.chain.name} v{notification.version}"
+    return f"{change_summary(change)}, {expiry_words(change)}: {change.get('reason', '')}"
+
+
+def _delivery_words(alert: Deliverable, record: dict[str, Any], *, now: datetime, errors: bool) -> str:
+    attempts = int(record.get("attempts") or 0)
+    why = f": {record.get('last_error') or 'no reason given'}" if errors else ""
+    tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
+    if record["state"] == DeliveryState.DELIVERED:
+        return f"delivered {clock(record.get('delivered_at'))}" + (f" after {tries}" if attempts > 1 else "")
+    if record["state"] == DeliveryState.FAILED:
+        return f"failed after {tries}, not retried{why}"
+    if attempts == 0:
+        late = first_attempt_overdue(alert, now=now)
+        return "pending, not tried yet" + (": is a worker running?" if late else "")
+    words = f"pending, attempt {attempts} failed{why}"
+    retry_at = next_retry_at(alert)
+    if retry_at is None:
+        return words
+    if retry_at < now - timedelta(minutes=1):
+        return f"{words}; the next try was due {clock(retry_at)}: is a worker running?"
+    return f"{words}; next try at about {clock(retry_at)}"

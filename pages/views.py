@@ -1,0 +1,520 @@
+"""The on-call pages (DESIGN §8): see what is live, pin a reviewed preset, revert, extend, restore.
+
+Views stay thin: they read through ``presets.selectors``, ``presets.services`` and ``presets.history``, call the
+service for every change, and render its refusals (``InvalidInput`` on the form field it names,
+``Conflict`` as "someone changed it meanwhile: here is what, confirm again"). A change is two
+POSTs to the same URL: the first shows what will happen and asks for confirmation, the second
+(``confirmed``) makes it; then POST-redirect-GET to the chain page with a success message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_http_methods, require_safe
+
+from audit import provider_health
+from audit.alerts import recent_alerts
+from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
+from audit.notifications import changes_notified, recent_notifications
+from pages.display import (
+    HealthMap,
+    compare_steps,
+    format_clock,
+    format_minutes,
+    preset_choices,
+    step_label,
+    step_rows,
+)
+from pages.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
+from pages.layout import live_card, live_or_404, render_page, viewer_required
+from presets import selectors, services
+from presets.documents import format_duration
+from presets.exceptions import Conflict, InvalidInput
+from presets.history import entry, history_rows
+from presets.models import Preset, Selection
+from presets.roles import ONCALL_GROUP, actor_of, can_change
+
+ALERTS_PAGE_SIZE = 100
+OPEN_ALERTS_MAX = 1000
+CHANGE_NOTIFICATIONS_SHOWN = 20
+
+
+# --- reading pages ----------------------------------------------------------------------
+
+
+@require_safe
+@viewer_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Every chain as a card: what it serves, since when, why, until when."""
+    now = timezone.now()
+    selections = services.revert_expired_and_read_all(now=now)
+    presets = selectors.active_presets_by_chain({s.chain_id: s.chain for s in selections})
+    # Every chain's live and reviewed steps' health in one read.
+    healths = provider_health.health_by_chain(
+        {s.chain: [s.steps, *(p.steps for p in presets.get(s.chain_id, []))] for s in selections}, now=now
+    )
+    fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
+    starts = selectors.live_pin_starts(selections)  # every pin's start in one
+    cards = []
+    for s in selections:
+        health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
+        cards.append(
+            {
+                "live": live_card(s, now=now, health=health, fleet_line=fleet[s.chain_id], pin_starts=starts),
+                "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
+                "suggestion": suggestion,
+            }
+        )
+    context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
+    return render_page(request, "presets/dashboard.html", context)
+
+
+@require_safe
+@viewer_required
+def chain_page(request: HttpRequest, name: str) -> HttpResponse:
+    """One chain: its live state, the reviewed presets to pin, revert and extend."""
+    return _chain_page(request, name)
+
+
+@require_safe
+@viewer_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    """Open and recent alerts, when the audit app provides them."""
+    return render_page(request, "presets/alerts.html", _alerts_context())
+
+
+# --- changes ----------------------------------------------------------------------------
+
+
+def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A change's view: a POST, by someone signed in with the on-call role (someone without
+    a role that reads gets the no-role page, a viewer the 403 that says what changing needs).
+
+    A GET of a change's URL (a bookmark, or signing in again after the session expired
+    mid-change, which lands on the URL the form posted to) changes nothing: it goes to the
+    chain's page, saying so."""
+
+    @require_http_methods(["GET", "HEAD", "POST"])
+    @viewer_required
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            return _nothing_changed(request, kwargs["name"], history="version" in kwargs)
+        _require_oncall(request)
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+def _nothing_changed(request: HttpRequest, name: str, *, history: bool) -> HttpResponse:
+    live_or_404(name)  # an unknown chain is a 404, not a redirect to one
+    if request.method == "GET":  # a HEAD (a link checker, say) leaves no message for later
+        messages.info(
+            request,
+            f"Nothing was changed: a change is made from its review page, with a reason and a "
+            f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
+        )
+    return redirect("chain-history" if history else "chain", name=name)
+
+
+@_oncall_change
+def select(request: HttpRequest, name: str) -> HttpResponse:
+    """Pin a reviewed preset (review, then confirm)."""
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
+        if preset is None:
+            raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
+        if preset.is_default:  # selecting the default serves it with no expiry: say so
+            return {
+                "title": f"Serve {name}'s default, {preset.name}, again?",
+                "confirm_label": f"Revert to {preset.name}",
+                **_target(live, preset.name, preset.steps, preset.marking),
+                "until": None,
+                "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+                "caution": _ending_pin(live, preset.steps),
+            }
+        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
+        return {
+            "title": f"Pin {preset.name} on {name}?",
+            "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
+            **_target(live, preset.name, preset.steps, preset.marking),
+            "until": until,
+            "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+            "warning": idle_head_warning(live.chain, preset.steps),
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        expiry = timedelta(minutes=data["duration_minutes"])
+        return services.select_preset(chain=name, preset=data["preset"], expires_at=expiry, **_who(request, data))
+
+    origin = _back_to_chain_page(request, name, "select_form")
+    return _change(request, name, SelectForm, describe=describe, apply=apply, origin=origin)
+
+
+@_oncall_change
+def revert(request: HttpRequest, name: str) -> HttpResponse:
+    """Serve the chain's default preset again (review, then confirm)."""
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        default = live.chain.default
+        return {
+            "title": f"Revert {name} to its default, {default.name}?",
+            "confirm_label": f"Revert to {default.name}",
+            **_target(live, default.name, default.steps, default.marking),
+            "until": None,
+            "hidden": {},
+            "caution": _ending_pin(live, default.steps),
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.revert_to_default(chain=name, **_who(request, data))
+
+    return _change(
+        request,
+        name,
+        RevertForm,
+        describe=describe,
+        apply=apply,
+        origin=_back_to_chain_page(request, name, "revert_form"),
+    )
+
+
+@_oncall_change
+def extend(request: HttpRequest, name: str) -> HttpResponse:
+    """Keep the live pin for longer (from now, or "+1 h" on its expiry), or, from the separate
+    "End the pin earlier" form, end it sooner (review, then confirm)."""
+    shorten = request.POST.get("shorten") == "true"
+
+    def until_of(live: Selection, data: dict[str, Any]) -> services.Expiry:
+        if data.get("add_minutes"):
+            assert live.expires_at is not None  # a pin
+            return live.expires_at + timedelta(minutes=data["add_minutes"])
+        return timedelta(minutes=data["duration_minutes"])
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
+            return {"title": f"{name} has no pin to extend any more", "blocked": True}
+        now = timezone.now()
+        expiry = until_of(live, data)
+        until = services.resolve_expiry(expiry, now=now)
+        refusal = services.expiry_change_refusal(live, until, shorten=shorten, expires_at=expiry)
+        if refusal is not None:
+            raise refusal
+        assert live.expires_at is not None
+        if shorten:
+            title, label = f"End the pin of {live.preset.name} on {name} earlier?", "End the pin at"
+        else:
+            title, label = f"Extend the pin of {live.preset.name} on {name}?", "Extend until"
+        label = f"{label} {format_clock(until, now=now)}"
+        if data.get("add_minutes"):
+            label += f" (+{format_minutes(data['add_minutes'])})"
+        return {
+            "title": title,
+            "confirm_label": label,
+            **_target(live, live.preset.name, live.steps, live.marking),
+            "until": until,
+            "was_until": live.expires_at,
+            "hidden": {
+                "duration_minutes": data.get("duration_minutes") or "",
+                "add_minutes": data.get("add_minutes") or "",
+                "shorten": "true" if shorten else "",
+            },
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.extend_pin(
+            chain=name, expires_at=until_of(live_or_404(name), data), shorten=shorten, **_who(request, data)
+        )
+
+    form_class, form_name = (ShortenForm, "shorten_form") if shorten else (ExtendForm, "extend_form")
+    back = _back_to_chain_page(request, name, form_name)
+    return _change(request, name, form_class, describe=describe, apply=apply, origin=back)
+
+
+@_oncall_change
+def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
+    """Undo one history entry: its previous value goes live again (review, then confirm)."""
+    row = history_rows(chain=name).filter(version=version).first()
+    if row is None:
+        raise Http404(f"{name} has no version {version}")
+
+    def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
+        previous = row.previous_preset
+        refusal = services.restore_refusal(chain=name, version=version, previous=previous, live_preset_id=None)
+        if refusal is not None:
+            raise refusal
+        until = None if previous.is_default else services.resolve_expiry(None, now=timezone.now())
+        return {
+            "title": f"Undo v{version} on {name}: serve {previous.name} again?",
+            "confirm_label": f"Restore {previous.name}",
+            "undo": entry(row),
+            **_target(live, previous.name, previous.steps, previous.marking),
+            "until": until,
+            "hidden": {},
+        }
+
+    def apply(data: dict[str, Any]) -> Selection:
+        return services.restore(chain=name, version=version, **_who(request, data))
+
+    def origin(bound: ChangeForm) -> HttpResponse:
+        # The reason was typed on the history page: ask for it again on the confirmation page.
+        live = live_or_404(name)
+        try:
+            summary = describe(live, {})
+        except InvalidInput as error:
+            bound.add_service_error(error)
+            summary = {"title": f"Undo v{version} on {name}?", "blocked": True}
+        return _confirm_page(
+            request, name, bound, live=live, summary=summary, status=400, cancel=reverse("chain-history", args=[name])
+        )
+
+    history = reverse("chain-history", args=[name])
+    return _change(request, name, RestoreForm, describe=describe, apply=apply, origin=origin, cancel=history)
+
+
+# --- the review -> confirm -> apply flow shared by every change --------------------------
+
+
+def _back_to_chain_page(request: HttpRequest, name: str, form_name: str) -> Callable[[ChangeForm], HttpResponse]:
+    """Where a refused change goes back to: the chain page, the form showing its errors."""
+    return lambda form: _chain_page(request, name, status=400, **{form_name: form})
+
+
+def _who(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
+    """What every service change takes from the confirmed form: who, why, and the version
+    the person saw (the service refuses the change if the chain moved since)."""
+    return {"actor": actor_of(request.user), "reason": data["reason"], "expected_version": data["expected_version"]}
+
+
+def _target(live: Selection, name: str, steps: list[dict[str, Any]], marking: dict[str, Any]) -> dict[str, Any]:
+    """What a change would serve, and how that differs from what is live."""
+    return {"target": name, "steps": steps, "marking": marking, "change": compare_steps(live.steps, steps)}
+
+
+def _ending_pin(live: Selection, steps: list[dict[str, Any]]) -> str | None:
+    """What ending the live pin does, said before it is confirmed."""
+    if not live.is_pinned or not steps:
+        return None
+    return f"This ends the pin of {live.preset.name}: {step_label(steps[0])} serves first again."
+
+
+def _dangers(summary: dict[str, Any], health: HealthMap, *, chain: str) -> list[str]:
+    """Why a change needs a second look: the preset is marked degraded, providers lose all
+    traffic, or the fleet finds its head failing now."""
+    dangers = []
+    marking = summary.get("marking") or {}
+    if marking.get("degraded"):
+        note = f": {marking['note']}" if marking.get("note") else ""
+        dangers.append(f"{summary['target']} is marked degraded{note}")
+    change = summary.get("change")
+    if change is not None and change.dropped:
+        dropped = ", ".join(change.dropped)
+        dangers.append(f"{dropped} will get no {chain} traffic")
+    rows = step_rows(summary.get("steps", [])[:1], health)
+    if rows and rows[0].health_class == "failing":
+        assert rows[0].health is not None
+        dangers.append(f"its head is failing now: {rows[0].health['summary']}")
+    return dangers
+
+
+def _change(
+    request: HttpRequest,
+    name: str,
+    form_class: type[ChangeForm],
+    *,
+    describe: Callable[[Selection, dict[str, Any]], dict[str, Any]],
+    apply: Callable[[dict[str, Any]], Selection],
+    origin: Callable[[ChangeForm], HttpResponse],
+    cancel: str | None = None,
+) -> HttpResponse:
+    form = form_class(request.POST)
+    if not form.is_valid():
+        if "reason" not in form.errors:  # report a blank reason too, not one error at a time
+            try:
+                services.clean_reason(form.data.get("reason", ""))
+            except InvalidInput as error:
+                form.add_service_error(error)
+        return origin(form)
+    data = form.cleaned_data
+    live = live_or_404(name)
+    cancel = cancel or reverse("chain", args=[name])
+    try:
+        if not data["confirmed"]:
+            services.clean_reason(data["reason"])  # a blank reason is refused before confirming
+            conflict = None
+            # Shown before confirming; the service checks the version again when it writes.
+            if live.version != data["expected_version"]:
+                conflict = {"current": live.to_document(), "action": live.action}
+            return _confirm_page(
+                request, name, form, live=live, summary=describe(live, data), conflict=conflict, cancel=cancel
+            )
+        selection = apply(data)
+    except InvalidInput as error:
+        form.add_service_error(error)
+        return origin(form)
+    except Conflict as error:
+        # Someone changed the chain since this person looked: nothing was written. Show what
+        # happened and ask again, against the version that is live now.
+        live = live_or_404(name)
+        try:
+            summary = describe(live, data)
+        except InvalidInput as invalid:
+            form.add_service_error(invalid)
+            return origin(form)
+        return _confirm_page(
+            request, name, form, live=live, summary=summary, conflict=error.details, cancel=cancel, status=409
+        )
+    messages.success(request, _changed_message(selection))
+    return redirect("chain", name=name)
+
+
+def _confirm_page(
+    request: HttpRequest,
+    name: str,
+    form: ChangeForm,
+    *,
+    live: Selection,
+    summary: dict[str, Any],
+    cancel: str,
+    conflict: dict[str, Any] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    # The health of the steps about to serve, next to the live ones': one read for both.
+    now = timezone.now()
+    steps = summary.get("steps", [])
+    health = provider_health.health_by_step(live.chain, [live.steps, steps], now=now)
+    response = render_page(
+        request,
+        "presets/confirm.html",
+        {
+            "chain_name": name,
+            "live": live_card(live, now=now, health=health),
+            "summary": summary,
+            "dangers": [] if summary.get("blocked") else _dangers(summary, health, chain=name),
+            "step_rows": step_rows(steps, health),
+            "form": form,
+            "reason": form.data.get("reason", ""),
+            # The page asks about the version live now; confirming sends that version back.
+            "expected_version": live.version,
+            "hidden": summary.get("hidden", {}),
+            "conflict": conflict,
+            "action_url": request.path,
+            "cancel_url": cancel,
+        },
+        status=status,
+    )
+    # A review offers a change: Back after confirming must not show it again from a cache.
+    add_never_cache_headers(response)
+    return response
+
+
+def _changed_message(selection: Selection) -> str:
+    chain = selection.chain.name
+    if selection.is_default:
+        return f"{chain} is now v{selection.version}: {selection.preset.name} (default, no expiry)."
+    expires_at, now = selection.expires_at, timezone.now()
+    assert expires_at is not None  # a pin always has an expiry
+    return (
+        f"{chain} is now v{selection.version}: {selection.preset.name}, pinned until "
+        f"{format_clock(expires_at, now=now)} (expires in {format_duration(expires_at - now)})."
+    )
+
+
+# --- page helpers -----------------------------------------------------------------------
+
+
+def _chain_page(
+    request: HttpRequest,
+    name: str,
+    *,
+    select_form: ChangeForm | None = None,
+    revert_form: ChangeForm | None = None,
+    extend_form: ChangeForm | None = None,
+    shorten_form: ChangeForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    now = timezone.now()
+    selection = live_or_404(name, now=now)
+    presets = list(selectors.active_presets(chain=selection.chain_id).values())
+    health, suggestion = _health(selection, presets, now=now)
+    live = live_card(selection, now=now, health=health)
+    version = selection.version
+    chosen = request.GET.get("preset", "")
+    if select_form is None:
+        select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
+    if revert_form is None:
+        revert_form = RevertForm(
+            initial={
+                "expected_version": version,
+                "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
+            },
+        )
+    if extend_form is None:
+        extend_form = ExtendForm(initial={"expected_version": version})
+    if shorten_form is None:
+        shorten_form = ShortenForm(initial={"expected_version": version, "shorten": True})
+    # The reason box takes the focus when the person came to pin (a preset chosen on the
+    # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
+    if chosen or select_form.is_bound or not live.is_pinned:
+        select_form.fields["reason"].widget.attrs["autofocus"] = True
+    choices = preset_choices(
+        presets,
+        selection,
+        warn=idle_head_warnings(selection.chain),
+        health=health,
+    )
+    context = {
+        "live": live,
+        "suggestion": suggestion,
+        "choices": choices,
+        "pinnable": any(not c.is_live for c in choices),
+        "default_preset": selection.chain.default_preset,
+        "select_form": select_form,
+        "revert_form": revert_form,
+        "extend_form": extend_form,
+        "shorten_form": shorten_form,
+        "chosen": select_form["preset"].value() or "",
+        "refresh": "notice",
+    }
+    return render_page(request, "presets/chain.html", context, status=status)
+
+
+def _alerts_context() -> dict[str, Any]:
+    """Every open alert however old (a condition still going on), then the recent rest; the
+    latest change notifications and where each was sent."""
+    still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True)
+    shown = {alert.pk for alert in still_open}
+    return {
+        "alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown],
+        "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
+        "changes_notified": changes_notified(),
+    }
+
+
+def _health(
+    selection: Selection, presets: list[Preset], *, now: Any, health: HealthMap | None = None
+) -> tuple[HealthMap, provider_health.Suggestion | None]:
+    """The fleet's health of the live steps and of every reviewed preset's (one read, unless
+    given), and the preset to consider if the live head is failing (shown, never applied)."""
+    if health is None:
+        health = provider_health.health_by_step(
+            selection.chain, [selection.steps, *(p.steps for p in presets)], now=now
+        )
+    return health, provider_health.healthiest_preset(presets, health, live=selection.preset.name)
+
+
+def _require_oncall(request: HttpRequest) -> None:
+    if not can_change(request.user):
+        raise PermissionDenied(f"changing a selection needs the {ONCALL_GROUP} role")

@@ -1,0 +1,557 @@
+"""A thin ASGI front for the services' hot path: ``GET /api/v1/chains[/{name}]`` with a token.
+
+Django's ASGI handler costs about 7x a raw ASGI callable per request (bench/README.md), and
+every SDK instance polls this path. So token-authenticated reads of chain documents, long
+polls included, are answered here from the per-process ``Snapshot``; everything else (writes,
+history, sessions, the UI, the admin) goes to Django unchanged. The front shares Django's
+code for what matters: tokens are held by the snapshot (``tokens.TokenSet``), documents come from
+``Selection.to_document``, expiry from ``services.revert_expired_and_read``, and errors, ETag
+matching and the bearer header from ``read_path.http`` (which the DRF API uses too).
+
+Most reads are plain (a token already seen live, a chain with no pin due, no long poll): they
+are answered first, in ``__call__`` itself, in a few dictionary lookups; the rest go through
+``_answer``, which applies the same rules and everything else.
+
+Each read it answers gets a request id (``request_context``: the ``X-Request-ID`` header and
+the log records' ``request_id``) and is timed by route for /metrics; a held long poll's wait
+is timed apart (``counters.front_holds``). All of it is kept in memory on the hot path and
+written once a second, with the read counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import re
+import time
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from math import inf
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.conf import settings
+
+from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
+from presets.exceptions import InvalidInput
+from read_path import counters, request_context
+from read_path.http import (
+    BEARER_HELP,
+    CHAIN_PATH,
+    CHAINS_PATH,
+    TOKEN_REFUSED,
+    bearer_token,
+    error_body,
+    matches,
+    min_version,
+    not_served_yet,
+    wait_seconds,
+)
+from read_path.request_context import (
+    ACCEPTED_ID_BYTES,
+    CHAIN_ROUTE,
+    CHAINS_ROUTE,
+    RequestContext,
+    access_log,
+    log_access,
+    new_request_id_bytes,
+    reads_log,
+    request_id_from,
+)
+from read_path.snapshot import Entry, Snapshot
+from read_path.worker_threads import in_worker_thread
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+# Django's ASGIHandler types its arguments more narrowly than the ASGI spec: any callable.
+ASGIApp = Callable[..., Awaitable[None]]
+
+PREFIX = CHAINS_PATH
+_NAME_AT = len(CHAIN_PATH)
+FLEET_FLUSH_S = 1.0
+# A read arriving while the process is still loading its snapshot (tokens and documents)
+# waits this long for it, then is answered 503: the database may be down.
+STARTUP_WAIT_S = 5.0
+# A read with ``min_version`` ahead of this process's snapshot waits this long for the
+# change's notification (it takes milliseconds), then reads the chain from the database.
+MIN_VERSION_WAIT_S = 1.0
+
+_EXPIRY_UNAVAILABLE = (
+    "this chain's pin has expired and the control plane's database is unavailable to revert it; retry shortly"
+)
+BEARERS_MAX = 10_000
+_UNPARSED: Any = object()
+_JSON = (b"content-type", b"application/json")
+_NO_CACHE = (b"cache-control", b"no-cache")
+_EMPTY_BODY = {"type": "http.response.body", "body": b""}
+# The duration labels of the plain reads (``__call__``).
+_PLAIN_200 = (CHAIN_ROUTE, "GET", 200)
+_PLAIN_304 = (CHAIN_ROUTE, "GET", 304)
+_BOUNDS = counters.front_durations.bounds
+_FIRST_BOUND = _BOUNDS[0]
+_clock = time.perf_counter
+# A query string that is ``wait=`` and a plain decimal number (nothing parse_qs would decode).
+_PLAIN_NUMBER = re.compile(rb"[0-9]{1,6}(?:\.[0-9]{0,6})?")
+
+
+class ReadFront:
+    """Answer token-authenticated chain reads from the snapshot; hand the rest to Django."""
+
+    def __init__(
+        self,
+        django_app: ASGIApp,
+        snapshot: Snapshot | None = None,
+        fleet: FleetRecorder | None = None,
+        on_flush: Sequence[Callable[[], None]] = (),
+    ) -> None:
+        """``on_flush``: more of this process's figures to write for /metrics once a second
+        (the project's wiring passes the database pool's, which the read path cannot see)."""
+        self.django_app = django_app
+        self.snapshot = snapshot or Snapshot()
+        self.fleet = fleet or recorder
+        self.on_flush = tuple(on_flush)
+        self._starting: asyncio.Task[None] | None = None
+        self._ready = False
+        self._plain_reads = False  # whether __call__ answers plain reads itself: once loaded
+        self._plain_200 = counters.front_durations.row(_PLAIN_200)
+        self._plain_304 = counters.front_durations.row(_PLAIN_304)
+        # Authorization header -> its bearer token (None: not one): parsed once per client.
+        self._bearers: dict[bytes, str | None] = {}
+        # Held long polls are bounded apart from everything else the process serves.
+        self.max_held: int = settings.LONG_POLL_MAX_HELD
+        self._not_held = 0
+        self._not_held_logged = -inf
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def _start(self) -> None:
+        if self._starting is None:
+            # Started by the lifespan or by the first read; the tasks started here outlive
+            # that read, so they start outside its context (their log lines name no request).
+            loop = asyncio.get_running_loop()
+            self._starting = loop.create_task(self._start_once(), context=contextvars.Context())
+        await asyncio.shield(self._starting)
+
+    async def _start_once(self) -> None:
+        await self.snapshot.start()
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_periodically())
+        self._ready = True
+        self._plain_reads = not reads_log.isEnabledFor(logging.INFO)
+
+    async def _flush_periodically(self) -> None:
+        """Once a second, off the request path: read counts to the metrics files and who
+        read what to fleet status."""
+        while True:
+            await asyncio.sleep(FLEET_FLUSH_S)
+            try:
+                not_held, self._not_held = self._not_held, 0
+                counters.flush_front(waiters=self.snapshot.waiters, not_held=not_held)
+                for flush in self.on_flush:
+                    flush()
+            except Exception as exc:  # noqa: BLE001 - metrics must never stop the front
+                log.warning("metrics: flush failed: %s", exc)
+            try:
+                await self.snapshot.tokens.record_use()
+            except Exception as exc:  # noqa: BLE001 - a token's last use is best effort
+                log.warning("tokens: recording use failed: %s", exc)
+            if self.fleet.has_pending:
+                try:
+                    await in_worker_thread(self.fleet.flush)()
+                except Exception as exc:  # noqa: BLE001 - fleet status is best effort
+                    log.warning("fleet status: flush failed: %s", exc)
+
+    async def stop(self) -> None:
+        self._starting = None
+        self._ready = self._plain_reads = False
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        await self.snapshot.stop()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Most reads are plain: a token this process has seen live (``TokenSet.by_header``),
+        # a chain whose pin, if any, has not expired, no long poll (no query: the SDK's polls
+        # when it does not long-poll, and any other client's reads), no access line
+        # (ACCESS_LOG_READS off, as read at start). They are answered first, here, in a few dictionary lookups, with no
+        # coroutine, request context or log record of their own (nothing logs meanwhile);
+        # every other request falls through to ``_answer`` (which does the same and the rest)
+        # or to Django. ``_token_read``'s rule, ``TokenSet.use``, ``request_id_from``,
+        # ``_respond`` and ``Durations.observe`` are spelled out here: each call saved is a
+        # percent or two of a plain read's time under granian (bench/README.md).
+        if self._plain_reads and scope["type"] == "http" and scope["method"] == "GET":
+            snapshot = self.snapshot
+            # Keyed by the whole path: one lookup says it is a chain read, and of which chain.
+            entry = snapshot.by_path.get(scope["path"])
+            if entry is not None:
+                # The headers a plain read looks at, in one pass (the last of each, as
+                # ``dict(headers)`` would keep): cheaper than the dict for a client's few.
+                header = tag = request_id = client = None
+                applied = b""
+                for key, value in scope["headers"]:
+                    if key == b"authorization":
+                        header = value
+                    elif key == b"if-none-match":
+                        tag = value
+                    elif key == b"x-request-id":
+                        request_id = value
+                    elif key == b"x-chain-client":
+                        client = value
+                    elif key == b"x-chain-applied-version":
+                        applied = value
+                if header is not None:
+                    started = _clock()
+                    tokens = snapshot.tokens
+                    token = tokens.by_header.get(header)
+                    if not (
+                        token is None
+                        or scope.get("query_string")
+                        or (entry.expires_at is not None and entry.expires_at <= time.time())
+                        or (token.expires_at is not None and token.expires_at <= time.time())
+                    ):
+                        tokens.used.add(token.pk)
+                        if client is not None:  # an SDK instance: fleet status
+                            self._note_identity(entry.name, client, applied)
+                        if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
+                            request_id = new_request_id_bytes()
+                        if tag is not None and (
+                            tag == entry.etag_header[1] or matches(tag.decode("latin-1"), entry.etag)
+                        ):
+                            status_headers = [_NO_CACHE, (b"x-request-id", request_id), entry.etag_header]
+                            await send({"type": "http.response.start", "status": 304, "headers": status_headers})
+                            await send(_EMPTY_BODY)
+                            row = self._plain_304
+                        else:
+                            status_headers = [_NO_CACHE, (b"x-request-id", request_id), _JSON, entry.etag_header]
+                            await send({"type": "http.response.start", "status": 200, "headers": status_headers})
+                            await send(entry.body_message)
+                            row = self._plain_200
+                        seconds = _clock() - started
+                        row[0] += seconds
+                        # Nearly every plain read falls in the first bucket: one comparison.
+                        row[1 if seconds <= _FIRST_BOUND else 1 + bisect_left(_BOUNDS, seconds)] += 1
+                        return
+                    # A token read all the same (``_token_read``).
+                    await self._answer(scope, receive, send, scope["path"], dict(scope["headers"]))
+                    return
+        token_read = _token_read(scope)
+        if token_read is not None:
+            await self._answer(scope, receive, send, scope["path"], token_read)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self.django_app(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self._start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, path: str, headers: dict[bytes, bytes]) -> None:
+        """One token read: its request id in the answer and in every log record meanwhile;
+        its time in /metrics and in the access log."""
+        started = time.perf_counter()
+        answer = _Answer(send, request_id_from(headers.get(b"x-request-id")), started)
+        context = request_context.current.set(answer)
+        try:
+            await self._read(scope, receive, answer, path[len(PREFIX) + 1 :], headers)
+            if not answer.status:
+                return  # a long poll whose client left: nothing was answered
+            seconds = time.perf_counter() - started
+            route = CHAINS_ROUTE if path == PREFIX else CHAIN_ROUTE
+            # A held long poll's wait is the client's choice, not the front's work: it is
+            # timed on its own (controlplane_long_poll_hold_seconds).
+            held = answer.held
+            counters.front_durations.observe((route, "GET", answer.status), seconds - (held or 0.0))
+            if held is not None:
+                counters.front_holds.observe((answer.status,), held)
+            line = reads_log if answer.status < 400 else access_log
+            if line.isEnabledFor(logging.INFO):
+                log_access(
+                    method="GET",
+                    route=route,
+                    path=path,
+                    status=answer.status,
+                    seconds=seconds,
+                    held_seconds=held,
+                    logger=line,
+                )
+        finally:
+            request_context.current.reset(context)
+
+    async def _read(
+        self, scope: Scope, receive: Receive, send: _Answer, name: str, headers: dict[bytes, bytes]
+    ) -> None:
+        header = headers[b"authorization"]
+        raw = self._bearers.get(header, _UNPARSED)
+        if raw is _UNPARSED:
+            if len(self._bearers) >= BEARERS_MAX:
+                self._bearers.clear()  # bounded memory against floods of random headers
+            raw = self._bearers[header] = bearer_token(header)
+        if raw is None:
+            await _error(send, 401, BEARER_HELP, auth=True)
+            return
+        # From memory when the process holds the token (every read but a new token's first).
+        valid = self.snapshot.tokens.known(raw) if self._ready else None
+        try:
+            if valid is None:
+                if not self._ready:
+                    await asyncio.wait_for(self._start(), STARTUP_WAIT_S)
+                valid = await self.snapshot.tokens.is_valid(raw)
+        except Exception:  # noqa: BLE001 - the database is down: the snapshot cannot load, or the token is new
+            await _error(send, 503, "the control plane's database is unavailable; retry shortly")
+            return
+        if not valid:
+            await _error(send, 401, TOKEN_REFUSED, auth=True)
+            return
+        self.snapshot.tokens.remember(header, raw)  # the next read of this header is plain
+        if not name:
+            try:
+                await self._expire_due(time.time())
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
+            await _respond(send, 200, self.snapshot.list_body)
+            return
+
+        try:
+            wait, minimum = _query_of(scope.get("query_string"))
+        except InvalidInput as exc:
+            await _error(send, 400, exc.message, details=exc.details)
+            return
+        entry = self.snapshot.entries.get(name)
+        if entry is not None and entry.expires_at is not None:  # ``_live`` when it may have to act
+            try:
+                entry = await self._live(name)
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
+        if entry is None:
+            await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
+            return
+        if minimum is not None and entry.order < minimum:
+            try:
+                entry = await self._at_least(name, entry, minimum)
+            except Exception:  # noqa: BLE001 - the database is down: the version cannot be checked
+                await _error(send, 503, "the control plane's database is unavailable; retry shortly")
+                return
+            if entry.order < minimum:
+                refusal = not_served_yet(name, entry.order, minimum)
+                await _error(send, 409, refusal.message, details=refusal.details)
+                return
+        # Fleet status records the instance as its request arrives: a held long poll returns
+        # only at the next change, and the version it reports is the one it runs now.
+        if b"x-chain-client" in headers:
+            self._note_identity(name, headers[b"x-chain-client"], headers.get(b"x-chain-applied-version", b""))
+        tag = headers.get(b"if-none-match")
+        if_none_match = tag.decode("latin-1") if tag is not None else ""
+        if wait and matches(if_none_match, entry.etag) and self._may_hold():
+            held_since = time.perf_counter()
+            # A client that leaves (an instance stopped, a fleet restarted) frees its poll at
+            # once, not at the end of its wait.
+            gone = await _departure(receive)
+            try:
+                waited = await self._wait(name, entry, wait, gone)
+            except Exception:  # noqa: BLE001 - the database is down: see _live
+                await _error(send, 503, _EXPIRY_UNAVAILABLE)
+                return
+            finally:
+                gone.cancel()
+                send.held = time.perf_counter() - held_since
+            if waited is None:
+                return  # the client left: nobody to answer
+            entry = waited
+        if matches(if_none_match, entry.etag):
+            await _respond(send, 304, b"", entry.etag_header)
+        else:
+            await _respond(send, 200, entry.body, entry.etag_header)
+
+    def _note_identity(self, name: str, client: bytes, applied_version: bytes) -> None:
+        """Note for fleet status the instance a read of chain ``name`` identifies itself as
+        (its X-Chain-Client and X-Chain-Applied-Version headers), if it does so validly."""
+        identity = parse_identity(client.decode("latin-1"), applied_version.decode("latin-1"))
+        if identity is not None:
+            self.fleet.seen(name, *identity)
+
+    def _may_hold(self) -> bool:
+        """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is
+        answered at once, counted, and said once a minute."""
+        if self.snapshot.waiters < self.max_held:
+            return True
+        self._not_held += 1
+        now = time.monotonic()
+        if now - self._not_held_logged >= 60:
+            self._not_held_logged = now
+            log.warning(
+                "long polls: this process holds %d, its most (LONG_POLL_MAX_HELD); answering more at once "
+                "(those instances poll at their interval): raise LONG_POLL_MAX_HELD with WEB_MAX_REQUESTS, "
+                "or add web processes",
+                self.snapshot.waiters,
+            )
+        return False
+
+    async def _live(self, name: str) -> Entry | None:
+        """The chain's entry, its pin reverted if it has expired. Raises when the revert cannot
+        reach the database: an expired pin is never served, not even during an outage."""
+        entry = self.snapshot.entries.get(name)
+        if entry is not None and entry.is_expired(time.time()):
+            try:
+                entry = await self.snapshot.expire(name)  # reverts it, as the Django path would
+            except Exception as exc:
+                log.warning(
+                    "chain %s: its pin expired and the revert failed (%s); answering 503", name, exc.__class__.__name__
+                )
+                raise
+        return entry
+
+    async def _expire_due(self, now: float) -> None:
+        """Revert every expired pin in the snapshot (raises like ``_live``)."""
+        expired = [name for name, entry in self.snapshot.entries.items() if entry.is_expired(now)]
+        for name in expired:
+            await self._live(name)
+
+    async def _at_least(self, name: str, entry: Entry, minimum: tuple[int, int]) -> Entry:
+        """The chain's entry once it is ``minimum`` or newer (read-your-writes: a change made
+        through another process reaches this one's snapshot within milliseconds); after
+        ``MIN_VERSION_WAIT_S``, read from the database (what it has may still be older: the
+        version was never made)."""
+        deadline = time.monotonic() + MIN_VERSION_WAIT_S
+        while entry.order < minimum:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return await self.snapshot.reload(name) or entry
+            entry = await self.snapshot.wait_for_change(name, entry.etag, left) or entry
+        return await self._live(name) or entry
+
+    async def _wait(self, name: str, held: Entry, wait: float, gone: asyncio.Future[Any]) -> Entry | None:
+        """Hold a long poll for the document tagged ``held.etag`` until the chain's document
+        changes, its pin expires (answered at once with the revert, whoever writes it) or
+        ``wait`` seconds pass (then the held entry comes back: a 304); None when the client
+        leaves first (``gone``)."""
+        deadline = time.monotonic() + wait
+        entry = held
+        while True:
+            left = deadline - time.monotonic()
+            if entry.expires_at is not None:
+                left = min(left, entry.expires_at - time.time())
+            if left <= 0:
+                return await self._live(name) or entry
+            changed = await self.snapshot.wait_for_change(name, held.etag, left, gone=gone)
+            if changed is not None:
+                return changed
+            if gone.done():
+                return None
+            entry = await self._live(name) or entry
+            if entry.etag != held.etag or time.monotonic() >= deadline:
+                return entry
+
+
+async def _departure(receive: Receive) -> asyncio.Future[Any]:
+    """A future done when the client disconnects: once the whole request (a GET: one empty
+    ``http.request``) has been read, which this does first, ASGI's next message is
+    ``http.disconnect``. granian's ``receive`` returns a future: that one is watched as it
+    is, where a coroutine (other servers) needs a task of its own, for each of the thousands
+    of polls held at once. A coroutine's server that says anything else is not watched (nor
+    is a request with more body): the poll then ends at its wait."""
+    first = await receive()
+    if first["type"] == "http.disconnect":
+        left: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        left.set_result(first)
+        return left
+    following = receive()
+    if asyncio.isfuture(following) and not first.get("more_body"):
+        return following
+    return asyncio.ensure_future(_client_gone(following))
+
+
+async def _client_gone(following: Awaitable[MutableMapping[str, Any]]) -> None:
+    """Return when ``following``, the request's next message, says the client disconnected."""
+    if (await following)["type"] == "http.disconnect":
+        return
+    await asyncio.get_running_loop().create_future()  # never: cancelled when the poll ends
+
+
+def _query_of(query_string: bytes | None) -> tuple[float, tuple[int, int] | None]:
+    """The long poll's ``wait`` in seconds (0 without one) and the ``min_version`` to serve at
+    least (None without one); raises InvalidInput."""
+    if not query_string:  # a plain read: nothing to parse
+        return 0.0, None
+    if query_string.startswith(b"wait=") and _PLAIN_NUMBER.fullmatch(query_string, 5):
+        return wait_seconds(query_string[5:].decode("ascii")), None  # the SDK's ``?wait=55``: as parse_qs reads it
+    query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
+    return (
+        wait_seconds(query["wait"][-1] if "wait" in query else None),
+        min_version(query["min_version"][-1] if "min_version" in query else None),
+    )
+
+
+def answers_itself(scope: Scope) -> bool:
+    """Whether the front answers this request itself: a GET of the chain list or of one
+    chain with an Authorization header (a token read, long polls included); everything else
+    is Django's. The project's wiring traces the two apart by it (controlplane/telemetry.py)."""
+    return _token_read(scope) is not None
+
+
+def _token_read(scope: Scope) -> dict[bytes, bytes] | None:
+    """A token read's headers (``answers_itself``), else None; run for every request."""
+    if scope["type"] != "http" or scope["method"] != "GET":
+        return None
+    path: str = scope["path"]
+    if path != PREFIX and not (path.startswith(CHAIN_PATH) and "/" not in path[_NAME_AT:]):
+        return None
+    headers = dict(scope["headers"])
+    return headers if b"authorization" in headers else None
+
+
+class _Answer(RequestContext):
+    """One read the front answers: the request (its id for the header and the log records)
+    and what /metrics and the access line need of its answer: the status, and how long it
+    was held waiting for a change (a long poll)."""
+
+    __slots__ = ("held", "send", "status")
+
+    def __init__(self, send: Send, request_id: str, started: float) -> None:
+        self.request_id = request_id
+        self.started = started
+        self.send = send
+        self.status = 0
+        self.held: float | None = None
+
+
+async def _respond(
+    send: _Answer,
+    status: int,
+    body: bytes,
+    etag_header: tuple[bytes, bytes] | None = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    send.status = status
+    headers = [_NO_CACHE, (b"x-request-id", send.request_id.encode())]
+    if status != 304:
+        headers.append(_JSON)
+    if etag_header is not None:
+        headers.append(etag_header)
+    if extra:
+        headers += extra
+    await send.send({"type": "http.response.start", "status": status, "headers": headers})
+    await send.send({"type": "http.response.body", "body": body})
+
+
+async def _error(
+    send: _Answer, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
+) -> None:
+    extra = [(b"www-authenticate", b"Bearer")] if auth else None
+    if status == 503:
+        extra = [(b"retry-after", b"1")]
+    body = json.dumps(error_body(status, message, details)).encode()
+    await _respond(send, status, body, extra=extra)

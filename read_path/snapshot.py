@@ -1,0 +1,306 @@
+"""A per-process copy of every chain's live document, kept fresh by change notifications.
+
+The read front answers 200 and 304 from here without touching the database, and long polls
+wait here on a future each (no thread, no connection held). Freshness:
+
+- PostgreSQL: one LISTEN connection per process; each change NOTIFYs in its own transaction
+  (``notifications``), so every web process applies that chain's document as it commits.
+  A cheap version check every few seconds backs the listener up across reconnects, and
+  serves alone when LISTEN cannot work (``/readyz`` then says ``polling`` and why).
+- other databases (SQLite for local runs): the version check runs every quarter second.
+
+An expired pin is never served: the front asks ``services.revert_expired_and_read``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from presets import services
+from presets.documents import ChainDocument, encode_document, etag
+from presets.exceptions import NotFound
+from presets.models import Selection, current_epoch
+from read_path.http import CHAIN_PATH
+from read_path.notifications import State, decode_payload, listen, set_state, state
+from read_path.tokens import TokenSet
+from read_path.worker_threads import in_worker_thread
+
+log = logging.getLogger(__name__)
+
+PG_SAFETY_POLL_S = 5.0
+FALLBACK_POLL_S = 0.25
+# Without working notifications on PostgreSQL, tokens are reloaded this often: a revoked one
+# stops within a second either way.
+TOKENS_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One chain's document, pre-encoded for the wire."""
+
+    name: str
+    epoch: int
+    version: int
+    etag: str
+    body: bytes
+    expires_at: float | None  # Unix seconds; None for the default
+    etag_header: tuple[bytes, bytes] = (b"etag", b"")  # as the front sends it
+    # The front's ``http.response.body`` message for a 200: sent as is by every plain read
+    # (an ASGI server reads a message, it does not change it).
+    body_message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Documents are ordered by (epoch, version): a raised epoch makes a restored
+        database's lower versions the newer ones."""
+        return (self.epoch, self.version)
+
+    def is_expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def entry_for(selection: Selection, *, epoch: int) -> Entry:
+    return entry_from_document(selection.to_document(epoch=epoch), expires_at=selection.expires_at_ts)
+
+
+def entry_from_document(document: ChainDocument, *, expires_at: float | None) -> Entry:
+    """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
+    document states, to the millisecond)."""
+    tag = etag(document["epoch"], document["version"])
+    body = encode_document(document)
+    return Entry(
+        name=document["name"],
+        epoch=document["epoch"],
+        version=document["version"],
+        etag=tag,
+        body=body,
+        expires_at=expires_at,
+        etag_header=(b"etag", tag.encode()),
+        body_message={"type": "http.response.body", "body": body},
+    )
+
+
+def _load_all() -> dict[str, Entry]:
+    selections = services.revert_expired_and_read_all()
+    epoch = current_epoch()
+    return {s.chain.name: entry_for(s, epoch=epoch) for s in selections}
+
+
+def _load_one(name: str) -> Entry | None:
+    try:
+        selection = services.revert_expired_and_read(chain=name)
+    except NotFound:
+        return None
+    return entry_for(selection, epoch=current_epoch())
+
+
+def _versions() -> dict[str, tuple[int, int]]:
+    """Every chain's (epoch, version), cheaply."""
+    epoch = current_epoch()
+    return {name: (epoch, version) for name, version in Selection.objects.values_list("chain__name", "version")}
+
+
+# Long polls woken per turn of the event loop when a change reaches thousands of them.
+WAKE_BATCH = 64
+
+
+def _wake(waiters: list[asyncio.Future[None]], start: int = 0) -> None:
+    """Wake ``waiters`` ``WAKE_BATCH`` at a time, one batch per turn of the event loop.
+
+    Each woken poll is a task step queued on the loop, and answering it costs ~100 us. Woken
+    all at once, ten thousand of them would queue ahead of everything else: the change's own
+    answer to its caller (its view has just committed, in a thread), and every other request,
+    would wait for the whole fleet to be answered, seconds. A batch at a time, whatever became
+    ready meanwhile runs between two batches, and the fleet is answered just as fast."""
+    for waiter in waiters[start : start + WAKE_BATCH]:
+        if not waiter.done():
+            waiter.set_result(None)
+    if start + WAKE_BATCH < len(waiters):
+        asyncio.get_running_loop().call_soon(_wake, waiters, start + WAKE_BATCH)
+
+
+class Snapshot:
+    """Every chain's live document and every live token in this process, and the long polls
+    waiting on them."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        # The same entries by the path that reads them (``/api/v1/chains/{name}``): the
+        # front's plain reads find theirs in one lookup.
+        self.by_path: dict[str, Entry] = {}
+        self.tokens = TokenSet()
+        self.list_body: bytes = b'{"chains":[]}'
+        self.waiters = 0
+        # Per chain, the long polls waiting on it (a future each, set by ``put``).
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+        self._expiring: dict[str, asyncio.Future[Entry | None]] = {}
+        self._started: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load everything and start following changes (idempotent; the first caller waits)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        set_state(State("starting", "the snapshot is loading; LISTEN is not yet checked"))
+        while True:
+            try:
+                self._replace_all(await in_worker_thread(_load_all)())
+                await self.tokens.load()
+                break
+            except Exception as exc:  # the database may be down at start; keep trying
+                log.warning("chain snapshot: initial load failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+        database = connections["default"]
+        interval = PG_SAFETY_POLL_S if database.vendor == "postgresql" else FALLBACK_POLL_S
+        if database.vendor == "postgresql":
+            self._tasks.append(asyncio.ensure_future(listen(self, polling_every=interval)))
+            self._tasks.append(asyncio.ensure_future(self._poll_tokens_unless_listening()))
+        else:
+            detail = f"{database.display_name} has no LISTEN/NOTIFY: chain versions are checked every {interval:g} s"
+            set_state(State("polling", detail), warn=False)
+        self._tasks.append(asyncio.ensure_future(self._poll_versions(interval)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - cancelled or already failed: both fine
+                pass
+        self._tasks.clear()
+        set_state(None)
+
+    # --- reads ----------------------------------------------------------------------
+
+    async def expire(self, name: str) -> Entry | None:
+        """The entry after reverting its expired pin (through the service function).
+
+        Every long poll held on a pin wakes at its expiry at once: they share one revert
+        instead of each taking a thread and a database connection."""
+        pending = self._expiring.get(name)
+        if pending is None:
+            pending = self._expiring[name] = asyncio.ensure_future(self.reload(name))
+            pending.add_done_callback(lambda _: self._expiring.pop(name, None))
+        return await asyncio.shield(pending)
+
+    async def wait_for_change(
+        self, name: str, etag: str, timeout: float, *, gone: asyncio.Future[Any] | None = None
+    ) -> Entry | None:
+        """Wait until the chain's document is no longer the one tagged ``etag``; None when
+        ``timeout`` passes first, or when ``gone`` is done (the client has left)."""
+        entry = self.entries.get(name)
+        if entry is not None and entry.etag != etag:
+            return entry
+        if gone is not None and gone.done():
+            return None
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiting = self._waiting.setdefault(name, set())
+        waiting.add(waiter)
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        if gone is not None:
+            gone.add_done_callback(wake)
+        # The timeout wakes the waiter like a change does (what follows tells them apart): one
+        # timer, where asyncio.timeout adds an object, the current task's lookup and a
+        # reschedule, and wait_for a task of its own (Python 3.11), for each of the thousands of
+        # long polls held at once.
+        timer = loop.call_later(timeout, wake)
+        self.waiters += 1
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiters -= 1
+            waiting.discard(waiter)
+            if gone is not None:
+                gone.remove_done_callback(wake)
+        entry = self.entries.get(name)
+        return entry if entry is not None and entry.etag != etag else None
+
+    # --- updates --------------------------------------------------------------------
+
+    def put(self, entry: Entry) -> None:
+        current = self.entries.get(entry.name)
+        if current is not None and current.order >= entry.order:
+            return  # notifications and polls can race; documents never go back
+        self.entries[entry.name] = entry
+        self.by_path[CHAIN_PATH + entry.name] = entry
+        self._rebuild_list()
+        waiters = self._waiting.pop(entry.name, None)
+        if waiters:
+            _wake(list(waiters))
+
+    def _replace_all(self, entries: dict[str, Entry]) -> None:
+        for entry in entries.values():
+            self.put(entry)
+
+    def _rebuild_list(self) -> None:
+        bodies = [self.entries[name].body for name in sorted(self.entries)]
+        self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
+
+    async def reload(self, name: str) -> Entry | None:
+        """Read the chain's live document from the database (reverting an expired pin)."""
+        entry = await in_worker_thread(_load_one)(name)
+        if entry is not None:
+            self.put(entry)
+        return self.entries.get(name) if entry is not None else None
+
+    async def notified(self, payload: str) -> None:
+        """Apply the document a change announced; read it back only if the payload is odd."""
+        try:
+            document, expires_at = decode_payload(payload)
+            entry = entry_from_document(document, expires_at=expires_at)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("chain snapshot: unreadable change notification (%s); reloading", exc)
+            name = payload.partition('"chain":"')[2].partition('"')[0]
+            if name:
+                await self.reload(name)
+            return
+        self.put(entry)
+
+    async def tokens_changed(self) -> None:
+        """A token was created, revoked, changed or deleted: reload the set."""
+        try:
+            await self.tokens.reload()
+        except Exception as exc:  # noqa: BLE001 - the periodic check retries
+            log.warning("token set: reload failed (%s); retrying at the next check", exc)
+
+    async def catch_up(self) -> None:
+        """Reload every chain whose (epoch, version) in the database is ahead of ours, and the
+        tokens."""
+        await self.tokens.reload()
+        for name, order in (await in_worker_thread(_versions)()).items():
+            current = self.entries.get(name)
+            if current is None or current.order < order:
+                await self.reload(name)
+
+    async def _poll_tokens_unless_listening(self) -> None:
+        """While notifications do not arrive, reload the tokens every ``TOKENS_POLL_S``."""
+        while True:
+            await asyncio.sleep(TOKENS_POLL_S)
+            current = state()
+            if current is not None and current.mode != "listen":
+                await self.tokens_changed()
+
+    async def _poll_versions(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.catch_up()
+            except Exception as exc:  # noqa: BLE001 - keep serving the snapshot
+                log.warning("chain snapshot: version check failed: %s", exc)

@@ -1,0 +1,56 @@
+"""Celery tasks of the alerts, provider health and deliveries; thin: each calls the alert and
+delivery services and returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from audit import alerts, delivery, provider_alerts, provider_health
+
+
+@shared_task(name="audit.tasks.alert_stale_pins")
+def alert_stale_pins() -> int:
+    """Raise and resolve stale-pin alerts, then queue deliveries that are due (beat: every
+    ALERT_STALE_PINS_EVERY_SECONDS, 60 s). Returns how many alerts it raised."""
+    sweep = alerts.sweep_stale_pins()
+    delivery.queue_due_deliveries()
+    return sweep.raised
+
+
+@shared_task(name="audit.tasks.alert_providers")
+def alert_providers() -> int:
+    """Raise and resolve provider_failing and provider_credentials alerts, then queue
+    deliveries that are due (beat: every PROVIDER_ALERTS_EVERY_SECONDS, 15 s; usage reports
+    also run it). Returns how many alerts it raised."""
+    sweep = provider_alerts.sweep()
+    delivery.queue_due_deliveries()
+    return sweep.raised
+
+
+@shared_task(name="audit.tasks.prune_provider_health")
+def prune_provider_health() -> int:
+    """Forget provider health older than PROVIDER_HEALTH_RETENTION_HOURS (beat: every
+    PRUNE_PROVIDER_HEALTH_EVERY_SECONDS, 600 s). Returns how many minute buckets went."""
+    return provider_health.prune()
+
+
+# Attempts are counted on the alert, not by Celery, so they survive a re-queue by a sweep;
+# the service bounds them (ALERT_DELIVERY_MAX_ATTEMPTS) and computes the backoff. ``lease`` is
+# the row's lease this task was queued with (audit/delivery.py): the retry carries the next.
+@shared_task(bind=True, name="audit.tasks.deliver_alert", max_retries=None)
+def deliver_alert(self: Any, alert_id: int, lease: str | None = None) -> None:
+    """Deliver one alert to its pending notifiers; retry with backoff while any is pending."""
+    retry = delivery.attempt(delivery.ALERTS, pk=alert_id, lease=delivery.lease_of(lease))
+    if retry is not None:
+        raise self.retry(countdown=retry.seconds, kwargs={"lease": retry.lease.isoformat()})
+
+
+@shared_task(bind=True, name="audit.tasks.deliver_notification", max_retries=None)
+def deliver_notification(self: Any, notification_id: int, lease: str | None = None) -> None:
+    """Deliver one change or resolution to its pending notifiers; retry with backoff while any
+    is pending."""
+    retry = delivery.attempt(delivery.NOTIFICATIONS, pk=notification_id, lease=delivery.lease_of(lease))
+    if retry is not None:
+        raise self.retry(countdown=retry.seconds, kwargs={"lease": retry.lease.isoformat()})
