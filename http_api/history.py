@@ -16,10 +16,10 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from http_api.schema import errors, serializer_for
-from pages.history import FILTER_PARAMETERS, filter_from
 from presets.exceptions import InvalidInput
 from presets.history import HistoryEntry
 from presets.history_export import NDJSON_MEDIA_TYPE, export_entries, ndjson_lines, start_export
+from presets.history_filter import FILTER_PARAMETERS, filter_from
 from presets.models import Action
 
 PARAMETERS = (*FILTER_PARAMETERS, "after")

@@ -13,7 +13,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from pages.history import FILTER_PARAMETERS, filter_from
 from presets.documents import format_instant
 from presets.exceptions import InvalidInput
 from presets.history_export import (
@@ -25,6 +24,7 @@ from presets.history_export import (
     place,
     start_export,
 )
+from presets.history_filter import FILTER_PARAMETERS, filter_from
 
 
 class Command(BaseCommand):
