@@ -1,7 +1,7 @@
 """``AsyncRouter``: the same walk along the chain for asyncio services (FastAPI, aiohttp).
 
-The policy is ``routing.RouterCore``'s, exactly as for ``Router``: same admission, budget,
-classification, receipts, breakers, counts and errors. What differs is the call: each
+The walk is ``routing.RouterCore._walking``, exactly as for ``Router``: same admission,
+budget, classification, receipts, breakers, counts and errors. What differs is the call: each
 transport is a coroutine function, awaited in the caller's task (no thread per request),
 and the router enforces the attempt's timeout itself with asyncio: an attempt still running
 at ``min(step timeout, time left)`` is cancelled and recorded as a timeout after dispatch
@@ -65,19 +65,18 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             verify=verify,
         )
         transports = self._transports
-        for index, step in enumerate(walk.document.chain):
-            turn = self._turn(walk, index, step)
-            if turn is None:
-                continue
-            try:
-                raised, value = await _call(transports[step.provider], step, request, turn.timeout)
-            except BaseException as interruption:  # the task was cancelled (or interrupted)
-                self._interrupted(turn, interruption)
-                raise
-            result = self._settle(walk, turn, raised, value)
-            if result is not None:
-                return result
-        raise self._exhausted(walk)
+        walking = self._walking(walk)
+        try:
+            turn = next(walking)
+            while True:
+                try:
+                    answer = await _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                except BaseException as interruption:  # the task was cancelled (or interrupted)
+                    self._interrupted(turn, interruption)
+                    raise
+                turn = walking.send(answer)
+        except StopIteration as done:  # the walk ended with a result
+            return done.value  # type: ignore[no-any-return]
 
 
 async def _call(transport: AsyncTransport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:

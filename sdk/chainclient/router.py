@@ -1,9 +1,9 @@
 """Route one request along the live fallback chain, with the fallback semantics a service
 owner can reason about at 02:00: the synchronous ``Router``.
 
-The walk's policy (admission, the budget, what each outcome leads to, the counts) is
-``routing.RouterCore``'s, shared with ``AsyncRouter``; this module only calls the
-transport, one attempt at a time, in the caller's thread.
+The walk (admission, the budget, what each outcome leads to, the counts) is
+``routing.RouterCore._walking``, shared with ``AsyncRouter``; this module only makes the
+calls it yields, one attempt at a time, in the caller's thread.
 """
 
 from __future__ import annotations
@@ -89,19 +89,18 @@ class Router(RouterCore[Transport]):
             verify=verify,
         )
         transports = self._transports
-        for index, step in enumerate(walk.document.chain):
-            turn = self._turn(walk, index, step)
-            if turn is None:
-                continue
-            try:
-                raised, value = _call(transports[step.provider], step, request, turn.timeout)
-            except BaseException as interruption:
-                self._interrupted(turn, interruption)
-                raise
-            result = self._settle(walk, turn, raised, value)
-            if result is not None:
-                return result
-        raise self._exhausted(walk)
+        walking = self._walking(walk)
+        try:
+            turn = next(walking)
+            while True:
+                try:
+                    answer = _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                except BaseException as interruption:
+                    self._interrupted(turn, interruption)
+                    raise
+                turn = walking.send(answer)
+        except StopIteration as done:  # the walk ended with a result
+            return done.value  # type: ignore[no-any-return]
 
 
 def _call(transport: Transport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:

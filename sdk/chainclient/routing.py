@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from random import getrandbits
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -198,6 +198,22 @@ class RouterCore(Generic[TransportT]):
             verify=verify,
             deadline=self._now() + self._deadline_s,
         )
+
+    def _walking(self, walk: Walk) -> Generator[Turn, tuple[Exception | None, Any], RouteResult]:
+        """The walk along the chain, written once for both routers: yields each admitted
+        step's turn, is sent what its attempt gave (the exception the call raised, or its
+        value), and returns the request's result or raises its error. A router only makes
+        the calls: in the caller's thread (``Router``) or awaited (``AsyncRouter``), which is
+        all that differs between them."""
+        for index, step in enumerate(walk.document.chain):
+            turn = self._turn(walk, index, step)
+            if turn is None:
+                continue
+            raised, value = yield turn
+            result = self._settle(walk, turn, raised, value)
+            if result is not None:
+                return result
+        raise self._exhausted(walk)
 
     def _turn(self, walk: Walk, index: int, step: Step) -> Turn | None:
         """Admit ``step`` for an attempt (None: refused, recorded in the receipt); raise
