@@ -7,7 +7,7 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: install run serve test lint bench clean
+.PHONY: install run serve test lint bench clean wire
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll
+
+# What the control plane and the SDK agree on is written once, in the SDK; the server keeps a
+# copy so that it never imports the SDK (tests/test_wire.py fails when the two differ).
+wire: presets/wire.py
+presets/wire.py: sdk/chainclient/wire.py
+	{ echo '# Generated from sdk/chainclient/wire.py by `make wire`: edit that file, then run `make wire`.'; cat $<; } > $@
 
 clean:
 	rm -rf $(VENV) var

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from presets.documents import format_duration, format_time
 from presets.models import Chain
+from presets.wire import LATENCY_BOUNDS_MS
 
 
 class AlertKind(models.TextChoices):
@@ -264,20 +265,6 @@ class RejectedVersion(models.Model):
 
 # --- provider health (audit.provider_health writes and reads it) ---------------------------
 
-# How the SDK classes each attempt (chainclient.health.OUTCOME_CLASSES, in its order).
-OUTCOME_CLASSES = (
-    "served",
-    "rejected",
-    "credentials",
-    "rate_limited",
-    "server_error",
-    "timeout",
-    "unknown",
-    "content_policy",
-    "unavailable",
-    "verify_failed",
-    "other",
-)
 # The classes that are the provider's failures (``audit.provider_health`` says why).
 ERROR_CLASSES = (
     "credentials",
@@ -289,8 +276,7 @@ ERROR_CLASSES = (
     "verify_failed",
     "other",
 )
-# Upper bounds of the served-latency histogram, in milliseconds; one more bucket above.
-LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+# One field per bucket of the served-latency histogram (presets.wire.LATENCY_BOUNDS_MS).
 LATENCY_FIELDS = tuple(f"latency_{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
 
 

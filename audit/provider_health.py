@@ -40,9 +40,7 @@ from django.utils import timezone
 
 from audit.models import (
     ERROR_CLASSES,
-    LATENCY_BOUNDS_MS,
     LATENCY_FIELDS,
-    OUTCOME_CLASSES,
     ProviderEvidence,
     ProviderHealthMinute,
     ProviderReporter,
@@ -51,6 +49,7 @@ from audit.models import (
 from presets import statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
+from presets.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES
 
 Row = TypeVar("Row", ProviderHealthMinute, ProviderReporter)
 
@@ -58,8 +57,6 @@ RECENT = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 # The sparkline: the error rate of each of the last this many minutes.
 SPARK_MINUTES = 30
-# The control plane accepts at most this many steps and providers per report.
-MAX_STEPS = 50
 
 
 def minute_of(now: datetime) -> datetime:

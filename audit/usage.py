@@ -31,10 +31,11 @@ from django.utils import timezone
 
 from audit import provider_health
 from audit.fleet_recorder import recorder
-from audit.models import OUTCOME_CLASSES, FleetInstance, ProviderUsage, RejectedVersion, ReportWindow
+from audit.models import FleetInstance, ProviderUsage, RejectedVersion, ReportWindow
 from presets.documents import format_time
 from presets.models import Chain, ServiceToken
 from presets.providers import get_registry
+from presets.wire import OUTCOME_CLASSES
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerFi
 from http_api.schema import errors, serializer_for
 from presets import services
 from presets.exceptions import InvalidInput
+from presets.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROVIDERS, REPORT_MAX_STEPS
 from read_path.http import error_body
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,8 @@ class HealthStepSerializer(serializers.Serializer):
     outcomes = serializers.DictField(child=StrictIntegerField(min_value=0, max_value=10**12))
     latency_ms = serializers.ListField(
         child=StrictIntegerField(min_value=0, max_value=10**12),
-        min_length=len(provider_health.LATENCY_BOUNDS_MS) + 1,
-        max_length=len(provider_health.LATENCY_BOUNDS_MS) + 1,
+        min_length=len(LATENCY_BOUNDS_MS) + 1,
+        max_length=len(LATENCY_BOUNDS_MS) + 1,
     )
 
     def validate_outcomes(self, value: dict[str, int]) -> dict[str, int]:
@@ -140,8 +141,7 @@ class HealthStepSerializer(serializers.Serializer):
         # have more); a step naming more than this is no SDK's.
         if len(value) > MAX_OUTCOME_CLASSES:
             raise serializers.ValidationError(
-                f"at most {MAX_OUTCOME_CLASSES} outcome classes per step; known: "
-                f"{', '.join(provider_health.OUTCOME_CLASSES)}"
+                f"at most {MAX_OUTCOME_CLASSES} outcome classes per step; known: {', '.join(OUTCOME_CLASSES)}"
             )
         return value
 
@@ -154,21 +154,21 @@ class HealthSerializer(serializers.Serializer):
     step, circuit-breaker openings per provider."""
 
     latency_bounds_ms = serializers.ListField(child=StrictIntegerField())
-    steps = serializers.ListField(child=HealthStepSerializer(), max_length=provider_health.MAX_STEPS)
+    steps = serializers.ListField(child=HealthStepSerializer(), max_length=REPORT_MAX_STEPS)
     breaker_openings = serializers.DictField(
         child=StrictIntegerField(min_value=0, max_value=10**12), required=False, default=dict
     )
 
     def validate_latency_bounds_ms(self, value: list[int]) -> list[int]:
-        if tuple(value) != provider_health.LATENCY_BOUNDS_MS:
+        if tuple(value) != LATENCY_BOUNDS_MS:
             raise serializers.ValidationError(
-                f"must be {list(provider_health.LATENCY_BOUNDS_MS)}, the histogram this control plane merges"
+                f"must be {list(LATENCY_BOUNDS_MS)}, the histogram this control plane merges"
             )
         return value
 
     def validate_breaker_openings(self, value: dict[str, int]) -> dict[str, int]:
-        if len(value) > provider_health.MAX_STEPS:
-            raise serializers.ValidationError(f"at most {provider_health.MAX_STEPS} providers per report")
+        if len(value) > REPORT_MAX_PROVIDERS:
+            raise serializers.ValidationError(f"at most {REPORT_MAX_PROVIDERS} providers per report")
         if any(len(name) > 100 or "\x00" in name for name in value):
             raise serializers.ValidationError("provider names are at most 100 characters, without NUL")
         return value
@@ -211,8 +211,8 @@ class UsageView(APIView):
         health = HealthSerializer(required=False)
 
         def validate_providers(self, value: dict[str, Any]) -> dict[str, Any]:
-            if len(value) > 50:
-                raise serializers.ValidationError("at most 50 providers per report")
+            if len(value) > REPORT_MAX_PROVIDERS:
+                raise serializers.ValidationError(f"at most {REPORT_MAX_PROVIDERS} providers per report")
             parsed: dict[str, Any] = {}
             for name, usage in value.items():
                 if "\x00" in name:

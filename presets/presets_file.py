@@ -18,9 +18,10 @@ import jsonschema
 
 from presets.documents import NO_MARKING
 from presets.providers import Provider
+from presets.wire import CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS
 
 SCHEMA_PATH = Path(__file__).with_name("presets.schema.json")
-MAX_STEPS = 4
+STEP_TIMEOUTS = f"{STEP_MIN_TIMEOUT_MS}..{STEP_MAX_TIMEOUT_MS}"
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,18 @@ def canonical_hash(value: Any) -> str:
 
 @cache
 def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    return jsonschema.Draft202012Validator(schema())
+
+
+def schema() -> dict[str, Any]:
+    """The presets file's JSON schema, with the step rules chainclient checks too (how many
+    steps, the timeout's bounds) set from ``presets.wire``, their one home."""
+    document = json.loads(SCHEMA_PATH.read_text())
+    chain = document["$defs"]["preset"]["properties"]["chain"]
+    chain["minItems"], chain["maxItems"] = CHAIN_MIN_STEPS, CHAIN_MAX_STEPS
+    timeout = document["$defs"]["step"]["properties"]["timeout_ms"]
+    timeout["minimum"], timeout["maximum"] = STEP_MIN_TIMEOUT_MS, STEP_MAX_TIMEOUT_MS
+    return document
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -88,16 +100,19 @@ def _describe(error: jsonschema.ValidationError) -> str:
             "presets": "add at least one preset",
             "chain": "list the preset's steps",
             "chains": "add a top-level 'chains' object",
-            "timeout_ms": "give each step a timeout in milliseconds (500..120000)",
+            "timeout_ms": f"give each step a timeout in milliseconds ({STEP_TIMEOUTS})",
         }
         hint = hints.get(missing, "add it")
         return f"missing {missing!r}: {hint}"
     if what == "additionalProperties":
         return f"{error.message}; remove it or check its spelling"
     if what in {"minimum", "maximum"} and error.path and error.path[-1] == "timeout_ms":
-        return f"timeout_ms {error.instance} is out of bounds: use 500..120000 milliseconds"
+        return f"timeout_ms {error.instance} is out of bounds: use {STEP_TIMEOUTS} milliseconds"
     if what in {"minItems", "maxItems"} and error.path and error.path[-1] == "chain":
-        return f"a preset has 1 to {MAX_STEPS} steps, this one has {len(error.instance)}: split it or drop steps"
+        return (
+            f"a preset has {CHAIN_MIN_STEPS} to {CHAIN_MAX_STEPS} steps, this one has {len(error.instance)}: "
+            "split it or drop steps"
+        )
     if what == "type":
         return f"{error.message}; fix the value's type"
     if what == "pattern" or (error.validator == "propertyNames"):

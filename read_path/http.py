@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from presets.exceptions import Conflict, InvalidInput
+from presets.wire import MAX_WAIT_S
 
 _CODES = {
     400: "validation_error",
@@ -29,7 +30,6 @@ _CODES = {
 # read front and, for what it hands on, by the API's URLconf.
 CHAINS_PATH = "/api/v1/chains"
 CHAIN_PATH = CHAINS_PATH + "/"  # followed by the chain's name
-MAX_WAIT_S = 60
 BEARER_HELP = "use the header 'Authorization: Bearer <token>' (create a token with manage.py create_token NAME)"
 # The API and the read front refuse a token with the same words.
 TOKEN_REFUSED = "the token is unknown, revoked or expired (see manage.py list_tokens)"

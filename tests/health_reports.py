@@ -8,9 +8,9 @@ from typing import Any
 from django.test import Client
 from django.utils import timezone
 
-from audit.models import LATENCY_BOUNDS_MS
 from presets.documents import format_time
 from presets.models import Selection
+from presets.wire import LATENCY_BOUNDS_MS
 
 BOUNDS = list(LATENCY_BOUNDS_MS)
 

@@ -12,7 +12,8 @@ import time_machine
 from django.test import Client
 
 from audit import provider_alerts
-from audit.models import LATENCY_BOUNDS_MS, Alert, AlertKind
+from audit.models import Alert, AlertKind
+from presets.wire import LATENCY_BOUNDS_MS
 from tests.health_reports import poll
 from worker.tasks import alert_providers
 

@@ -269,13 +269,6 @@ def test_the_healthiest_reviewed_preset_is_suggested_only_when_the_live_head_fai
     assert suggestion.reason == "its head vendor_b: 0.0 % errors, 1 instance"
 
 
-def test_the_server_merges_the_outcome_classes_and_histogram_the_sdk_sends() -> None:
-    from chainclient import health as sdk_health
-
-    assert provider_health.OUTCOME_CLASSES == sdk_health.OUTCOME_CLASSES
-    assert provider_health.LATENCY_BOUNDS_MS == tuple(sdk_health.LATENCY_BOUNDS_MS)
-
-
 def test_health_from_an_instance_that_has_not_read_the_chain_lately_is_dropped_and_counted(
     reader: Client, settings
 ) -> None:

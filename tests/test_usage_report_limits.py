@@ -21,7 +21,6 @@ from django.test import Client
 
 from audit import provider_alerts
 from audit.models import (
-    OUTCOME_CLASSES,
     Alert,
     AlertKind,
     FleetInstance,
@@ -37,6 +36,7 @@ from presets import services
 from presets.documents import format_time
 from presets.models import Selection
 from presets.providers import get_registry
+from presets.wire import OUTCOME_CLASSES
 from tests.conftest import make_token
 from tests.health_reports import BOUNDS, latency, poll, report, step
 from tests.servers import GRANIAN, free_port, granian, wait_for

@@ -49,11 +49,10 @@ from chainclient.transport import Endpoint
 from chainclient.types import ChainDocument, Registry, Step
 from chainclient.usage import MAX_REPORTED_REJECTIONS as MAX_REPORTED_REJECTIONS
 from chainclient.usage import UsageReporter
+from chainclient.wire import MAX_WAIT_S
 
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
-
-MAX_WAIT_S = 60.0
 
 
 class ChainClient:

@@ -22,34 +22,15 @@ from typing import Any
 
 from chainclient.outcomes import CREDENTIAL_STATUSES
 from chainclient.receipts import Attempt
-
-OUTCOME_CLASSES = (
-    "served",
-    "rejected",
-    "credentials",
-    "rate_limited",
-    "server_error",
-    "timeout",
-    "unknown",
-    "content_policy",
-    "unavailable",
-    "verify_failed",
-    "other",
-)
-"""How an attempt ended, as the usage report counts it (see ``outcome_class``)."""
-
-LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
-"""Upper bounds (inclusive) of the served-latency buckets; one more bucket counts the rest."""
+from chainclient.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROVIDERS, REPORT_MAX_STEPS
 
 # The bounds in whole microseconds: a latency is compared as an integer, rounded, so a
 # clock's float noise cannot move an attempt that took exactly 100 ms into the next bucket
 # (and an integer rounding is a third of the cost of round(ms, 3) on the attempt's path).
 _BOUNDS_US = tuple(bound * 1000 for bound in LATENCY_BOUNDS_MS)
 
-# The control plane refuses a report naming more; new keys past the cap are dropped, as
-# record_served drops new providers past its own.
-MAX_REPORTED_STEPS = 50
-MAX_REPORTED_BREAKER_PROVIDERS = 50
+# The control plane refuses a report naming more (REPORT_MAX_STEPS, REPORT_MAX_PROVIDERS);
+# new keys past the caps are dropped, as record_served drops new providers past its own.
 
 # Outcomes whose class does not depend on the status; a "failed" attempt's does.
 _BY_OUTCOME = {
@@ -151,7 +132,7 @@ class HealthTally:
             steps = self._steps
             step = steps.get(key)
             if step is None:
-                if len(steps) >= MAX_REPORTED_STEPS:
+                if len(steps) >= REPORT_MAX_STEPS:
                     return
                 step = steps[key] = StepHealth()
             step.outcomes[kind] = step.outcomes.get(kind, 0) + 1
@@ -164,7 +145,7 @@ class HealthTally:
             openings = self._openings
             if provider in openings:
                 openings[provider] += 1
-            elif len(openings) < MAX_REPORTED_BREAKER_PROVIDERS:
+            elif len(openings) < REPORT_MAX_PROVIDERS:
                 openings[provider] = 1
 
     def take(self) -> HealthCounts:
@@ -185,20 +166,19 @@ class HealthTally:
                 held = steps.get(key)
                 if held is not None:
                     held.add(step)
-                elif len(steps) < MAX_REPORTED_STEPS:
+                elif len(steps) < REPORT_MAX_STEPS:
                     steps[key] = step
             for provider, count in self._openings.items():
                 if provider in openings:
                     openings[provider] += count
-                elif len(openings) < MAX_REPORTED_BREAKER_PROVIDERS:
+                elif len(openings) < REPORT_MAX_PROVIDERS:
                     openings[provider] = count
             self._steps, self._openings = steps, openings
 
 
 __all__ = [
     "LATENCY_BOUNDS_MS",
-    "MAX_REPORTED_BREAKER_PROVIDERS",
-    "MAX_REPORTED_STEPS",
+    "REPORT_MAX_STEPS",
     "OUTCOME_CLASSES",
     "HealthCounts",
     "HealthTally",

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-MIN_TIMEOUT_MS = 500
-MAX_TIMEOUT_MS = 120_000
-MAX_STEPS = 4
+from chainclient.wire import CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS
+
 NO_MARKING: Mapping[str, Any] = {"degraded": False, "note": ""}
 
 # RFC 3339 as the control plane writes it ("2026-11-29T06:03:04.123Z"; older servers omit
@@ -87,19 +86,20 @@ class Registry:
 def check_steps(steps: Iterable[Step], registry: Registry | None = None) -> None:
     """Raise DocumentInvalid unless ``steps`` form a chain; the one home of the step rules.
 
-    A chain has 1..4 steps, each with a timeout within bounds and none twice. With a
+    A chain has ``CHAIN_MIN_STEPS..CHAIN_MAX_STEPS`` steps (``chainclient.wire``), each with
+    a timeout within its bounds and none twice. With a
     registry every step must also name a provider and model the service is built to call:
     the chain is then one it can route. Without one (a document parsed on its own) only
     the shape is checked. Either way the first problem, in chain order, is reported.
     """
     steps = tuple(steps)
-    if not 1 <= len(steps) <= MAX_STEPS:
-        raise DocumentInvalid(f"a chain has 1..{MAX_STEPS} steps, got {len(steps)}")
+    if not CHAIN_MIN_STEPS <= len(steps) <= CHAIN_MAX_STEPS:
+        raise DocumentInvalid(f"a chain has {CHAIN_MIN_STEPS}..{CHAIN_MAX_STEPS} steps, got {len(steps)}")
     seen: set[tuple[str, str]] = set()
     for i, step in enumerate(steps):
         problem = _unknown_to(registry, step) if registry is not None else None
-        if problem is None and not MIN_TIMEOUT_MS <= step.timeout_ms <= MAX_TIMEOUT_MS:
-            problem = f"timeout_ms {step.timeout_ms} is outside {MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS}"
+        if problem is None and not STEP_MIN_TIMEOUT_MS <= step.timeout_ms <= STEP_MAX_TIMEOUT_MS:
+            problem = f"timeout_ms {step.timeout_ms} is outside {STEP_MIN_TIMEOUT_MS}..{STEP_MAX_TIMEOUT_MS}"
         if problem is not None:
             raise DocumentInvalid(f"chain[{i}]: {problem}")
         if (step.provider, step.model) in seen:

@@ -27,15 +27,15 @@ from chainclient.health import HealthCounts, HealthTally
 from chainclient.receipts import Attempt
 from chainclient.stats import ClientStats, OlderAnswer
 from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message, retry_after
+from chainclient.wire import REPORT_MAX_PROVIDERS
 
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
 
 # A usage report carries at most this many refused documents (the newest ones).
 MAX_REPORTED_REJECTIONS = 20
-# The control plane accepts at most 50 providers per report and 500 characters of reason;
-# a report it refuses would be retried forever, so never build one.
-_MAX_REPORTED_PROVIDERS = 50
+# The control plane accepts at most REPORT_MAX_PROVIDERS providers per report and 500
+# characters of reason; a report it refuses would be retried forever, so never build one.
 _MAX_REASON_CHARS = 500
 # stop() keeps this much of its budget for joining the usage thread after its last report.
 _FLUSH_MARGIN_S = 0.05
@@ -95,7 +95,7 @@ class UsageReporter:
             if entry is not None:
                 entry[0] += 1
                 entry[1] = now
-            elif len(self._served) < _MAX_REPORTED_PROVIDERS:
+            elif len(self._served) < REPORT_MAX_PROVIDERS:
                 self._served[provider] = [1, now]
 
     def record_attempt(self, attempt: Attempt) -> None:
@@ -242,7 +242,7 @@ class UsageReporter:
                     if entry is not None:
                         entry[0] += count
                         entry[1] = max(entry[1], last)
-                    elif len(providers) < _MAX_REPORTED_PROVIDERS:
+                    elif len(providers) < REPORT_MAX_PROVIDERS:
                         providers[provider] = [count, last]
             self._served = providers
             merged = refusals

@@ -1,0 +1,43 @@
+"""What the control plane and chainclient must agree on, written once: the chain document's
+step rules, the long poll's longest wait, and the usage report's health section (its outcome
+classes, latency histogram and size).
+
+This file is the one source. The control plane holds a generated copy (``presets/wire.py``,
+written by ``make wire``; the suite fails when the two differ), so the server never imports
+the SDK. Standard library only: plain constants.
+"""
+
+CHAIN_MIN_STEPS = 1
+CHAIN_MAX_STEPS = 4
+"""How many steps a chain (a preset) has."""
+
+STEP_MIN_TIMEOUT_MS = 500
+STEP_MAX_TIMEOUT_MS = 120_000
+"""The bounds of a step's ``timeout_ms``."""
+
+MAX_WAIT_S = 60
+"""The longest long poll (``?wait=``), in seconds."""
+
+OUTCOME_CLASSES = (
+    "served",
+    "rejected",
+    "credentials",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "unknown",
+    "content_policy",
+    "unavailable",
+    "verify_failed",
+    "other",
+)
+"""How an attempt ended, as the usage report counts it, in this order."""
+
+LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+"""Upper bounds (inclusive) of the served-latency buckets; one more bucket counts the rest."""
+
+REPORT_MAX_STEPS = 50
+"""The most steps (provider and model) one usage report's health section may name."""
+
+REPORT_MAX_PROVIDERS = 50
+"""The most providers one usage report may name (served counts, breaker openings)."""
