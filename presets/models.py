@@ -21,6 +21,7 @@ from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
 from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, format_instant
+from presets.expiry import has_passed, not_passed
 
 
 class Epoch(models.Model):
@@ -186,7 +187,7 @@ class Selection(models.Model):
 
     def is_expired(self, now: datetime) -> bool:
         """Whether this pin's time is up and it must not be served any more."""
-        return self.expires_at is not None and self.expires_at <= now
+        return has_passed(self.expires_at, now)
 
     @property
     def is_default(self) -> bool:
@@ -261,9 +262,7 @@ class ServiceTokenQuerySet(models.QuerySet["ServiceToken"]):
     def active(self, now: datetime | None = None) -> ServiceTokenQuerySet:
         """The tokens that work now: not revoked and not expired."""
         now = timezone.now() if now is None else now
-        return self.filter(revoked_at__isnull=True).filter(
-            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
-        )
+        return self.filter(revoked_at__isnull=True).filter(not_passed(now))
 
 
 class ServiceToken(models.Model):
@@ -293,7 +292,7 @@ class ServiceToken(models.Model):
 
     def is_expired(self, now: datetime) -> bool:
         """Whether the token's time is up (a token without an expiry never is)."""
-        return self.expires_at is not None and self.expires_at <= now
+        return has_passed(self.expires_at, now)
 
     @property
     def can_write(self) -> bool:

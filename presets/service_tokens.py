@@ -17,6 +17,7 @@ from django.utils import timezone
 from presets.access_history import record_access_change
 from presets.documents import format_time
 from presets.exceptions import InvalidInput, NotFound
+from presets.expiry import has_passed
 from presets.models import AccessAction, ServiceToken, TokenScope
 
 # A token for a service is meant to live for a while; a longer one is a mistake in the units.
@@ -37,7 +38,7 @@ def expiry_refusal(expires_at: datetime | None, *, now: datetime) -> InvalidInpu
         return None
     if timezone.is_naive(expires_at):
         return InvalidInput("expires_at", "needs a time zone, e.g. 2027-01-31T00:00:00Z")
-    if expires_at <= now:
+    if has_passed(expires_at, now):
         return InvalidInput("expires_at", f"{format_time(expires_at)} is not in the future")
     if expires_at > now + timedelta(days=TOKEN_MAX_DAYS):
         return InvalidInput("expires_at", f"{format_time(expires_at)} is more than {TOKEN_MAX_DAYS} days ahead")

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from presets import events, selectors, statements
+from presets import events, expiry, selectors, statements
 from presets.documents import format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import (
@@ -230,7 +230,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
     Idempotent and safe with several workers: each pin is re-checked under its row lock, so
     only the first sweep to get the lock reverts it."""
     now = now or _now()
-    due = Selection.objects.filter(expires_at__lte=now)
+    due = Selection.objects.filter(expiry.passed(now))
     if chains is not None:
         due = due.filter(chain__name__in=list(chains))
     reverted = 0
@@ -311,7 +311,7 @@ def resolve_expiry(expires_at: Expiry, *, now: datetime) -> datetime:
     # Stored as published: the document states milliseconds, and the pin ends at that instant.
     expires_at = to_millisecond(expires_at)
     latest = now + timedelta(minutes=settings.PIN_MAX_MINUTES)
-    if expires_at <= now:
+    if expiry.has_passed(expires_at, now):
         raise InvalidInput("expires_at", f"{format_time(expires_at)} is not in the future")
     if expires_at > latest:
         raise InvalidInput(

@@ -36,6 +36,7 @@ from django.conf import settings
 
 from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
+from presets.expiry import has_passed
 from read_path import counters, request_context
 from read_path.http import (
     BEARER_HELP,
@@ -210,8 +211,8 @@ class ReadFront:
                     if not (
                         token is None
                         or scope.get("query_string")
-                        or (entry.expires_at is not None and entry.expires_at <= time.time())
-                        or (token.expires_at is not None and token.expires_at <= time.time())
+                        or has_passed(entry.expires_at, now := time.time())
+                        or has_passed(token.expires_at, now)
                     ):
                         tokens.used.add(token.pk)
                         if client is not None:  # an SDK instance: fleet status

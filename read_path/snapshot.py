@@ -24,6 +24,7 @@ from django.db import connections
 from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
+from presets.expiry import has_passed
 from presets.models import Selection, current_epoch
 from read_path.http import CHAIN_PATH
 from read_path.notifications import State, decode_payload, listen, set_state, state
@@ -61,7 +62,7 @@ class Entry:
         return (self.epoch, self.version)
 
     def is_expired(self, now: float) -> bool:
-        return self.expires_at is not None and self.expires_at <= now
+        return has_passed(self.expires_at, now)
 
 
 def entry_for(selection: Selection, *, epoch: int) -> Entry:

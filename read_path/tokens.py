@@ -29,6 +29,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from presets.expiry import has_passed
 from presets.models import LAST_USED_PRECISION, hash_token, live_token_hashes, record_token_use
 from read_path.worker_threads import in_worker_thread
 
@@ -107,7 +108,7 @@ class TokenSet:
 
     def use(self, token: LiveToken) -> bool:
         """Whether ``token`` is live now (not past its expiry); notes its use if so."""
-        if token.expires_at is not None and token.expires_at <= time.time():
+        if has_passed(token.expires_at, time.time()):
             return False
         self.used.add(token.pk)
         return True
