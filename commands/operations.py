@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -151,6 +151,28 @@ def run(change: Callable[[], T], names: dict[str, str] | None = None) -> T:
     """Make one service call, its refusal a one-line command error."""
     with service_errors(names):
         return change()
+
+
+def make_change(
+    command: BaseCommand,
+    options: dict[str, Any],
+    change: Callable[..., Selection],
+    *,
+    names: dict[str, str] | None = None,
+    **arguments: Any,
+) -> None:
+    """Make one change with what every change command takes (``add_change_arguments``: the
+    chain, ``--reason``, ``--expected-version``, the actor) and ``arguments``; a refusal is a
+    one-line command error, and what the change did is printed in one line."""
+    expected = whole_number("--expected-version", options["expected_version"])
+    actor = actor_from(options)
+    selection = run(
+        lambda: change(
+            chain=options["chain"], actor=actor, reason=options["reason"], expected_version=expected, **arguments
+        ),
+        names=names,
+    )
+    command.stdout.write(changed(selection, now=timezone.now()))
 
 
 def served(selection: Selection, *, now: datetime) -> str:

@@ -5,17 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
-from commands.operations import (
-    actor_from,
-    add_change_arguments,
-    changed,
-    expiry_option_names,
-    expiry_options,
-    run,
-    whole_number,
-)
+from commands.operations import add_change_arguments, expiry_option_names, expiry_options, make_change
 from presets import services
 
 
@@ -36,17 +27,11 @@ class Command(BaseCommand):
         expires = expiry_options(options)
         if expires is None:
             raise CommandError("--minutes N or --until ISO: say when the pin should end")
-        expected = whole_number("--expected-version", options["expected_version"])
-        actor = actor_from(options)
-        selection = run(
-            lambda: services.extend_pin(
-                chain=options["chain"],
-                expires_at=expires,
-                actor=actor,
-                reason=options["reason"],
-                expected_version=expected,
-                shorten=options["shorten"],
-            ),
+        make_change(
+            self,
+            options,
+            services.extend_pin,
+            expires_at=expires,
+            shorten=options["shorten"],
             names=expiry_option_names(options),
         )
-        self.stdout.write(changed(selection, now=timezone.now()))

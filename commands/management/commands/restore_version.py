@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.utils import timezone
 
-from commands.operations import actor_from, add_change_arguments, changed, run, whole_number
+from commands.operations import add_change_arguments, make_change, whole_number
 from presets import services
 
 
@@ -25,15 +24,4 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         version = whole_number("VERSION", options["version"])
         assert version is not None
-        expected = whole_number("--expected-version", options["expected_version"])
-        actor = actor_from(options)
-        selection = run(
-            lambda: services.restore(
-                chain=options["chain"],
-                version=version,
-                actor=actor,
-                reason=options["reason"],
-                expected_version=expected,
-            )
-        )
-        self.stdout.write(changed(selection, now=timezone.now()))
+        make_change(self, options, services.restore, version=version)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.utils import timezone
 
-from commands.operations import actor_from, add_change_arguments, changed, run, whole_number
+from commands.operations import add_change_arguments, make_change
 from presets import services
 
 
@@ -19,11 +18,4 @@ class Command(BaseCommand):
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        expected = whole_number("--expected-version", options["expected_version"])
-        actor = actor_from(options)
-        selection = run(
-            lambda: services.revert_to_default(
-                chain=options["chain"], actor=actor, reason=options["reason"], expected_version=expected
-            )
-        )
-        self.stdout.write(changed(selection, now=timezone.now()))
+        make_change(self, options, services.revert_to_default)

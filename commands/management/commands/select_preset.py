@@ -5,17 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.utils import timezone
 
-from commands.operations import (
-    actor_from,
-    add_change_arguments,
-    changed,
-    expiry_option_names,
-    expiry_options,
-    run,
-    whole_number,
-)
+from commands.operations import add_change_arguments, expiry_option_names, expiry_options, make_change
 from presets import services
 
 
@@ -33,18 +24,11 @@ class Command(BaseCommand):
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        expires = expiry_options(options)
-        expected = whole_number("--expected-version", options["expected_version"])
-        actor = actor_from(options)
-        selection = run(
-            lambda: services.select_preset(
-                chain=options["chain"],
-                preset=options["preset"],
-                actor=actor,
-                reason=options["reason"],
-                expires_at=expires,
-                expected_version=expected,
-            ),
+        make_change(
+            self,
+            options,
+            services.select_preset,
+            preset=options["preset"],
+            expires_at=expiry_options(options),
             names=expiry_option_names(options),
         )
-        self.stdout.write(changed(selection, now=timezone.now()))
