@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -300,21 +300,27 @@ def queue(outbox: Outbox, *, pk: int, now: datetime | None = None) -> bool:
     return lease is not None and _publish(outbox, pk, lease, now)
 
 
+def _claim_due(now: datetime) -> Iterator[tuple[Outbox, int, datetime]]:
+    """The due rows of every outbox, the longest due first (``SWEEP_BATCH`` a table), each
+    claimed as it is reached: its lease taken, or skipped when another process holds it."""
+    for outbox in OUTBOXES:
+        due = outbox.model.objects.filter(delivery_due_at__lte=now).order_by("delivery_due_at")
+        for pk in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
+            lease = _claim(outbox, pk, now)
+            if lease is not None:
+                yield outbox, pk, lease
+
+
 def queue_due_deliveries(*, now: datetime | None = None) -> int:
     """Queue the deliveries that are due, alerts' and notifications': never queued (the broker
     was down) or whose task was lost. Returns how many were queued; stops at the first broker
     failure."""
     now = now or timezone.now()
     queued = 0
-    for outbox in OUTBOXES:
-        due = outbox.model.objects.filter(delivery_due_at__lte=now).order_by("delivery_due_at")
-        for pk in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
-            lease = _claim(outbox, pk, now)
-            if lease is None:
-                continue
-            if not _publish(outbox, pk, lease, now):
-                return queued  # the broker is down: the rest stay due as they are
-            queued += 1
+    for outbox, pk, lease in _claim_due(now):
+        if not _publish(outbox, pk, lease, now):
+            return queued  # the broker is down: the rest stay due as they are
+        queued += 1
     return queued
 
 
@@ -323,13 +329,9 @@ def deliver_due_alerts(*, now: datetime | None = None) -> int:
     setups without a worker). Returns how many rows were attempted."""
     now = now or timezone.now()
     attempted = 0
-    for outbox in OUTBOXES:
-        due = outbox.model.objects.filter(delivery_due_at__lte=now).order_by("delivery_due_at")
-        for pk in list(due.values_list("id", flat=True)[:SWEEP_BATCH]):
-            lease = _claim(outbox, pk, now)
-            if lease is not None:
-                deliver(outbox, pk=pk, now=now, lease=lease)
-                attempted += 1
+    for outbox, pk, lease in _claim_due(now):
+        deliver(outbox, pk=pk, now=now, lease=lease)
+        attempted += 1
     return attempted
 
 
