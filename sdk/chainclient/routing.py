@@ -204,7 +204,10 @@ class RouterCore(Generic[TransportT]):
         step's turn, is sent what its attempt gave (the exception the call raised, or its
         value), and returns the request's result or raises its error. A router only makes
         the calls: in the caller's thread (``Router``) or awaited (``AsyncRouter``), which is
-        all that differs between them."""
+        all that differs between them. Their drivers (send each call's outcome, return the
+        result) stay two near-copies of a dozen lines: one is a coroutine and one is not,
+        and a function cannot be both without a thread or an event loop per request; the
+        router tables run every walk case through both."""
         for index, step in enumerate(walk.document.chain):
             turn = self._turn(walk, index, step)
             if turn is None:
