@@ -769,8 +769,6 @@ __all__ = [
     "health_by_step",
     "healthiest_preset",
     "is_failing",
-    "LATENCY_BOUNDS_MS",
-    "OUTCOME_CLASSES",
     "StepHealth",
     "StepReport",
     "Suggestion",

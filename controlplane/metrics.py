@@ -33,6 +33,7 @@ from audit.models import Alert
 from controlplane import pool_metrics
 from presets.models import Action, Selection
 from presets.selectors import pin_age
+from presets.wire import OUTCOME_CLASSES
 from read_path.http import bearer_token
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -116,7 +117,7 @@ def _provider_health(now: datetime) -> Iterator[Metric]:
         if not model:
             openings.add_metric([chain, provider], row["breaker_openings"] or 0)
             continue
-        for outcome in provider_health.OUTCOME_CLASSES:
+        for outcome in OUTCOME_CLASSES:
             if row[outcome]:
                 attempts.add_metric([chain, provider, model, outcome], row[outcome])
         errors = sum(row[name] or 0 for name in provider_health.ERROR_CLASSES)

@@ -180,24 +180,24 @@ class SignInIdentityAdmin(admin.ModelAdmin):
 
 
 # Alerts and notifications: read-only here (the sweeps and changes make them).
+class DeliveriesColumn:
+    """The "delivery" column of a row delivered to notifiers: each notifier's state."""
+
+    @admin.display(description="delivery")
+    def delivery(self, obj: Alert | Notification) -> str:
+        return ", ".join(f"{name}: {d['state']}" for name, d in obj.deliveries.items())
+
+
 @admin.register(Alert)
-class AlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AlertAdmin(DeliveriesColumn, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "kind", "chain", "version", "resolved_at", "delivery"]
     list_filter = ["kind", "chain", ("resolved_at", admin.EmptyFieldListFilter)]
     list_select_related = ["chain"]
     search_fields = ["message"]
 
-    @admin.display(description="delivery")
-    def delivery(self, obj: Alert) -> str:
-        return ", ".join(f"{name}: {d['state']}" for name, d in obj.deliveries.items())
-
 
 @admin.register(Notification)
-class NotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class NotificationAdmin(DeliveriesColumn, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "kind", "chain", "version", "delivery"]
     list_filter = ["kind", "chain"]
     list_select_related = ["chain"]
-
-    @admin.display(description="delivery")
-    def delivery(self, obj: Notification) -> str:
-        return ", ".join(f"{name}: {d['state']}" for name, d in obj.deliveries.items())
