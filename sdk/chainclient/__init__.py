@@ -2,7 +2,7 @@
 
 from chainclient._version import __version__
 from chainclient.admission import Contract
-from chainclient.async_router import AsyncRouter
+from chainclient.async_router import AsyncRouter, AsyncRouteStream
 from chainclient.breaker import BreakerSettings
 from chainclient.client import ChainClient
 from chainclient.errors import (
@@ -18,11 +18,12 @@ from chainclient.errors import (
     ProviderUnavailable,
     RequestRejected,
     RoutingError,
+    StreamInterrupted,
     TransportError,
     VerificationFailed,
 )
 from chainclient.receipts import Answer, Attempt, CredentialAlert, Receipt, RouteResult
-from chainclient.router import Router
+from chainclient.router import Router, RouteStream
 from chainclient.types import (
     ChainDocument,
     DefaultChain,
@@ -35,6 +36,7 @@ from chainclient.types import (
 __all__ = [
     "AllProvidersFailed",
     "Answer",
+    "AsyncRouteStream",
     "AsyncRouter",
     "Attempt",
     "BreakerSettings",
@@ -58,9 +60,11 @@ __all__ = [
     "Registry",
     "RequestRejected",
     "RouteResult",
+    "RouteStream",
     "Router",
     "RoutingError",
     "Step",
+    "StreamInterrupted",
     "TransportError",
     "VerificationFailed",
     "__version__",

@@ -16,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from chainclient.admission import Contract
 from chainclient.errors import ProviderTimeout
 from chainclient.receipts import RouteResult
 from chainclient.routing import RouterCore
+from chainclient.streaming import NOT_WAITING, StreamBounds, StreamedRoute, StreamProgress
+from chainclient.streams import AsyncStreamTransport
 from chainclient.types import Step
+from chainclient.walk import Walk
 
 AsyncTransport = Callable[[Step, Any, float], Awaitable[Any]]
 """``async def call(step, request, timeout_s) -> value``; raises the errors in
@@ -78,6 +81,250 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         except StopIteration as done:  # the walk ended with a result
             return done.value  # type: ignore[no-any-return]
 
+    def stream(
+        self,
+        request: Any,
+        *,
+        contract: Contract | None = None,
+        side_effects: bool = False,
+        allow_fallback: bool = True,
+        task_id: str | None = None,
+        commit_after_chars: int = 1,
+        first_chunk_s: float | None = None,
+        idle_s: float | None = None,
+        deadline_s: float | None = None,
+    ) -> AsyncRouteStream:
+        """As ``Router.stream``: ``async for chunk in router.stream(request)``; use
+        ``async with`` (or ``await stream.aclose()``) if you may stop early. A bound that
+        passes cancels the wait for the chunk (a timer on the event loop, not a thread)."""
+        bounds = StreamBounds(commit_after_chars, first_chunk_s, idle_s)
+        walk = self._begin(
+            task_id=task_id,
+            contract=contract,
+            side_effects=side_effects,
+            allow_fallback=allow_fallback,
+            verify=None,
+            deadline_s=deadline_s,
+        )
+        route = AsyncRouteStream()
+        route._chunks = self._streaming(walk, request, bounds, route)
+        return route
+
+    async def _streaming(
+        self, walk: Walk, request: Any, bounds: StreamBounds, route: AsyncRouteStream
+    ) -> AsyncGenerator[Any, None]:
+        """``Router._streaming``, awaiting the provider; see there."""
+        now = self._now
+        real_clock = self._real_clock
+        for index, step in enumerate(walk.document.chain):
+            turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
+            if turn is None:
+                continue
+            progress = StreamProgress(
+                None,
+                started=turn.started,
+                first_due=turn.started + turn.timeout,
+                idle_s=bounds.idle_s or step.timeout_s,
+                deadline=walk.deadline,
+            )
+            alarm: _Alarm | None = None
+            ended = False
+            try:
+                raised, opened = await _open(self._stream_transports[step.provider], step, request, turn.timeout)
+                if raised is None:
+                    progress = StreamProgress(
+                        opened,
+                        started=turn.started,
+                        first_due=progress.due,
+                        idle_s=progress.idle_s,
+                        deadline=walk.deadline,
+                    )
+                    alarm = _Alarm(progress, now) if real_clock else None
+                    raised, ended = await _until_commit(progress, alarm, now, bounds.commit_after_chars)
+            except BaseException as interruption:  # the task was cancelled
+                self._interrupted(turn, interruption)
+                await _close(progress, alarm)
+                raise
+            if raised is not None:
+                await _close(progress, alarm)
+                self._settle(walk, turn, raised, None, progress)
+                continue
+            self._committed(turn)
+            route._commit(step, walk.document, progress)
+            try:
+                for chunk in progress.release():
+                    yield chunk
+                if not ended:
+                    pull = progress.stream.__anext__
+                    for_each = progress.arm
+                    while True:
+                        for_each(now())
+                        if alarm is not None:
+                            alarm.set()
+                        try:
+                            chunk = await pull()
+                        except StopAsyncIteration:
+                            break
+                        except asyncio.CancelledError:
+                            if not progress.expired:
+                                raise
+                            raise _late(progress, alarm, now()) from None
+                        arrived = now()
+                        if arrived > progress.due or progress.expired:
+                            raise _late(progress, alarm, arrived)
+                        progress.due = NOT_WAITING
+                        progress.chunks += 1
+                        yield chunk
+            except GeneratorExit:  # the caller stopped reading: its choice, not a failure
+                await _close(progress, alarm)
+                route.result = self._settle(walk, turn, None, None, progress)
+                raise
+            except Exception as broke:
+                if progress.expired and alarm is not None:
+                    alarm.uncancel()
+                await _close(progress, alarm)
+                raise self._broken(walk, turn, progress, broke) from None
+            except BaseException as interruption:
+                self._interrupted(turn, interruption)
+                await _close(progress, alarm)
+                raise
+            await _close(progress, alarm)
+            route.result = self._settle(walk, turn, None, None, progress)
+            return
+        raise self._exhausted(walk)
+
+
+class AsyncRouteStream(StreamedRoute):
+    """What ``AsyncRouter.stream`` returns: ``async for`` it for the chunks; ``provider``,
+    ``model``, ``chunks``, and once it completed ``result`` and ``receipt``."""
+
+    _chunks: AsyncGenerator[Any, None]
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._chunks
+
+    async def __anext__(self) -> Any:
+        return await self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop reading: the provider's stream is closed (the attempt counts as served)."""
+        await self._chunks.aclose()
+
+    async def __aenter__(self) -> AsyncRouteStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _Alarm:
+    """Cancels the task waiting for a chunk once its ``due`` passes: one timer handle on the
+    event loop, re-armed only when it fires early (a chunk moved ``due`` on), so waiting
+    for a chunk costs a store, not a timer."""
+
+    __slots__ = ("handle", "loop", "now", "progress", "task")
+
+    def __init__(self, progress: StreamProgress, now: Callable[[], float]) -> None:
+        self.progress = progress
+        self.now = now
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.handle: asyncio.TimerHandle | None = None
+
+    def set(self) -> None:
+        """About to wait: make sure a timer will look at ``due``."""
+        if self.handle is None:
+            self.handle = self.loop.call_later(max(0.0, self.progress.due - self.now()), self._ring)
+
+    def _ring(self) -> None:
+        self.handle = None
+        progress = self.progress
+        due = progress.due
+        if due == NOT_WAITING or progress.expired:
+            return
+        now = self.now()
+        if now < due:
+            self.handle = self.loop.call_later(due - now, self._ring)
+            return
+        progress.expired = True
+        progress.why_late = progress.late(now)
+        if self.task is not None:
+            self.task.cancel()
+
+    def uncancel(self) -> None:
+        """Take back the cancellation this alarm asked for (it became a timeout)."""
+        task = self.task
+        if task is not None and sys.version_info >= (3, 11) and task.cancelling():
+            task.uncancel()
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+def _late(progress: StreamProgress, alarm: _Alarm | None, now: float) -> ProviderTimeout:
+    """The timeout for a chunk that did not come in time (the alarm's cancellation taken back)."""
+    if alarm is not None and progress.expired:
+        alarm.uncancel()
+    return ProviderTimeout(True, progress.why_late or progress.late(now))
+
+
+async def _open(
+    transport: AsyncStreamTransport, step: Step, request: Any, timeout: float
+) -> tuple[Exception | None, Any]:
+    """The provider stream the transport opened within ``timeout``, or the exception it
+    raised (as ``_call``)."""
+    try:
+        return None, await _within(transport(step, request, timeout), timeout)
+    except _TIMEOUTS:
+        return ProviderTimeout(True, f"no stream within {timeout:g}s; the router cancelled the call"), None
+    except Exception as exc:
+        return exc, None
+
+
+async def _until_commit(
+    progress: StreamProgress, alarm: _Alarm | None, now: Callable[[], float], commit_after_chars: int
+) -> tuple[Exception | None, bool]:
+    """Read and hold chunks until the commit point (as the synchronous one)."""
+    pull = progress.stream.__anext__
+    while True:
+        if alarm is not None:
+            alarm.set()
+        try:
+            chunk = await pull()
+        except StopAsyncIteration:
+            return None, True
+        except asyncio.CancelledError:
+            if not progress.expired:
+                raise
+            return _late(progress, alarm, now()), False
+        except Exception as exc:
+            if progress.expired:
+                return _late(progress, alarm, now()), False
+            return exc, False
+        arrived = now()
+        if arrived > progress.due or progress.expired:
+            return _late(progress, alarm, arrived), False
+        if progress.hold(chunk, arrived, commit_after_chars):
+            progress.due = NOT_WAITING
+            return None, False
+        progress.arm(arrived)
+
+
+async def _close(progress: StreamProgress, alarm: _Alarm | None) -> None:
+    """Close the attempt's provider stream (whatever happened) and stop its alarm."""
+    progress.due = NOT_WAITING
+    if alarm is not None:
+        alarm.stop()
+    stream = progress.stream
+    if stream is None:
+        return
+    try:
+        await stream.aclose()
+    except Exception:  # a stream that fails to close must not change the request's outcome
+        pass
+
 
 async def _call(transport: AsyncTransport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:
     """What the transport returned within ``timeout``, or the exception it raised; an
@@ -109,4 +356,4 @@ def _is_async(call: object) -> bool:
     return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)
 
 
-__all__ = ["AsyncRouter", "AsyncTransport"]
+__all__ = ["AsyncRouteStream", "AsyncRouter", "AsyncTransport"]

@@ -4,6 +4,10 @@ A breaker counts the failures that made the router fall through (``failure_thres
 within ``window_s`` open it), refuses its provider for ``cooldown_s``, then lets one probe
 request through (half-open); the probe's result closes it or opens it again. Rejections
 and content-policy refusals are not failures: they show the provider is answering.
+
+A failure that says how long to wait (a 429's or 503's ``Retry-After``) opens the breaker
+at once for that long (at most ``MAX_RETRY_AFTER_S``): the provider asked every caller to
+stay away, so no request of this process is sent before then.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from typing import Literal
 logger = logging.getLogger("chainclient.router")
 
 BreakerState = Literal["closed", "open", "half_open"]
+
+MAX_RETRY_AFTER_S = 600.0
+"""The longest a ``Retry-After`` keeps a provider's breaker open: a wrong or hostile header
+must not lock a provider out for hours."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class CircuitBreaker:
         self._state: BreakerState = "closed"
         self._failures: deque[float] = deque()
         self._opened_at = 0.0
+        self._cooldown_s = settings.cooldown_s
         self._probe_in_flight = False
 
     @property
@@ -64,7 +73,7 @@ class CircuitBreaker:
             return None
         with self._lock:
             if self._state == "open":
-                left = self.settings.cooldown_s - (now - self._opened_at)
+                left = self._cooldown_s - (now - self._opened_at)
                 if left > 0:
                     return f"circuit breaker open ({left:.1f}s of cooldown left)"
                 self._state = "half_open"
@@ -84,10 +93,13 @@ class CircuitBreaker:
                 self._probe_in_flight = False
                 logger.info("chainclient: circuit breaker for %s closed (probe succeeded)", self.provider)
 
-    def record_failure(self, now: float) -> bool:
+    def record_failure(self, now: float, retry_after_s: float | None = None) -> bool:
         """Count a failure; True when this call opened the breaker (closed or half-open to
-        open), for the fleet's count of openings in the usage reports."""
+        open), for the fleet's count of openings in the usage reports. ``retry_after_s``:
+        the provider asked us to wait that long; the breaker opens for it."""
         with self._lock:
+            if retry_after_s is not None and retry_after_s > 0:
+                return self._hold(now, min(float(retry_after_s), MAX_RETRY_AFTER_S))
             if self._state == "half_open":
                 self._open(now, "probe failed")
                 return True
@@ -115,17 +127,26 @@ class CircuitBreaker:
             self._failures.clear()
             self._probe_in_flight = False
 
-    def _open(self, now: float, why: str) -> None:
+    def _hold(self, now: float, seconds: float) -> bool:
+        """Open for ``seconds`` (a Retry-After), unless already open for longer."""
+        if self._state == "open" and self._opened_at + self._cooldown_s >= now + seconds:
+            return False
+        opened = self._state != "open"
+        self._open(now, f"the provider asked to retry after {seconds:g}s", cooldown_s=seconds)
+        return opened
+
+    def _open(self, now: float, why: str, *, cooldown_s: float | None = None) -> None:
         self._state = "open"
         self._opened_at = now
+        self._cooldown_s = self.settings.cooldown_s if cooldown_s is None else cooldown_s
         self._failures.clear()
         self._probe_in_flight = False
         logger.warning(
             "chainclient: circuit breaker for %s opened (%s); cooling down %gs",
             self.provider,
             why,
-            self.settings.cooldown_s,
+            self._cooldown_s,
         )
 
 
-__all__ = ["DEFAULT_BREAKER", "BreakerSettings", "BreakerState", "CircuitBreaker"]
+__all__ = ["DEFAULT_BREAKER", "MAX_RETRY_AFTER_S", "BreakerSettings", "BreakerState", "CircuitBreaker"]

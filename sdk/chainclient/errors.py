@@ -37,12 +37,22 @@ class ProviderError(TransportError):
 
     ``status`` is the HTTP status, or None when there was none (the connection dropped
     after the request was sent: with ``dispatched=True`` that is an unknown outcome).
+    ``retry_after_s``: how long the provider asked us to wait (a 429's or 503's
+    ``Retry-After``); the provider's circuit breaker stays open that long.
     """
 
-    def __init__(self, status: int | None, dispatched: bool = True, message: str = "") -> None:
+    def __init__(
+        self,
+        status: int | None,
+        dispatched: bool = True,
+        message: str = "",
+        *,
+        retry_after_s: float | None = None,
+    ) -> None:
         self.status = status
         self.dispatched = dispatched
         self.message = message
+        self.retry_after_s = retry_after_s
         label = f"HTTP {status}" if status is not None else "no HTTP status"
         super().__init__(f"{label}: {message}" if message else label)
 
@@ -164,6 +174,24 @@ class OutcomeUnknown(RoutingError):
         return self.receipt.attempts[-1]
 
 
+class StreamInterrupted(RoutingError):
+    """A streamed request broke after its commit point: the caller already holds ``chunks``
+    chunks from ``provider``, so falling back would show a second answer; nothing else was
+    tried. Never a success: the stream was cut short (the connection broke, a bound between
+    chunks or the request's deadline passed, or it ended without the provider's terminal
+    event). ``attempt`` is the interrupted attempt; the receipt lists every attempt."""
+
+    def __init__(self, message: str, *, receipt: Receipt, chunks: int, provider: str, model: str) -> None:
+        super().__init__(message, receipt=receipt)
+        self.chunks = chunks
+        self.provider = provider
+        self.model = model
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.receipt.attempts[-1]
+
+
 class VerificationFailed(RoutingError):
     """A request with side effects was answered, and the answer failed ``verify``.
 
@@ -189,6 +217,7 @@ __all__ = [
     "ProviderUnavailable",
     "RequestRejected",
     "RoutingError",
+    "StreamInterrupted",
     "TransportError",
     "VerificationFailed",
 ]

@@ -72,6 +72,8 @@ class Verdict(NamedTuple):
     error: str = ""
     counts_as_failure: bool = True
     """Whether the provider's breaker counts it; only failures that fall through do."""
+    retry_after_s: float | None = None
+    """How long the provider asked us to wait (``Retry-After``): its breaker opens that long."""
 
     @property
     def credential_alert(self) -> bool:
@@ -177,7 +179,12 @@ def _provider_error(raised: ProviderError) -> Verdict:
         reason = f"HTTP {status}: credentials rejected (credential alert raised)"
     else:
         reason = f"HTTP {status} (unclassified: treated as a provider failure)"
-    return Verdict("failed", dispatch, Action.NEXT, reason=reason, status=status, error=error)
+    retry_after_s = getattr(raised, "retry_after_s", None)
+    if retry_after_s is not None:
+        reason += f"; the provider asked to retry after {retry_after_s:g}s (breaker open until then)"
+    return Verdict(
+        "failed", dispatch, Action.NEXT, reason=reason, status=status, error=error, retry_after_s=retry_after_s
+    )
 
 
 def _verified(verify: Callable[[Any], bool], value: Any) -> tuple[bool, str]:

@@ -19,7 +19,11 @@ NOT_DISPATCHED: DispatchState = "not_dispatched"
 DISPATCHED_KNOWN: DispatchState = "dispatched_known"
 DISPATCHED_UNKNOWN: DispatchState = "dispatched_unknown"
 
-Outcome = Literal["ok", "failed", "rejected", "refused", "timeout", "unavailable", "verify_failed", "error"]
+Outcome = Literal[
+    "ok", "failed", "rejected", "refused", "timeout", "unavailable", "verify_failed", "error", "interrupted"
+]
+"""How an attempt ended; ``interrupted``: a stream broke after its commit point (chunks had
+reached the caller), so nothing else could be tried."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,15 @@ class Attempt:
     epoch: int = 0
     version: int = 0
     """The chain document (epoch, version) the attempt's step was taken from."""
+    chunks: int | None = None
+    """For a streamed request: the chunks this attempt handed to the caller (0 when it
+    failed before its commit point); None for ``complete()``."""
+    first_chunk_s: float | None = None
+    """For a streamed request: seconds from the attempt's start to its first chunk (None when
+    no chunk came)."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    """The token usage the provider reported for this attempt, when it did."""
 
     @property
     def step(self) -> str:
@@ -58,9 +71,14 @@ class Attempt:
     def __str__(self) -> str:
         status = f" HTTP {self.status}" if self.status is not None else ""
         resolved = f" as {self.model_id}" if self.model_id and self.model_id != self.step else ""
+        streamed = ""
+        if self.chunks is not None:
+            first = f", first after {self.first_chunk_s * 1000:.0f} ms" if self.first_chunk_s is not None else ""
+            streamed = f", {self.chunks} chunk(s) delivered{first}"
         line = (
             f"{self.attempt_id} {self.provider}/{self.model}{resolved} @ {self.destination or 'unknown'}: "
-            f"{self.outcome}{status} ({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s)"
+            f"{self.outcome}{status} ({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s"
+            f"{streamed})"
         )
         if self.reason:
             line += f" -> {self.reason}"
@@ -151,6 +169,9 @@ class Answer:
 
     value: Any
     model_id: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    """Token usage the provider reported, for the attempt's receipt."""
 
 
 @dataclass(frozen=True)

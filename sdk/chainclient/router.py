@@ -8,7 +8,7 @@ calls it yields, one attempt at a time, in the caller's thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from chainclient.admission import NO_CONTRACT as NO_CONTRACT
@@ -16,6 +16,7 @@ from chainclient.admission import Contract
 from chainclient.breaker import DEFAULT_BREAKER, BreakerSettings
 from chainclient.breaker import BreakerState as BreakerState
 from chainclient.breaker import CircuitBreaker as CircuitBreaker
+from chainclient.errors import ProviderTimeout
 from chainclient.outcomes import CREDENTIAL_STATUSES as CREDENTIAL_STATUSES
 from chainclient.outcomes import REJECTING_STATUSES as REJECTING_STATUSES
 from chainclient.outcomes import RETRYABLE_STATUSES as RETRYABLE_STATUSES
@@ -29,7 +30,10 @@ from chainclient.receipts import Outcome as Outcome
 from chainclient.receipts import Receipt as Receipt
 from chainclient.routing import REPORT_KEYS as REPORT_KEYS
 from chainclient.routing import ChainSource, Clock, RouterCore
+from chainclient.streaming import NOT_WAITING, WATCHDOG, StreamBounds, StreamedRoute, StreamProgress
+from chainclient.streams import ProviderStream, StreamTransport
 from chainclient.types import Step
+from chainclient.walk import Walk
 
 Transport = Callable[[Step, Any, float], Any]
 """``call(step, request, timeout_s) -> value``; raises the errors in ``chainclient.errors``.
@@ -102,6 +106,197 @@ class Router(RouterCore[Transport]):
         except StopIteration as done:  # the walk ended with a result
             return done.value  # type: ignore[no-any-return]
 
+    def stream(
+        self,
+        request: Any,
+        *,
+        contract: Contract | None = None,
+        side_effects: bool = False,
+        allow_fallback: bool = True,
+        task_id: str | None = None,
+        commit_after_chars: int = 1,
+        first_chunk_s: float | None = None,
+        idle_s: float | None = None,
+        deadline_s: float | None = None,
+    ) -> RouteStream:
+        """Stream ``request`` from the first step whose stream reaches its commit point.
+
+        Iterate the returned ``RouteStream`` for the provider's chunks (use it as a context
+        manager, or ``close()`` it, if you may stop early). Fallback happens only before the
+        commit point: the first chunk with content (``commit_after_chars=1``), or once that
+        many characters arrived (they are held back until then). Each attempt's first chunk
+        must come within ``first_chunk_s`` and each later one within ``idle_s`` of asking
+        for it (both default to the step's timeout), inside the request's budget
+        (``deadline_s``, default the router's, starting now).
+
+        Raises, when iteration starts, what ``complete()`` raises when no step reached its
+        commit point; after it, ``StreamInterrupted`` (chunks delivered, provider, receipt)
+        when the stream breaks, passes a bound or the deadline, or ends without the
+        provider's terminal event: never a silent success. ``side_effects=True`` stops at an
+        unknown outcome before the commit point, as in ``complete()``. Providers are
+        streamed through ``stream_transports`` (an adapter's ``stream`` by default); a step
+        without one is skipped.
+        """
+        bounds = StreamBounds(commit_after_chars, first_chunk_s, idle_s)
+        walk = self._begin(
+            task_id=task_id,
+            contract=contract,
+            side_effects=side_effects,
+            allow_fallback=allow_fallback,
+            verify=None,
+            deadline_s=deadline_s,
+        )
+        route = RouteStream()
+        route._chunks = self._streaming(walk, request, bounds, route)
+        return route
+
+    def _streaming(
+        self, walk: Walk, request: Any, bounds: StreamBounds, route: RouteStream
+    ) -> Generator[Any, None, None]:
+        """The walk for a stream: each admitted step is opened and read to its commit point;
+        the first to reach it is handed over chunk by chunk. Written apart from
+        ``_walking`` because the request outlives its last attempt's settling: it
+        settles when the stream ends, after the caller has read it."""
+        now = self._now
+        watchdog = WATCHDOG if self._real_clock else None
+        for index, step in enumerate(walk.document.chain):
+            turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
+            if turn is None:
+                continue
+            progress = StreamProgress(
+                None,
+                started=turn.started,
+                first_due=turn.started + turn.timeout,
+                idle_s=bounds.idle_s or step.timeout_s,
+                deadline=walk.deadline,
+            )
+            ended = False
+            try:
+                raised, opened = _open(self._stream_transports[step.provider], step, request, turn.timeout)
+                if raised is None:
+                    progress = StreamProgress(
+                        opened,
+                        started=turn.started,
+                        first_due=progress.due,
+                        idle_s=progress.idle_s,
+                        deadline=walk.deadline,
+                    )
+                    if watchdog is not None:
+                        watchdog.watch(progress)
+                    raised, ended = _until_commit(progress, now, bounds.commit_after_chars)
+            except BaseException as interruption:  # Ctrl-C while waiting
+                self._interrupted(turn, interruption)
+                _close(progress, watchdog)
+                raise
+            if raised is not None:
+                _close(progress, watchdog)
+                self._settle(walk, turn, raised, None, progress)
+                continue
+            self._committed(turn)
+            route._commit(step, walk.document, progress)
+            try:
+                yield from progress.release()
+                if not ended:
+                    stream = progress.stream
+                    pull = stream.__next__
+                    for_each = progress.arm
+                    while True:
+                        for_each(now())
+                        try:
+                            chunk = pull()
+                        except StopIteration:
+                            break
+                        arrived = now()
+                        if arrived > progress.due or progress.expired:
+                            raise ProviderTimeout(True, progress.why_late or progress.late(arrived))
+                        progress.due = NOT_WAITING
+                        progress.chunks += 1
+                        yield chunk
+            except GeneratorExit:  # the caller stopped reading: its choice, not a failure
+                _close(progress, watchdog)
+                route.result = self._settle(walk, turn, None, None, progress)
+                raise
+            except Exception as broke:
+                _close(progress, watchdog)
+                raise self._broken(walk, turn, progress, broke) from None
+            except BaseException as interruption:
+                self._interrupted(turn, interruption)
+                _close(progress, watchdog)
+                raise
+            _close(progress, watchdog)
+            route.result = self._settle(walk, turn, None, None, progress)
+            return
+        raise self._exhausted(walk)
+
+
+class RouteStream(StreamedRoute):
+    """What ``Router.stream`` returns: iterate it for the chunks; ``provider``, ``model``,
+    ``chunks``, and once it completed ``result`` and ``receipt`` (see ``StreamedRoute``)."""
+
+    _chunks: Generator[Any, None, None]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._chunks
+
+    def __next__(self) -> Any:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """Stop reading: the provider's stream is closed (the attempt counts as served)."""
+        self._chunks.close()
+
+    def __enter__(self) -> RouteStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _open(transport: StreamTransport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:
+    """The provider stream the transport opened, or the exception it raised (as ``_call``)."""
+    try:
+        return None, transport(step, request, timeout)
+    except Exception as exc:
+        return exc, None
+
+
+def _until_commit(
+    progress: StreamProgress, now: Callable[[], float], commit_after_chars: int
+) -> tuple[Exception | None, bool]:
+    """Read and hold chunks until the commit point: (what went wrong, whether the stream
+    ended). A failure here is an attempt that failed: the caller saw nothing of it."""
+    pull = progress.stream.__next__
+    while True:
+        try:
+            chunk = pull()
+        except StopIteration:
+            return None, True
+        except Exception as exc:
+            if progress.expired:
+                return ProviderTimeout(True, progress.why_late), False
+            return exc, False
+        arrived = now()
+        if arrived > progress.due or progress.expired:
+            return ProviderTimeout(True, progress.why_late or progress.late(arrived)), False
+        if progress.hold(chunk, arrived, commit_after_chars):
+            progress.due = NOT_WAITING
+            return None, False
+        progress.arm(arrived)
+
+
+def _close(progress: StreamProgress, watchdog: Any) -> None:
+    """Close the attempt's provider stream (whatever happened) and stop watching it."""
+    progress.due = NOT_WAITING
+    stream: ProviderStream | None = progress.stream
+    if stream is None:
+        return
+    if watchdog is not None:
+        watchdog.unwatch(progress)
+    try:
+        stream.close()
+    except Exception:  # a stream that fails to close must not change the request's outcome
+        pass
+
 
 def _call(transport: Transport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:
     """What the transport returned, or the exception it raised (classified by the router:
@@ -128,6 +323,7 @@ __all__ = [
     "CredentialAlert",
     "Receipt",
     "RouteResult",
+    "RouteStream",
     "Router",
     "Transport",
 ]

@@ -33,10 +33,12 @@ from chainclient.errors import (
     OutcomeUnknown,
     RequestRejected,
     RoutingError,
+    StreamInterrupted,
     VerificationFailed,
 )
-from chainclient.outcomes import Action, classify
-from chainclient.receipts import Answer, Attempt, CredentialAlert, RouteResult
+from chainclient.outcomes import Action, Verdict, classify
+from chainclient.receipts import DISPATCHED_KNOWN, Answer, Attempt, CredentialAlert, RouteResult
+from chainclient.streaming import StreamProgress
 from chainclient.tracing import AttemptSpan, attempt_ended, attempt_interrupted, attempt_started
 from chainclient.types import ChainDocument, Registry, Step
 from chainclient.walk import Walk
@@ -54,9 +56,11 @@ REPORT_KEYS = (
     "verify_failed",
     "credential_alerts",
     "skipped_no_transport",
+    "interrupted",
 )
 # How each ending is counted in ``report()``; the first matching type wins.
 _ENDINGS: tuple[tuple[type[RoutingError], str], ...] = (
+    (StreamInterrupted, "interrupted"),
     (OutcomeUnknown, "unresolved"),
     (VerificationFailed, "verify_failed"),
     (RequestRejected, "rejections"),  # ContentPolicyRejected included
@@ -115,11 +119,21 @@ class RouterCore(Generic[TransportT]):
         on_alert: Callable[[CredentialAlert], None] | None = None,
         clock: Clock | None = None,
         breaker: BreakerSettings | None = DEFAULT_BREAKER,
+        stream_transports: Mapping[str, Any] | None = None,
     ) -> None:
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
+        if stream_transports is None:
+            # An adapter (chainclient.integrations) is both: called for complete(), its
+            # ``stream`` for stream().
+            adapters: Mapping[str, Any] = transports
+            stream_transports = {
+                name: call.stream for name, call in adapters.items() if callable(getattr(call, "stream", None))
+            }
         self._check_transports(transports)
+        self._check_transports(stream_transports)
         self._transports: dict[str, TransportT] = dict(transports)
+        self._stream_transports: dict[str, Any] = dict(stream_transports)
         self._snapshot = _snapshot_reader(source)
         self._record_served: Callable[[str], object] | None = _hook(source, "record_served")
         self._record_attempt: Callable[[Attempt], object] | None = _hook(source, "record_attempt")
@@ -130,14 +144,21 @@ class RouterCore(Generic[TransportT]):
         self._fall_through_on_content_policy = fall_through_on_content_policy
         self._on_alert = on_alert
         self._now: Callable[[], float] = clock.now if clock is not None else time.monotonic
+        self._real_clock = clock is None
+        """Whether bounds may be enforced in real time (a watchdog, a timer); with a test's
+        clock a late chunk is only refused when it comes."""
         self._breakers: dict[str, CircuitBreaker] = (
-            {name: CircuitBreaker(name, breaker) for name in self._transports} if breaker is not None else {}
+            {name: CircuitBreaker(name, breaker) for name in self._transports.keys() | self._stream_transports.keys()}
+            if breaker is not None
+            else {}
         )
-        self._contracts = ContractCheck(transports=self._transports, registry=registry)
+        self._contracts = ContractCheck(
+            transports=self._transports.keys() | self._stream_transports.keys(), registry=registry
+        )
         self._destinations = {name: registry[name].destination for name in registry} if registry is not None else {}
         self._counts_lock = threading.Lock()
         self._counts = dict.fromkeys(REPORT_KEYS, 0)
-        self._transported = frozenset(self._transports)
+        self._transported = frozenset(self._transports) | frozenset(self._stream_transports)
         self._untransported: set[str] = set()
         self._warn_untransported(registry, self._snapshot())
 
@@ -185,8 +206,12 @@ class RouterCore(Generic[TransportT]):
         side_effects: bool,
         allow_fallback: bool,
         verify: Callable[[Any], bool] | None,
+        deadline_s: float | None = None,
     ) -> Walk:
         """A request's walk over one snapshot of the chain, with its budget starting now."""
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError("deadline_s must be positive")
+        budget_s = self._deadline_s if deadline_s is None else float(deadline_s)
         return Walk(
             # 128 random bits as 32 hex digits, as a uuid4's hex; a fifth of its cost (no
             # system call), and the random module reseeds itself in a forked child.
@@ -196,7 +221,8 @@ class RouterCore(Generic[TransportT]):
             side_effects=side_effects,
             allow_fallback=allow_fallback,
             verify=verify,
-            deadline=self._now() + self._deadline_s,
+            deadline=self._now() + budget_s,
+            budget_s=budget_s,
         )
 
     def _walking(self, walk: Walk) -> Generator[Turn, tuple[Exception | None, Any], RouteResult]:
@@ -218,11 +244,16 @@ class RouterCore(Generic[TransportT]):
                 return result
         raise self._exhausted(walk)
 
-    def _turn(self, walk: Walk, index: int, step: Step) -> Turn | None:
+    def _turn(
+        self, walk: Walk, index: int, step: Step, *, streaming: bool = False, first_chunk_s: float | None = None
+    ) -> Turn | None:
         """Admit ``step`` for an attempt (None: refused, recorded in the receipt); raise
-        DeadlineExceeded if the budget is spent."""
+        DeadlineExceeded if the budget is spent. A streamed attempt's timeout is its
+        first-chunk bound (default: the step's timeout)."""
         breaker = self._breakers.get(step.provider)
-        why = self._refusal(step, walk.contract, breaker, fallback_barred=bool(index) and not walk.allow_fallback)
+        why = self._refusal(
+            step, walk.contract, breaker, fallback_barred=bool(index) and not walk.allow_fallback, streaming=streaming
+        )
         if why is not None:
             walk.refused.append((step, why))
             if step.provider not in self._transported:
@@ -233,18 +264,28 @@ class RouterCore(Generic[TransportT]):
         if left <= 0:
             if breaker is not None:
                 breaker.release()
-            raise self._ended(walk.out_of_time(deadline_s=self._deadline_s, not_started=walk.document.chain[index:]))
-        step_timeout = step.timeout_s
-        span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1)
+            raise self._ended(walk.out_of_time(not_started=walk.document.chain[index:]))
+        step_timeout = step.timeout_s if first_chunk_s is None else first_chunk_s
+        # A stream's span is not made current: the caller's code runs between its chunks.
+        span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1, current=not streaming)
         return Turn(step, step_timeout if step_timeout <= left else left, breaker, now, span)
 
-    def _settle(self, walk: Walk, turn: Turn, raised: Exception | None, value: Any) -> RouteResult | None:
+    def _settle(
+        self,
+        walk: Walk,
+        turn: Turn,
+        raised: Exception | None,
+        value: Any,
+        progress: StreamProgress | None = None,
+    ) -> RouteResult | None:
         """Record how the attempt went and act on it: the result if it served the request,
-        None to try the next step; raise the request's error if it must stop here."""
-        step, breaker = turn.step, turn.breaker
+        None to try the next step; raise the request's error if it must stop here.
+        ``progress``: the attempt's stream, for a streamed request (ended before its commit
+        point, or complete)."""
         model_id = ""
+        tokens: tuple[int | None, int | None] = (None, None)
         if type(value) is Answer:
-            value, model_id = value.value, value.model_id
+            value, model_id, tokens = value.value, value.model_id, (value.input_tokens, value.output_tokens)
         verdict = classify(
             raised,
             value=value,
@@ -253,13 +294,77 @@ class RouterCore(Generic[TransportT]):
             side_effects=walk.side_effects,
             fall_through_on_content_policy=self._fall_through_on_content_policy,
         )
+        attempt = self._record(walk, turn, verdict, raised, model_id, tokens, progress)
+        action = verdict.action
+        if action is Action.SERVED:
+            self._count("recovered_success" if len(walk.attempts) > 1 else "first_attempt_success")
+            if self._record_served is not None:
+                self._served(turn.step.provider)
+            return walk.served(turn.step, value)
+        if action is not Action.NEXT:
+            raise self._ended(walk.stopped(action))
+        if attempt.outcome == "timeout":
+            # A timeout shortened by the budget failed because the budget ran out (a
+            # stream's, because it ran out while waiting for a chunk).
+            walk.cut_by_deadline = (
+                turn.timeout < turn.step.timeout_s if progress is None else self._now() >= walk.deadline
+            )
+        else:
+            walk.cut_by_deadline = False
+        return None
+
+    def _broken(self, walk: Walk, turn: Turn, progress: StreamProgress, raised: Exception | None) -> RoutingError:
+        """The error for a stream that broke after its commit point (``raised``, or a bound
+        that passed, or an end without the terminal event): the caller holds its chunks, so
+        nothing else is tried."""
+        why = progress.why_late if raised is None or progress.expired else str(raised)
+        status = getattr(raised, "status", None) if not progress.expired else None
+        verdict = Verdict(
+            "interrupted",
+            DISPATCHED_KNOWN,
+            Action.STOP_REJECTED,
+            reason=f"stream interrupted after {progress.chunks} chunk(s) reached the caller; nothing else was tried",
+            status=status if isinstance(status, int) else None,
+            error=why,
+        )
+        attempt = self._record(walk, turn, verdict, raised, "", (None, None), progress)
+        return self._ended(
+            StreamInterrupted(
+                f"{attempt.step} broke off its stream after {progress.chunks} chunk(s) had reached the caller "
+                f"({why}); not a success, and no fallback (it would show a second answer)",
+                receipt=walk.receipt(),
+                chunks=progress.chunks,
+                provider=attempt.provider,
+                model=attempt.model,
+            )
+        )
+
+    def _record(
+        self,
+        walk: Walk,
+        turn: Turn,
+        verdict: Verdict,
+        raised: Exception | None,
+        model_id: str,
+        tokens: tuple[int | None, int | None],
+        progress: StreamProgress | None,
+    ) -> Attempt:
+        """Add the attempt to the walk's receipt and tell everyone who counts it: the breaker,
+        the span, the source's health tally, the credential alert."""
+        step, breaker = turn.step, turn.breaker
         now = self._now()
         if breaker is not None:
             if verdict.counts_as_failure:
-                if breaker.record_failure(now) and self._record_breaker_opened is not None:
+                if breaker.record_failure(now, verdict.retry_after_s) and self._record_breaker_opened is not None:
                     self._breaker_opened(step.provider)
             else:
                 breaker.record_success(now)
+        chunks = first_chunk_s = None
+        if progress is not None:
+            chunks, first_chunk_s = progress.chunks, progress.first_chunk_s
+            reported = progress.reported("model_id")
+            model_id = reported if isinstance(reported, str) else model_id
+            tokens = (progress.reported("input_tokens"), progress.reported("output_tokens"))
         document = walk.document
         attempt = Attempt(
             task_id=walk.task_id,
@@ -278,6 +383,10 @@ class RouterCore(Generic[TransportT]):
             contract=walk.contract.identity,
             epoch=document.epoch,
             version=document.version,
+            chunks=chunks,
+            first_chunk_s=first_chunk_s,
+            input_tokens=tokens[0] if isinstance(tokens[0], int) else None,
+            output_tokens=tokens[1] if isinstance(tokens[1], int) else None,
         )
         walk.attempts.append(attempt)
         if turn.span is not None:
@@ -286,21 +395,17 @@ class RouterCore(Generic[TransportT]):
             self._attempted(attempt)
         if verdict.credential_alert:
             self._credential_alert(attempt)
-        action = verdict.action
-        if action is Action.SERVED:
-            self._count("recovered_success" if len(walk.attempts) > 1 else "first_attempt_success")
-            if self._record_served is not None:
-                self._served(step.provider)
-            return walk.served(step, value)
-        if action is not Action.NEXT:
-            raise self._ended(walk.stopped(action))
-        # A timeout shortened by the budget failed because the budget ran out.
-        walk.cut_by_deadline = attempt.outcome == "timeout" and turn.timeout < step.timeout_s
-        return None
+        return attempt
+
+    def _committed(self, turn: Turn) -> None:
+        """A stream reached its commit point: the provider is answering (a half-open
+        breaker's probe succeeded; its slot is not held for the whole stream)."""
+        if turn.breaker is not None:
+            turn.breaker.record_success(self._now())
 
     def _exhausted(self, walk: Walk) -> RoutingError:
         """The error for a walk that reached the end of the chain unserved."""
-        return self._ended(walk.exhausted(deadline_s=self._deadline_s))
+        return self._ended(walk.exhausted())
 
     @staticmethod
     def _interrupted(turn: Turn, error: BaseException) -> None:
@@ -314,11 +419,21 @@ class RouterCore(Generic[TransportT]):
     # --- admission -----------------------------------------------------------------------
 
     def _refusal(
-        self, step: Step, contract: Contract, breaker: CircuitBreaker | None, *, fallback_barred: bool
+        self,
+        step: Step,
+        contract: Contract,
+        breaker: CircuitBreaker | None,
+        *,
+        fallback_barred: bool,
+        streaming: bool = False,
     ) -> str | None:
         """Why this request may not try ``step`` now, or None. The breaker is asked last:
         admitting a half-open breaker's probe takes its one slot."""
         why = self._contracts.refusal(step, contract)
+        if why is None and streaming and step.provider not in self._stream_transports:
+            why = "no stream transport for this provider (it can serve complete() only)"
+        elif why is None and not streaming and step.provider not in self._transports:
+            why = "no transport for complete() for this provider (it can serve stream() only)"
         if why is None and fallback_barred:
             why = "fallback not permitted (allow_fallback=False)"
         if why is None and breaker is not None:

@@ -47,9 +47,12 @@ class AttemptSpan(NamedTuple):
     token: object
 
 
-def attempt_started(document: ChainDocument, index: int, step: Step, task_id: str, number: int) -> AttemptSpan | None:
+def attempt_started(
+    document: ChainDocument, index: int, step: Step, task_id: str, number: int, *, current: bool = True
+) -> AttemptSpan | None:
     """Start the span of attempt ``number`` of request ``task_id`` (on step ``index`` of
-    ``document``) and make it current; None when there is nothing to trace."""
+    ``document``) and make it current (unless ``current=False``: a stream's attempt, whose
+    caller runs between chunks); None when there is nothing to trace."""
     api = _api if _api is not _UNRESOLVED else _resolve()
     if api is None:
         return None
@@ -75,7 +78,7 @@ def attempt_started(document: ChainDocument, index: int, step: Step, task_id: st
         )
         if not span.is_recording():
             return None  # the no-op default, or not sampled: nothing to end or to attach
-        return AttemptSpan(span, context.attach(trace.set_span_in_context(span)))
+        return AttemptSpan(span, context.attach(trace.set_span_in_context(span)) if current else None)
     except Exception:  # noqa: BLE001 - tracing must never fail a request
         _failed("starting an attempt's span")
         return None
@@ -96,6 +99,14 @@ def attempt_ended(handle: AttemptSpan, attempt: Attempt, raised: Exception | Non
             attributes["http.response.status_code"] = attempt.status
         if model_reported:
             attributes["gen_ai.response.model"] = attempt.model_id
+        if attempt.chunks is not None:
+            attributes["chainclient.stream.chunks"] = attempt.chunks
+            if attempt.first_chunk_s is not None:
+                attributes["chainclient.stream.first_chunk_ms"] = round(attempt.first_chunk_s * 1000, 3)
+        if attempt.input_tokens is not None:
+            attributes["gen_ai.usage.input_tokens"] = attempt.input_tokens
+        if attempt.output_tokens is not None:
+            attributes["gen_ai.usage.output_tokens"] = attempt.output_tokens
         if attempt.outcome != "ok":
             attributes["error.type"] = attributes["chainclient.outcome_class"]
             if raised is not None:
@@ -124,7 +135,8 @@ def attempt_interrupted(handle: AttemptSpan, error: BaseException) -> None:
 def _close(handle: AttemptSpan) -> None:
     try:
         handle.span.end()
-        _api[1].detach(handle.token)
+        if handle.token is not None:
+            _api[1].detach(handle.token)
     except Exception:  # noqa: BLE001 - tracing must never fail a request
         _failed("ending an attempt's span")
 

@@ -36,6 +36,7 @@ class Walk:
     __slots__ = (
         "allow_fallback",
         "attempts",
+        "budget_s",
         "contract",
         "cut_by_deadline",
         "deadline",
@@ -56,6 +57,7 @@ class Walk:
         allow_fallback: bool,
         verify: Callable[[Any], bool] | None,
         deadline: float,
+        budget_s: float,
     ) -> None:
         self.task_id = task_id
         self.document = document
@@ -65,6 +67,8 @@ class Walk:
         self.verify = verify
         self.deadline = deadline
         """When the request's budget runs out, on the router's clock."""
+        self.budget_s = budget_s
+        """The request's budget, in seconds (``deadline_s``)."""
         self.cut_by_deadline = False
         """Whether the last attempt timed out because the budget cut its timeout short."""
         self.attempts: list[Attempt] = []
@@ -120,7 +124,7 @@ class Walk:
             status=attempt.status,
         )
 
-    def exhausted(self, *, deadline_s: float) -> RoutingError:
+    def exhausted(self) -> RoutingError:
         """The error for a walk that reached the end of the chain unserved."""
         if not self.attempts:
             return NoEligibleRoute(
@@ -129,14 +133,14 @@ class Walk:
                 receipt=self.receipt(),
             )
         if self.cut_by_deadline:
-            return self.out_of_time(deadline_s=deadline_s, not_started=())
+            return self.out_of_time(not_started=())
         summary = ", ".join(f"{a.provider}/{a.model} ({_short_error(a)})" for a in self.attempts)
         return AllProvidersFailed(f"all providers failed: {summary}", receipt=self.receipt())
 
-    def out_of_time(self, *, deadline_s: float, not_started: Sequence[Step]) -> DeadlineExceeded:
+    def out_of_time(self, *, not_started: Sequence[Step]) -> DeadlineExceeded:
         """The error for a budget spent before a step could be started (or that cut the last
         attempt short)."""
-        attempts = self.attempts
+        attempts, deadline_s = self.attempts, self.budget_s
         tried = ", ".join(f"{a.step} ({_short_error(a)})" for a in attempts) or "nothing"
         untried = f"; not started: {', '.join(map(str, not_started))}" if not_started else ""
         return DeadlineExceeded(
