@@ -274,15 +274,19 @@ ERROR_CLASSES = (
     "unknown",
     "unavailable",
     "verify_failed",
+    "interrupted",
     "other",
 )
 # One field per bucket of the served-latency histogram (presets.wire.LATENCY_BOUNDS_MS).
 LATENCY_FIELDS = tuple(f"latency_{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
+# One field per bucket of the time-to-first-chunk histogram of streamed attempts (same bounds).
+FIRST_CHUNK_FIELDS = tuple(f"first_chunk_{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
 
 
 class ProviderHealthMinute(models.Model):
     """What the fleet reported about one step (provider and model) of one chain in one
-    minute: attempts by outcome class, served latency as a histogram, breaker openings.
+    minute: attempts by outcome class, served latency and streamed attempts' time to their
+    first chunk as histograms, breaker openings.
     Reports add to it (``F()`` updates), so any number of instances merge into one row."""
 
     chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="provider_health")
@@ -299,6 +303,7 @@ class ProviderHealthMinute(models.Model):
     content_policy = models.PositiveBigIntegerField(default=0)
     unavailable = models.PositiveBigIntegerField(default=0)
     verify_failed = models.PositiveBigIntegerField(default=0)
+    interrupted = models.PositiveBigIntegerField(default=0)
     other = models.PositiveBigIntegerField(default=0)
     latency_0 = models.PositiveBigIntegerField(default=0)
     latency_1 = models.PositiveBigIntegerField(default=0)
@@ -309,6 +314,15 @@ class ProviderHealthMinute(models.Model):
     latency_6 = models.PositiveBigIntegerField(default=0)
     latency_7 = models.PositiveBigIntegerField(default=0)
     latency_8 = models.PositiveBigIntegerField(default=0)
+    first_chunk_0 = models.PositiveBigIntegerField(default=0)
+    first_chunk_1 = models.PositiveBigIntegerField(default=0)
+    first_chunk_2 = models.PositiveBigIntegerField(default=0)
+    first_chunk_3 = models.PositiveBigIntegerField(default=0)
+    first_chunk_4 = models.PositiveBigIntegerField(default=0)
+    first_chunk_5 = models.PositiveBigIntegerField(default=0)
+    first_chunk_6 = models.PositiveBigIntegerField(default=0)
+    first_chunk_7 = models.PositiveBigIntegerField(default=0)
+    first_chunk_8 = models.PositiveBigIntegerField(default=0)
     breaker_openings = models.PositiveBigIntegerField(default=0)
 
     class Meta:
@@ -367,6 +381,7 @@ class ProviderEvidence(models.Model):
     unknown = models.PositiveBigIntegerField(default=0)
     unavailable = models.PositiveBigIntegerField(default=0)
     verify_failed = models.PositiveBigIntegerField(default=0)
+    interrupted = models.PositiveBigIntegerField(default=0)
     other = models.PositiveBigIntegerField(default=0)
 
     class Meta:

@@ -3,10 +3,11 @@ attempted, kept per chain x provider x model in one-minute buckets for a bounded
 read back over the last 5 minutes and the last hour.
 
 The SDK's usage report carries a ``health`` section (chainclient 0.3.0): per provider and
-model, attempts by outcome class and a fixed histogram of served latency; per provider,
-circuit-breaker openings. ``record_health`` adds it to the minute it arrived in (any number of
-instances merge into one row per minute), ``step_health`` / ``chain_health`` read it,
-``prune`` keeps the window (``PROVIDER_HEALTH_RETENTION_HOURS``, 48 by default).
+model, attempts by outcome class and a fixed histogram of served latency (and, from an SDK
+that streams, one of streamed attempts' time to their first chunk, ``first_chunk_ms``); per
+provider, circuit-breaker openings. ``record_health`` adds it to the minute it arrived in
+(any number of instances merge into one row per minute), ``step_health`` / ``chain_health``
+read it, ``prune`` keeps the window (``PROVIDER_HEALTH_RETENTION_HOURS``, 48 by default).
 
 Only an instance fleet status knows (it read its chain within FLEET_INSTANCE_TTL_MINUTES)
 reports health (``audit.usage`` drops the rest), and each of its reports is also kept apart,
@@ -17,9 +18,9 @@ single report or instance, and no name that never read the chain, can raise one.
 
 An attempt is an *error* of the provider when it says something about the provider: server
 errors, rate limits, timeouts, unknown outcomes, rejected credentials, failed connections,
-failed verification and unclassified statuses. A rejected request (400/422) or a
-content-policy refusal is the request's doing, so it counts in neither the errors nor the
-rate's denominator.
+failed verification, interrupted streams (a stream that broke after chunks had reached the
+caller) and unclassified statuses. A rejected request (400/422) or a content-policy refusal
+is the request's doing, so it counts in neither the errors nor the rate's denominator.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from django.utils import timezone
 
 from audit.models import (
     ERROR_CLASSES,
+    FIRST_CHUNK_FIELDS,
     LATENCY_FIELDS,
     ProviderEvidence,
     ProviderHealthMinute,
@@ -74,6 +76,9 @@ class StepReport:
     model: str
     outcomes: Mapping[str, int]
     latency_ms: tuple[int, ...]
+    first_chunk_ms: tuple[int, ...] = ()
+    """Streamed attempts' time to their first chunk, a histogram as ``latency_ms``; empty
+    when the report has none (nothing streamed, or an SDK without streams)."""
 
 
 def record_health(
@@ -102,6 +107,9 @@ def record_health(
             counts[name] += step.outcomes.get(name, 0)
         for name, value in zip(LATENCY_FIELDS, step.latency_ms, strict=True):
             counts[name] += value
+        if step.first_chunk_ms:
+            for name, value in zip(FIRST_CHUNK_FIELDS, step.first_chunk_ms, strict=True):
+                counts[name] += value
         if step.outcomes.get("credentials"):
             credentials.add((step.provider, step.model))
     for provider, openings in breaker_openings.items():
@@ -153,8 +161,9 @@ def record_health(
                 )
 
 
-# Every counter of a minute's row: outcome classes, latency buckets, breaker openings.
-_COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, "breaker_openings")
+# Every counter of a minute's row: outcome classes, latency and first-chunk buckets, breaker
+# openings.
+_COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, *FIRST_CHUNK_FIELDS, "breaker_openings")
 # The counters of an instance's evidence: what an alert weighs (attempts, errors by class).
 _EVIDENCE = ("served", *ERROR_CLASSES)
 
@@ -213,6 +222,16 @@ class WindowHealth(TypedDict):
     outcomes: Annotated[dict[str, int], Help("Every attempt by outcome class, rejected requests included.")]
     p50_ms: Annotated[int | None, Help("Median served latency: the upper bound of its histogram bucket.")]
     p95_ms: Annotated[int | None, Help("95th percentile served latency, as p50_ms; null if nothing was served.")]
+    first_chunk_p50_ms: Annotated[
+        int | None,
+        Help(
+            "Median time from a streamed attempt's start to its first chunk, as p50_ms (every streamed "
+            "attempt that sent one, interrupted ones included); null if nothing was streamed."
+        ),
+    ]
+    first_chunk_p95_ms: Annotated[
+        int | None, Help("95th percentile time to a stream's first chunk, as first_chunk_p50_ms.")
+    ]
     breaker_openings: int
 
 
@@ -379,12 +398,15 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
             outcomes={},
             p50_ms=None,
             p95_ms=None,
+            first_chunk_p50_ms=None,
+            first_chunk_p95_ms=None,
             breaker_openings=0,
         )
     outcomes = {name: sum(getattr(row, name) for row in rows) for name in OUTCOME_CLASSES}
     errors = sum(outcomes[name] for name in ERROR_CLASSES)
     attempts = outcomes["served"] + errors
     histogram = [sum(getattr(row, name) for row in rows) for name in LATENCY_FIELDS]
+    first_chunk = [sum(getattr(row, name) for row in rows) for name in FIRST_CHUNK_FIELDS]
     return WindowHealth(
         attempts=attempts,
         served=outcomes["served"],
@@ -393,6 +415,8 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
         outcomes={name: count for name, count in outcomes.items() if count},
         p50_ms=_percentile(histogram, 0.50),
         p95_ms=_percentile(histogram, 0.95),
+        first_chunk_p50_ms=_percentile(first_chunk, 0.50),
+        first_chunk_p95_ms=_percentile(first_chunk, 0.95),
         breaker_openings=sum(row.breaker_openings for row in openings),
     )
 
@@ -421,7 +445,8 @@ def _percentile(histogram: list[int], share: float) -> int | None:
 
 def describe(provider: str, window: WindowHealth, instances: int) -> str:
     """One line an on-call engineer reads: ``vendor_a: 41.2 % errors (mostly 5xx), p95
-    2.5 s, 38 instances`` (the last 5 minutes)."""
+    2.5 s, 38 instances`` (the last 5 minutes); with streamed attempts, their time to the
+    first chunk beside the latency (``p95 2.5 s, first chunk p95 500 ms``)."""
     reporting = f"{instances} instance{'' if instances == 1 else 's'}"
     if not window["attempts"]:
         return f"{provider}: no attempts reported in the last 5 min ({reporting})"
@@ -432,6 +457,8 @@ def describe(provider: str, window: WindowHealth, instances: int) -> str:
         parts[0] += f" (mostly {_CLASS_WORDS[worst]})"
     if window["p95_ms"] is not None:
         parts.append(f"p95 {_seconds(window['p95_ms'])}")
+    if window["first_chunk_p95_ms"] is not None:
+        parts.append(f"first chunk p95 {_seconds(window['first_chunk_p95_ms'])}")
     parts.append(reporting)
     return ", ".join(parts)
 
@@ -444,6 +471,7 @@ _CLASS_WORDS = {
     "unknown": "unknown outcomes",
     "unavailable": "refused connections",
     "verify_failed": "failed verification",
+    "interrupted": "interrupted streams",
     "other": "other statuses",
 }
 

@@ -269,7 +269,9 @@ def _bounded_health(health: Health, *, dropped: Dropped) -> tuple[list[provider_
             continue
         outcomes = {name: count for name, count in step.outcomes.items() if name in OUTCOME_CLASSES}
         dropped.outcome_classes += len(step.outcomes) - len(outcomes)
-        steps.append(provider_health.StepReport(step.provider, step.model, outcomes, step.latency_ms))
+        steps.append(
+            provider_health.StepReport(step.provider, step.model, outcomes, step.latency_ms, step.first_chunk_ms)
+        )
     openings = {name: count for name, count in health.breaker_openings.items() if name in registry}
     dropped.breaker_openings = len(health.breaker_openings) - len(openings)
     return steps, openings

@@ -135,6 +135,15 @@ class HealthStepSerializer(serializers.Serializer):
         min_length=len(LATENCY_BOUNDS_MS) + 1,
         max_length=len(LATENCY_BOUNDS_MS) + 1,
     )
+    # Streamed attempts' time to their first chunk, in the latency buckets; an SDK sends it
+    # only for a step that streamed (absent: nothing streamed, or an SDK without streams).
+    first_chunk_ms = serializers.ListField(
+        child=StrictIntegerField(min_value=0, max_value=10**12),
+        min_length=len(LATENCY_BOUNDS_MS) + 1,
+        max_length=len(LATENCY_BOUNDS_MS) + 1,
+        required=False,
+        help_text="streamed attempts by time to their first chunk, bucketed as latency_ms; absent when none",
+    )
 
     def validate_outcomes(self, value: dict[str, int]) -> dict[str, int]:
         # Classes this control plane does not know are dropped and counted (a newer SDK may
@@ -150,8 +159,8 @@ MAX_OUTCOME_CLASSES = 50
 
 
 class HealthSerializer(serializers.Serializer):
-    """Provider health (chainclient 0.3.0): attempts by outcome class and served latency per
-    step, circuit-breaker openings per provider."""
+    """Provider health (chainclient 0.3.0): attempts by outcome class, served latency and
+    (streamed attempts) time to first chunk per step, circuit-breaker openings per provider."""
 
     latency_bounds_ms = serializers.ListField(child=StrictIntegerField())
     steps = serializers.ListField(child=HealthStepSerializer(), max_length=REPORT_MAX_STEPS)
@@ -294,6 +303,7 @@ def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:
                     model=step["model"],
                     outcomes=step["outcomes"],
                     latency_ms=tuple(step["latency_ms"]),
+                    first_chunk_ms=tuple(step.get("first_chunk_ms", ())),
                 )
                 for step in health["steps"]
             ],

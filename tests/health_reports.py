@@ -23,8 +23,20 @@ def latency(**buckets: int) -> list[int]:
     return counts
 
 
-def step(provider: str, model: str, outcomes: dict[str, int], histogram: list[int] | None = None) -> dict[str, Any]:
-    return {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
+def step(
+    provider: str,
+    model: str,
+    outcomes: dict[str, int],
+    histogram: list[int] | None = None,
+    *,
+    first_chunk: list[int] | None = None,
+) -> dict[str, Any]:
+    """One step of a report; ``first_chunk``: its streamed attempts' time-to-first-chunk
+    histogram, left out (as an SDK does for a step that never streamed) when None."""
+    reported = {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
+    if first_chunk is not None:
+        reported["first_chunk_ms"] = first_chunk
+    return reported
 
 
 def poll(client: Client, instance: str, chain: str = "chat") -> None:

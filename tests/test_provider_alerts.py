@@ -108,6 +108,18 @@ def test_failing_again_after_recovering_is_a_new_alert(reader: Client) -> None:
     assert "mostly timeouts" in second.message
 
 
+def test_streams_interrupted_on_three_instances_raise_provider_failing(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            report(reader, f"i{n}", {"served": 6, "interrupted": 4})
+
+    (alert,) = alerts(AlertKind.PROVIDER_FAILING)
+    assert alert.message == (
+        "vendor_a/large on chat: 40.0 % errors (mostly interrupted streams) over the last 5 min, 12 of 30 attempts; "
+        "3 of 3 instance(s) polling the chain see it failing (token reader)"
+    )
+
+
 def test_too_few_attempts_or_a_low_rate_raise_nothing(reader: Client) -> None:
     with time_machine.travel(T0, tick=False):
         for n in range(3):

@@ -71,6 +71,74 @@ def test_reports_from_many_instances_merge_into_rates_latency_and_instance_count
     assert ProviderHealthMinute.objects.exclude(model="").count() == 2
 
 
+def test_streams_show_their_time_to_first_chunk_and_interrupted_ones_count_as_errors(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            response = report(
+                reader,
+                f"i{n}",
+                [
+                    # 10 streams: 8 served (each its whole answer in 1..2.5 s), 2 broke midway;
+                    # every one sent its first chunk, 9 within 250 ms.
+                    step(
+                        "vendor_a",
+                        "large",
+                        {"served": 8, "interrupted": 2},
+                        latency(b4=8),
+                        first_chunk=latency(b1=9, b3=1),
+                    ),
+                    step("vendor_b", "large", {"served": 10}, latency(b2=10)),  # complete(): no stream
+                ],
+            )
+            assert response.status_code == 202, response.content
+            assert response.json()["dropped"]["outcome_classes"] == 0  # a class this server knows
+
+        document = health_of(reader)
+        text = Client().get("/metrics").content.decode()
+
+    assert "interrupted" in document["error_classes"]
+    head = by_step(document)["vendor_a/large"]
+    assert head["recent"]["outcomes"] == {"served": 24, "interrupted": 6}
+    assert (head["recent"]["attempts"], head["recent"]["errors"]) == (30, 6)
+    assert head["recent"]["error_rate"] == pytest.approx(0.2)
+    assert (head["recent"]["p50_ms"], head["recent"]["p95_ms"]) == (2500, 2500)
+    assert (head["recent"]["first_chunk_p50_ms"], head["recent"]["first_chunk_p95_ms"]) == (250, 1000)  # 3 of 30
+    assert head["hour"]["first_chunk_p95_ms"] == 1000
+    assert head["summary"] == (
+        "vendor_a: 20.0 % errors (mostly interrupted streams), p95 2.5 s, first chunk p95 1 s, 3 instances"
+    )
+    # Nothing streamed on vendor_b: no time to a first chunk, and its line says none.
+    second = by_step(document)["vendor_b/large"]
+    assert (second["recent"]["first_chunk_p50_ms"], second["recent"]["first_chunk_p95_ms"]) == (None, None)
+    assert second["summary"] == "vendor_b: 0.0 % errors, p95 500 ms, 3 instances"
+    row = ProviderHealthMinute.objects.get(provider="vendor_a", model="large")
+    assert (row.interrupted, row.first_chunk_1, row.first_chunk_3) == (6, 27, 3)
+    labels = {"chain": "chat", "provider": "vendor_a", "model": "large"}
+    assert value(text, "controlplane_provider_attempts_5m", {**labels, "outcome": "interrupted"}) == 6
+    assert value(text, "controlplane_provider_error_ratio_5m", labels) == 0.2
+
+
+def test_a_report_without_first_chunk_times_is_accepted_as_before_and_merges_with_streams(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        older = report(reader, "i1", [step("vendor_a", "large", {"served": 10, "timeout": 2}, latency(b3=10))])
+        before = by_step(health_of(reader))["vendor_a/large"]
+        newer = report(
+            reader, "i2", [step("vendor_a", "large", {"served": 4}, latency(b4=4), first_chunk=latency(b2=4))]
+        )
+        after = by_step(health_of(reader))["vendor_a/large"]
+
+    assert (older.status_code, newer.status_code) == (202, 202)
+    assert before["recent"]["outcomes"] == {"served": 10, "timeout": 2}
+    assert before["recent"]["first_chunk_p95_ms"] is None
+    assert before["summary"] == "vendor_a: 16.7 % errors (mostly timeouts), p95 1 s, 1 instance"
+    # One minute's row holds both: the first-chunk figures are the streams' alone.
+    assert after["recent"]["outcomes"] == {"served": 14, "timeout": 2}
+    assert (after["recent"]["first_chunk_p50_ms"], after["recent"]["first_chunk_p95_ms"]) == (500, 500)
+    assert (
+        after["summary"] == "vendor_a: 12.5 % errors (mostly timeouts), p95 2.5 s, first chunk p95 500 ms, 2 instances"
+    )
+
+
 def test_the_live_chain_s_steps_are_listed_even_before_any_report(reader: Client) -> None:
     document = health_of(reader)
 
@@ -155,8 +223,32 @@ def test_the_prune_command_says_what_it_removed(reader: Client, settings) -> Non
             "at least 9 elements",
         ),
         ({"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {})] * 51}, "no more than 50 elements"),
+        (
+            {"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"served": 1}, first_chunk=[1, 2])]},
+            "health.steps.0.first_chunk_ms: Ensure this field has at least 9 elements.",
+        ),
+        (
+            {"latency_bounds_ms": BOUNDS, "steps": [step("vendor_a", "large", {"served": 1}, first_chunk=[0] * 10)]},
+            "health.steps.0.first_chunk_ms: Ensure this field has no more than 9 elements.",
+        ),
+        (
+            {
+                "latency_bounds_ms": BOUNDS,
+                "steps": [{**step("vendor_a", "large", {"served": 1}), "first_chunk_ms": None}],
+            },
+            "health.steps.0.first_chunk_ms: This field may not be null.",
+        ),
     ],
-    ids=["other-bounds", "too-many-classes", "negative", "short-histogram", "too-many-steps"],
+    ids=[
+        "other-bounds",
+        "too-many-classes",
+        "negative",
+        "short-histogram",
+        "too-many-steps",
+        "short-first-chunk-histogram",
+        "long-first-chunk-histogram",
+        "null-first-chunk-histogram",
+    ],
 )
 def test_a_bad_health_report_is_refused_whole_with_what_was_wrong(reader: Client, health, fragment: str) -> None:
     body = {
@@ -228,6 +320,23 @@ def test_a_step_over_the_threshold_with_enough_attempts_is_failing_now(reader: C
     assert (
         failing.describe()
         == "vendor_a/large on chat: 37.9 % errors (mostly 5xx) over the last 5 min, 11 of 29 attempts"
+    )
+
+
+def test_interrupted_streams_make_a_step_fail_now_like_any_error(reader: Client, settings) -> None:
+    settings.PROVIDER_FAILING_ERROR_PERCENT = 20
+    settings.PROVIDER_FAILING_MIN_ATTEMPTS = 20
+    with time_machine.travel(T0, tick=False):
+        report(
+            reader,
+            "i1",
+            [step("vendor_a", "large", {"served": 15, "interrupted": 9, "timeout": 1}, first_chunk=latency(b1=24))],
+        )
+        (failing,) = provider_health.failing_steps()
+
+    assert (failing.provider, failing.worst, failing.attempts, failing.errors) == ("vendor_a", "interrupted", 25, 10)
+    assert failing.describe() == (
+        "vendor_a/large on chat: 40.0 % errors (mostly interrupted streams) over the last 5 min, 10 of 25 attempts"
     )
 
 

@@ -18,7 +18,7 @@ from audit.provider_health import SPARK_MINUTES
 from pages.display import StepRow
 from pages.templatetags.oncall import sparkline
 from presets.models import Selection
-from tests.health_reports import report, step, vendor_a_failing
+from tests.health_reports import latency, report, step, vendor_a_failing
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -86,6 +86,32 @@ def test_the_dashboard_names_the_failing_provider_and_each_step_reads_its_health
     assert "step-health" not in step_line(chat, "self_hosted/8b")  # nobody reported on it
     # The other chain's steps were never reported on for it.
     assert "step-health" not in card(html, "incident-summary")
+
+
+def test_a_streamed_step_reads_its_time_to_first_chunk_beside_its_latency(oncall: Client, reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(2):
+            report(
+                reader,
+                f"pod-{n}",
+                [
+                    step(
+                        "vendor_a",
+                        "large",
+                        {"served": 19, "interrupted": 1},
+                        latency(b5=19),
+                        first_chunk=latency(b1=20),
+                    ),
+                    step("vendor_b", "large", {"served": 5}, latency(b3=5)),
+                ],
+            )
+        chat = card(page(oncall, "/"), "chat")
+
+    assert "vendor_a: 5.0 % errors (mostly interrupted streams), p95 5 s, first chunk p95 250 ms, 2 instances" in text(
+        step_line(chat, "vendor_a/large")
+    )
+    # A step nobody streamed from says nothing of first chunks.
+    assert text(step_line(chat, "vendor_b/large")).endswith("vendor_b: 0.0 % errors, p95 1 s, 2 instances")
 
 
 def test_a_healthier_reviewed_preset_is_suggested_with_a_link_to_review_it_never_applied(

@@ -1,12 +1,13 @@
 """Provider health from the fleet: how each step's attempts ended, how long the served ones
-took, and how often each provider's circuit breaker opened, for the usage report.
+took, how soon streamed ones sent their first chunk, and how often each provider's circuit
+breaker opened, for the usage report.
 
 The router tells its source about every attempt it settles (``record_attempt``) and every
 breaker it opens (``record_breaker_opened``); a ``ChainClient`` tallies them here and its
 usage thread sends them as the report's ``"health"`` key. Only counts leave the process:
-the provider, the model, an outcome class and a latency bucket, never request content.
-Latencies go into a fixed histogram (``LATENCY_BOUNDS_MS``), so the control plane merges
-the fleet's reports by adding them up.
+the provider, the model, an outcome class and latency buckets, never request content.
+Latencies go into a fixed histogram (``LATENCY_BOUNDS_MS``), as do times to a stream's first
+chunk (the same buckets), so the control plane merges the fleet's reports by adding them up.
 
 The tally follows the usage report's life: ``take()`` swaps out what was recorded, a report
 that fails is merged back with ``put_back()`` and sent later, so nothing is lost and
@@ -40,6 +41,7 @@ _BY_OUTCOME = {
     "timeout": "timeout",
     "unavailable": "unavailable",
     "verify_failed": "verify_failed",
+    "interrupted": "interrupted",  # a stream that broke after chunks had reached the caller
     "error": "unknown",  # an unexpected exception: nobody knows what happened
 }
 
@@ -62,22 +64,47 @@ def outcome_class(attempt: Attempt) -> str:
 
 
 def latency_bucket(elapsed_s: float) -> int:
-    """The histogram bucket of a served attempt that took ``elapsed_s`` seconds: bucket i
-    counts latencies in (bounds[i-1], bounds[i]] ms, the last one those past 30 s."""
+    """The histogram bucket of a served attempt that took ``elapsed_s`` seconds (or of a
+    stream whose first chunk came after ``elapsed_s``): bucket i counts latencies in
+    (bounds[i-1], bounds[i]] ms, the last one those past 30 s."""
     return bisect_left(_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
+
+
+def _histogram() -> list[int]:
+    return [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
 
 @dataclass
 class StepHealth:
-    """One (provider, model)'s counts: attempts per outcome class, served latencies."""
+    """One (provider, model)'s counts: attempts per outcome class, served latencies, and the
+    time to the first chunk of every streamed attempt that had one (whatever its outcome)."""
 
     outcomes: dict[str, int] = field(default_factory=dict)
-    latency_ms: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
+    latency_ms: list[int] = field(default_factory=_histogram)
+    first_chunk_ms: list[int] = field(default_factory=_histogram)
 
     def add(self, other: StepHealth) -> None:
         for kind, count in other.outcomes.items():
             self.outcomes[kind] = self.outcomes.get(kind, 0) + count
         self.latency_ms = [mine + theirs for mine, theirs in zip(self.latency_ms, other.latency_ms, strict=True)]
+        self.first_chunk_ms = [
+            mine + theirs for mine, theirs in zip(self.first_chunk_ms, other.first_chunk_ms, strict=True)
+        ]
+
+    def report(self, provider: str, model: str) -> dict[str, Any]:
+        """This step's entry in the report's ``"steps"``, with ``first_chunk_ms`` only when
+        one of its attempts streamed a chunk: a step that never streamed reads as it did
+        before streams."""
+        entry: dict[str, Any] = {
+            "provider": provider,
+            "model": model,
+            # Only the classes that happened, in OUTCOME_CLASSES order.
+            "outcomes": {kind: self.outcomes[kind] for kind in OUTCOME_CLASSES if self.outcomes.get(kind)},
+            "latency_ms": list(self.latency_ms),
+        }
+        if any(self.first_chunk_ms):
+            entry["first_chunk_ms"] = list(self.first_chunk_ms)
+        return entry
 
 
 @dataclass
@@ -97,16 +124,7 @@ class HealthCounts:
             return None
         return {
             "latency_bounds_ms": list(LATENCY_BOUNDS_MS),
-            "steps": [
-                {
-                    "provider": provider,
-                    "model": model,
-                    # Only the classes that happened, in OUTCOME_CLASSES order.
-                    "outcomes": {kind: step.outcomes[kind] for kind in OUTCOME_CLASSES if step.outcomes.get(kind)},
-                    "latency_ms": list(step.latency_ms),
-                }
-                for (provider, model), step in self.steps.items()
-            ],
+            "steps": [step.report(provider, model) for (provider, model), step in self.steps.items()],
             "breaker_openings": dict(self.breaker_openings),
         }
 
@@ -127,6 +145,8 @@ class HealthTally:
         """Count one settled attempt under its (provider, model)."""
         kind = outcome_class(attempt)
         bucket = latency_bucket(attempt.elapsed_s) if kind == "served" else -1
+        first_chunk_s = attempt.first_chunk_s
+        first = latency_bucket(first_chunk_s) if first_chunk_s is not None else -1
         key = (attempt.provider, attempt.model)
         with self._lock:
             steps = self._steps
@@ -138,6 +158,8 @@ class HealthTally:
             step.outcomes[kind] = step.outcomes.get(kind, 0) + 1
             if bucket >= 0:
                 step.latency_ms[bucket] += 1
+            if first >= 0:
+                step.first_chunk_ms[first] += 1
 
     def record_opening(self, provider: str) -> None:
         """Count one opening of ``provider``'s circuit breaker."""

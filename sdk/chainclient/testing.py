@@ -331,7 +331,8 @@ class FakeStream:
         self._sent = 0
         self.closed = False
         self.model_id = model_id
-        self.input_tokens, self.output_tokens = tokens if tokens is not None else (None, None)
+        self.input_tokens: int | None = tokens[0] if tokens is not None else None
+        self.output_tokens: int | None = tokens[1] if tokens is not None else None
 
     def __iter__(self) -> FakeStream:
         return self

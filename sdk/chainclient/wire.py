@@ -1,6 +1,6 @@
 """What the control plane and chainclient must agree on, written once: the chain document's
 step rules, the long poll's longest wait, and the usage report's health section (its outcome
-classes, latency histogram and size).
+classes, latency and time-to-first-chunk histograms and size).
 
 This file is the one source. The control plane holds a generated copy (``presets/wire.py``,
 written by ``make wire``; the suite fails when the two differ), so the server never imports
@@ -29,12 +29,17 @@ OUTCOME_CLASSES = (
     "content_policy",
     "unavailable",
     "verify_failed",
+    "interrupted",
     "other",
 )
-"""How an attempt ended, as the usage report counts it, in this order."""
+"""How an attempt ended, as the usage report counts it, in this order. ``interrupted``: a
+streamed attempt that broke after chunks had reached the caller (so nothing else could be
+tried); the control plane counts it as the provider's failure."""
 
 LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
-"""Upper bounds (inclusive) of the served-latency buckets; one more bucket counts the rest."""
+"""Upper bounds (inclusive) of the served-latency buckets; one more bucket counts the rest.
+A step's time-to-first-chunk histogram (``first_chunk_ms``, streamed attempts only) uses the
+same buckets."""
 
 REPORT_MAX_STEPS = 50
 """The most steps (provider and model) one usage report's health section may name."""

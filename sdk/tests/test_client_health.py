@@ -1,6 +1,7 @@
 """Provider health from the fleet: the usage report's ``"health"`` key counts every attempt
-by outcome class, the served ones' latencies in a fixed histogram, and breaker openings,
-per provider and model; bounded, merged back when a report fails, off with reporting."""
+by outcome class, the served ones' latencies in a fixed histogram, streamed attempts' time to
+their first chunk in another, and breaker openings, per provider and model; bounded, merged
+back when a report fails, off with reporting."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def attempt(
     outcome: Any = "ok",
     status: int | None = None,
     elapsed_s: float = 0.05,
+    *,
+    chunks: int | None = None,
+    first_chunk_s: float | None = None,
 ) -> Attempt:
     return Attempt(
         task_id="t",
@@ -46,6 +50,8 @@ def attempt(
         elapsed_s=elapsed_s,
         timeout_s=20.0,
         reason="",
+        chunks=chunks,
+        first_chunk_s=first_chunk_s,
     )
 
 
@@ -112,6 +118,7 @@ CLASSES = [
     ("refused", None, "content_policy"),
     ("unavailable", None, "unavailable"),
     ("verify_failed", None, "verify_failed"),
+    ("interrupted", None, "interrupted"),
     ("failed", 404, "other"),
     ("failed", 409, "other"),
     ("failed", 600, "other"),
@@ -140,6 +147,7 @@ def test_the_outcome_classes_are_the_contracts_in_its_order_and_the_table_covers
         "content_policy",
         "unavailable",
         "verify_failed",
+        "interrupted",
         "other",
     )
     assert {expected for _, _, expected in CLASSES} == set(OUTCOME_CLASSES)
@@ -193,6 +201,51 @@ def test_the_tally_is_empty_after_a_take_and_a_put_back_adds_what_came_since():
         "breaker_openings": {"vendor_a": 1},
     }
     assert HealthCounts().body() is None
+
+
+def test_streamed_attempts_count_their_time_to_first_chunk_whatever_their_outcome():
+    tally = HealthTally()
+    tally.record(attempt(elapsed_s=4.0, chunks=12, first_chunk_s=0.2))  # served, streamed
+    tally.record(attempt(outcome="interrupted", elapsed_s=1.5, chunks=3, first_chunk_s=0.05))
+    tally.record(attempt(outcome="interrupted", elapsed_s=40.0, chunks=1, first_chunk_s=31.0))
+    tally.record(attempt(outcome="failed", status=503, chunks=0))  # broke before its first chunk
+    tally.record(attempt(elapsed_s=0.3))  # complete(): no stream
+    tally.record(attempt(provider="vendor_b", elapsed_s=0.3))
+
+    body = tally.take().body()
+
+    assert body is not None
+    assert body["steps"] == [
+        {
+            "provider": "vendor_a",
+            "model": "large",
+            "outcomes": {"served": 2, "server_error": 1, "interrupted": 2},
+            # Served latency counts the served attempts only, the streamed one's whole 4 s.
+            "latency_ms": latencies(b2=1, b5=1),
+            "first_chunk_ms": latencies(b0=1, b1=1, b8=1),
+        },
+        # A step that streamed nothing says nothing of first chunks: the body it always had.
+        {"provider": "vendor_b", "model": "large", "outcomes": {"served": 1}, "latency_ms": latencies(b2=1)},
+    ]
+
+
+def test_a_put_back_adds_the_first_chunk_histograms_too():
+    tally = HealthTally()
+    tally.record(attempt(chunks=2, first_chunk_s=0.2))
+    tally.record(attempt(provider="vendor_b"))
+    taken = tally.take()
+    tally.record(attempt(chunks=5, first_chunk_s=0.2))
+    tally.record(attempt(outcome="interrupted", chunks=1, first_chunk_s=0.7))
+    tally.record(attempt(provider="vendor_b", chunks=1, first_chunk_s=2.0))  # its first stream
+
+    tally.put_back(taken)
+
+    body = tally.take().body()
+    assert body is not None
+    assert {f"{s['provider']}/{s['model']}": (s["outcomes"], s.get("first_chunk_ms")) for s in body["steps"]} == {
+        "vendor_a/large": ({"served": 2, "interrupted": 1}, latencies(b1=2, b3=1)),
+        "vendor_b/large": ({"served": 2}, latencies(b4=1)),
+    }
 
 
 # --- what the control plane receives ----------------------------------------------------
@@ -494,6 +547,34 @@ def test_merging_a_failed_report_back_keeps_the_caps(make_client, control_plane)
     assert list(steps) == [f"old_{number}/large" for number in range(50)]
     assert steps["old_7/large"]["outcomes"] == {"served": 2}
     assert accepted.body["health"]["breaker_openings"] == {f"old_{number}": 1 for number in range(50)}
+
+
+def test_first_chunk_times_and_interruptions_reach_the_control_plane_and_survive_a_failed_report(
+    make_client, control_plane
+):
+    control_plane.always(304)
+    control_plane.reply_usage(503)
+    client = make_client()
+    client.record_attempt(attempt(chunks=4, first_chunk_s=0.4))
+    client.start()
+    client.stop(timeout=GENEROUS_S)  # its last report fails: the counts are put back
+    client.record_attempt(attempt(outcome="interrupted", elapsed_s=2.0, chunks=2, first_chunk_s=0.45))
+
+    client.start()
+    client.stop(timeout=GENEROUS_S)
+
+    failed, accepted = control_plane.reports
+    assert failed.accepted is False and accepted.accepted is True
+    assert failed.body["health"]["steps"][0]["first_chunk_ms"] == latencies(b2=1)
+    assert accepted.body["health"]["steps"] == [
+        {
+            "provider": "vendor_a",
+            "model": "large",
+            "outcomes": {"served": 1, "interrupted": 1},
+            "latency_ms": latencies(b0=1),
+            "first_chunk_ms": latencies(b2=2),
+        }
+    ]
 
 
 def test_breaker_openings_are_counted_per_provider(make_client, control_plane, registry):
