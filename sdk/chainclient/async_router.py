@@ -222,7 +222,7 @@ class _Alarm:
     event loop, re-armed only when it fires early (a chunk moved ``due`` on), so waiting
     for a chunk costs a store, not a timer."""
 
-    __slots__ = ("handle", "loop", "now", "progress", "task")
+    __slots__ = ("at", "handle", "loop", "now", "progress", "task")
 
     def __init__(self, progress: StreamProgress, now: Callable[[], float]) -> None:
         self.progress = progress
@@ -230,21 +230,31 @@ class _Alarm:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.handle: asyncio.TimerHandle | None = None
+        self.at = NOT_WAITING
+        """When the timer rings, on the router's clock."""
 
     def set(self) -> None:
-        """About to wait: make sure a timer will look at ``due``."""
-        if self.handle is None:
-            self.handle = self.loop.call_later(max(0.0, self.progress.due - self.now()), self._ring)
+        """About to wait: make sure a timer rings by ``due`` (a timer set for later, such
+        as the first-chunk bound's when the idle bound is shorter, is moved earlier)."""
+        due = self.progress.due
+        if self.at > due:
+            if self.handle is not None:
+                self.handle.cancel()
+            self._ring_at(due, self.now())
+
+    def _ring_at(self, due: float, now: float) -> None:
+        self.at = due
+        self.handle = self.loop.call_later(max(0.0, due - now), self._ring)
 
     def _ring(self) -> None:
-        self.handle = None
+        self.handle, self.at = None, NOT_WAITING
         progress = self.progress
         due = progress.due
         if due == NOT_WAITING or progress.expired:
             return
         now = self.now()
         if now < due:
-            self.handle = self.loop.call_later(due - now, self._ring)
+            self._ring_at(due, now)
             return
         progress.expired = True
         progress.why_late = progress.late(now)
@@ -260,7 +270,7 @@ class _Alarm:
     def stop(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
-            self.handle = None
+        self.handle, self.at = None, NOT_WAITING
 
 
 def _late(progress: StreamProgress, alarm: _Alarm | None, now: float) -> ProviderTimeout:

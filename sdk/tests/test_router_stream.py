@@ -308,3 +308,38 @@ def test_the_async_alarm_cancels_only_the_wait_and_the_task_goes_on() -> None:
     assert isinstance(error, AllProvidersFailed), "beta has no stream transport: alpha was the only try"
     assert 0.2 <= elapsed < 0.2 + 0.1
     assert clean, "the alarm's cancellation was taken back"
+
+
+def test_the_async_idle_bound_holds_when_it_is_shorter_than_the_first_chunk_bound() -> None:
+    class OneThenSilence:
+        sent = 0
+
+        def __aiter__(self) -> OneThenSilence:
+            return self
+
+        async def __anext__(self) -> str:
+            self.sent += 1
+            if self.sent > 1:
+                await asyncio.sleep(30)
+            return "first"
+
+        async def aclose(self) -> None:
+            pass
+
+    async def open_stream(*_: Any) -> OneThenSilence:
+        return OneThenSilence()
+
+    async def scenario() -> tuple[float, list[str], BaseException | None]:
+        router = AsyncRouter(fake_chain(["alpha"]), transports={}, stream_transports={"alpha": open_stream})
+        got: list[str] = []
+        started = time.monotonic()
+        try:
+            async for chunk in router.stream("hello", first_chunk_s=5, idle_s=0.2):
+                got.append(chunk)
+        except Exception as raised:
+            return time.monotonic() - started, got, raised
+        return time.monotonic() - started, got, None
+
+    elapsed, got, error = asyncio.run(scenario())
+    assert got == ["first"] and isinstance(error, StreamInterrupted)
+    assert 0.2 <= elapsed < 0.2 + 0.1, "the idle bound, not the first chunk's 5 s"
