@@ -156,10 +156,34 @@ def test_the_wheel_carries_py_typed_and_the_metadata(dists: dict[str, Path]) -> 
     assert metadata["License-Expression"] == "MIT"
     assert metadata.get_all("License-File") == ["LICENSE"]
     assert metadata["Description-Content-Type"] == "text/markdown"
-    assert metadata.get_all("Requires-Dist") is None, "the SDK is standard-library only"
+    requires = metadata.get_all("Requires-Dist") or []
+    assert all('; extra == "' in line for line in requires), f"the core SDK is standard-library only: {requires}"
+    assert sorted(metadata.get_all("Provides-Extra") or []) == ["anthropic", "openai"]
     classifiers = set(metadata.get_all("Classifier") or [])
     assert CLASSIFIERS <= classifiers, f"missing classifiers: {sorted(CLASSIFIERS - classifiers)}"
     assert any(classifier.startswith("Topic :: ") for classifier in classifiers)
+
+
+@pytest.mark.parametrize(
+    ("extra", "pulled"),
+    [("", set()), ("[openai]", {"openai"}), ("[anthropic]", {"anthropic"})],
+    ids=["core", "openai", "anthropic"],
+)
+def test_the_wheel_pulls_a_vendor_library_only_with_its_extra(
+    dists: dict[str, Path], tmp_path: Path, extra: str, pulled: set[str]
+) -> None:
+    """What ``pip install chainclient`` and ``pip install "chainclient[openai]"`` would
+    install, resolved against the package index (``--dry-run``: nothing is installed)."""
+    report = tmp_path / "report.json"
+    _run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--disable-pip-version-check", "--report", str(report), f"{dists['wheel']}{extra}"]
+    )  # fmt: skip
+    names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    if not pulled:
+        assert names == {"chainclient"}, f"the core pulls third-party packages: {sorted(names - {'chainclient'})}"
+    else:
+        assert pulled <= names, f"{extra} does not pull {pulled}: {sorted(names)}"
 
 
 def _quick_start(readme: str) -> str:

@@ -1,0 +1,376 @@
+"""What the adapters share: the HTTP layer's failures in the router's terms, and the stream
+wrappers that hold a vendor stream to the contract of ``chainclient.streams``.
+
+Both vendor libraries send through ``httpx2`` over ``httpcore2``. Whatever they wrap a
+network failure in (``APIConnectionError``, ``APITimeoutError``), they raise it ``from``
+the ``httpx2`` exception, itself raised ``from`` the ``httpcore2`` one; some paths let the
+``httpx2`` exception out bare (Anthropic's streams, OpenAI's reading of a streamed error
+body). ``network_failure`` finds it either way and says what it means for dispatch:
+
+- ``ConnectError``: the TCP connection (or the TLS handshake) failed: nothing was sent;
+- ``ConnectTimeout``, ``PoolTimeout``: no connection within the timeout: nothing was sent;
+- any other timeout (waiting for the headers or the next chunk, or writing): the request
+  was sent, or partly: the provider may have acted;
+- any other transport error (``ReadError`` for a reset, ``RemoteProtocolError`` for a
+  close before the headers or mid-body): the connection broke after the request was sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import math
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx2
+
+from chainclient.errors import ProviderError, ProviderTimeout, ProviderUnavailable, TransportError
+
+ChunkT = TypeVar("ChunkT")
+ChunkContra = TypeVar("ChunkContra", contravariant=True)
+
+Failure = Callable[[BaseException], "TransportError | None"]
+"""A library's mapping: the router's error for what the library raised, or None when it is
+not a provider failure (a programming error, which propagates as it is)."""
+
+
+def network_failure(exc: BaseException) -> TransportError | None:
+    """The router's error for an ``httpx2`` failure found in ``exc`` or its causes; None if
+    there is none."""
+    cause = _transport_cause(exc)
+    if cause is None:
+        return None
+    detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    if isinstance(cause, (httpx2.ConnectError, httpx2.ProxyError, httpx2.UnsupportedProtocol)):
+        return ProviderUnavailable(f"could not connect ({detail})")
+    if isinstance(cause, (httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return ProviderTimeout(False, f"no connection within the timeout ({detail})")
+    if isinstance(cause, httpx2.TimeoutException):
+        return ProviderTimeout(True, detail)
+    if isinstance(cause, httpx2.DecodingError):
+        return malformed(detail)
+    return ProviderError(None, True, f"connection broke after the request was sent ({detail})")
+
+
+def _transport_cause(exc: BaseException) -> BaseException | None:
+    """The first ``httpx2`` request error in ``exc``'s chain of causes, else the first TLS
+    error (OpenAI's client also wraps a bare ``ssl.SSLError``, which AnyIO can let out; as
+    nobody knows how far the exchange got, it counts as sent). Any other ``OSError`` is
+    not the network's: a file that cannot be read for an upload is a caller's error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    fallback: BaseException | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, httpx2.RequestError):
+            return current
+        if fallback is None and isinstance(current, ssl.SSLError):
+            fallback = current
+        # __cause__ only: each layer raises ``from`` the one below; __context__ could be an
+        # unrelated error that was being handled at the time.
+        current = current.__cause__
+    return fallback
+
+
+@contextlib.contextmanager
+def translated(failure: Failure) -> Iterator[None]:
+    """Raise the router's error (``failure``'s mapping) for what the block raises, chained
+    to it; an exception ``failure`` does not map propagates as it is."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = failure(exc)
+        if mapped is None or mapped is exc:
+            raise
+        raise mapped from exc
+
+
+def malformed(detail: str) -> ProviderError:
+    """An answer that is not what the API documents: the provider was reached, and what it
+    did is unknown."""
+    return ProviderError(None, True, f"malformed answer: {detail}")
+
+
+def decoding_failure(exc: BaseException) -> TransportError | None:
+    """A body or an event that is not JSON (the libraries call ``json.loads`` unguarded)."""
+    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+        return malformed(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """How long the provider asked us to wait: ``Retry-After`` in seconds or as an HTTP
+    date, or OpenAI's ``retry-after-ms`` (which its library prefers, so do we); None when
+    absent or unreadable."""
+    milliseconds = _seconds(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def shut_down(response: httpx2.Response) -> None:
+    """Break a read blocked on ``response``'s connection, from any thread: shut the socket
+    down (closing it would not wake a blocked ``recv``; shutting it down does), then close
+    the response so its connection leaves the pool."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        try:
+            # socket.socket's own shutdown even for a TLS socket: SSLSocket.shutdown would
+            # also drop its SSL object, under the feet of the thread reading through it.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass  # already shut or closed: nothing left to wake
+    try:
+        response.close()
+    except Exception:  # the reading thread may be closing it at the same moment
+        pass
+
+
+class StreamState(Protocol[ChunkContra]):
+    """What a vendor's stream learns from its chunks: the model, the usage, whether the
+    terminal event came; ``observe`` raises ContentPolicyRefusal on a content filter."""
+
+    model_id: str
+    input_tokens: int | None
+    output_tokens: int | None
+    complete: bool
+    terminal: str
+    """The terminal event, as the error for a truncated stream names it."""
+
+    def observe(self, chunk: ChunkContra) -> None: ...
+
+    def text(self, chunk: ChunkContra) -> str: ...
+
+
+class ChunkStream(Generic[ChunkT]):
+    """A vendor library's synchronous stream, held to ``chainclient.streams.ProviderStream``.
+
+    It yields the library's own chunk objects; it raises the router's errors for a break, a
+    malformed chunk, an error event or a content filter, and ProviderError when the stream
+    ends without its terminal event. A failure is raised again by any later ``next()``.
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[ChunkT],
+        response: httpx2.Response,
+        close: Callable[[], object],
+        state: StreamState[ChunkT],
+        failure: Failure,
+    ) -> None:
+        self._chunks = chunks
+        self._response = response
+        self._close = close
+        self._state = state
+        self._failure = failure
+        self._raised: TransportError | None = None
+        self._ended = False
+        self._aborted = False
+
+    @property
+    def model_id(self) -> str:
+        """The model the provider says is serving (the requested one until it says)."""
+        return self._state.model_id
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self._state.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self._state.output_tokens
+
+    def text(self, chunk: ChunkT) -> str:
+        """The content ``chunk`` carries; empty for role, start and usage chunks."""
+        return self._state.text(chunk)
+
+    def __iter__(self) -> Iterator[ChunkT]:
+        return self
+
+    def __next__(self) -> ChunkT:
+        if self._raised is not None:
+            raise self._raised
+        if self._ended:
+            raise StopIteration
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            self._ended = True
+            self.close()
+            if self._aborted:
+                raise self._fail(ProviderError(None, True, "stream aborted")) from None
+            if not self._state.complete:
+                raise self._fail(truncated(self._state.terminal)) from None
+            raise
+        except Exception as exc:
+            raise self._fail(self._mapped(exc)) from exc
+        try:
+            self._state.observe(chunk)
+        except TransportError as exc:
+            raise self._fail(exc) from None
+        return chunk
+
+    def close(self) -> None:
+        """Close the connection (the router calls it whatever happens)."""
+        try:
+            self._close()
+        except Exception:  # an aborted stream may already be closing in another thread
+            if not self._aborted:
+                raise
+
+    def abort(self) -> None:
+        """Break a ``next()`` blocked in another thread, promptly, from any thread."""
+        self._aborted = True
+        shut_down(self._response)
+
+    def _mapped(self, exc: Exception) -> TransportError:
+        mapped = self._failure(exc)
+        if self._aborted:
+            # Whatever the read raised, it raised because abort() cut the connection.
+            detail = str(mapped) if mapped is not None else f"{type(exc).__name__}: {exc}"
+            return ProviderError(None, True, f"stream aborted ({detail})")
+        if mapped is None:
+            raise exc
+        return mapped
+
+    def _fail(self, error: TransportError) -> TransportError:
+        self._raised = error
+        self._ended = True
+        try:
+            self.close()
+        except Exception:
+            pass  # the failure is what the caller needs to hear about
+        return error
+
+
+class AsyncChunkStream(Generic[ChunkT]):
+    """A vendor library's asyncio stream, held to ``chainclient.streams.AsyncProviderStream``
+    as ``ChunkStream`` holds a synchronous one (cancelling the task that awaits a chunk is
+    how an asyncio caller breaks a blocked read)."""
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[ChunkT],
+        close: Callable[[], Awaitable[object]],
+        state: StreamState[ChunkT],
+        failure: Failure,
+    ) -> None:
+        self._chunks = chunks
+        self._close = close
+        self._state = state
+        self._failure = failure
+        self._raised: TransportError | None = None
+        self._ended = False
+
+    @property
+    def model_id(self) -> str:
+        """The model the provider says is serving (the requested one until it says)."""
+        return self._state.model_id
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self._state.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self._state.output_tokens
+
+    def text(self, chunk: ChunkT) -> str:
+        """The content ``chunk`` carries; empty for role, start and usage chunks."""
+        return self._state.text(chunk)
+
+    def __aiter__(self) -> AsyncIterator[ChunkT]:
+        return self
+
+    async def __anext__(self) -> ChunkT:
+        if self._raised is not None:
+            raise self._raised
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._ended = True
+            await self.aclose()
+            if not self._state.complete:
+                raise await self._fail(truncated(self._state.terminal)) from None
+            raise
+        except Exception as exc:
+            mapped = self._failure(exc)
+            if mapped is None:
+                raise
+            raise await self._fail(mapped) from exc
+        try:
+            self._state.observe(chunk)
+        except TransportError as exc:
+            raise await self._fail(exc) from None
+        return chunk
+
+    async def aclose(self) -> None:
+        """Close the connection (the router calls it whatever happens)."""
+        await self._close()
+
+    async def _fail(self, error: TransportError) -> TransportError:
+        self._raised = error
+        self._ended = True
+        try:
+            await self.aclose()
+        except Exception:
+            pass  # the failure is what the caller needs to hear about
+        return error
+
+
+def truncated(terminal: str) -> ProviderError:
+    """A stream that ended cleanly but early: never a success (``chainclient.streams``)."""
+    return ProviderError(None, True, f"the stream ended without {terminal}: the answer is truncated")
+
+
+def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, Any]:
+    """``request`` (the library's ``create()`` keyword arguments) with the ones the adapter
+    sets; a request that sets one of those itself is a programming error."""
+    clash = sorted(set(request) & set(set_here))
+    if clash:
+        raise ValueError(f"the adapter sets {', '.join(clash)} itself (from the step and the router): leave it out")
+    return {**request, **set_here}
+
+
+__all__ = [
+    "AsyncChunkStream",
+    "ChunkStream",
+    "Failure",
+    "StreamState",
+    "decoding_failure",
+    "malformed",
+    "network_failure",
+    "request_arguments",
+    "retry_after_s",
+    "shut_down",
+    "translated",
+    "truncated",
+]
