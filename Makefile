@@ -60,7 +60,7 @@ lint: install
 	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker audit presets sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
-BENCHMARKS = sdk_current.py router_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py
+BENCHMARKS = sdk_current.py router_overhead.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll
@@ -70,6 +70,11 @@ bench: install
 wire: presets/wire.py
 presets/wire.py: sdk/chainclient/wire.py
 	{ echo '# Generated from sdk/chainclient/wire.py by `make wire`: edit that file, then run `make wire`.'; cat $<; } > $@
+
+# The conformance table in sdk/README.md is a test run's output (sdk/tests/test_conformance.py
+# fails when it is stale): this rewrites it from a fresh run.
+conformance: install
+	CONFORMANCE_WRITE=1 $(PY) -m pytest -p no:django sdk/tests/test_conformance.py -q
 
 clean:
 	rm -rf $(VENV) var

@@ -317,9 +317,7 @@ async def _until_commit(
         if arrived > progress.due or progress.expired:
             return _late(progress, alarm, arrived), False
         if progress.hold(chunk, arrived, commit_after_chars):
-            progress.due = NOT_WAITING
             return None, False
-        progress.arm(arrived)
 
 
 async def _close(progress: StreamProgress, alarm: _Alarm | None) -> None:

@@ -279,9 +279,7 @@ def _until_commit(
         if arrived > progress.due or progress.expired:
             return ProviderTimeout(True, progress.why_late or progress.late(arrived)), False
         if progress.hold(chunk, arrived, commit_after_chars):
-            progress.due = NOT_WAITING
             return None, False
-        progress.arm(arrived)
 
 
 def _close(progress: StreamProgress, watchdog: Any) -> None:

@@ -42,6 +42,10 @@ _WATCHDOG_TICK_S = 0.05
 """How often the watchdog looks while streams are watched: a bound is enforced within this
 (a re-armed attempt's new ``due`` is only seen at the next look)."""
 
+_WATCHDOG_LINGER_S = 2.0
+"""How long the watchdog keeps looking after the last stream ended before it sleeps until
+the next one is watched."""
+
 
 @dataclass(frozen=True)
 class StreamBounds:
@@ -113,17 +117,26 @@ class StreamProgress:
         if self.due >= self.deadline and now >= self.deadline:
             return "the request's deadline passed while waiting for a chunk"
         if self.first_chunk_at is None:
-            return f"no chunk within the first-chunk bound ({self.due - self.started:.3g}s)"
+            return f"no content within the first-chunk bound ({self.due - self.started:.3g}s)"
         return f"no chunk within the idle bound ({self.idle_s:g}s) after chunk {self.chunks + len(self.held)}"
 
     def hold(self, chunk: Any, now: float, commit_after_chars: int) -> bool:
-        """Hold a chunk received before the commit point; True once it is reached."""
-        if self.first_chunk_at is None:
-            self.first_chunk_at = now
+        """Hold a chunk received before the commit point; True once it is reached (the
+        wait is over), else the next chunk is due. Chunks without content (a role, a
+        ``message_start``) show the caller nothing: until content comes, the first-chunk
+        bound still runs, and the first chunk is the first with content."""
         self.held.append(chunk)
         text = self.text(chunk)
-        self.held_chars += len(text) if text is not None else commit_after_chars or 1
-        return self.held_chars >= commit_after_chars
+        size = len(text) if text is not None else commit_after_chars or 1
+        if size and self.first_chunk_at is None:
+            self.first_chunk_at = now
+        self.held_chars += size
+        if self.held_chars >= commit_after_chars:
+            self.due = NOT_WAITING
+            return True
+        if self.first_chunk_at is not None:
+            self.arm(now)
+        return False
 
     def release(self) -> list[Any]:
         """The held chunks, to hand over at the commit point (or at a complete end)."""
@@ -148,25 +161,29 @@ class Watchdog:
     """One daemon thread per process that aborts synchronous streams whose bound passed.
 
     It only reads ``due`` of each watched attempt, every ``_WATCHDOG_TICK_S`` while any is
-    watched (sleeping otherwise), so re-arming an attempt for each chunk is a store, not a
-    wake-up; ``abort()`` runs in the watchdog's thread and breaks the blocked read."""
+    watched (and for ``_WATCHDOG_LINGER_S`` after the last one, so a service streaming one
+    request after another never has to wake it), so re-arming an attempt for each chunk is a
+    store, and watching a new one is a set insertion; ``abort()`` runs in the watchdog's
+    thread and breaks the blocked read."""
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._watched: set[StreamProgress] = set()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._asleep = False
+        """Whether the thread waits without a timeout (nothing watched for a while)."""
 
     def watch(self, progress: StreamProgress) -> None:
         if progress.abort is None:
             return  # nothing could break its read: late chunks are refused when they come
         with self._lock:
             self._watched.add(progress)
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._pid = os.getpid()
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()  # a forked child has no watchdog thread: start its own
                 self._thread = threading.Thread(target=self._run, name="chainclient-stream-watchdog", daemon=True)
                 self._thread.start()
-            else:
+            elif self._asleep:
                 self._lock.notify()
 
     def unwatch(self, progress: StreamProgress) -> None:
@@ -176,11 +193,18 @@ class Watchdog:
             self._watched.discard(progress)
 
     def _run(self) -> None:
+        last_seen = time.monotonic()
         while True:
             with self._lock:
-                while not self._watched:
-                    self._lock.wait()
                 now = time.monotonic()
+                if self._watched:
+                    last_seen = now
+                elif now - last_seen > _WATCHDOG_LINGER_S:
+                    self._asleep = True
+                    while not self._watched:
+                        self._lock.wait()
+                    self._asleep = False
+                    now = time.monotonic()
                 late = [progress for progress in self._watched if progress.due <= now and not progress.expired]
                 for progress in late:
                     progress.expired = True
@@ -189,8 +213,7 @@ class Watchdog:
             for progress in late:
                 _abort(progress)
             with self._lock:
-                if self._watched:
-                    self._lock.wait(_WATCHDOG_TICK_S)
+                self._lock.wait(_WATCHDOG_TICK_S)
 
 
 def _abort(progress: StreamProgress) -> None:

@@ -135,6 +135,14 @@ def test_a_late_first_chunk_falls_back(kind: str, streams: FakeStreams) -> None:
     assert "first-chunk bound" in first.error
 
 
+def test_chunks_without_content_do_not_start_the_idle_bound(kind: str, streams: FakeStreams) -> None:
+    streams.script("alpha", ["", "", "late content"], gap_s=1.5)
+    got, route, error = drain(make(kind, streams), first_chunk_s=4, idle_s=1)
+    assert error is None and route.provider == "alpha", "the content came 3 s in, within the 4 s first-chunk bound"
+    assert got == ["", "", "late content"]
+    assert route.receipt.attempts[0].first_chunk_s == pytest.approx(3.0), "the first chunk is the first with content"
+
+
 def test_an_idle_gap_after_the_commit_point_interrupts_the_stream(kind: str, streams: FakeStreams) -> None:
     streams.script("alpha", ["a", "b", "c"], gap_s=3)
     got, _, error = drain(make(kind, streams), idle_s=2)
