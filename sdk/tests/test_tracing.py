@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from router_fixtures import fakes_for, make_router
+from router_fixtures import fakes_for, make_router, run_async
 
-from chainclient import AllProvidersFailed, Answer, Step, tracing
-from chainclient.testing import FAKE_MODEL, fake_document
+from chainclient import AllProvidersFailed, Answer, AsyncRouter, Router, Step, tracing
+from chainclient.testing import FAKE_MODEL, FakeClock, FakeStreams, fake_chain, fake_document
 
 pytestmark = pytest.mark.usefixtures("router_kind")
 
@@ -255,3 +255,33 @@ def test_opentelemetry_is_imported_at_the_first_attempt_not_with_the_package(rou
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "lazy"
+
+
+def test_a_streamed_attempt_is_a_span_with_its_chunks_and_first_chunk_time(
+    exporter: InMemorySpanExporter, router_kind: str
+) -> None:
+    streams = FakeStreams(FakeClock())
+    streams.script("alpha", fails_with=503)
+    streams.script("beta", ["Hel", "lo"], first_after_s=0.25, tokens=(5, 2))
+    tracer = trace.get_tracer("a service")
+    with tracer.start_as_current_span("handle request") as caller:
+        if router_kind == "async":
+            router: Any = AsyncRouter(fake_chain(), transports={}, stream_transports=streams.async_transports,
+                                      clock=streams.clock)  # fmt: skip
+
+            async def read() -> list[str]:
+                return [chunk async for chunk in router.stream("hi")]
+
+            got = run_async(read())
+        else:
+            router = Router(fake_chain(), transports={}, stream_transports=streams.transports, clock=streams.clock)
+            got = list(router.stream("hi"))
+        assert trace.get_current_span() is caller, "a stream's span is never the caller's current one"
+    assert got == ["Hel", "lo"]
+    failed, served = attempts(exporter)
+    assert (failed.attributes or {})["chainclient.stream.chunks"] == 0
+    attributes = served.attributes or {}
+    assert attributes["chainclient.stream.chunks"] == 2
+    assert attributes["chainclient.stream.first_chunk_ms"] == 250.0
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (5, 2)
+    assert served.parent is not None and served.parent.span_id == caller.get_span_context().span_id
