@@ -323,3 +323,17 @@ def test_the_readme_table_is_this_runs_output(observed: dict[tuple[str, str, str
         README.write_text(readme[: match.start(2)] + generated + readme[match.end(2) :], encoding="utf-8")
         return
     assert match.group(2) == generated, "sdk/README.md's conformance table is stale: run `make conformance`"
+
+
+def test_the_readmes_fallback_drill_runs_as_written() -> None:
+    """The "Drill your own service's fallback" example, as a service would paste it."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index("Drill your own service's fallback")
+    block = re.search(r"```python\n(.*?)```", readme[start:], re.S)
+    assert block is not None, "the drill example's code block is missing"
+    namespace: dict[str, Any] = {}
+    exec(compile(block.group(1), "sdk/README.md (drill example)", "exec"), namespace)  # noqa: S102
+    drills = [value for name, value in namespace.items() if name.startswith("test_") and callable(value)]
+    assert drills, "the example defines no test function"
+    for drill in drills:
+        drill()
