@@ -132,13 +132,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             try:
                 raised, opened = await _open(self._stream_transports[step.provider], step, request, turn.timeout)
                 if raised is None:
-                    progress = StreamProgress(
-                        opened,
-                        started=turn.started,
-                        first_due=progress.due,
-                        idle_s=progress.idle_s,
-                        deadline=walk.deadline,
-                    )
+                    progress.attach(opened)
                     alarm = _Alarm(progress, now) if real_clock else None
                     raised, ended = await _until_commit(progress, alarm, now, bounds.commit_after_chars)
             except BaseException as interruption:  # the task was cancelled

@@ -174,13 +174,7 @@ class Router(RouterCore[Transport]):
             try:
                 raised, opened = _open(self._stream_transports[step.provider], step, request, turn.timeout)
                 if raised is None:
-                    progress = StreamProgress(
-                        opened,
-                        started=turn.started,
-                        first_due=progress.due,
-                        idle_s=progress.idle_s,
-                        deadline=walk.deadline,
-                    )
+                    progress.attach(opened)
                     if watchdog is not None:
                         watchdog.watch(progress)
                     raised, ended = _until_commit(progress, now, bounds.commit_after_chars)

@@ -101,10 +101,18 @@ class StreamProgress:
         self.committed = False
         self.held: list[Any] = []
         self.held_chars = 0
+        self.text: Callable[[Any], str | None] = chunk_text
+        self.abort: Callable[[], object] | None = None
+        if stream is not None:
+            self.attach(stream)
+
+    def attach(self, stream: Any) -> None:
+        """The provider's stream, once the transport opened it (see ``chainclient.streams``)."""
+        self.stream = stream
         text = getattr(stream, "text", None)
-        self.text: Callable[[Any], str | None] = text if callable(text) else chunk_text
+        self.text = text if callable(text) else chunk_text
         abort = getattr(stream, "abort", None)
-        self.abort: Callable[[], object] | None = abort if callable(abort) else None
+        self.abort = abort if callable(abort) else None
 
     def arm(self, now: float) -> None:
         """About to wait for a chunk after the first: due ``idle_s`` from now (or at the

@@ -30,6 +30,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import httpx2
 
 from chainclient.errors import ProviderError, ProviderTimeout, ProviderUnavailable, TransportError
+from chainclient.receipts import Answer
+from chainclient.types import Step
 
 ChunkT = TypeVar("ChunkT")
 ChunkContra = TypeVar("ChunkContra", contravariant=True)
@@ -346,6 +348,77 @@ class AsyncChunkStream(Generic[ChunkT]):
         return error
 
 
+class LibraryTransport:
+    """What every adapter does on a synchronous client, written once: ``create()`` with the
+    step's model and the attempt's timeout, the library's failures translated, the answer
+    or the stream wrapped. A library's adapter says only what differs (its call, its
+    failures, its answer, its stream types).
+
+    ``__init__`` turns the client's own retries off: the router falls back along the chain,
+    and a retry inside the library would spend the attempt's timeout on the provider that
+    just failed."""
+
+    failure: Failure
+    stream_type: type
+    stream_class: Callable[[Any, str], ChunkStream[Any]]
+    answer: Callable[[Any, Step], Answer]
+
+    def __init__(self, client: Any) -> None:
+        self.client = client.with_options(max_retries=0)
+
+    def create(self, **arguments: Any) -> Any:
+        raise NotImplementedError
+
+    def stream_arguments(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        return request_arguments(request, model=step.model, timeout=timeout_s, stream=True)
+
+    def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
+        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
+        with translated(type(self).failure):
+            response = self.create(**arguments)
+        return type(self).answer(response, step)
+
+    def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Any:
+        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
+        with translated(type(self).failure):
+            stream = self.create(**self.stream_arguments(step, request, timeout_s))
+        if not isinstance(stream, self.stream_type):
+            raise malformed(f"expected a stream, got {type(stream).__name__}")
+        return type(self).stream_class(stream, step.model)
+
+
+class AsyncLibraryTransport:
+    """``LibraryTransport`` on an asyncio client: the same, awaited."""
+
+    failure: Failure
+    stream_type: type
+    stream_class: Callable[[Any, str], AsyncChunkStream[Any]]
+    answer: Callable[[Any, Step], Answer]
+
+    def __init__(self, client: Any) -> None:
+        self.client = client.with_options(max_retries=0)
+
+    async def create(self, **arguments: Any) -> Any:
+        raise NotImplementedError
+
+    def stream_arguments(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        return request_arguments(request, model=step.model, timeout=timeout_s, stream=True)
+
+    async def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
+        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
+        with translated(type(self).failure):
+            response = await self.create(**arguments)
+        return type(self).answer(response, step)
+
+    async def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Any:
+        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
+        with translated(type(self).failure):
+            stream = await self.create(**self.stream_arguments(step, request, timeout_s))
+        if not isinstance(stream, self.stream_type):
+            raise malformed(f"expected a stream, got {type(stream).__name__}")
+        return type(self).stream_class(stream, step.model)
+
+
 def truncated(terminal: str) -> ProviderError:
     """A stream that ended cleanly but early: never a success (``chainclient.streams``)."""
     return ProviderError(None, True, f"the stream ended without {terminal}: the answer is truncated")
@@ -362,7 +435,9 @@ def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, 
 
 __all__ = [
     "AsyncChunkStream",
+    "AsyncLibraryTransport",
     "ChunkStream",
+    "LibraryTransport",
     "Failure",
     "StreamState",
     "decoding_failure",

@@ -45,13 +45,13 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
 from chainclient.errors import ContentPolicyRefusal, ProviderError, TransportError
 from chainclient.integrations._http import (
     AsyncChunkStream,
+    AsyncLibraryTransport,
     ChunkStream,
+    LibraryTransport,
     decoding_failure,
     malformed,
     network_failure,
-    request_arguments,
     retry_after_s,
-    translated,
 )
 from chainclient.receipts import Answer
 from chainclient.types import Step
@@ -194,52 +194,36 @@ class AsyncAnthropicMessageStream(AsyncChunkStream[RawMessageStreamEvent]):
         super().__init__(stream, stream.close, _MessageState(model), provider_failure)
 
 
-class AnthropicMessages:
+class AnthropicMessages(LibraryTransport):
     """A transport for ``Router``: ``messages(step, request, timeout_s) -> Answer`` and
     ``messages.stream(step, request, timeout_s) -> AnthropicMessageStream``."""
 
+    failure = staticmethod(provider_failure)
+    answer = staticmethod(_answer)
+    stream_type = anthropic.Stream
+    stream_class = AnthropicMessageStream
+
     def __init__(self, client: anthropic.Anthropic) -> None:
-        # The router falls back along the chain: a retry inside the library would spend
-        # the attempt's timeout on the provider that just failed.
-        self.client = client.with_options(max_retries=0)
+        super().__init__(client)
 
-    def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
-        with translated(provider_failure):
-            message = self.client.messages.create(**arguments)
-        return _answer(message, step)
-
-    def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> AnthropicMessageStream:
-        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s, stream=True)
-        with translated(provider_failure):
-            stream = self.client.messages.create(**arguments)
-        if not isinstance(stream, anthropic.Stream):
-            raise malformed(f"expected a stream, got {type(stream).__name__}")
-        return AnthropicMessageStream(stream, step.model)
+    def create(self, **arguments: Any) -> Any:
+        return self.client.messages.create(**arguments)
 
 
-class AsyncAnthropicMessages:
+class AsyncAnthropicMessages(AsyncLibraryTransport):
     """A transport for ``AsyncRouter``: ``await messages(step, request, timeout_s)`` and
     ``await messages.stream(step, request, timeout_s)``."""
 
+    failure = staticmethod(provider_failure)
+    answer = staticmethod(_answer)
+    stream_type = anthropic.AsyncStream
+    stream_class = AsyncAnthropicMessageStream
+
     def __init__(self, client: anthropic.AsyncAnthropic) -> None:
-        self.client = client.with_options(max_retries=0)
+        super().__init__(client)
 
-    async def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
-        with translated(provider_failure):
-            message = await self.client.messages.create(**arguments)
-        return _answer(message, step)
-
-    async def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> AsyncAnthropicMessageStream:
-        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s, stream=True)
-        with translated(provider_failure):
-            stream = await self.client.messages.create(**arguments)
-        if not isinstance(stream, anthropic.AsyncStream):
-            raise malformed(f"expected a stream, got {type(stream).__name__}")
-        return AsyncAnthropicMessageStream(stream, step.model)
+    async def create(self, **arguments: Any) -> Any:
+        return await self.client.messages.create(**arguments)
 
 
 __all__ = [

@@ -45,13 +45,14 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
 from chainclient.errors import ContentPolicyRefusal, ProviderError, TransportError
 from chainclient.integrations._http import (
     AsyncChunkStream,
+    AsyncLibraryTransport,
     ChunkStream,
+    LibraryTransport,
     decoding_failure,
     malformed,
     network_failure,
     request_arguments,
     retry_after_s,
-    translated,
 )
 from chainclient.receipts import Answer
 from chainclient.types import Step
@@ -200,50 +201,42 @@ class AsyncOpenAIChatStream(AsyncChunkStream[ChatCompletionChunk]):
         super().__init__(stream, stream.close, _ChatState(model), provider_failure)
 
 
-class OpenAIChat:
+class OpenAIChat(LibraryTransport):
     """A transport for ``Router``: ``chat(step, request, timeout_s) -> Answer`` and
     ``chat.stream(step, request, timeout_s) -> OpenAIChatStream``."""
 
+    failure = staticmethod(provider_failure)
+    answer = staticmethod(_answer)
+    stream_type = openai.Stream
+    stream_class = OpenAIChatStream
+
     def __init__(self, client: openai.OpenAI) -> None:
-        # The router falls back along the chain: a retry inside the library would spend
-        # the attempt's timeout on the provider that just failed.
-        self.client = client.with_options(max_retries=0)
+        super().__init__(client)
 
-    def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
-        with translated(provider_failure):
-            completion = self.client.chat.completions.create(**arguments)
-        return _answer(completion, step)
+    def create(self, **arguments: Any) -> Any:
+        return self.client.chat.completions.create(**arguments)
 
-    def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> OpenAIChatStream:
-        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
-        with translated(provider_failure):
-            stream = self.client.chat.completions.create(**_stream_arguments(step, request, timeout_s))
-        if not isinstance(stream, openai.Stream):
-            raise malformed(f"expected a stream, got {type(stream).__name__}")
-        return OpenAIChatStream(stream, step.model)
+    def stream_arguments(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        return _stream_arguments(step, request, timeout_s)
 
 
-class AsyncOpenAIChat:
+class AsyncOpenAIChat(AsyncLibraryTransport):
     """A transport for ``AsyncRouter``: ``await chat(step, request, timeout_s)`` and
     ``await chat.stream(step, request, timeout_s)``."""
 
+    failure = staticmethod(provider_failure)
+    answer = staticmethod(_answer)
+    stream_type = openai.AsyncStream
+    stream_class = AsyncOpenAIChatStream
+
     def __init__(self, client: openai.AsyncOpenAI) -> None:
-        self.client = client.with_options(max_retries=0)
+        super().__init__(client)
 
-    async def __call__(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> Answer:
-        arguments = request_arguments(request, model=step.model, timeout=timeout_s)
-        with translated(provider_failure):
-            completion = await self.client.chat.completions.create(**arguments)
-        return _answer(completion, step)
+    async def create(self, **arguments: Any) -> Any:
+        return await self.client.chat.completions.create(**arguments)
 
-    async def stream(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> AsyncOpenAIChatStream:
-        """Open the stream: returns once the headers arrived (within ``timeout_s``)."""
-        with translated(provider_failure):
-            stream = await self.client.chat.completions.create(**_stream_arguments(step, request, timeout_s))
-        if not isinstance(stream, openai.AsyncStream):
-            raise malformed(f"expected a stream, got {type(stream).__name__}")
-        return AsyncOpenAIChatStream(stream, step.model)
+    def stream_arguments(self, step: Step, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        return _stream_arguments(step, request, timeout_s)
 
 
 __all__ = [
