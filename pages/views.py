@@ -199,7 +199,10 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
 
     def until_of(live: Selection, data: dict[str, Any]) -> services.Expiry:
         if data.get("add_minutes"):
-            assert live.expires_at is not None  # a pin
+            if live.expires_at is None:
+                # The pin ended between review and confirm (reverted, or expired and swept):
+                # the service refuses it on its version, and the conflict page says how.
+                return timedelta(minutes=data["add_minutes"])
             return live.expires_at + timedelta(minutes=data["add_minutes"])
         return timedelta(minutes=data["duration_minutes"])
 

@@ -286,3 +286,44 @@ def test_revert_and_extend_are_one_click_from_the_dashboard_then_a_review(oncall
     assert "Revert chat to its default, normal?" in reviewed.content.decode()
     assert fields["reason"] == "end pin of pin_secondary (v2): back to default"
     assert live().version == 2  # reviewed, not made
+
+
+@pytest.mark.parametrize("meanwhile", ["reverted", "expired"])
+def test_a_quick_extend_confirmed_after_the_pin_ended_says_so_never_a_server_error(
+    oncall: Client, meanwhile: str
+) -> None:
+    pin(expires_at=timedelta(hours=2))
+    reviewed_version = str(live().version)
+    assert "(+1 h)" in review(oncall, "/chains/chat/extend", add_minutes="60").content.decode()
+    if meanwhile == "reverted":
+        services.revert_to_default(chain="chat", actor="bob", reason="vendor_a is back")
+        confirmed = review(
+            oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version=reviewed_version
+        )
+    else:
+        with time_machine.travel(timezone.now() + timedelta(hours=3)):
+            confirmed = review(
+                oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version=reviewed_version
+            )
+
+    assert confirmed.status_code == 409, confirmed.status_code
+    page = text(confirmed.content.decode())
+    assert "chat has no pin to extend any more" in page
+    assert "Your change was not made" in page
+    assert (live().preset.name, live().expires_at) == ("normal", None), "nothing was pinned again"
+
+
+def test_an_unexpected_error_is_a_styled_page_with_a_way_back(rf: Any) -> None:
+    from controlplane.urls import handler500
+
+    request = rf.get("/chains/chat/")
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError:
+        response = handler500(request)
+
+    assert response.status_code == 500
+    page = text(response.content.decode())
+    assert "Something went wrong on the control plane's side" in page
+    assert "may or may not have been made" in page
+    assert 'href="/"' in response.content.decode()
