@@ -3,8 +3,10 @@ import sys
 from django.contrib import admin
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views import defaults
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from controlplane import account_pages, health, metrics
@@ -38,7 +40,17 @@ api_v1 = [
     path("access-history", access_api.AccessHistoryView.as_view(), name="api-access-history"),
 ]
 
+
+class FaviconView(RedirectView):
+    """Browsers ask for /favicon.ico whatever the page's <link rel="icon"> says: send them
+    the icon (looked up per request: the static files' manifest may not exist at import)."""
+
+    def get_redirect_url(self, *args: object, **kwargs: object) -> str:
+        return static("presets/favicon.svg")
+
+
 urlpatterns = [
+    path("favicon.ico", FaviconView.as_view(), name="favicon"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("healthz", health.healthz),

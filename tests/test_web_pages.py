@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -536,3 +537,15 @@ def test_the_dashboard_says_when_instances_are_ahead_of_a_restored_server(oncall
         )
     html = page(oncall, "/")
     assert "3 instances ahead of the server: restored database? run manage.py raise_epoch" in html
+
+
+def test_the_favicon_is_served_to_anyone_and_named_by_every_page(client: Client) -> None:
+    from django.contrib.staticfiles import finders
+
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 302
+    assert icon["Location"].endswith("presets/favicon.svg")
+    found = finders.find("presets/favicon.svg")
+    assert found and "<svg" in Path(str(found)).read_text()
+    login = client.get("/accounts/login/").content.decode()
+    assert 'rel="icon"' in login and "favicon.svg" in login
