@@ -10,6 +10,8 @@ so a refused change has written nothing.
 from __future__ import annotations
 
 import getpass
+import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -19,14 +21,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from presets.documents import format_duration, format_time
+from audit import provider_health
+from audit.change_risks import change_risks
+from presets.documents import format_duration, format_moment, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
 from presets.models import Selection
 
 ACTOR_MAX = 150
 CLI_PREFIX = "cli:"
 
-# The services name the field a refusal is about; the commands name their own option.
+# The services name the field a refusal is about; the commands name their own option (the
+# expiry's fields name the option the operator gave: ``expiry_option_names``).
 OPTION_OF = {
     "reason": "--reason",
     "duration_minutes": "--minutes",
@@ -37,6 +42,24 @@ OPTION_OF = {
     "name": "NAME",
     "scope": "--scope",
 }
+
+# Where the services word a refusal for the API or the pages (a JSON field, a button, minutes),
+# the commands say it in theirs; every refusal's times read as "04:15 UTC (in 2 h)" (``refused``).
+COMMAND_WORDS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (
+        re.compile(r'shorten it \("shorten": true, or "End the pin earlier" on the chain page\)'),
+        lambda match: "shorten it (--shorten)",
+    ),
+    (re.compile(r"leave the duration out"), lambda match: "leave out --minutes, --hours and --until"),
+    (
+        re.compile(r"(\d+) minutes is longer than the maximum pin of (\d+)"),
+        lambda match: f"{_minutes(match[1])} is longer than the longest pin, {_minutes(match[2])}",
+    ),
+    (re.compile(r"more than (\d+) minutes ahead"), lambda match: f"more than {_minutes(match[1])} ahead"),
+]
+# An RFC 3339 time as the services write them, not an example of one ("e.g. 2026-...Z").
+SERVICE_TIME = re.compile(r"(?<!e\.g\. )\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
+EXPIRY_OPTIONS = ("minutes", "hours", "until")
 
 T = TypeVar("T")
 
@@ -92,20 +115,65 @@ def whole_number(option: str, value: Any, *, minimum: int = 1, maximum: int = 2*
     return number
 
 
+def add_expiry_arguments(parser: CommandParser, *, ends: str) -> None:
+    """``--minutes``, ``--hours`` and ``--until``: one of them says when a pin ends (``ends``:
+    how the help reads, e.g. "the pin ends")."""
+    parser.add_argument("--minutes", default=None, metavar="N", help=f"{ends} N minutes from now")
+    parser.add_argument(
+        "--hours",
+        default=None,
+        metavar="H",
+        help=f"{ends} H hours from now; fractions allowed, e.g. 1.5 (not with --minutes or --until)",
+    )
+    parser.add_argument("--until", default=None, metavar="ISO", help=f"{ends} at this time, e.g. 2026-12-01T09:00Z")
+
+
 def expiry_options(options: dict[str, Any]) -> datetime | timedelta | None:
-    """``--minutes N`` (a duration) or ``--until ISO`` (a time), at most one; the services
-    check either against the pin limits."""
-    if options["minutes"] is not None and options["until"] is not None:
-        raise CommandError("--minutes and --until: give one of them, not both")
+    """``--minutes N`` or ``--hours H`` (a duration), or ``--until ISO`` (a time), at most one;
+    the services check either against the pin limits."""
+    given = [f"--{name}" for name in EXPIRY_OPTIONS if options[name] is not None]
+    if len(given) > 1:
+        both = "not both" if len(given) == 2 else "not all three"
+        raise CommandError(f"{', '.join(given[:-1])} and {given[-1]}: give one of them, {both}")
     minutes = whole_number("--minutes", options["minutes"])
     if minutes is not None:
         return timedelta(minutes=minutes)
+    hours = hours_option("--hours", options["hours"])
+    if hours is not None:
+        return hours
     return time_option("--until", options["until"])
 
 
 def expiry_option_names(options: dict[str, Any]) -> dict[str, str]:
-    """Name the expiry option the operator gave in a refusal about the expiry."""
-    return {"expires_at": "--minutes"} if options["minutes"] is not None else {}
+    """Name the expiry option the operator gave in a refusal about the expiry (the services
+    name ``duration_minutes`` or ``expires_at``, whichever they were given)."""
+    for name in EXPIRY_OPTIONS:
+        if options[name] is not None:
+            return {"duration_minutes": f"--{name}", "expires_at": f"--{name}"}
+    return {}
+
+
+def hours_option(option: str, value: Any) -> timedelta | None:
+    """A number of hours given as text, fractions allowed (None stays None), as a duration of
+    at least a minute, or a one-line error naming the option."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = math.nan
+    if not math.isfinite(hours):
+        raise CommandError(f"{option}: {value!r} is not a number of hours, e.g. 1.5")
+    if hours <= 0:
+        raise CommandError(f"{option}: must be more than 0, not {text}")
+    try:
+        duration = timedelta(hours=hours)
+    except OverflowError:
+        raise CommandError(f"{option}: {text} hours is far longer than any pin") from None
+    if duration < timedelta(minutes=1):
+        raise CommandError(f"{option}: {text} h is less than a minute; give at least 0.02")
+    return duration
 
 
 def time_option(option: str, value: str | None) -> datetime | None:
@@ -124,7 +192,8 @@ def time_option(option: str, value: str | None) -> datetime | None:
 
 
 def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandError:
-    """A service's refusal as one line, naming the option at fault."""
+    """A service's refusal as one line, naming the option at fault in the commands' words
+    (``COMMAND_WORDS``), its times as "04:15 UTC (in 2 h)"."""
     if isinstance(exc, InvalidInput):
         option = {**OPTION_OF, **(names or {})}.get(exc.field, exc.field)
         message = f"{option}: {exc.field_message}"
@@ -134,7 +203,20 @@ def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandEr
         message = f"{exc.message}: manage.py chain_status lists the chains"
     else:
         message = exc.message
+    for pattern, words in COMMAND_WORDS:
+        message = pattern.sub(words, message)
+    now = timezone.now()
+    message = SERVICE_TIME.sub(lambda match: _moment(match[0], now=now), message)
     return CommandError(" ".join(message.split()))
+
+
+def _minutes(count: str) -> str:
+    return format_duration(timedelta(minutes=int(count)))
+
+
+def _moment(text: str, *, now: datetime) -> str:
+    value = parse_datetime(text)
+    return text if value is None else format_moment(value, now=now)
 
 
 @contextmanager
@@ -163,7 +245,8 @@ def make_change(
 ) -> None:
     """Make one change with what every change command takes (``add_change_arguments``: the
     chain, ``--reason``, ``--expected-version``, the actor) and ``arguments``; a refusal is a
-    one-line command error, and what the change did is printed in one line."""
+    one-line command error, and what the change did is printed in one line, then a
+    ``warning:`` line for each risk the review page would have shown (``risks``)."""
     expected = whole_number("--expected-version", options["expected_version"])
     actor = actor_from(options)
     selection = run(
@@ -172,7 +255,25 @@ def make_change(
         ),
         names=names,
     )
-    command.stdout.write(changed(selection, now=timezone.now()))
+    now = timezone.now()
+    command.stdout.write(changed(selection, now=now))
+    for risk in risks(selection, now=now):
+        command.stdout.write(f"warning: {risk}", style_func=command.style.WARNING)
+
+
+def risks(selection: Selection, *, now: datetime) -> list[str]:
+    """What is risky about what ``selection`` now serves instead of the steps it replaced: the
+    dangers the review page names before a change (``audit.change_risks``), said after it here
+    as the on-call chose it."""
+    health = provider_health.health_by_step(selection.chain, [selection.steps], now=now)
+    return change_risks(
+        chain=selection.chain.name,
+        target=selection.preset.name,
+        marking=selection.marking,
+        live_steps=selection.previous_steps or [],
+        steps=selection.steps,
+        health=health,
+    )
 
 
 def served(selection: Selection, *, now: datetime) -> str:

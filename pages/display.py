@@ -4,38 +4,28 @@ read: nothing here queries the database or decides whether a change is allowed (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from audit.change_risks import HealthMap, health_class, reported_health
+from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
-from presets.models import Preset, Selection
+from presets.models import Action, Preset, Selection
 from presets.selectors import PinStart
+from presets.services import REASON_MAX
+from presets.step_changes import ChainChange, compare_steps
+from presets.step_changes import step_label as step_label  # the pages' templates and views read it here
 
 if TYPE_CHECKING:
     from audit.provider_health import StepHealth
-
-# The fleet's health of each step, keyed by (provider, model): ``provider_health.health_by_step``.
-HealthMap = Mapping[tuple[str, str], "StepHealth"]
-
-
-def format_clock(value: datetime, *, now: datetime) -> str:
-    """A moment in UTC: "06:03 UTC" today, "Sat 29 Nov 06:03 UTC" on another day."""
-    value, now = value.astimezone(UTC), now.astimezone(UTC)
-    if value.date() == now.date():
-        return f"{value:%H:%M} UTC"
-    return f"{value:%a %d %b %H:%M} UTC"
 
 
 def format_minutes(minutes: int) -> str:
     """A duration choice: 30 -> "30 min", 240 -> "4 h"."""
     return format_duration(timedelta(minutes=minutes))
-
-
-def step_label(step: dict[str, Any]) -> str:
-    """One step as "vendor_b/large"."""
-    return f"{step['provider']}/{step['model']}"
 
 
 @dataclass(frozen=True)
@@ -49,58 +39,13 @@ class StepRow:
     @property
     def health_class(self) -> str:
         """``failing`` by the fleet's rule (``provider_health.is_failing``), ``quiet`` when no
-        attempt was reported in the last 5 minutes, else ``ok``."""
-        if self.health is None or not self.health["recent"]["attempts"]:
-            return "quiet"
-        return "failing" if self.health["failing"] else "ok"
+        attempt was reported in the last 5 minutes, else ``ok`` (``change_risks.health_class``)."""
+        return health_class(self.health)
 
 
 def step_rows(steps: list[dict[str, Any]], health: HealthMap | None) -> list[StepRow]:
     """``steps`` with the health of each, for a step list."""
-    rows = []
-    for step in steps:
-        known = (health or {}).get((step["provider"], step["model"]))
-        if known is not None and not (known["hour"]["attempts"] or known["hour"]["outcomes"] or known["instances"]):
-            known = None
-        rows.append(StepRow(step, known))
-    return rows
-
-
-@dataclass(frozen=True)
-class ChainChange:
-    """What serving ``steps`` instead of the live steps would change."""
-
-    new_head: dict[str, Any] | None  # the first step, when it differs from the live head
-    dropped: list[str] = field(default_factory=list)  # providers that would get no traffic
-    added: list[str] = field(default_factory=list)  # providers that would start getting it
-    reordered: bool = False  # same providers, different order
-
-    @property
-    def is_same(self) -> bool:
-        """Whether the steps are exactly the live ones."""
-        return self.new_head is None and not (self.dropped or self.added or self.reordered)
-
-
-def compare_steps(live: list[dict[str, Any]], steps: list[dict[str, Any]]) -> ChainChange:
-    """The difference an on-call person must see before serving ``steps`` instead of ``live``."""
-    live_providers = _providers(live)
-    providers = _providers(steps)
-    head = steps[0] if steps else None
-    new_head = head if not live or head is None or step_label(head) != step_label(live[0]) else None
-    return ChainChange(
-        new_head=new_head,
-        dropped=[p for p in live_providers if p not in providers],
-        added=[p for p in providers if p not in live_providers],
-        reordered=set(live_providers) == set(providers) and live_providers != providers,
-    )
-
-
-def _providers(steps: list[dict[str, Any]]) -> list[str]:
-    seen: list[str] = []
-    for step in steps:
-        if step["provider"] not in seen:
-            seen.append(step["provider"])
-    return seen
+    return [StepRow(step, reported_health(step, health)) for step in steps]
 
 
 @dataclass(frozen=True)
@@ -111,11 +56,13 @@ class ChangeFacts:
     at: datetime
     action: str
     reason: str
+    until: datetime | None = None  # the pin's new end, for a change that moved it
+    shortened: bool = False  # an extension that ended the pin earlier ("End the pin earlier")
 
     @property
     def done(self) -> str:
-        """The action as a past participle: "extended", "synced"."""
-        return _DONE.get(self.action, self.action)
+        """The action as a past participle: "extended", "shortened", "synced"."""
+        return "shortened" if self.shortened else _DONE.get(self.action, self.action)
 
 
 _DONE = {
@@ -126,6 +73,79 @@ _DONE = {
     "expire": "expired",
     "sync": "synced",
 }
+
+
+def is_shortening(action: str, expires_at: datetime | None, previous_expires_at: datetime | None) -> bool:
+    """Whether a change (a live or a history row's fields) ended its pin earlier: the service
+    records both ways of moving a pin's end as ``extend``, with the old and the new expiry."""
+    if action != Action.EXTEND or expires_at is None or previous_expires_at is None:
+        return False
+    return expires_at < previous_expires_at
+
+
+def change_facts(selection: Selection) -> ChangeFacts:
+    """The facts of the change that made ``selection`` (its latest)."""
+    s = selection
+    return ChangeFacts(
+        s.updated_by,
+        s.updated_at,
+        s.action,
+        s.reason,
+        until=s.expires_at if s.action == Action.EXTEND else None,
+        shortened=is_shortening(s.action, s.expires_at, s.previous_expires_at),
+    )
+
+
+# --- reasons the pages write for a person --------------------------------------------------------
+#
+# A one-click revert or extend, and a restore's prefilled reason, say what the click does; the
+# incident reason it belongs to (the one the pin was made with) goes first, so the card, the
+# history and every client's log still say which incident it was. The text added is always one
+# of the phrases below, after REASON_SEPARATOR, so the next click carries the incident again,
+# not everything added so far.
+
+REASON_SEPARATOR = " — "
+# Where text these helpers added starts in a reason (what a person typed is never cut).
+_ADDED = re.compile(
+    re.escape(REASON_SEPARATOR) + r"(?:restored v\d+ \(undo v\d+, |end pin of \S+ \(v\d+\)|keep \S+ pinned \(v\d+\))"
+)
+
+# The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
+QUICK_EXTEND_MINUTES = (60, 240)
+
+
+def incident_reason(reason: str) -> str:
+    """``reason`` without what these helpers added to it: the incident it began with."""
+    added = _ADDED.search(reason)
+    return reason[: added.start()] if added else reason
+
+
+def carried_reason(incident: str | None, added: str) -> str:
+    """``added`` (what a click does) after the incident reason, within the service's limit
+    (the incident is shortened, never the part that says what this change is)."""
+    if not incident:
+        return added
+    room = REASON_MAX - len(REASON_SEPARATOR) - len(added)
+    if len(incident) > room:
+        incident = incident[: max(room - 1, 0)] + "…"
+    return f"{incident}{REASON_SEPARATOR}{added}"
+
+
+def restore_reason(row: Any, *, incident: str | None) -> str:
+    """The prefilled reason for undoing history ``row``: "INC-101 … — restored v5 (undo v6,
+    revert by bob)"; ``incident`` is that of the pin the undo brings back, or ends."""
+    added = f"restored v{row.previous_version} (undo v{row.version}, {row.action} by {row.updated_by})"
+    return carried_reason(incident_reason(incident) if incident else None, added)
+
+
+def restore_pin_version(row: Any) -> int | None:
+    """The version whose pin's incident a restore of ``row`` carries: the pin it brings back,
+    else the pin it ends; None when neither value is a pin."""
+    if row.previous_expires_at is not None:
+        return int(row.previous_version)
+    if row.expires_at is not None:
+        return int(row.version)
+    return None
 
 
 @dataclass(frozen=True)
@@ -147,7 +167,7 @@ class LiveState:
         start, s = self.pin_start, self.selection
         if start is not None and start.version != s.version:
             return ChangeFacts(start.actor, start.at, start.action, start.reason)
-        return ChangeFacts(s.updated_by, s.updated_at, s.action, s.reason)
+        return change_facts(s)
 
     @property
     def latest(self) -> ChangeFacts | None:
@@ -155,7 +175,28 @@ class LiveState:
         start, s = self.pin_start, self.selection
         if start is None or start.version == s.version:
             return None
-        return ChangeFacts(s.updated_by, s.updated_at, s.action, s.reason)
+        return change_facts(s)
+
+    @property
+    def incident(self) -> str | None:
+        """The live pin's incident reason (from the change that began it); None on the default."""
+        return incident_reason(self.origin.reason) if self.is_pinned else None
+
+    @property
+    def revert_reason(self) -> str:
+        """The prefilled reason for ending the live pin."""
+        s = self.selection
+        return carried_reason(self.incident, f"end pin of {s.preset.name} (v{s.version}): back to default")
+
+    @property
+    def quick_extends(self) -> list[tuple[int, str, str]]:
+        """The one-click extensions of the live pin: minutes added, button label, reason."""
+        s, extends = self.selection, []
+        for minutes in QUICK_EXTEND_MINUTES:
+            label = f"+{format_minutes(minutes)}"
+            added = f"keep {s.preset.name} pinned (v{s.version}): {label}"
+            extends.append((minutes, label, carried_reason(self.incident, added)))
+        return extends
 
     @property
     def chain(self) -> str:

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from pages.display import is_shortening, restore_pin_version, restore_reason
 from pages.layout import live_card, live_or_404, render_page, viewer_required
 from presets import selectors, services
 from presets.exceptions import InvalidInput
@@ -79,11 +80,22 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         context.update(form=form, has_errors=True, cursor_errors=_cursor_errors(form))
         return render_page(request, "presets/history.html", context, status=400)
     chain_urls = {name: reverse("chain", args=[name]) for name in lives}  # once a chain, not once an entry
+    # The incident of the pin each Restore brings back (or ends), for its prefilled reason: one read.
+    pins: dict[int, tuple[int, int]] = {}
+    for row in page.rows:
+        version = restore_pin_version(row)
+        if version is not None:
+            pins[row.history_id] = (row.chain_id, version)
+    pin_starts = selectors.pin_starts_at(pins.values())
+    incidents = {row_id: pin_starts[key].reason for row_id, key in pins.items() if key in pin_starts}
     context.update(
         form=HistoryFilterForm(params, chains=chains),
         filtered=bool(params),
         described=form.described(),
-        items=[_history_item(row, lives.get(row.chain.name), chain_urls) for row in page.rows],
+        items=[
+            _history_item(row, lives.get(row.chain.name), chain_urls, incident=incidents.get(row.history_id))
+            for row in page.rows
+        ],
         paged=bool(cursor),
         newest_url=_link(request, params),
         newer_url=_link(request, params, newer_than=page.newer_than) if page.newer_than else None,
@@ -101,8 +113,11 @@ def _cursor_errors(form: HistoryFilterForm) -> list[str]:
     return [str(error) for name in ("older_than", "newer_than") for error in form.errors.get(name, [])]
 
 
-def _history_item(row: Any, live: Selection | None, chain_urls: dict[str, str]) -> dict[str, Any]:
-    """One history row with what its Restore button would do (the service decides if it may)."""
+def _history_item(
+    row: Any, live: Selection | None, chain_urls: dict[str, str], *, incident: str | None
+) -> dict[str, Any]:
+    """One history row with what its Restore button would do (the service decides if it may),
+    its reason prefilled with ``incident``, the reason of the pin the restore brings back or ends."""
     refusal = services.restore_refusal(
         chain=row.chain.name,
         version=row.version,
@@ -114,7 +129,9 @@ def _history_item(row: Any, live: Selection | None, chain_urls: dict[str, str]) 
         "key": f"{row.chain.name}-{row.version}",  # the entry's restore form and reason input
         "chain_url": chain_urls.get(row.chain.name) or reverse("chain", args=[row.chain.name]),
         "restore_block": refusal.field_message if refusal is not None else None,
-        "restore_reason": f"undo v{row.version} ({row.action} of {row.preset.name} by {row.updated_by})",
+        "restore_reason": restore_reason(row, incident=incident) if refusal is None else "",
+        # An "End the pin earlier" is recorded as an extend: its title says what it did.
+        "action": "shorten" if is_shortening(row.action, row.expires_at, row.previous_expires_at) else row.action,
         "expected_version": live.version if live is not None else None,
         "is_live": live is not None and live.version == row.version,
     }

@@ -1,6 +1,6 @@
-"""What every on-call page shares: its layout's context (who is signed in, in which role, the
-quick-change buttons), who may read it (``viewer_required``, else the no-role page), the chain
-it is about (or a 404) and the facts a chain's card shows."""
+"""What every on-call page shares: its layout's context (who is signed in, in which role), who
+may read it (``viewer_required``, else the no-role page), the chain it is about (or a 404) and
+the facts a chain's card shows."""
 
 from __future__ import annotations
 
@@ -15,15 +15,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from audit.fleet import fleet_summaries
-from pages.display import HealthMap, LiveState, format_minutes, live_state
+from pages.display import HealthMap, LiveState, live_state
 from presets import selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
 from presets.roles import VIEWER_GROUP, can_change, can_see_access, can_view
 from presets.selectors import PinStart
-
-# The one-click "+1 h" / "+4 h" buttons of a pinned chain: minutes added to its expiry.
-QUICK_EXTEND_MINUTES = (60, 240)
 
 
 def render_page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
@@ -38,7 +35,6 @@ def render_page(request: HttpRequest, template: str, context: dict[str, Any], st
         # The open alerts' count in the nav is reading too: none for someone without a role.
         **({} if reads else {"open_alert_count": 0}),
         "pin_alert_after": settings.PIN_ALERT_AFTER_MINUTES,
-        "quick_extend": [(minutes, f"+{format_minutes(minutes)}") for minutes in QUICK_EXTEND_MINUTES],
         **context,
     }
     return render(request, template, context, status=status)

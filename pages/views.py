@@ -10,7 +10,7 @@ POSTs to the same URL: the first shows what will happen and asks for confirmatio
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any
 
@@ -25,10 +25,12 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import provider_health
 from audit.alerts import recent_alerts
+from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
 from pages.display import (
     HealthMap,
+    change_facts,
     compare_steps,
     format_clock,
     format_minutes,
@@ -159,8 +161,13 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         expiry = timedelta(minutes=data["duration_minutes"])
         return services.select_preset(chain=name, preset=data["preset"], expires_at=expiry, **_who(request, data))
 
+    def already(live: Selection, data: dict[str, Any]) -> bool:
+        if live.preset.name != data["preset"]:
+            return False
+        return live.is_default or _same_expiry(live, timezone.now() + timedelta(minutes=data["duration_minutes"]))
+
     origin = _back_to_chain_page(request, name, "select_form")
-    return _change(request, name, SelectForm, describe=describe, apply=apply, origin=origin)
+    return _change(request, name, SelectForm, describe=describe, apply=apply, already=already, origin=origin)
 
 
 @_oncall_change
@@ -187,6 +194,7 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
         RevertForm,
         describe=describe,
         apply=apply,
+        already=lambda live, data: live.is_default,
         origin=_back_to_chain_page(request, name, "revert_form"),
     )
 
@@ -241,9 +249,18 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
             chain=name, expires_at=until_of(live_or_404(name), data), shorten=shorten, **_who(request, data)
         )
 
+    def already(live: Selection, data: dict[str, Any]) -> bool:
+        # The pin the person reviewed, moved as they asked: is that what is live now?
+        seen = history_rows(chain=name).filter(version=data["expected_version"]).first()
+        if seen is None or seen.expires_at is None or not live.is_pinned or live.preset_id != seen.preset_id:
+            return False
+        if data.get("add_minutes"):
+            return _same_expiry(live, seen.expires_at + timedelta(minutes=data["add_minutes"]))
+        return _same_expiry(live, timezone.now() + timedelta(minutes=data["duration_minutes"]))
+
     form_class, form_name = (ShortenForm, "shorten_form") if shorten else (ExtendForm, "extend_form")
     back = _back_to_chain_page(request, name, form_name)
-    return _change(request, name, form_class, describe=describe, apply=apply, origin=back)
+    return _change(request, name, form_class, describe=describe, apply=apply, already=already, origin=back)
 
 
 @_oncall_change
@@ -283,8 +300,16 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
             request, name, bound, live=live, summary=summary, status=400, cancel=reverse("chain-history", args=[name])
         )
 
+    def already(live: Selection, data: dict[str, Any]) -> bool:
+        previous = row.previous_preset
+        if previous is None or live.preset_id != previous.pk:
+            return False
+        return live.is_default or _same_expiry(live, services.resolve_expiry(None, now=timezone.now()))
+
     history = reverse("chain-history", args=[name])
-    return _change(request, name, RestoreForm, describe=describe, apply=apply, origin=origin, cancel=history)
+    return _change(
+        request, name, RestoreForm, describe=describe, apply=apply, already=already, origin=origin, cancel=history
+    )
 
 
 # --- the review -> confirm -> apply flow shared by every change --------------------------
@@ -313,23 +338,18 @@ def _ending_pin(live: Selection, steps: list[dict[str, Any]]) -> str | None:
     return f"This ends the pin of {live.preset.name}: {step_label(steps[0])} serves first again."
 
 
-def _dangers(summary: dict[str, Any], health: HealthMap, *, chain: str) -> list[str]:
-    """Why a change needs a second look: the preset is marked degraded, providers lose all
-    traffic, or the fleet finds its head failing now."""
-    dangers = []
-    marking = summary.get("marking") or {}
-    if marking.get("degraded"):
-        note = f": {marking['note']}" if marking.get("note") else ""
-        dangers.append(f"{summary['target']} is marked degraded{note}")
-    change = summary.get("change")
-    if change is not None and change.dropped:
-        dropped = ", ".join(change.dropped)
-        dangers.append(f"{dropped} will get no {chain} traffic")
-    rows = step_rows(summary.get("steps", [])[:1], health)
-    if rows and rows[0].health_class == "failing":
-        assert rows[0].health is not None
-        dangers.append(f"its head is failing now: {rows[0].health['summary']}")
-    return dangers
+def _dangers(summary: dict[str, Any], live: Selection, health: HealthMap, *, chain: str) -> list[str]:
+    """Why a change needs a second look (``audit.change_risks``: the runbook commands say the
+    same); a summary without steps to compare (``_target``) drops no provider."""
+    steps = summary.get("steps", [])
+    return change_risks(
+        chain=chain,
+        target=summary.get("target", ""),
+        marking=summary.get("marking"),
+        live_steps=live.steps if summary.get("change") is not None else steps,
+        steps=steps,
+        health=health,
+    )
 
 
 def _change(
@@ -339,9 +359,13 @@ def _change(
     *,
     describe: Callable[[Selection, dict[str, Any]], dict[str, Any]],
     apply: Callable[[dict[str, Any]], Selection],
+    already: Callable[[Selection, dict[str, Any]], bool],
     origin: Callable[[ChangeForm], HttpResponse],
     cancel: str | None = None,
 ) -> HttpResponse:
+    """Review, then confirm, then apply a change. ``already`` says whether a live selection is
+    what the change asks for: when someone else's change got there first, there is nothing
+    to confirm again."""
     form = form_class(request.POST)
     if not form.is_valid():
         if "reason" not in form.errors:  # report a blank reason too, not one error at a time
@@ -359,6 +383,8 @@ def _change(
             conflict = None
             # Shown before confirming; the service checks the version again when it writes.
             if live.version != data["expected_version"]:
+                if already(live, data):
+                    return _nothing_to_do(request, live)
                 conflict = {"current": live.to_document(), "action": live.action}
             return _confirm_page(
                 request, name, form, live=live, summary=describe(live, data), conflict=conflict, cancel=cancel
@@ -368,9 +394,12 @@ def _change(
         form.add_service_error(error)
         return origin(form)
     except Conflict as error:
-        # Someone changed the chain since this person looked: nothing was written. Show what
-        # happened and ask again, against the version that is live now.
+        # Someone changed the chain since this person looked: nothing was written. If that
+        # change did what this one asked, say so; else show what happened and ask again,
+        # against the version that is live now.
         live = live_or_404(name)
+        if already(live, data):
+            return _nothing_to_do(request, live)
         try:
             summary = describe(live, data)
         except InvalidInput as invalid:
@@ -405,7 +434,7 @@ def _confirm_page(
             "chain_name": name,
             "live": live_card(live, now=now, health=health),
             "summary": summary,
-            "dangers": [] if summary.get("blocked") else _dangers(summary, health, chain=name),
+            "dangers": [] if summary.get("blocked") else _dangers(summary, live, health, chain=name),
             "step_rows": step_rows(steps, health),
             "form": form,
             "reason": form.data.get("reason", ""),
@@ -421,6 +450,29 @@ def _confirm_page(
     # A review offers a change: Back after confirming must not show it again from a cache.
     add_never_cache_headers(response)
     return response
+
+
+# Two people asking for the same pin a moment apart ask for the same thing: expiries this
+# close (the pages show minutes) are one.
+SAME_EXPIRY = timedelta(minutes=1)
+
+
+def _same_expiry(live: Selection, until: datetime) -> bool:
+    return live.expires_at is not None and abs(live.expires_at - until) <= SAME_EXPIRY
+
+
+def _nothing_to_do(request: HttpRequest, live: Selection) -> HttpResponse:
+    """The chain already is as the change asked (someone else's change got there first):
+    say so, with that change, and show the chain; nothing to confirm again."""
+    now, chain, preset = timezone.now(), live.chain.name, live.preset.name
+    facts = change_facts(live)
+    by = f"v{live.version}, {facts.done} by {live.updated_by} at {format_clock(live.updated_at, now=now)}"
+    if live.expires_at is None:
+        state = f"on its default preset {preset}" if live.is_default else f"on {preset}"
+    else:
+        state = f"pinned to {preset} until {format_clock(live.expires_at, now=now)}"
+    messages.info(request, f"{chain} is already {state} ({by}): nothing to do")
+    return redirect("chain", name=chain)
 
 
 def _changed_message(selection: Selection) -> str:
@@ -458,12 +510,7 @@ def _chain_page(
     if select_form is None:
         select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
     if revert_form is None:
-        revert_form = RevertForm(
-            initial={
-                "expected_version": version,
-                "reason": f"end pin of {selection.preset.name} (v{version}): back to default",
-            },
-        )
+        revert_form = RevertForm(initial={"expected_version": version, "reason": live.revert_reason})
     if extend_form is None:
         extend_form = ExtendForm(initial={"expected_version": version})
     if shorten_form is None:

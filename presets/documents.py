@@ -125,3 +125,24 @@ def format_duration(value: timedelta | float) -> str:
     if hours:
         return f"{hours} h"
     return f"{minutes} min"
+
+
+def format_clock(value: datetime, *, now: datetime) -> str:
+    """A moment in UTC: "06:03 UTC" today, "Sat 29 Nov 06:03 UTC" on another day."""
+    value, now = value.astimezone(UTC), now.astimezone(UTC)
+    if value.date() == now.date():
+        return f"{value:%H:%M} UTC"
+    return f"{value:%a %d %b %H:%M} UTC"
+
+
+def format_moment(value: datetime, *, now: datetime) -> str:
+    """A moment and how far it is from ``now``, as a terminal says it: "04:15 UTC (in 2 h)",
+    "Sat 29 Nov 06:03 UTC (20 h ago)", "Wed 01 Jan 2031 00:00 UTC (in 365 days)"."""
+    clock = format_clock(value, now=now)
+    if value.astimezone(UTC).year != now.astimezone(UTC).year:
+        clock = f"{value.astimezone(UTC):%a %d %b %Y %H:%M} UTC"
+    span = abs(value - now)
+    if span < timedelta(seconds=1):
+        return f"{clock} (now)"
+    distance = f"{span.days} days" if span >= timedelta(days=2) else format_duration(span)
+    return f"{clock} (in {distance})" if value > now else f"{clock} ({distance} ago)"

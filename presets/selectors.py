@@ -90,6 +90,31 @@ def live_pin_starts(selections: Iterable[Selection]) -> dict[int, PinStart | Non
     return starts
 
 
+def pin_starts_at(versions: Iterable[tuple[int, int]]) -> dict[tuple[int, int], PinStart]:
+    """``pin_start`` of each (chain id, version) given, in one query whatever their number (a
+    history page's rows): each one index probe, like ``_latest_starts``. A version with no
+    select or restore at or before it is left out. The query is made for no versions too, so
+    a page's query count does not depend on what it lists."""
+    keys = sorted(set(versions))
+    history = Selection.history.model._meta.db_table
+    starts = statements.placeholders(len(_STARTS))
+    probe = (
+        f"SELECT (SELECT x.history_id FROM {history} x WHERE x.chain_id = %s AND x.version <= %s "
+        f"AND x.action IN ({starts}) ORDER BY x.version DESC LIMIT 1)"
+    )
+    fields = ", ".join(f"h.{name}" for name in ("history_id", "chain_id", *_START_FIELDS))
+    probes = " UNION ALL ".join([probe] * len(keys)) or "SELECT CAST(NULL AS INTEGER)"
+    sql = f"SELECT {fields} FROM {history} h WHERE h.history_id IN ({probes})"
+    params = [value for chain_id, version in keys for value in (chain_id, version, *_STARTS)]
+    rows = sorted(Selection.history.model.objects.raw(sql, params), key=lambda row: row.version)
+    found: dict[tuple[int, int], PinStart] = {}
+    for chain_id, version in keys:
+        before = [row for row in rows if row.chain_id == chain_id and row.version <= version]
+        if before:
+            found[chain_id, version] = _pin_start({name: getattr(before[-1], name) for name in _START_FIELDS})
+    return found
+
+
 def _latest_starts(selection_ids: list[int]) -> RawQuerySet[Any]:
     """The history row of each selection's latest select or restore at or before its version.
 

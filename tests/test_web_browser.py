@@ -137,7 +137,7 @@ def test_restore_from_history_with_the_prefilled_reason(open_page: Callable[...,
     page = open_page(alice, "/chains/chat/history/")
     row = page.locator("#chat-v3")
     assert row.get_by_label("Reason for restoring pin_secondary").input_value() == (
-        "undo v3 (revert of normal by carol)"
+        f"{REASON} — restored v2 (undo v3, revert by carol)"
     )
     click = Clicks()
     click(row.get_by_role("button", name="Restore pin_secondary…"))
@@ -150,7 +150,7 @@ def test_restore_from_history_with_the_prefilled_reason(open_page: Callable[...,
         "pin_secondary",
         "restore",
     )
-    assert selection.reason == "undo v3 (revert of normal by carol)"
+    assert selection.reason == f"{REASON} — restored v2 (undo v3, revert by carol)"
 
 
 def test_a_blank_reason_shows_a_form_error_and_writes_nothing(open_page: Callable[..., Any], alice: User) -> None:

@@ -127,7 +127,7 @@ def test_restore_from_the_details_with_an_edited_reason(open_page: Callable[...,
     row = page.locator("#chat-v4")
     row.get_by_text("Details").click()
     reason = row.get_by_label("Reason for restoring pin_secondary")
-    assert reason.input_value() == "undo v4 (revert of normal by carol)"
+    assert reason.input_value() == f"{LONG_REASON} — restored v3 (undo v4, revert by carol)"
     reason.fill("undo v4: vendor_a is still broken")
     row.get_by_role("button", name="Restore pin_secondary…").click()
     page.get_by_role("button", name="Restore pin_secondary").click()

@@ -325,9 +325,9 @@ def test_restore_works_from_a_filtered_list(oncall: Client) -> None:
     assert entries(html) == ["chat-v3"]
     entry = html.split('id="chat-v3"')[1].split("</li>")[0]
     assert 'action="/chains/chat/history/3/restore"' in entry and 'id="restore-form-chat-3"' in entry
-    assert re.search(r'form="restore-form-chat-3" value="undo v3 \(revert of normal by carol\)"', entry)
+    assert 'form="restore-form-chat-3" value="INC-2 — restored v2 (undo v3, revert by carol)"' in entry
     assert "Restore pin_secondary…" in entry
-    data = {"reason": "undo v3 (revert of normal by carol)", "expected_version": "3"}
+    data = {"reason": "INC-2 — restored v2 (undo v3, revert by carol)", "expected_version": "3"}
     assert oncall.post("/chains/chat/history/3/restore", data).status_code == 200  # the review
     done = oncall.post("/chains/chat/history/3/restore", {**data, "confirmed": "yes"})
     assert done.status_code == 302

@@ -2,12 +2,15 @@
 review pages never cached, extending that never shortens (and a separate way to end a pin
 earlier), who pinned and why kept after an extension, an honest review of the default preset,
 danger and caution on the confirm button, quiet idle-head warnings, the one-line-per-chain
-strip and one-click revert / +1 h / +4 h."""
+strip and one-click revert / +1 h / +4 h, the incident reason carried by every generated reason,
+"nothing to do" when a conflicting change already did what was asked, and a shortened pin
+reading as shortened."""
 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from html import unescape
 from typing import Any
 
 import pytest
@@ -48,10 +51,10 @@ def confirm_button(html: str) -> str:
     return match.group(1)
 
 
-def review(client: Client, url: str, **data: Any) -> Any:
+def review(client: Client, url: str, *, follow: bool = False, **data: Any) -> Any:
     data.setdefault("expected_version", str(live().version))
     data.setdefault("reason", REASON)
-    return client.post(url, data)
+    return client.post(url, data, follow=follow)
 
 
 # --- change URLs opened with a GET (a bookmark, or signing in again mid-change) -------------------
@@ -284,7 +287,7 @@ def test_revert_and_extend_are_one_click_from_the_dashboard_then_a_review(oncall
 
     assert reviewed.status_code == 200
     assert "Revert chat to its default, normal?" in reviewed.content.decode()
-    assert fields["reason"] == "end pin of pin_secondary (v2): back to default"
+    assert fields["reason"] == f"{REASON} — end pin of pin_secondary (v2): back to default"
     assert live().version == 2  # reviewed, not made
 
 
@@ -327,3 +330,151 @@ def test_an_unexpected_error_is_a_styled_page_with_a_way_back(rf: Any) -> None:
     assert "Something went wrong on the control plane's side" in page
     assert "may or may not have been made" in page
     assert 'href="/"' in response.content.decode()
+
+
+# --- the incident reason is carried: generated text is added to it, never replaces it -------------
+
+INCIDENT = "INC-101 vendor_a 500s"
+
+
+def quick_forms(client: Client) -> dict[str, dict[str, str]]:
+    """The dashboard card's one-click forms of chat, by button: their hidden fields."""
+    forms = re.findall(r'<form method="post" action="[^"]+" class="inline-form">(.*?)</form>', page_card(client), re.S)
+    return {
+        re.search(r"<button[^>]*>([^<]+)</button>", body).group(1): dict(  # type: ignore[union-attr]
+            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)
+        )
+        for body in forms
+    }
+
+
+def restore_prefill(client: Client, version: int) -> str:
+    html = client.get("/chains/chat/history/").content.decode()
+    match = re.search(rf'form="restore-form-chat-{version}" value="([^"]*)"', html)
+    assert match, f"no restore of v{version}"
+    return unescape(match.group(1))
+
+
+def confirm(client: Client, url: str, **data: Any) -> Any:
+    assert review(client, url, **data).status_code == 200
+    return review(client, url, confirmed="yes", **data)
+
+
+def test_a_restore_after_a_revert_keeps_the_incident_reason_first(oncall: Client) -> None:
+    pin(actor="carol", reason=INCIDENT)  # v2
+    services.revert_to_default(chain="chat", actor="bob", reason="vendor_a looks fine")  # v3
+
+    reason = restore_prefill(oncall, 3)
+    assert reason == f"{INCIDENT} — restored v2 (undo v3, revert by bob)"
+    assert confirm(oncall, "/chains/chat/history/3/restore", reason=reason).status_code == 302
+
+    card = text(page_card(oncall))
+    assert f"Why {INCIDENT} — restored v2" in card
+    # Each history row keeps its own reason.
+    rows = dict(Selection.history.filter(chain__name="chat").values_list("version", "reason"))
+    assert (rows[2], rows[3], rows[4]) == (INCIDENT, "vendor_a looks fine", reason)
+    # Undoing the pin itself (back to the default) carries the incident of the pin it ends.
+    assert restore_prefill(oncall, 2) == f"{INCIDENT} — restored v1 (undo v2, select by carol)"
+
+
+def test_quick_actions_add_to_the_incident_reason(oncall: Client) -> None:
+    pin(reason=INCIDENT)  # v2
+    forms = quick_forms(oncall)
+    assert forms["Revert to normal…"]["reason"] == f"{INCIDENT} — end pin of pin_secondary (v2): back to default"
+    assert forms["+1 h"]["reason"] == f"{INCIDENT} — keep pin_secondary pinned (v2): +1 h"
+
+    assert confirm(oncall, "/chains/chat/extend", **forms["+1 h"]).status_code == 302  # v3
+    assert live().reason == f"{INCIDENT} — keep pin_secondary pinned (v2): +1 h"
+    # The next click carries the incident again, not the text the last one added.
+    forms = quick_forms(oncall)
+    assert forms["+4 h"]["reason"] == f"{INCIDENT} — keep pin_secondary pinned (v3): +4 h"
+    assert confirm(oncall, "/chains/chat/revert", **forms["Revert to normal…"]).status_code == 302  # v4
+    assert live().reason == f"{INCIDENT} — end pin of pin_secondary (v3): back to default"
+    assert f"Why {INCIDENT} — end pin of pin_secondary" in text(page_card(oncall))
+
+
+def test_restoring_a_restored_pin_carries_the_incident_once(oncall: Client) -> None:
+    pin(reason=INCIDENT)  # v2
+    services.revert_to_default(chain="chat", actor="bob", reason="fine")  # v3
+    services.restore(
+        chain="chat", version=3, actor="alice", reason=f"{INCIDENT} — restored v2 (undo v3, revert by bob)"
+    )
+    services.extend_pin(chain="chat", expires_at=timedelta(hours=6), actor="dave", reason="still bad")  # v5
+    services.revert_to_default(chain="chat", actor="bob", reason="fine now")  # v6
+
+    assert restore_prefill(oncall, 6) == f"{INCIDENT} — restored v5 (undo v6, revert by bob)"
+
+
+# --- a conflict that leaves the chain as asked: nothing to do ------------------------------------
+
+
+def test_a_revert_beaten_by_another_revert_says_there_is_nothing_to_do(oncall: Client) -> None:
+    pin()
+    assert review(oncall, "/chains/chat/revert").status_code == 200  # alice reviews at v2
+    with time_machine.travel(datetime(2026, 11, 29, 2, 14, tzinfo=UTC), tick=False):
+        services.revert_to_default(chain="chat", actor="bob", reason="vendor_a is back")  # v3
+    confirmed = review(oncall, "/chains/chat/revert", confirmed="yes", expected_version="2", follow=True)
+
+    page = text(confirmed.content.decode())
+    assert "chat is already on its default preset normal (v3, reverted by bob at " in page
+    assert "02:14 UTC): nothing to do" in page
+    assert 'name="confirmed"' not in confirmed.content.decode()
+    assert "changed since you loaded the page" not in page
+    assert (live().version, history_count()) == (3, 3)
+
+
+def test_an_extend_beaten_by_the_same_extend_says_there_is_nothing_to_do(oncall: Client) -> None:
+    pin(expires_at=timedelta(hours=2))
+    until = live().expires_at
+    assert until is not None
+    assert review(oncall, "/chains/chat/extend", add_minutes="60").status_code == 200
+    services.extend_pin(chain="chat", expires_at=until + timedelta(hours=1), actor="bob", reason="same idea")  # v3
+    confirmed = review(oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version="2")
+
+    assert confirmed.status_code == 302
+    page = text(oncall.get(confirmed["Location"]).content.decode())
+    assert "chat is already pinned to pin_secondary until" in page and "(v3, extended by bob at" in page
+    assert live().version == 3
+    # A different change got there first: that is a conflict, asked again.
+    services.extend_pin(chain="chat", expires_at=until + timedelta(hours=5), actor="bob", reason="longer")  # v4
+    conflict = review(oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version="3")
+    assert conflict.status_code == 409
+    assert "changed since you loaded the page" in text(conflict.content.decode())
+    assert 'name="confirmed"' in conflict.content.decode()
+
+
+def test_a_select_beaten_by_the_same_select_says_there_is_nothing_to_do(oncall: Client) -> None:
+    assert review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60").status_code == 200
+    pin(actor="bob", expires_at=timedelta(minutes=60))  # v2
+    confirmed = review(
+        oncall,
+        "/chains/chat/select",
+        preset="pin_secondary",
+        duration_minutes="60",
+        confirmed="yes",
+        expected_version="1",
+        follow=True,
+    )
+
+    assert "chat is already pinned to pin_secondary until" in text(confirmed.content.decode())
+    assert live().version == 2
+
+
+# --- a shortened pin reads as shortened -----------------------------------------------------------
+
+
+def test_a_shortened_pin_reads_as_shortened_on_the_card_and_in_the_history(oncall: Client) -> None:
+    with time_machine.travel(datetime(2026, 11, 29, 2, 0, tzinfo=UTC), tick=False):
+        pin(expires_at=timedelta(hours=8))  # v2
+        services.extend_pin(
+            chain="chat", expires_at=timedelta(minutes=30), shorten=True, actor="dave", reason="INC-1 over"
+        )  # v3
+        card = text(page_card(oncall))
+        history = text(oncall.get("/chains/chat/history/").content.decode())
+        services.extend_pin(chain="chat", expires_at=timedelta(hours=6), actor="erin", reason="still bad")  # v4
+        extended = text(page_card(oncall))
+
+    assert "Then shortened by dave to 02:30 UTC" in card
+    assert "extended" not in card
+    assert "v3 shorten" in history and "v3 extend" not in history
+    assert "Then extended by erin to 08:00 UTC" in extended

@@ -164,7 +164,7 @@ def test_on_a_pinned_chain_revert_and_extend_come_first(oncall: Client) -> None:
     html = page(oncall, "/chains/chat/")
     assert html.index('id="revert"') < html.index('id="extend"') < html.index('id="choose"')
     assert "Revert to default (normal)…" in html
-    assert 'value="end pin of pin_secondary (v2): back to default"' in html
+    assert f'value="{REASON} — end pin of pin_secondary (v2): back to default"' in html
     assert re.search(r'value="pin_secondary"[^>]*disabled', html)
 
 
@@ -343,7 +343,7 @@ def test_restore_from_history_undoes_one_change_with_a_prefilled_reason(oncall: 
     pin()
     services.revert_to_default(chain="chat", actor="carol", reason="looked fine")
     html = page(oncall, "/chains/chat/history/")
-    assert 'value="undo v3 (revert of normal by carol)"' in html
+    assert f'value="{REASON} — restored v2 (undo v3, revert by carol)"' in html
     assert "Restore pin_secondary…" in html
     review = oncall.post(
         "/chains/chat/history/3/restore",

@@ -6,27 +6,33 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from commands.operations import add_change_arguments, expiry_option_names, expiry_options, make_change
+from commands.operations import (
+    add_change_arguments,
+    add_expiry_arguments,
+    expiry_option_names,
+    expiry_options,
+    make_change,
+)
 from presets import services
 
 
 class Command(BaseCommand):
     help = (
-        "Move CHAIN's pin expiry to N minutes from now (--minutes) or to a time (--until). "
+        "Move CHAIN's pin expiry to N minutes (--minutes) or H hours (--hours) from now, or to a "
+        "time (--until). "
         "Never ends the pin sooner unless --shorten. Needs --reason; prints the new expiry."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("chain", metavar="CHAIN")
-        parser.add_argument("--minutes", default=None, metavar="N", help="the pin ends N minutes from now")
-        parser.add_argument("--until", default=None, metavar="ISO", help="the pin ends at this time")
+        add_expiry_arguments(parser, ends="the pin ends")
         parser.add_argument("--shorten", action="store_true", help="end the pin earlier than it ends now (on purpose)")
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         expires = expiry_options(options)
         if expires is None:
-            raise CommandError("--minutes N or --until ISO: say when the pin should end")
+            raise CommandError("--minutes N, --hours H or --until ISO: say when the pin should end")
         make_change(
             self,
             options,

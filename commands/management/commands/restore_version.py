@@ -13,7 +13,8 @@ from presets import services
 class Command(BaseCommand):
     help = (
         "Undo the change that made CHAIN's VERSION: what it replaced is live again, as a new "
-        "version (a restored pin gets the default duration). See chain_history. Needs --reason."
+        "version (a restored pin gets the default duration). See chain_history. Needs --reason; "
+        "prints the new version, then a warning line for each risk, as select_preset does."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

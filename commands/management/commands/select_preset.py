@@ -6,21 +6,28 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from commands.operations import add_change_arguments, expiry_option_names, expiry_options, make_change
+from commands.operations import (
+    add_change_arguments,
+    add_expiry_arguments,
+    expiry_option_names,
+    expiry_options,
+    make_change,
+)
 from presets import services
 
 
 class Command(BaseCommand):
     help = (
         "Make PRESET live on CHAIN. A non-default preset is a pin that expires (default "
-        "duration unless --minutes or --until). Needs --reason; prints the new version."
+        "duration unless --minutes, --hours or --until). Needs --reason; prints the new version, "
+        "then a warning line for each risk: the preset is marked degraded, providers lose all of "
+        "the chain's traffic, or the fleet finds its head failing now."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("chain", metavar="CHAIN")
         parser.add_argument("preset", metavar="PRESET")
-        parser.add_argument("--minutes", default=None, metavar="N", help="pin for N minutes")
-        parser.add_argument("--until", default=None, metavar="ISO", help="pin until this time, e.g. 2026-12-01T09:00Z")
+        add_expiry_arguments(parser, ends="the pin ends")
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
