@@ -147,6 +147,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             route._commit(step, walk.document, progress)
             try:
                 for chunk in progress.release():
+                    progress.chunks += 1
                     yield chunk
                 if not ended:
                     pull = progress.stream.__anext__

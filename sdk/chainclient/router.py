@@ -189,7 +189,9 @@ class Router(RouterCore[Transport]):
             self._committed(turn)
             route._commit(step, walk.document, progress)
             try:
-                yield from progress.release()
+                for chunk in progress.release():
+                    progress.chunks += 1
+                    yield chunk
                 if not ended:
                     stream = progress.stream
                     pull = stream.__next__

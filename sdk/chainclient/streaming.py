@@ -147,10 +147,10 @@ class StreamProgress:
         return False
 
     def release(self) -> list[Any]:
-        """The held chunks, to hand over at the commit point (or at a complete end)."""
+        """The held chunks, to hand over at the commit point (or at a complete end); the
+        driver counts each in ``chunks`` as it hands it over."""
         held, self.held = self.held, []
         self.committed = True
-        self.chunks += len(held)
         return held
 
     @property

@@ -238,6 +238,14 @@ def test_the_source_hears_of_every_streamed_attempt_with_its_first_chunk_time(ki
     assert source.served == {"beta": 1}
 
 
+def test_chunks_held_to_the_commit_point_count_only_as_the_caller_takes_them(streams: FakeStreams) -> None:
+    streams.script("alpha", ["", "", "Hel", "lo"])
+    router = make("sync", streams)
+    with router.stream("hello") as route:
+        assert next(iter(route)) == ""
+    assert route.receipt.attempts[0].chunks == 1, "three were held at the commit point; one was taken"
+
+
 def test_a_caller_that_stops_early_closes_the_providers_stream(streams: FakeStreams) -> None:
     streams.script("alpha", ["a", "b", "c"])
     router = make("sync", streams)
