@@ -13,6 +13,7 @@ per pin however many sweeps run and however often the pin is extended.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from audit.delivery import queue_delivery
 from audit.models import PROVIDER_ALERTS, Alert, AlertKind, DeliveryState
 from audit.notifications import notify_resolved, resolution_deliveries
 from audit.notifiers import LOG, planned_deliveries
+from audit.provider_health import Failing, failing_steps
 from presets.documents import format_duration, format_time
 from presets.exceptions import NotFound
 from presets.models import Action, Chain, Selection, lock_selection
@@ -55,6 +57,73 @@ def recent_alerts(*, limit: int = 100, open_only: bool = False, chain: str | Non
 def open_alert_count() -> int:
     """How many alerts report a condition still going on: the count in the pages' top nav."""
     return Alert.objects.filter(resolved_at__isnull=True).count()
+
+
+def alert_texts(alerts: list[Alert], *, now: datetime) -> dict[int, str]:
+    """Each alert's words as shown at ``now`` (``alert_text``), by id: at most two reads, the
+    fleet's failing steps and the live pins of the stale alerts' chains, whatever the count."""
+    failing: dict[tuple[str, str], Failing] = {}
+    if any(a.kind == AlertKind.PROVIDER_FAILING and a.is_open for a in alerts):
+        failing = {(f.chain, f"{f.provider}/{f.model}"): f for f in failing_steps(now=now)}
+    stale = {a.chain_id for a in alerts if a.kind == AlertKind.STALE_PIN and a.is_open}
+    pins: dict[int, tuple[datetime | None, str | None]] = {}
+    if stale:
+        live = Selection.objects.filter(chain_id__in=stale)
+        pins = {c: (e, d) for c, e, d in live.values_list("chain_id", "expires_at", "chain__default_preset__name")}
+    return {a.pk: alert_text(a, now=now, failing=failing, pin=pins.get(a.chain_id)) for a in alerts}
+
+
+def alert_text(
+    alert: Alert,
+    *,
+    now: datetime,
+    failing: Mapping[tuple[str, str], Failing] | None = None,
+    pin: tuple[datetime | None, str | None] | None = None,
+) -> str:
+    """What ``alert`` says as it is shown at ``now``, from its data: how long its condition
+    has lasted and, for a step failing still, the fleet's figures now (``failing``: the
+    ``provider_health.failing_steps`` read, by chain and step), as the dashboard's "failing
+    now" says them; for a stale pin still open, its expiry now and the chain's default
+    (``pin``: an extension moves the expiry). ``message`` stays as it was raised: what the
+    notifiers were sent."""
+    until = alert.resolved_at if alert.resolved_at is not None else now
+    lasted = format_duration(until - alert.created_at)
+    details = alert.details or {}
+    if alert.kind == AlertKind.STALE_PIN:
+        pinned_at = _parsed(details.get("pinned_at"))
+        if pinned_at is None:
+            return alert.message
+        preset = details.get("preset")
+        by = f"(pinned at v{details.get('pin_version')} by {details.get('pinned_by')}: {details.get('reason')})"
+        if not alert.is_open:
+            return f"{alert.chain.name} served pin {preset} for {format_duration(until - pinned_at)} {by}."
+        expires_at, default = pin if pin is not None else (_parsed(details.get("expires_at")), None)
+        expiry = f"; it expires at {format_time(expires_at)}" if expires_at is not None else ""
+        return (
+            f"{alert.chain.name} has served pin {preset} for {format_duration(now - pinned_at)} {by}{expiry}. "
+            f"Keep it on purpose (extend) or revert to {default or 'the default'}."
+        )
+    if alert.kind == AlertKind.PROVIDER_FAILING:
+        if not alert.is_open:
+            return f"{alert.subject} on {alert.chain.name} was failing for {lasted}. When raised: {alert.message}"
+        step = (failing or {}).get((alert.chain.name, alert.subject))
+        if step is None:
+            return (
+                f"{alert.subject} on {alert.chain.name} is below the failing threshold now (open for {lasted}, "
+                f"until the next check resolves it). When raised: {alert.message}"
+            )
+        return f"{step.describe()}; failing for {lasted}, since {format_time(alert.created_at)}."
+    if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
+        span = f"for {lasted}" if alert.is_open else f"for {lasted}, until {format_time(until)}"
+        return f"{alert.message} (seen {span}, since {format_time(alert.created_at)})."
+    return alert.message  # an event: what happened, as it happened
+
+
+def _parsed(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def alert_entry(alert: Alert) -> dict[str, Any]:

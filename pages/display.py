@@ -199,6 +199,22 @@ class LiveState:
         return extends
 
     @property
+    def failing_head(self) -> StepRow | None:
+        """The live head step when the fleet finds it failing (``change_risks.health_class``)."""
+        head = self.steps[0] if self.steps else None
+        return head if head is not None and head.health_class == "failing" else None
+
+    @property
+    def state(self) -> str:
+        """What the card's border and the summary strip say, worst first: ``failing`` (the live
+        head is failing), ``stale``, ``pinned`` or ``default``; never green while the head fails."""
+        if self.failing_head is not None:
+            return "failing"
+        if self.is_stale:
+            return "stale"
+        return "pinned" if self.is_pinned else "default"
+
+    @property
     def chain(self) -> str:
         return self.selection.chain.name
 

@@ -23,7 +23,7 @@ from pages.display import is_shortening, restore_pin_version, restore_reason
 from pages.layout import live_card, live_or_404, render_page, viewer_required
 from presets import selectors, services
 from presets.exceptions import InvalidInput
-from presets.history import entry, history_page, recent_actors
+from presets.history import entry, history_count, history_page, oldest_page_cursor, recent_actors
 from presets.history_filter import HistoryFilterForm
 from presets.models import Selection
 
@@ -88,8 +88,13 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
             pins[row.history_id] = (row.chain_id, version)
     pin_starts = selectors.pin_starts_at(pins.values())
     incidents = {row_id: pin_starts[key].reason for row_id, key in pins.items() if key in pin_starts}
+    # A bounded count ("10,000+" beyond the cap) and the oldest page's cursor: two short reads
+    # whatever the history's length (read on every page, so the cost never depends on it).
+    count, more = history_count(chain=chain_name, filters=form.filters())
+    oldest = oldest_page_cursor(chain=chain_name, filters=form.filters(), size=HISTORY_PAGE_SIZE)
     context.update(
         form=HistoryFilterForm(params, chains=chains),
+        count_words=_count_words(count, more=more, filtered=bool(params)),
         filtered=bool(params),
         described=form.described(),
         items=[
@@ -100,6 +105,8 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         newest_url=_link(request, params),
         newer_url=_link(request, params, newer_than=page.newer_than) if page.newer_than else None,
         older_url=_link(request, params, older_than=page.older_than) if page.older_than else None,
+        # Only off the oldest page: from there, Older is the way on and Oldest would be itself.
+        oldest_url=_link(request, params, older_than=oldest) if oldest is not None and page.older_than else None,
     )
     return render_page(request, "presets/history.html", context)
 
@@ -107,6 +114,15 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
 def _link(request: HttpRequest, params: dict[str, str], **cursor: int) -> str:
     query = urlencode({**params, **cursor})
     return f"{request.path}?{query}" if query else request.path
+
+
+def _count_words(count: int, *, more: bool, filtered: bool) -> str:
+    """ "1,204 changes." or "10,000+ changes match these filters." """
+    one = count == 1 and not more
+    words = f"{count:,}{'+' if more else ''} change{'' if one else 's'}"
+    if filtered:
+        words += " matches these filters" if one else " match these filters"
+    return f"{words}."
 
 
 def _cursor_errors(form: HistoryFilterForm) -> list[str]:

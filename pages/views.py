@@ -4,11 +4,14 @@ Views stay thin: they read through ``presets.selectors``, ``presets.services`` a
 service for every change, and render its refusals (``InvalidInput`` on the form field it names,
 ``Conflict`` as "someone changed it meanwhile: here is what, confirm again"). A change is two
 POSTs to the same URL: the first shows what will happen and asks for confirmation, the second
-(``confirmed``) makes it; then POST-redirect-GET to the chain page with a success message.
+(``confirmed``) makes it; then POST-redirect-GET to the chain page with a success message. Every
+POST answers with a redirect: a review or a refusal is shown by a GET of the change's URL with
+a ``?review=`` token, its fields kept in the session, so Back never resends a POST.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import wraps
@@ -16,15 +19,16 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import provider_health
-from audit.alerts import recent_alerts
+from audit.alerts import alert_texts, recent_alerts
 from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
@@ -105,28 +109,110 @@ def _oncall_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
     A GET of a change's URL (a bookmark, or signing in again after the session expired
     mid-change, which lands on the URL the form posted to) changes nothing: it goes to the
-    chain's page, saying so."""
+    chain's page, saying so; with the token of a POST made from this session (``?review=``,
+    Post/Redirect/Get), it shows what that POST met: its review, or why it was refused."""
 
-    @require_http_methods(["GET", "HEAD", "POST"])
     @viewer_required
     @wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.method != "POST":
-            return _nothing_changed(request, kwargs["name"], history="version" in kwargs)
+        if request.method == "POST":
+            _require_oncall(request)
+            return view(request, *args, **kwargs)
+        pending = _pending(request) if request.method == "GET" else None
+        if pending is None:
+            return _nothing_changed(request, kwargs["name"], kind=view.__name__)
         _require_oncall(request)
+        # The view works out again, against what is live now, what that POST sent; the data
+        # never carries ``confirmed``, and ``_change`` applies nothing on a GET.
+        request.POST = _as_posted(pending["data"])  # type: ignore[assignment]  # immutable, as a POST's is
         return view(request, *args, **kwargs)
 
-    return checked
+    @require_http_methods(["GET", "HEAD", "POST"])
+    @wraps(view)
+    def signed_out_kept(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method == "POST" and not request.user.is_authenticated:
+            _keep_unsent_change(request)
+        return checked(request, *args, **kwargs)
+
+    return signed_out_kept
 
 
-def _nothing_changed(request: HttpRequest, name: str, *, history: bool) -> HttpResponse:
+# Where a change's POST waits for the GET that shows it (Post/Redirect/Get), by token; and
+# a change posted after the session expired, for the page the person lands on once signed in.
+PENDING_CHANGES = "pages.pending_changes"
+PENDING_KEPT = 20
+UNSENT_CHANGE = "pages.unsent_change"
+PREFILL = "pages.prefill"
+NOT_POSTED_BACK = ("csrfmiddlewaretoken", "confirmed")
+
+
+def _posted_fields(request: HttpRequest) -> dict[str, list[str]]:
+    """A change's POST as the session keeps it: never its CSRF token, never its confirmation."""
+    return {key: request.POST.getlist(key) for key in request.POST if key not in NOT_POSTED_BACK}
+
+
+def _as_posted(data: dict[str, list[str]]) -> QueryDict:
+    return QueryDict(urlencode(data, doseq=True))
+
+
+def _pending(request: HttpRequest) -> dict[str, Any] | None:
+    """The change POST this GET's ``?review=`` token names, if this session made it to this URL."""
+    pending = request.session.get(PENDING_CHANGES, {}).get(request.GET.get("review", ""))
+    return pending if pending is not None and pending["path"] == request.path else None
+
+
+def _show_after_post(
+    request: HttpRequest, data: dict[str, list[str]], *, status: int = 200, refused: list[InvalidInput] | None = None
+) -> HttpResponse:
+    """Post/Redirect/Get: what a change's POST showed (its review, or why it was refused) is
+    shown by a GET of the same URL, so Back never offers to send the POST again. The POST's
+    fields wait in this session under a token, not in the URL (the reason is among them)."""
+    token = secrets.token_urlsafe(12)
+    kept = request.session.get(PENDING_CHANGES, {})
+    kept[token] = {
+        "path": request.path,
+        "data": data,
+        "status": status,
+        # What the service refused when confirming: shown again as it was, never re-applied.
+        "refused": [[error.field, error.field_message] for error in refused or []],
+    }
+    request.session[PENDING_CHANGES] = dict(list(kept.items())[-PENDING_KEPT:])
+    return redirect(f"{request.path}?{urlencode({'review': token})}")
+
+
+def _keep_unsent_change(request: HttpRequest) -> None:
+    """A change posted after the session expired: nothing is changed, the sign-in page says
+    why, and what was typed waits in the session (kept when signing in) for the page after."""
+    request.session[UNSENT_CHANGE] = {"path": request.path, "data": _posted_fields(request)}
+    messages.warning(
+        request,
+        "Your session had expired, so nothing was changed. Sign in again: the reason you typed "
+        "is kept, and you can review the change again.",
+    )
+
+
+def _nothing_changed(request: HttpRequest, name: str, *, kind: str) -> HttpResponse:
     live_or_404(name)  # an unknown chain is a 404, not a redirect to one
-    if request.method == "GET":  # a HEAD (a link checker, say) leaves no message for later
-        messages.info(
+    history = kind == "restore"
+    if request.method != "GET":  # a HEAD (a link checker, say) leaves no message for later
+        return redirect("chain-history" if history else "chain", name=name)
+    unsent = request.session.get(UNSENT_CHANGE)
+    if unsent is not None and unsent["path"] == request.path:
+        del request.session[UNSENT_CHANGE]
+        messages.warning(
             request,
-            f"Nothing was changed: a change is made from its review page, with a reason and a "
-            f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
+            f"Nothing was changed on {name}: your session had expired before the change was made. "
+            "What you typed is filled in again: check it against what is live now, then review the change.",
         )
+        if history:  # a restore's reason is asked on its review page: go there with it
+            return _show_after_post(request, unsent["data"])
+        request.session[PREFILL] = {"chain": name, "kind": kind, "data": unsent["data"]}
+        return redirect("chain", name=name)
+    messages.warning(
+        request,
+        f"Nothing was changed: a change is made from its review page, with a reason and a "
+        f"confirmation. Here is {name} as it is now; start again if it still needs the change.",
+    )
     return redirect("chain-history" if history else "chain", name=name)
 
 
@@ -365,8 +451,68 @@ def _change(
 ) -> HttpResponse:
     """Review, then confirm, then apply a change. ``already`` says whether a live selection is
     what the change asks for: when someone else's change got there first, there is nothing
-    to confirm again."""
+    to confirm again.
+
+    A POST answers with a redirect only (Post/Redirect/Get): a page it would show, the review
+    or a refusal, is shown by the GET it redirects to (``_show_after_post``), which works the
+    POST out again against what is live then and never applies it."""
     form = form_class(request.POST)
+    cancel = cancel or reverse("chain", args=[name])
+    if request.method != "POST":
+        pending = _pending(request)
+        assert pending is not None  # ``_oncall_change`` lets a GET through only with one
+        if pending["refused"]:  # what the service refused on confirming, shown as it was
+            form.is_valid()
+            for field, message in pending["refused"]:
+                form.add_service_error(InvalidInput(field, message))
+            return origin(form)
+        return _review(
+            request,
+            name,
+            form,
+            describe=describe,
+            already=already,
+            origin=origin,
+            cancel=cancel,
+            conflict_status=pending["status"],
+        )
+    if not form.is_valid() or not form.cleaned_data["confirmed"]:
+        response = _review(request, name, form, describe=describe, already=already, origin=origin, cancel=cancel)
+        return response if response.status_code == 302 else _show_after_post(request, _posted_fields(request))
+    data = form.cleaned_data
+    live_or_404(name)  # an unknown chain is a 404, whatever was posted
+    refused: list[InvalidInput] = []
+    try:
+        selection = apply(data)
+    except InvalidInput as error:
+        refused.append(error)
+    except Conflict:
+        # Someone changed the chain since this person looked: nothing was written. If that
+        # change did what this one asked, say so; else show what happened and ask again,
+        # against the version that is live now (the GET after this sees the versions differ).
+        if already(live_or_404(name), data):
+            return _nothing_to_do(request, live_or_404(name))
+        return _show_after_post(request, _posted_fields(request), status=409)
+    else:
+        messages.success(request, _changed_message(selection))
+        return redirect("chain", name=name)
+    return _show_after_post(request, _posted_fields(request), status=400, refused=refused)
+
+
+def _review(
+    request: HttpRequest,
+    name: str,
+    form: ChangeForm,
+    *,
+    describe: Callable[[Selection, dict[str, Any]], dict[str, Any]],
+    already: Callable[[Selection, dict[str, Any]], bool],
+    origin: Callable[[ChangeForm], HttpResponse],
+    cancel: str,
+    conflict_status: int = 200,
+) -> HttpResponse:
+    """A change's review: the confirm page, or the form it came from with why it was refused.
+    ``conflict_status`` is the status of a review that shows a conflict (409 after a
+    confirmation the service refused on its version)."""
     if not form.is_valid():
         if "reason" not in form.errors:  # report a blank reason too, not one error at a time
             try:
@@ -376,40 +522,28 @@ def _change(
         return origin(form)
     data = form.cleaned_data
     live = live_or_404(name)
-    cancel = cancel or reverse("chain", args=[name])
     try:
-        if not data["confirmed"]:
-            services.clean_reason(data["reason"])  # a blank reason is refused before confirming
-            conflict = None
-            # Shown before confirming; the service checks the version again when it writes.
-            if live.version != data["expected_version"]:
-                if already(live, data):
-                    return _nothing_to_do(request, live)
-                conflict = {"current": live.to_document(), "action": live.action}
-            return _confirm_page(
-                request, name, form, live=live, summary=describe(live, data), conflict=conflict, cancel=cancel
-            )
-        selection = apply(data)
+        services.clean_reason(data["reason"])  # a blank reason is refused before confirming
+        conflict = None
+        # Shown before confirming; the service checks the version again when it writes.
+        if live.version != data["expected_version"]:
+            if already(live, data):
+                return _nothing_to_do(request, live)
+            conflict = {"current": live.to_document(), "action": live.action}
+        summary = describe(live, data)
     except InvalidInput as error:
         form.add_service_error(error)
         return origin(form)
-    except Conflict as error:
-        # Someone changed the chain since this person looked: nothing was written. If that
-        # change did what this one asked, say so; else show what happened and ask again,
-        # against the version that is live now.
-        live = live_or_404(name)
-        if already(live, data):
-            return _nothing_to_do(request, live)
-        try:
-            summary = describe(live, data)
-        except InvalidInput as invalid:
-            form.add_service_error(invalid)
-            return origin(form)
-        return _confirm_page(
-            request, name, form, live=live, summary=summary, conflict=error.details, cancel=cancel, status=409
-        )
-    messages.success(request, _changed_message(selection))
-    return redirect("chain", name=name)
+    return _confirm_page(
+        request,
+        name,
+        form,
+        live=live,
+        summary=summary,
+        conflict=conflict,
+        cancel=cancel,
+        status=conflict_status if conflict else 200,
+    )
 
 
 def _confirm_page(
@@ -506,18 +640,31 @@ def _chain_page(
     health, suggestion = _health(selection, presets, now=now)
     live = live_card(selection, now=now, health=health)
     version = selection.version
-    chosen = request.GET.get("preset", "")
+    unbound = select_form is None and revert_form is None and extend_form is None and shorten_form is None
+    typed_into, typed = _typed_before_sign_in(request, name) if unbound else ("", {})
+    chosen = request.GET.get("preset", "") or (typed.get("preset", "") if typed_into == "select" else "")
+
+    def initial(form: str, **fields: Any) -> dict[str, Any]:
+        if form != typed_into:
+            return {"expected_version": version, **fields}
+        kept = {key: typed[key] for key in ("reason", "duration_minutes") if typed.get(key)}
+        return {"expected_version": version, **fields, **kept}
+
     if select_form is None:
-        select_form = SelectForm(initial={"expected_version": version, "preset": chosen})
+        select_form = SelectForm(initial=initial("select", preset=chosen))
     if revert_form is None:
-        revert_form = RevertForm(initial={"expected_version": version, "reason": live.revert_reason})
+        revert_form = RevertForm(initial=initial("revert", reason=live.revert_reason))
     if extend_form is None:
-        extend_form = ExtendForm(initial={"expected_version": version})
+        extend_form = ExtendForm(initial=initial("extend"))
     if shorten_form is None:
-        shorten_form = ShortenForm(initial={"expected_version": version, "shorten": True})
+        shorten_form = ShortenForm(initial=initial("shorten", shorten=True))
     # The reason box takes the focus when the person came to pin (a preset chosen on the
-    # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead.
-    if chosen or select_form.is_bound or not live.is_pinned:
+    # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead; after
+    # signing in again, the form that holds what they typed before the session expired.
+    typed_form = {"revert": revert_form, "extend": extend_form, "shorten": shorten_form}.get(typed_into)
+    if typed_form is not None and live.is_pinned:
+        typed_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
     choices = preset_choices(
         presets,
@@ -541,13 +688,30 @@ def _chain_page(
     return render_page(request, "presets/chain.html", context, status=status)
 
 
+def _typed_before_sign_in(request: HttpRequest, name: str) -> tuple[str, dict[str, str]]:
+    """Which of this chain's change forms held what was typed before the session expired
+    (kept by ``_nothing_changed`` once signed in again), and its fields: once, then forgotten."""
+    prefill = request.session.get(PREFILL)
+    if request.method != "GET" or prefill is None or prefill["chain"] != name:
+        return "", {}
+    del request.session[PREFILL]
+    typed = {key: values[0] for key, values in prefill["data"].items() if values}
+    if prefill["kind"] == "extend" and typed.get("shorten") == "true":
+        return "shorten", typed
+    return prefill["kind"], typed
+
+
 def _alerts_context() -> dict[str, Any]:
     """Every open alert however old (a condition still going on), then the recent rest; the
     latest change notifications and where each was sent."""
+    now = timezone.now()
     still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True)
     shown = {alert.pk for alert in still_open}
+    alerts = still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown]
     return {
-        "alerts": still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown],
+        "alerts": alerts,
+        # Each alert's words as of now (how long, the figures now), not those frozen when raised.
+        "alert_texts": alert_texts(alerts, now=now),
         "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
         "changes_notified": changes_notified(),
     }

@@ -115,6 +115,27 @@ def history_page(
     return HistoryPage(page[:size], newer_than=None, older_than=page[size - 1].history_id if len(page) > size else None)
 
 
+# How far a history list's count goes: beyond it the pages say "10,000+" (a bounded read,
+# never a count that walks the whole trail).
+HISTORY_COUNT_CAP = 10_000
+
+
+def history_count(*, chain: str | None = None, filters: HistoryFilter | None = None) -> tuple[int, bool]:
+    """How many changes the list holds, and whether there are more than ``HISTORY_COUNT_CAP``
+    (then the count is the cap): the count reads at most the cap's rows, at any length."""
+    rows = history_rows(chain=chain, filters=filters).values("history_id")[: HISTORY_COUNT_CAP + 1]
+    found = rows.count()
+    return min(found, HISTORY_COUNT_CAP), found > HISTORY_COUNT_CAP
+
+
+def oldest_page_cursor(*, chain: str | None = None, filters: HistoryFilter | None = None, size: int) -> int | None:
+    """The ``older_than`` cursor of the list's oldest page (the row just newer than its
+    ``size`` oldest), or None when the list fits on one page: one short index read."""
+    order = CHAIN_ORDER if chain is not None else ALL_ORDER
+    rows = history_rows(chain=chain, filters=filters).order_by(*order).values_list("history_id", flat=True)
+    return next(iter(rows[size : size + 1]), None)
+
+
 def _cursor_key(chain: str | None, field: str, history_id: int, order: tuple[str, str]) -> tuple[Any, Any]:
     """The sort key of the cursor's row (one chain's list: a row of that chain)."""
     found = Selection.history.filter(history_id=history_id)

@@ -18,13 +18,14 @@ from django.db import connection
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from audit import alerts
+from audit import alerts, provider_alerts
 from audit import delivery as alert_delivery
 from audit.models import Alert
 from pages.errors import WayBack, way_back
 from pages.templatetags.oncall import clock_times
 from presets import services
 from presets.models import Selection
+from tests.health_reports import vendor_a_failing
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -128,6 +129,46 @@ def test_a_stale_pin_reads_open_then_resolved_with_what_ended_it(oncall: Client)
         [item] = items(page(oncall))
     assert item.startswith("Resolved stale_pin on chat v2")
     assert "Raised 03:01 UTC · resolved 03:05 UTC: pin ended by v3: revert to normal by carol: vendor_a is back" in item
+
+
+def test_a_stale_pins_words_say_how_long_it_has_been_pinned_when_shown_not_when_raised(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = stale_alert(clock)
+        raised = items(page(oncall))[0]
+        clock.shift(timedelta(minutes=45))
+        services.extend_pin(chain="chat", actor="alice", reason="keep it", expires_at=timedelta(hours=5))
+        [later] = items(page(oncall))
+    assert "has served pin pin_secondary for 1 h 1 min" in raised
+    assert "has served pin pin_secondary for 1 h 46 min" in later
+    assert "(pinned at v2 by alice: INC-7 vendor_a returns garbage)" in later
+    assert "it expires at 08:46 UTC. Keep it on purpose (extend) or revert to normal." in later  # the extension's
+    alert.refresh_from_db()
+    assert "for 1 h 1 min" in alert.message and "06:00:00Z" in alert.message  # stored, and sent, as raised
+
+
+def test_a_failing_providers_alert_shows_the_figures_now_and_for_how_long(
+    oncall: Client, reader: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.PROVIDER_FAILING_ERROR_PERCENT = 20
+    settings.PROVIDER_FAILING_MIN_ATTEMPTS = 20
+    settings.PROVIDER_FAILING_MINUTES = 5
+    settings.PROVIDER_ALERT_MIN_INSTANCES = 3
+    monkeypatch.setattr(provider_alerts, "EVALUATE_EVERY_S", 3600.0)  # the test says when to judge
+    with time_machine.travel(T0, tick=False) as clock:
+        vendor_a_failing(reader)
+        assert provider_alerts.sweep().raised == 1
+        clock.shift(timedelta(minutes=2))
+        vendor_a_failing(reader)
+        vendor_a_failing(reader)
+        [item] = items(page(oncall))
+    alert = Alert.objects.get(kind="provider_failing")
+    assert "150 of 300 attempts" in alert.message  # as raised, and as sent
+    assert item.startswith("Open provider_failing vendor_a/large on chat")
+    assert (
+        "vendor_a/large on chat: 50.0 % errors (mostly 5xx) over the last 5 min, 450 of 900 attempts; "
+        "failing for 2 min, since 02:00 UTC." in item
+    )
+    assert "150 of 300" not in item
 
 
 def test_times_in_a_message_read_as_the_pages_write_them_and_the_stored_message_keeps_iso(

@@ -247,6 +247,19 @@ def test_a_page_with_a_form_says_the_chain_changed_instead_of_reloading(
 # --- accessibility, themes, phone width -----------------------------------------------------
 
 
+def test_at_1280px_the_dashboards_cards_fill_the_row_with_no_empty_column(
+    open_page: Callable[..., Any], alice: User
+) -> None:
+    page = open_page(alice, "/", viewport=LAPTOP)
+    grid = page.locator(".cards").bounding_box()
+    cards = [page.locator(f"section[data-chain={chain}]").bounding_box() for chain in ("chat", "incident-summary")]
+    assert grid and all(cards)
+    # Two chains side by side, sharing the width: no empty third column on their right.
+    assert cards[0]["y"] == cards[1]["y"]
+    assert abs((cards[1]["x"] + cards[1]["width"]) - (grid["x"] + grid["width"])) <= 1
+    assert cards[0]["width"] > grid["width"] / 3
+
+
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390px", "1280px"])
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])
 def test_every_page_has_no_serious_accessibility_violations_and_fits_its_width(

@@ -230,3 +230,66 @@ def test_the_changed_elsewhere_notice_stays_in_view_while_scrolling(open_as: Cal
     page.wait_for_function("() => window.scrollY > 200")
     box = notice.bounding_box()
     assert box is not None and 0 <= box["y"] < 50, box
+
+
+# 9. "Healthier now… Review <preset>" lands in the reason box: typing goes there
+
+# A warning's background in each theme (the stylesheet's --caution-bg), not a success's.
+CAUTION = {"light": "rgb(255, 241, 199)", "dark": "rgb(69, 49, 11)"}
+
+
+def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
+    open_as: Callable[..., Any], reader: Client
+) -> None:
+    vendor_a_failing(reader)
+    page = open_as("/")
+    page.get_by_role("link", name="Review pin_secondary…").first.click()
+    page.wait_for_url(re.compile(r"/chains/chat/\?preset=pin_secondary$"))
+
+    page.keyboard.type(REASON)
+
+    assert page.locator("#id_reason").input_value() == REASON
+    page.get_by_role("button", name="Review and pin…").click()
+    page.get_by_role("button", name="Pin pin_secondary for 4 h").wait_for()
+
+
+# 10. After the session expired mid-change: the sign-in page says why, the reason is kept
+
+
+def test_signing_in_again_mid_change_warns_and_keeps_the_typed_reason(open_as: Callable[..., Any], scheme: str) -> None:
+    page = open_as("/chains/chat/?preset=pin_secondary")
+    page.keyboard.type(REASON)
+    page.get_by_role("button", name="Review and pin…").click()
+    page.context.clear_cookies(name=settings.SESSION_COOKIE_NAME)  # the session expires meanwhile
+    page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
+
+    page.wait_for_url(re.compile(r"/accounts/login/"))
+    assert "Your session had expired, so nothing was changed" in page.get_by_role("status").first.inner_text()
+    sign_in_on_the_page(page)
+
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert background(page.locator(".message", has_text="Nothing was changed")) == CAUTION[scheme]
+    assert page.locator("#id_reason").input_value() == REASON
+    assert page.evaluate("document.activeElement.id") == "id_reason"
+    assert live().version == 1
+
+
+# 11. Back after confirming is a normal page: no "Confirm Form Resubmission", nothing made twice
+
+
+def test_back_after_confirming_is_a_normal_page_and_makes_nothing_again(open_as: Callable[..., Any]) -> None:
+    page = open_as("/chains/chat/?preset=pin_secondary")
+    page.keyboard.type(REASON)
+    page.get_by_role("button", name="Review and pin…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/select\?review="))  # the review is a GET
+    page.reload()  # and reloading it sends nothing either
+    page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+
+    response = page.go_back()  # a POST in the history would stop here (ERR_CACHE_MISS)
+
+    assert response is not None and response.ok
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert "chat is already pinned to pin_secondary" in page.get_by_role("status").first.inner_text()
+    assert page.get_by_role("heading", name="chat", exact=True).is_visible()
+    assert (live().version, Selection.history.filter(chain__name="chat").count()) == (2, 2)

@@ -128,7 +128,8 @@ def test_a_healthier_reviewed_preset_is_suggested_with_a_link_to_review_it_never
     assert text(suggestion.group(0)) == (
         "Healthier now: pin_secondary, its head vendor_b: 0.0 % errors, p95 1 s, 3 instances. Review pin_secondary…"
     )
-    assert 'href="/chains/chat/?preset=pin_secondary#choose"' in suggestion.group(0)
+    # No #fragment: a page opened at one skips autofocus, and the reason box must take it.
+    assert 'href="/chains/chat/?preset=pin_secondary"' in suggestion.group(0)
     assert 'data-suggested="pin_secondary"' in chain_html
     # Nothing was changed by showing it; a viewer reads it without a link to act on.
     assert Selection.objects.get(chain__name="chat").preset.name == "normal"
@@ -164,7 +165,7 @@ def test_the_review_page_shows_the_health_of_both_heads(oncall: Client, reader: 
     data = {"preset": "pin_secondary", "duration_minutes": "60", "reason": REASON, "expected_version": "1"}
     with time_machine.travel(T0, tick=False):
         vendor_a_failing(reader)
-        response = oncall.post("/chains/chat/select", data)
+        response = oncall.post("/chains/chat/select", data, follow=True)
     assert response.status_code == 200
     html = response.content.decode()
 
@@ -235,3 +236,53 @@ def test_health_costs_the_dashboard_the_same_queries_however_many_steps_and_minu
         many = queries()
 
     assert many == few
+
+
+def strip_item(html: str, chain: str) -> str:
+    """One chain's line in the dashboard's summary strip."""
+    match = re.search(
+        rf'<li class="strip-item[^"]*">\s*<span class="strip-line"><a href="#chain-{chain}">.*?</li>', html, re.S
+    )
+    assert match, f"no strip line for {chain}"
+    return match.group(0)
+
+
+def test_a_default_chain_whose_head_is_failing_is_not_shown_green(oncall: Client, reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        healthy = page(oncall, "/")
+        vendor_a_failing(reader)
+        html = page(oncall, "/")
+
+    assert 'class="strip-item strip-default"' in strip_item(healthy, "chat")
+    assert 'class="card card-default"' in card(healthy, "chat")
+    assert "Head failing" not in healthy
+
+    line, chat = strip_item(html, "chat"), card(html, "chat")
+    assert 'class="strip-item strip-failing"' in line
+    assert 'class="card card-failing"' in chat
+    # In words too, not colour alone: which step, and the figures.
+    assert "Head failing" in text(line)
+    assert "Head vendor_a/large failing: vendor_a: 50.0 % errors (mostly 5xx)" in text(line)
+    assert "Its live head vendor_a/large is failing: vendor_a: 50.0 % errors" in text(chat)
+    # The other chain's head was never reported on: it stays as it was.
+    assert 'class="strip-item strip-default"' in strip_item(html, "incident-summary")
+    assert 'class="card card-default"' in card(html, "incident-summary")
+
+
+def test_a_failing_step_behind_a_healthy_head_leaves_the_card_as_it_was(oncall: Client, reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            report(
+                reader,
+                f"pod-{n}",
+                [
+                    step("vendor_a", "large", {"served": 100}),
+                    step("vendor_b", "large", {"served": 5, "server_error": 20}),
+                ],
+            )
+        html = page(oncall, "/")
+
+    assert 'class="step step-failing"' in step_line(card(html, "chat"), "vendor_b/large")
+    assert 'class="card card-default"' in card(html, "chat")
+    assert 'class="strip-item strip-default"' in strip_item(html, "chat")
+    assert "Head failing" not in html

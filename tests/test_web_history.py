@@ -14,7 +14,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from presets import services
+from presets import history, services
+from presets.history import HISTORY_COUNT_CAP
 from presets.models import Selection
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -286,6 +287,42 @@ def test_paging_keeps_the_filters_older_and_newer(oncall: Client) -> None:
     assert versions(get(oncall, newer)) == versions(first)
 
 
+def test_oldest_goes_to_the_first_changes_and_each_page_says_how_many_match(oncall: Client) -> None:
+    rounds(30)  # chat v1..v61, incident-summary v1; alice made chat v2, v4, ... v60
+    first = get(oncall, "/chains/chat/history/")
+    assert "61 changes." in first
+    oldest = link(first, "Oldest")
+    assert oldest is not None and oldest.startswith("/chains/chat/history/?older_than=")
+    last = get(oncall, oldest)
+    assert versions(last) == list(range(25, 0, -1))  # a full page: the 25 oldest
+    assert link(last, "Oldest") is None and link(last, "Older") is None
+    assert versions(get(oncall, link(last, "Newer") or "")) == list(range(50, 25, -1))
+    assert link(last, "Newest") == "/chains/chat/history/"
+
+    filtered = get(oncall, "/history/?actor=alice")
+    assert "30 changes match these filters." in filtered
+    oldest = link(filtered, "Oldest")
+    assert oldest is not None and oldest.startswith("/history/?actor=alice&older_than=")
+    assert versions(get(oncall, oldest)) == list(range(50, 0, -2))
+
+
+def test_a_list_that_fits_one_page_has_no_oldest_and_counts_one_change_in_the_singular(oncall: Client) -> None:
+    html = get(oncall, "/chains/chat/history/")
+    assert "1 change." in html
+    assert link(html, "Oldest") is None and link(html, "Older") is None
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-9")
+    assert "1 change matches these filters." in get(oncall, "/history/?actor=alice")
+
+
+def test_the_count_stops_at_its_cap_and_says_so(oncall: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history, "HISTORY_COUNT_CAP", 10)
+    rounds(6)  # chat v1..v13, incident-summary v1
+    html = get(oncall, "/history/")
+    assert "10+ changes." in html
+    assert "14 changes" not in html
+    assert "6 changes match these filters." in get(oncall, "/history/?actor=alice")
+
+
 def test_one_chains_pages_go_by_version_to_the_first(oncall: Client) -> None:
     rounds(30)  # chat v1..v61
     pages = [get(oncall, "/chains/chat/history/")]
@@ -328,7 +365,7 @@ def test_restore_works_from_a_filtered_list(oncall: Client) -> None:
     assert 'form="restore-form-chat-3" value="INC-2 — restored v2 (undo v3, revert by carol)"' in entry
     assert "Restore pin_secondary…" in entry
     data = {"reason": "INC-2 — restored v2 (undo v3, revert by carol)", "expected_version": "3"}
-    assert oncall.post("/chains/chat/history/3/restore", data).status_code == 200  # the review
+    assert oncall.post("/chains/chat/history/3/restore", data, follow=True).status_code == 200  # the review
     done = oncall.post("/chains/chat/history/3/restore", {**data, "confirmed": "yes"})
     assert done.status_code == 302
     live = Selection.objects.get(chain__name="chat")
@@ -370,7 +407,9 @@ def test_the_query_count_does_not_grow_with_the_history(oncall: Client, url: str
     services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="pinned again")
     many = queries(oncall, url)
     assert few and len(many) == len(few), "\n".join(many)
-    assert not any("COUNT(" in q and "historicalselection" in q for q in many), "no count over the history"
+    counts = [q for q in many if "COUNT(" in q and "historicalselection" in q]
+    assert all(f"LIMIT {HISTORY_COUNT_CAP + 1}" in q for q in counts), "no count over the whole history"
+    assert len(counts) == (url != "/"), "the history pages count what matches, capped"
 
 
 @pytest.mark.parametrize("url", ["/", "/history/", "/chains/chat/history/"], ids=["dashboard", "all", "one-chain"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,10 +52,12 @@ def confirm_button(html: str) -> str:
     return match.group(1)
 
 
-def review(client: Client, url: str, *, follow: bool = False, **data: Any) -> Any:
+def review(client: Client, url: str, *, follow: bool | None = None, **data: Any) -> Any:
+    """POST a change's form; a review (not ``confirmed``) follows its redirect to the GET that
+    shows it (Post/Redirect/Get), a confirmation only when asked to."""
     data.setdefault("expected_version", str(live().version))
     data.setdefault("reason", REASON)
-    return client.post(url, data, follow=follow)
+    return client.post(url, data, follow=not data.get("confirmed") if follow is None else follow)
 
 
 # --- change URLs opened with a GET (a bookmark, or signing in again mid-change) -------------------
@@ -283,7 +286,7 @@ def test_revert_and_extend_are_one_click_from_the_dashboard_then_a_review(oncall
 
     url, body = actions["Revert to normal…"]
     fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body))
-    reviewed = oncall.post(url, fields)
+    reviewed = oncall.post(url, fields, follow=True)
 
     assert reviewed.status_code == 200
     assert "Revert chat to its default, normal?" in reviewed.content.decode()
@@ -301,12 +304,22 @@ def test_a_quick_extend_confirmed_after_the_pin_ended_says_so_never_a_server_err
     if meanwhile == "reverted":
         services.revert_to_default(chain="chat", actor="bob", reason="vendor_a is back")
         confirmed = review(
-            oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version=reviewed_version
+            oncall,
+            "/chains/chat/extend",
+            add_minutes="60",
+            confirmed="yes",
+            expected_version=reviewed_version,
+            follow=True,
         )
     else:
         with time_machine.travel(timezone.now() + timedelta(hours=3)):
             confirmed = review(
-                oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version=reviewed_version
+                oncall,
+                "/chains/chat/extend",
+                add_minutes="60",
+                confirmed="yes",
+                expected_version=reviewed_version,
+                follow=True,
             )
 
     assert confirmed.status_code == 409, confirmed.status_code
@@ -437,7 +450,9 @@ def test_an_extend_beaten_by_the_same_extend_says_there_is_nothing_to_do(oncall:
     assert live().version == 3
     # A different change got there first: that is a conflict, asked again.
     services.extend_pin(chain="chat", expires_at=until + timedelta(hours=5), actor="bob", reason="longer")  # v4
-    conflict = review(oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version="3")
+    conflict = review(
+        oncall, "/chains/chat/extend", add_minutes="60", confirmed="yes", expected_version="3", follow=True
+    )
     assert conflict.status_code == 409
     assert "changed since you loaded the page" in text(conflict.content.decode())
     assert 'name="confirmed"' in conflict.content.decode()
@@ -478,3 +493,179 @@ def test_a_shortened_pin_reads_as_shortened_on_the_card_and_in_the_history(oncal
     assert "extended" not in card
     assert "v3 shorten" in history and "v3 extend" not in history
     assert "Then extended by erin to 08:00 UTC" in extended
+
+
+# --- following "Healthier now… Review <preset>" lands in the reason box ---------------------------
+
+
+def reason_input(html: str, field_id: str = "id_reason") -> str:
+    match = re.search(rf'<input[^>]*id="{field_id}"[^>]*>', html)
+    assert match, f"no #{field_id}"
+    return match.group(0)
+
+
+def test_following_the_healthier_preset_suggestion_lands_with_the_reason_focused(
+    oncall: Client, reader: Client
+) -> None:
+    vendor_a_failing(reader)
+    link = re.search(
+        r'<p class="suggestion".*?<a href="([^"]+)">Review pin_secondary', oncall.get("/").content.decode()
+    )
+    assert link, "no suggestion to follow"
+    href = unescape(link.group(1))
+    # Browsers skip autofocus on a page opened at a #fragment: typing would go nowhere.
+    assert "#" not in href
+
+    landed = oncall.get(href).content.decode()
+
+    assert "autofocus" in reason_input(landed)
+    assert landed.count("autofocus") == 1
+    assert re.search(r'<input type="radio" name="preset" value="pin_secondary"[^>]*checked', landed)
+    # Reviewing without typing a reason says where to type it, and the box has the focus again.
+    refused = review(oncall, href.split("?")[0] + "select", preset="pin_secondary", duration_minutes="60", reason="")
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    assert '<a href="#id_reason">Reason: is required' in html
+    assert "autofocus" in reason_input(html) and 'aria-invalid="true"' in reason_input(html)
+
+
+# --- a change posted after the session expired: said so, and what was typed kept ----------------
+
+TYPED = "INC-77 vendor_a times out on long prompts"
+
+
+def post_signed_out(client: Client, url: str, **data: Any) -> Any:
+    """A change's form sent after the session expired (the review page was open meanwhile)."""
+    return client.post(url, {"expected_version": str(live().version), "reason": TYPED, "confirmed": "yes", **data})
+
+
+def test_the_sign_in_page_says_the_session_expired_and_nothing_was_changed(client: Client, alice: User) -> None:
+    posted = post_signed_out(client, "/chains/chat/select", preset="pin_secondary", duration_minutes="60")
+
+    assert posted.status_code == 302 and posted["Location"].startswith("/accounts/login/?next=/chains/chat/select")
+    sign_in = client.get(posted["Location"]).content.decode()
+    assert 'class="message message-warning"' in sign_in
+    assert "Your session had expired, so nothing was changed." in text(sign_in)
+    assert live().version == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "fields", "lands_on", "field_id"),
+    [
+        ("/chains/chat/select", {"preset": "pin_secondary", "duration_minutes": "60"}, "/chains/chat/", "id_reason"),
+        ("/chains/chat/revert", {}, "/chains/chat/", "revert_reason"),
+        ("/chains/chat/extend", {"duration_minutes": "480"}, "/chains/chat/", "extend_reason"),
+        ("/chains/chat/extend", {"duration_minutes": "30", "shorten": "true"}, "/chains/chat/", "shorten_reason"),
+        ("/chains/chat/history/2/restore", {}, "/chains/chat/history/2/restore?review=", "confirm_reason"),
+    ],
+    ids=["select", "revert", "extend", "shorten", "restore"],
+)
+def test_signing_in_again_warns_that_nothing_was_changed_and_keeps_the_typed_reason(
+    client: Client, alice: User, url: str, fields: dict[str, str], lands_on: str, field_id: str
+) -> None:
+    pin(expires_at=timedelta(hours=2))  # v2: something to revert, extend and restore
+    posted = post_signed_out(client, url, **fields)
+    client.get(posted["Location"])  # the sign-in page
+    signed_in = client.post(
+        "/accounts/login/", {"username": "alice", "password": "alice-pass-123", "next": url}, follow=True
+    )
+
+    assert signed_in.redirect_chain[-1][0].startswith(lands_on)
+    assert all("INC-77" not in unescape(hop) for hop, _ in signed_in.redirect_chain), "the reason rides in no URL"
+    html = signed_in.content.decode()
+    message = re.search(r'<p class="message message-(\w+)">Nothing was changed', html)
+    assert message, "no 'Nothing was changed'"
+    assert message.group(1) == "warning", "styled as a success"
+    assert f'value="{TYPED}"' in reason_input(html, field_id)
+    assert (live().version, history_count()) == (2, 2)
+    # Kept once: the next visit starts from the page's own prefill.
+    assert TYPED not in client.get("/chains/chat/").content.decode()
+
+
+def test_a_warning_is_not_styled_as_a_success() -> None:
+    css = (Path(__file__).parents[1] / "pages" / "static" / "presets" / "app.css").read_text()
+
+    assert re.search(r"\.message-warning[^{]*\{[^}]*--caution-bg", css)
+
+
+# --- Post/Redirect/Get: Back never offers to send a change's POST again ---------------------------
+
+
+def test_a_review_post_redirects_to_a_get_that_shows_it_and_back_after_confirming_changes_nothing(
+    oncall: Client,
+) -> None:
+    posted = review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60", follow=False)
+
+    assert posted.status_code == 302
+    shown_at = posted["Location"]
+    assert shown_at.startswith("/chains/chat/select?review=")
+    assert "INC-4411" not in unescape(shown_at), "the reason waits in the session, not in the URL"
+    for _ in range(2):  # shown, then shown again by a reload: the same review, nothing made
+        shown = oncall.get(shown_at)
+        assert shown.status_code == 200 and "no-store" in shown["Cache-Control"]
+        html = shown.content.decode()
+        assert "Pin pin_secondary for 1 h" in html
+        assert f'value="{REASON}"' in reason_input(html, "confirm_reason")
+        assert 'name="csrfmiddlewaretoken"' in html and 'name="expected_version" value="1"' in html
+    assert (live().version, history_count()) == (1, 1)
+
+    done = review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60", confirmed="yes")
+    assert (done.status_code, done["Location"]) == (302, "/chains/chat/")
+    back = oncall.get(shown_at, follow=True)  # Back to the review after confirming
+
+    assert back.redirect_chain == [("/chains/chat/", 302)]
+    assert "chat is already pinned to pin_secondary until" in text(back.content.decode())
+    assert (live().version, history_count()) == (2, 2)
+
+
+def test_a_refused_review_redirects_to_a_get_that_shows_the_errors(oncall: Client) -> None:
+    posted = review(oncall, "/chains/chat/select", preset="pin_secondary", reason="  ", follow=False)
+
+    assert posted.status_code == 302 and "?review=" in posted["Location"]
+    shown = oncall.get(posted["Location"])
+    assert shown.status_code == 400
+    assert '<a href="#id_reason">Reason: is required' in shown.content.decode()
+
+
+def test_a_confirmation_refused_by_the_service_is_shown_by_a_get_that_never_applies_it(oncall: Client) -> None:
+    posted = review(oncall, "/chains/chat/extend", duration_minutes="60", confirmed="yes")  # not pinned
+
+    assert posted.status_code == 302
+    for _ in range(2):
+        shown = oncall.get(posted["Location"])
+        assert shown.status_code == 400
+        assert "chat is not pinned: only a pin can be extended" in shown.content.decode()
+    assert (live().version, history_count()) == (1, 1)
+
+
+def test_a_conflict_on_confirming_is_shown_by_a_get_that_never_applies_it(oncall: Client) -> None:
+    pin("local_only", reason="INC-9 both vendors down")  # v2, while alice looked at v1
+    posted = review(
+        oncall,
+        "/chains/chat/select",
+        preset="pin_secondary",
+        duration_minutes="60",
+        confirmed="yes",
+        expected_version="1",
+    )
+
+    assert posted.status_code == 302
+    for _ in range(2):
+        shown = oncall.get(posted["Location"])
+        assert shown.status_code == 409
+        html = text(shown.content.decode())
+        assert "Your change was not made" in html and "INC-9 both vendors down" in html
+    assert (live().version, live().preset.name) == (2, "local_only")
+
+
+def test_a_review_token_shows_only_its_own_change_to_its_own_session(oncall: Client, alice: User) -> None:
+    posted = review(oncall, "/chains/chat/select", preset="pin_secondary", duration_minutes="60", follow=False)
+    token = posted["Location"].split("?")[1]
+    elsewhere = Client()
+    elsewhere.force_login(alice)
+
+    for client, url in ((oncall, f"/chains/chat/revert?{token}"), (elsewhere, posted["Location"])):
+        response = client.get(url, follow=True)
+        assert response.redirect_chain == [("/chains/chat/", 302)], url
+        assert "Nothing was changed" in response.content.decode()
+    assert live().version == 1

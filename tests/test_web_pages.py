@@ -185,7 +185,7 @@ def test_an_unknown_chain_is_not_found(oncall: Client) -> None:
 
 
 def test_pinning_is_a_review_then_a_confirmation_then_the_chain_page(oncall: Client) -> None:
-    review = oncall.post("/chains/chat/select", select_data())
+    review = oncall.post("/chains/chat/select", select_data(), follow=True)
     assert review.status_code == 200
     html = review.content.decode()
     assert "Pin pin_secondary on chat?" in html
@@ -209,7 +209,7 @@ def test_pinning_is_a_review_then_a_confirmation_then_the_chain_page(oncall: Cli
 def test_a_blank_reason_shows_a_form_error_and_writes_nothing(
     oncall: Client, reason: str, confirmed: str | None
 ) -> None:
-    response = oncall.post("/chains/chat/select", select_data(reason=reason, confirmed=confirmed))
+    response = oncall.post("/chains/chat/select", select_data(reason=reason, confirmed=confirmed), follow=True)
     assert response.status_code == 400
     html = response.content.decode()
     assert 'class="error-summary" role="alert"' in html
@@ -219,7 +219,7 @@ def test_a_blank_reason_shows_a_form_error_and_writes_nothing(
 
 
 def test_a_missing_preset_and_a_blank_reason_are_reported_together(oncall: Client) -> None:
-    response = oncall.post("/chains/chat/select", select_data(preset=None, reason=""))
+    response = oncall.post("/chains/chat/select", select_data(preset=None, reason=""), follow=True)
     assert response.status_code == 400
     html = response.content.decode()
     assert '<a href="#id_preset">Preset: choose one of the presets</a>' in html
@@ -227,26 +227,26 @@ def test_a_missing_preset_and_a_blank_reason_are_reported_together(oncall: Clien
 
 
 def test_a_reason_over_500_characters_is_refused_by_the_service_rule(oncall: Client) -> None:
-    response = oncall.post("/chains/chat/select", select_data(reason="x" * 501, confirmed="yes"))
+    response = oncall.post("/chains/chat/select", select_data(reason="x" * 501, confirmed="yes"), follow=True)
     assert response.status_code == 400
     assert "is 501 characters; keep it to 500" in response.content.decode()
     assert live().version == 1
 
 
 def test_an_unknown_preset_and_a_too_long_pin_are_form_errors(oncall: Client) -> None:
-    unknown = oncall.post("/chains/chat/select", select_data(preset="made_up", confirmed="yes"))
+    unknown = oncall.post("/chains/chat/select", select_data(preset="made_up", confirmed="yes"), follow=True)
     assert unknown.status_code == 400
     assert "does not exist on chat" in unknown.content.decode()
-    too_long = oncall.post("/chains/chat/select", select_data(duration_minutes="1441"))
+    too_long = oncall.post("/chains/chat/select", select_data(duration_minutes="1441"), follow=True)
     assert too_long.status_code == 400
     assert "longer than the maximum pin of 1440" in too_long.content.decode()
-    not_a_number = oncall.post("/chains/chat/select", select_data(duration_minutes="soon"))
+    not_a_number = oncall.post("/chains/chat/select", select_data(duration_minutes="soon"), follow=True)
     assert not_a_number.status_code == 400
     assert live().version == 1
 
 
 def test_a_post_without_the_page_version_is_refused(oncall: Client) -> None:
-    response = oncall.post("/chains/chat/select", select_data(expected_version=None, confirmed="yes"))
+    response = oncall.post("/chains/chat/select", select_data(expected_version=None, confirmed="yes"), follow=True)
     assert response.status_code == 400
     assert "The page is out of date" in response.content.decode()
     assert live().version == 1
@@ -260,7 +260,7 @@ def test_a_change_made_meanwhile_is_a_conflict_showing_who_what_why_and_asking_a
 ) -> None:
     page(oncall, "/chains/chat/")  # alice loads v1 ...
     pin("local_only", actor="carol", reason="INC-9 both vendors down")  # ... carol pins first
-    response = oncall.post("/chains/chat/select", select_data(confirmed="yes"))
+    response = oncall.post("/chains/chat/select", select_data(confirmed="yes"), follow=True)
     assert response.status_code == 409
     html = response.content.decode()
     assert "chat changed since you loaded the page" in html
@@ -278,7 +278,7 @@ def test_a_change_made_meanwhile_is_a_conflict_showing_who_what_why_and_asking_a
 
 def test_the_review_already_shows_a_change_made_since_the_page_was_loaded(oncall: Client) -> None:
     pin("local_only", actor="carol", reason="INC-9 both vendors down")
-    response = oncall.post("/chains/chat/select", select_data(expected_version="1"))
+    response = oncall.post("/chains/chat/select", select_data(expected_version="1"), follow=True)
     assert response.status_code == 200
     html = response.content.decode()
     assert "chat changed since you loaded the page" in html and "carol" in html
@@ -292,7 +292,7 @@ def test_the_review_already_shows_a_change_made_since_the_page_was_loaded(oncall
 def test_revert_to_default_after_a_confirmation(oncall: Client) -> None:
     pin()
     data = {"reason": "vendor_a recovered", "expected_version": "2"}
-    review = oncall.post("/chains/chat/revert", data)
+    review = oncall.post("/chains/chat/revert", data, follow=True)
     assert review.status_code == 200 and "Revert chat to its default, normal?" in review.content.decode()
     assert live().version == 2
     done = oncall.post("/chains/chat/revert", {**data, "confirmed": "yes"})
@@ -304,7 +304,7 @@ def test_revert_to_default_after_a_confirmation(oncall: Client) -> None:
 def test_extend_keeps_the_pin_with_a_new_expiry_from_now(oncall: Client) -> None:
     pin()
     data = {"reason": "still broken", "expected_version": "2", "duration_minutes": "480"}
-    review = oncall.post("/chains/chat/extend", data)
+    review = oncall.post("/chains/chat/extend", data, follow=True)
     assert review.status_code == 200 and "Extend the pin of pin_secondary on chat?" in review.content.decode()
     done = oncall.post("/chains/chat/extend", {**data, "confirmed": "yes"})
     assert done.status_code == 302
@@ -321,6 +321,7 @@ def test_extending_a_chain_that_is_not_pinned_shows_the_service_refusal(oncall: 
     response = oncall.post(
         "/chains/chat/extend",
         {"reason": "x", "expected_version": "1", "duration_minutes": "60", "confirmed": "yes"},
+        follow=True,
     )
     assert response.status_code == 400
     assert "chat is not pinned: only a pin can be extended" in response.content.decode()
@@ -332,7 +333,7 @@ def test_extending_a_pin_that_ended_meanwhile_shows_what_happened_and_no_confirm
     pin()
     services.revert_to_default(chain="chat", actor="carol", reason="fixed")
     data = {"reason": "still broken", "expected_version": "2", "duration_minutes": "60"}
-    response = oncall.post("/chains/chat/extend", data)
+    response = oncall.post("/chains/chat/extend", data, follow=True)
     html = response.content.decode()
     assert "chat has no pin to extend any more" in html
     assert "revert of <strong>normal</strong> by <strong>carol</strong>" in html
@@ -348,6 +349,7 @@ def test_restore_from_history_undoes_one_change_with_a_prefilled_reason(oncall: 
     review = oncall.post(
         "/chains/chat/history/3/restore",
         {"reason": "undo v3: not fixed yet", "expected_version": "3"},
+        follow=True,
     )
     assert review.status_code == 200
     assert "Undo v3 on chat: serve pin_secondary again?" in review.content.decode()
@@ -368,7 +370,7 @@ def test_restore_from_history_undoes_one_change_with_a_prefilled_reason(oncall: 
 
 def test_a_blank_restore_reason_is_asked_for_again_on_the_confirmation(oncall: Client) -> None:
     pin()
-    response = oncall.post("/chains/chat/history/2/restore", {"reason": " ", "expected_version": "2"})
+    response = oncall.post("/chains/chat/history/2/restore", {"reason": " ", "expected_version": "2"}, follow=True)
     assert response.status_code == 400
     html = response.content.decode()
     assert 'role="alert"' in html and "is required" in html
@@ -428,6 +430,14 @@ def test_a_viewer_sees_no_change_buttons(viewer: Client, url: str) -> None:
 
 def test_a_viewer_is_told_changes_need_the_oncall_role(viewer: Client) -> None:
     assert "changes need the on-call role" in page(viewer, "/chains/chat/")
+
+
+def test_the_dashboard_tells_a_viewer_it_is_read_only_and_whom_to_ask(viewer: Client, oncall: Client) -> None:
+    hint = "Read only: you can see every chain, but changes need the on-call role. Ask an admin for it."
+    html = page(viewer, "/")
+    assert hint in html
+    assert html.index(hint) < html.index('class="card')  # before the first card, where one reads first
+    assert hint not in page(oncall, "/")
 
 
 @pytest.mark.parametrize(

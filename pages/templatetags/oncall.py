@@ -155,6 +155,13 @@ def clock_times(text: str | None) -> str:
 
 
 @register.filter
+def alert_words(alert: Alert, texts: dict[int, str]) -> str:
+    """``alert``'s words as of now (``audit.alerts.alert_text``, read by the view), else the
+    message it was raised with."""
+    return texts.get(alert.pk, alert.message)
+
+
+@register.filter
 def alert_state(alert: Alert) -> str:
     """``open`` or ``resolved`` for a condition (a stale pin, a failing provider); ``event``
     for something that happened (an expired pin), which is raised already resolved."""

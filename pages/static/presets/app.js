@@ -9,6 +9,11 @@
   var mode = body.getAttribute("data-refresh"); // "reload", "notice" or ""
   var url = body.getAttribute("data-refresh-url");
 
+  // Browsers skip autofocus on a page opened at a #fragment (an older "Review …#choose" link):
+  // the field the page means to focus still takes it, so typing goes where the page says.
+  var autofocus = document.querySelector("[autofocus]");
+  if (autofocus && window.location.hash && document.activeElement !== autofocus) autofocus.focus();
+
   // Same wording as presets.display.format_duration.
   function formatDuration(seconds) {
     seconds = Math.max(0, Math.floor(seconds));
