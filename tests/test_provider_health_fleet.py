@@ -132,6 +132,7 @@ def test_forty_instances_show_a_failing_vendor_raise_one_alert_and_resolve_it(
         review = oncall.post(
             "/chains/chat/select",
             {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1", "expected_version": "1"},
+            follow=True,  # the review is shown by a GET (no resubmission)
         ).content.decode()
         live_card, after = review.split('id="after-heading"')
         assert abs(shown_rate(live_card, "vendor_a") - 50) <= 5

@@ -159,8 +159,8 @@ def test_a_script_in_a_reason_renders_as_text_on_every_page_and_in_the_admin(ali
     for url in ["/", "/chains/chat/", "/history/", "/chains/chat/history/", "/alerts/"]:
         assert ESCAPED in client.get(url).content.decode(), url
 
-    confirm = client.post("/chains/chat/revert", {"reason": PAYLOAD, "expected_version": "2"})
-    assert confirm.status_code == 200
+    confirm = client.post("/chains/chat/revert", {"reason": PAYLOAD, "expected_version": "2"}, follow=True)
+    assert confirm.status_code == 200 and confirm.redirect_chain, "the review is shown by a GET"
     html = confirm.content.decode()
     assert PAYLOAD not in html and ESCAPED in html
 
