@@ -11,8 +11,10 @@ poller and the usage reporter each run in one, so a held long poll never delays 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http.client
 import json
+import math
 import platform
 import socket
 import threading
@@ -246,14 +248,33 @@ def error_message(body: bytes) -> str:
 
 def retry_after(headers: Message) -> float | None:
     """``Retry-After`` in seconds, when the server sent a usable one."""
-    value = headers.get("Retry-After")
+    return retry_after_value(headers.get("Retry-After"))
+
+
+def retry_after_value(value: str | None) -> float | None:
+    """A ``Retry-After`` value as seconds to wait: a number of seconds or an HTTP date (RFC
+    9110); None when absent or unreadable (negative, infinite, not a number or a date)."""
+    if value is None:
+        return None
+    seconds = non_negative_seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def non_negative_seconds(value: str | None) -> float | None:
+    """A finite, non-negative number given as text, or None."""
     if value is None:
         return None
     try:
         seconds = float(value)
     except ValueError:
         return None
-    return seconds if seconds >= 0 else None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 __all__ = [

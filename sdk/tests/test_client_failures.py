@@ -147,3 +147,23 @@ def test_retry_after_is_respected_on_503(make_client, control_plane, eventually,
 
     first, second = control_plane.requests[:2]
     assert second.at - first.at >= 0.35
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("7", 7.0), ("0.5", 0.5), ("inf", None), ("nan", None), ("-1", None), ("soon", None), (None, None)],
+    ids=["seconds", "fraction", "infinite", "nan", "negative", "words", "absent"],
+)
+def test_a_retry_after_is_read_as_finite_seconds_or_ignored(value: str | None, expected: float | None) -> None:
+    from chainclient.transport import retry_after_value
+
+    assert retry_after_value(value) == expected
+
+
+def test_a_retry_after_given_as_an_http_date_is_the_seconds_until_then() -> None:
+    from email.utils import formatdate
+
+    from chainclient.transport import retry_after_value
+
+    waited = retry_after_value(formatdate(time.time() + 30, usegmt=True))
+    assert waited is not None and 28 <= waited <= 31

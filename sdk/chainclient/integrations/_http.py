@@ -18,12 +18,9 @@ body). ``network_failure`` finds it either way and says what it means for dispat
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import json
-import math
 import socket
 import ssl
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -31,6 +28,7 @@ import httpx2
 
 from chainclient.errors import ProviderError, ProviderTimeout, ProviderUnavailable, TransportError
 from chainclient.receipts import Answer
+from chainclient.transport import non_negative_seconds, retry_after_value
 from chainclient.types import Step
 
 ChunkT = TypeVar("ChunkT")
@@ -109,30 +107,10 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     """How long the provider asked us to wait: ``Retry-After`` in seconds or as an HTTP
     date, or OpenAI's ``retry-after-ms`` (which its library prefers, so do we); None when
     absent or unreadable."""
-    milliseconds = _seconds(headers.get("retry-after-ms"))
+    milliseconds = non_negative_seconds(headers.get("retry-after-ms"))
     if milliseconds is not None:
         return milliseconds / 1000
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    seconds = _seconds(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _seconds(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return retry_after_value(headers.get("retry-after"))
 
 
 def shut_down(response: httpx2.Response) -> None:
