@@ -23,9 +23,10 @@ from django.utils.dateparse import parse_datetime
 
 from audit import provider_health
 from audit.change_risks import change_risks
-from presets.documents import format_duration, format_moment, format_time
+from presets.documents import format_duration, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
 from presets.models import Selection
+from presets.wording import SHORTEN_IN_API, Phrase, for_people
 
 ACTOR_MAX = 150
 CLI_PREFIX = "cli:"
@@ -43,22 +44,12 @@ OPTION_OF = {
     "scope": "--scope",
 }
 
-# Where the services word a refusal for the API or the pages (a JSON field, a button, minutes),
-# the commands say it in theirs; every refusal's times read as "04:15 UTC (in 2 h)" (``refused``).
-COMMAND_WORDS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
-    (
-        re.compile(r'shorten it \("shorten": true, or "End the pin earlier" on the chain page\)'),
-        lambda match: "shorten it (--shorten)",
-    ),
+# Where the services word a refusal for the API or the pages (a JSON field, a button), the
+# commands say it in theirs (``presets.wording``: durations and times read the same everywhere).
+COMMAND_WORDS: list[Phrase] = [
+    (SHORTEN_IN_API, lambda match: "shorten it (--shorten)"),
     (re.compile(r"leave the duration out"), lambda match: "leave out --minutes, --hours and --until"),
-    (
-        re.compile(r"(\d+) minutes is longer than the maximum pin of (\d+)"),
-        lambda match: f"{_minutes(match[1])} is longer than the longest pin, {_minutes(match[2])}",
-    ),
-    (re.compile(r"more than (\d+) minutes ahead"), lambda match: f"more than {_minutes(match[1])} ahead"),
 ]
-# An RFC 3339 time as the services write them, not an example of one ("e.g. 2026-...Z").
-SERVICE_TIME = re.compile(r"(?<!e\.g\. )\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 EXPIRY_OPTIONS = ("minutes", "hours", "until")
 
 T = TypeVar("T")
@@ -203,20 +194,7 @@ def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandEr
         message = f"{exc.message}: manage.py chain_status lists the chains"
     else:
         message = exc.message
-    for pattern, words in COMMAND_WORDS:
-        message = pattern.sub(words, message)
-    now = timezone.now()
-    message = SERVICE_TIME.sub(lambda match: _moment(match[0], now=now), message)
-    return CommandError(" ".join(message.split()))
-
-
-def _minutes(count: str) -> str:
-    return format_duration(timedelta(minutes=int(count)))
-
-
-def _moment(text: str, *, now: datetime) -> str:
-    value = parse_datetime(text)
-    return text if value is None else format_moment(value, now=now)
+    return CommandError(for_people(message, now=timezone.now(), phrases=COMMAND_WORDS))
 
 
 @contextmanager

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from audit.change_risks import HealthMap, health_class, reported_health
 from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
@@ -190,9 +192,13 @@ class LiveState:
 
     @property
     def quick_extends(self) -> list[tuple[int, str, str]]:
-        """The one-click extensions of the live pin: minutes added, button label, reason."""
+        """The one-click extensions of the live pin: minutes added, button label, reason; none
+        that would take it past the longest pin (the service would refuse it)."""
         s, extends = self.selection, []
+        room = timedelta(minutes=settings.PIN_MAX_MINUTES) - (self.expires_in or timedelta(0))
         for minutes in QUICK_EXTEND_MINUTES:
+            if timedelta(minutes=minutes) > room:
+                continue
             label = f"+{format_minutes(minutes)}"
             added = f"keep {s.preset.name} pinned (v{s.version}): {label}"
             extends.append((minutes, label, carried_reason(self.incident, added)))

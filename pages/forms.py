@@ -4,18 +4,24 @@ views put a service's ``InvalidInput`` onto the field it names (``add_service_er
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.utils import timezone
 
 from pages.display import format_minutes
 from presets.exceptions import InvalidInput
 from presets.models import PRESET_NAME_MAX
 from presets.services import REASON_MAX
+from presets.wording import SHORTEN_IN_API, Phrase, for_people
 
 # Offered pin lengths; the configured default and maximum are always among them.
 DURATION_STEPS = (30, 60, 120, 240, 480, 720, 1440)
+# Expiries this close are one (the pages show minutes): no length is offered that would move a
+# pin's end by less.
+SAME_MINUTE = timedelta(minutes=1)
 
 
 def duration_choices() -> list[tuple[int, str]]:
@@ -65,18 +71,23 @@ class ChangeForm(forms.Form):
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
     # Several change forms share the chain page: each prefixes its field ids.
     field_ids = "id_%s"
+    # The error summary's heading when the change is refused: what did not happen.
+    not_done = "Nothing was changed"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", self.field_ids)
         super().__init__(*args, **kwargs)
 
     def add_service_error(self, error: InvalidInput) -> None:
-        """Show a service's refusal on the field it names, or above the form."""
+        """Show a service's refusal on the field it names, or above the form, in the pages'
+        words (``presets.wording``: "04:15 UTC (in 2 h)", "24 h", the button to use)."""
         field = {"expires_at": "duration_minutes"}.get(error.field, error.field)
-        if field in self.fields:
-            self.add_error(field, error.field_message)
-        else:
-            self.add_error(None, error.message)
+        message = for_people(error.field_message, now=timezone.now(), phrases=PAGE_WORDS)
+        self.add_error(field if field in self.fields else None, message)
+
+
+# Where the services name the API's way (a JSON field), the pages name their button.
+PAGE_WORDS: list[Phrase] = [(SHORTEN_IN_API, lambda match: 'use "End the pin earlier" on the chain page')]
 
 
 class DurationMixin(forms.Form):
@@ -101,6 +112,7 @@ class SelectForm(DurationMixin, ChangeForm):
         max_length=PRESET_NAME_MAX, label="Preset", error_messages={"required": "choose one of the presets"}
     )
     field_order = ["preset", "duration_minutes", "reason"]
+    not_done = "Nothing was pinned"
 
 
 class ExtendForm(DurationMixin, ChangeForm):
@@ -109,6 +121,7 @@ class ExtendForm(DurationMixin, ChangeForm):
     refuses an earlier expiry, which is ``ShortenForm``'s job."""
 
     field_ids = "extend_%s"
+    not_done = "The pin was not extended"
     add_minutes = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
     shorten = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
@@ -126,6 +139,21 @@ class ExtendForm(DurationMixin, ChangeForm):
             self.add_error("duration_minutes", "choose how long")
         return data
 
+    def fits(self, minutes: int, left: timedelta) -> bool:
+        """Whether a pin with ``left`` to go would end later, ``minutes`` from now."""
+        return timedelta(minutes=minutes) > left + SAME_MINUTE
+
+    def fit_to(self, left: timedelta) -> bool:
+        """Offer only the lengths the service would accept for a pin with ``left`` to go (none
+        that would be refused), the first of them chosen unless the default is among them;
+        False when none is left."""
+        field = self.fields["duration_minutes"]
+        offered = [(m, label) for m, label in field.widget.choices if self.fits(m, left)]
+        field.widget.choices = offered
+        if field.initial not in {m for m, _ in offered}:
+            field.initial = offered[0][0] if offered else None
+        return bool(offered)
+
 
 # How soon "End the pin earlier" may end it.
 SHORTEN_STEPS = (15, 30, 60, 120)
@@ -135,6 +163,7 @@ class ShortenForm(ExtendForm):
     """End the live pin earlier than planned, on purpose (then the default serves again)."""
 
     field_ids = "shorten_%s"
+    not_done = "The pin was not shortened"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -146,11 +175,16 @@ class ShortenForm(ExtendForm):
         self.fields["shorten"].initial = True
         self.fields["reason"].help_text = "Why the pin can end sooner."
 
+    def fits(self, minutes: int, left: timedelta) -> bool:
+        """Whether a pin with ``left`` to go would end sooner, ``minutes`` from now."""
+        return timedelta(minutes=minutes) < left - SAME_MINUTE
+
 
 class RevertForm(ChangeForm):
     """End the pin: serve the default preset again."""
 
     field_ids = "revert_%s"
+    not_done = "Nothing was reverted"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -161,3 +195,4 @@ class RestoreForm(ChangeForm):
     """Undo one history entry: make its previous value live again."""
 
     field_ids = "restore_%s"
+    not_done = "Nothing was restored"

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
@@ -403,7 +404,7 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
 
 def _back_to_chain_page(request: HttpRequest, name: str, form_name: str) -> Callable[[ChangeForm], HttpResponse]:
     """Where a refused change goes back to: the chain page, the form showing its errors."""
-    return lambda form: _chain_page(request, name, status=400, **{form_name: form})
+    return lambda form: _chain_page(request, name, status=400, **{form_name: form})  # type: ignore[arg-type]
 
 
 def _who(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
@@ -630,8 +631,8 @@ def _chain_page(
     *,
     select_form: ChangeForm | None = None,
     revert_form: ChangeForm | None = None,
-    extend_form: ChangeForm | None = None,
-    shorten_form: ChangeForm | None = None,
+    extend_form: ExtendForm | None = None,
+    shorten_form: ExtendForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
@@ -658,6 +659,13 @@ def _chain_page(
         extend_form = ExtendForm(initial=initial("extend"))
     if shorten_form is None:
         shorten_form = ShortenForm(initial=initial("shorten", shorten=True))
+    # Only the lengths the service would accept for this pin are offered (none, when it already
+    # ends at the longest allowed, or too soon to end earlier).
+    left = selection.expires_at - now if selection.expires_at is not None else None
+    can_extend = left is not None and extend_form.fit_to(left)
+    can_shorten = left is not None and shorten_form.fit_to(left)
+    forms = (select_form, revert_form, extend_form, shorten_form)
+    refused_form = next((form for form in forms if form.errors), None)
     # The reason box takes the focus when the person came to pin (a preset chosen on the
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead; after
     # signing in again, the form that holds what they typed before the session expired.
@@ -683,6 +691,11 @@ def _chain_page(
         "extend_form": extend_form,
         "shorten_form": shorten_form,
         "chosen": select_form["preset"].value() or "",
+        "can_extend": can_extend,
+        "can_shorten": can_shorten,
+        "longest_pin": format_minutes(settings.PIN_MAX_MINUTES),
+        # A refused change's errors, summed up at the top of the page and focused there.
+        "refused_form": refused_form,
         "refresh": "notice",
     }
     return render_page(request, "presets/chain.html", context, status=status)

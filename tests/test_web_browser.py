@@ -19,6 +19,7 @@ import pytest
 import time_machine
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.template.loader import render_to_string
 from django.test import Client
 from django.utils import timezone
 
@@ -262,7 +263,7 @@ def test_at_1280px_the_dashboards_cards_fill_the_row_with_no_empty_column(
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390px", "1280px"])
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])
-def test_every_page_has_no_serious_accessibility_violations_and_fits_its_width(
+def test_every_page_has_no_accessibility_violations_and_fits_its_width(
     open_page: Callable[..., Any],
     alice: User,
     reader: Client,
@@ -313,8 +314,49 @@ def test_every_page_has_no_serious_accessibility_violations_and_fits_its_width(
     page.get_by_role("button", name="Pin drop_vendor_b for 4 h").click()
     assert page.get_by_role("alert").is_visible()
     checked["conflict"] = axe_violations(page)
+    pin()
+    page.goto("/chains/chat/")
+    page.get_by_label("Keep it pinned for").select_option(index=0)
+    page.locator("#extend_reason").fill("keep it")
+    services.extend_pin(chain="chat", actor="carol", reason="all night", expires_at=timedelta(hours=23))
+    page.get_by_role("button", name="Extend pin…").click()
+    assert page.locator("#error-summary").is_visible()
+    checked["refused extension"] = axe_violations(page)
+    page.goto("/chains/chat/history/")
+    page.get_by_role("button", name=re.compile(r"^Restore ")).first.click()
+    checked["restore review"] = axe_violations(page)
+    page.goto("/access/")
+    checked["access history"] = axe_violations(page)
+    page.goto("/chains/no-such-chain/")
+    checked["not found"] = axe_violations(page)
+    checked.update(error_pages_violations(page))
+    nobody = User.objects.create_user("nobody", password="nobody-pass-123")  # signed in, no role
+    page = open_page(nobody, "/", color_scheme=color_scheme, viewport=viewport)
+    checked["no role"] = axe_violations(page)
 
     assert {name: found for name, found in checked.items() if found} == {}
+
+
+def answering(status: int, html: str) -> Callable[[Any], None]:
+    """A route handler answering ``html`` with ``status``."""
+    return lambda route: route.fulfill(status=status, body=html, content_type="text/html")
+
+
+def error_pages_violations(page: Any) -> dict[str, list[str]]:
+    """The styled 403, 500 and 503 pages as the server renders them, shown by the browser at a
+    URL of the live server (its stylesheet and script load as on any page), checked by axe."""
+    found = {}
+    for status, template, context in (
+        (403, "403.html", {"exception": "changing a selection needs the oncall role"}),
+        (500, "500.html", {}),
+        (503, "503.html", {}),
+    ):
+        page.route("**/error-page", answering(status, render_to_string(template, context)))
+        page.goto("/error-page")
+        assert page.locator("h1").is_visible() and page.get_by_role("link").count() > 0, template
+        found[f"{status} page"] = axe_violations(page)
+        page.unroute("**/error-page")
+    return found
 
 
 def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path) -> None:

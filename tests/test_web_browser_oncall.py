@@ -1,5 +1,5 @@
-"""On-call pages without dead ends, in a real Chromium at 390 px, in both themes: each flow an
-on-call engineer found stopping or misleading them, tried again the way they tried it."""
+"""On-call pages without dead ends, in a real Chromium at 390x844 dark and 1280x800 light: each
+flow an on-call engineer found stopping or misleading them, tried again the way they tried it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from audit import alerts
+from pages.history import HISTORY_PAGE_SIZE
 from presets import services
 from presets.models import Selection
-from tests.browser import PHONE, Clicks, sign_in_on_the_page
+from tests.browser import SCREENS, Clicks, sign_in_on_the_page
 from tests.health_reports import vendor_a_failing
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
@@ -26,19 +28,32 @@ DANGER = {"light": "rgb(180, 35, 24)", "dark": "rgb(255, 138, 128)"}
 PRIMARY = {"light": "rgb(11, 87, 208)", "dark": "rgb(138, 180, 248)"}
 
 
-@pytest.fixture(params=["light", "dark"])
-def scheme(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(params=list(SCREENS))
+def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
+    """The test's screen: its viewport and theme."""
+    return SCREENS[request.param]
 
 
 @pytest.fixture
-def open_as(open_page: Callable[..., Any], alice: User, scheme: str) -> Callable[..., Any]:
-    """open_as(path, **options): alice's page at 390x844 in the test's theme."""
+def scheme(screen: tuple[dict[str, int], str]) -> str:
+    return screen[1]
 
-    def open_(path: str = "/", **options: Any) -> Any:
-        return open_page(alice, path, color_scheme=scheme, viewport=PHONE, **options)
+
+@pytest.fixture
+def open_as(open_page: Callable[..., Any], alice: User, screen: tuple[dict[str, int], str]) -> Callable[..., Any]:
+    """open_as(path, user=alice, **options): the page on the test's screen."""
+    viewport, scheme = screen
+
+    def open_(path: str = "/", user: User | None = None, **options: Any) -> Any:
+        return open_page(user or alice, path, color_scheme=scheme, viewport=viewport, **options)
 
     return open_
+
+
+def in_view(page: Any, locator: Any) -> bool:
+    """Whether all of ``locator`` is on the screen as it is (no scrolling)."""
+    box, height = locator.bounding_box(), page.viewport_size["height"]
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
 
 
 def live(chain: str = "chat") -> Selection:
@@ -77,11 +92,11 @@ def test_signing_in_again_mid_change_lands_on_the_chain_page_not_an_error(open_a
 def test_extend_cannot_shorten_and_ending_earlier_is_its_own_change(open_as: Callable[..., Any]) -> None:
     pin(expires_at=timedelta(hours=8))
     page = open_as("/chains/chat/")
-    page.get_by_label("Keep it pinned for").select_option("30")
-    page.locator("#extend_reason").fill("keep it")
-    page.get_by_role("button", name="Extend pin…").click()
-    assert "extending never shortens a pin" in page.locator("#extend").inner_text()
-    assert live().version == 2
+    # Keeping it longer offers no length that would end it sooner.
+    assert page.get_by_label("Keep it pinned for").locator("option").all_inner_texts() == [
+        "12 h",
+        "24 h (longest allowed)",
+    ]
 
     page.get_by_label("End it in").select_option("30")
     page.locator("#shorten_reason").fill("INC-4411 resolved by the vendor")
@@ -160,7 +175,7 @@ def test_back_after_confirming_does_not_show_the_review_from_the_cache(open_as: 
 # 7. Every chain above the fold on a phone
 
 
-def test_every_chain_is_above_the_fold_at_390x844(open_as: Callable[..., Any], reader: Client) -> None:
+def test_every_chain_is_above_the_fold(open_as: Callable[..., Any], reader: Client) -> None:
     vendor_a_failing(reader)  # a "failing now" line above the cards too
     pin(reason="INC-4411 " + "a long incident description " * 6)
     pin("local_only", chain="incident-summary")
@@ -169,10 +184,9 @@ def test_every_chain_is_above_the_fold_at_390x844(open_as: Callable[..., Any], r
     items = page.locator(".now-strip li")
     assert items.count() == 2
     for index in range(items.count()):
-        box = items.nth(index).bounding_box()
-        assert box is not None and box["y"] + box["height"] <= PHONE["height"], box
+        assert in_view(page, items.nth(index)), items.nth(index).bounding_box()
     assert "pinned by carol" in items.nth(0).inner_text()
-    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= page.viewport_size["width"]
 
 
 # 8. Dangerous changes look dangerous
@@ -245,6 +259,7 @@ def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
     page = open_as("/")
     page.get_by_role("link", name="Review pin_secondary…").first.click()
     page.wait_for_url(re.compile(r"/chains/chat/\?preset=pin_secondary$"))
+    page.wait_for_function("() => document.activeElement.id === 'id_reason'")  # as the page opens
 
     page.keyboard.type(REASON)
 
@@ -293,3 +308,183 @@ def test_back_after_confirming_is_a_normal_page_and_makes_nothing_again(open_as:
     assert "chat is already pinned to pin_secondary" in page.get_by_role("status").first.inner_text()
     assert page.get_by_role("heading", name="chat", exact=True).is_visible()
     assert (live().version, Selection.history.filter(chain__name="chat").count()) == (2, 2)
+
+
+# Pages that never end on an error (each case as an on-call met it, on both screens)
+
+
+def test_a_quick_extend_after_someone_reverted_shows_the_conflict_not_a_server_error(
+    open_as: Callable[..., Any],
+) -> None:
+    pin(expires_at=timedelta(hours=2))
+    page = open_as("/")
+    page.locator("section[data-chain=chat]").get_by_role("button", name="Extend the pin of chat by 4 h").click()
+    services.revert_to_default(chain="chat", actor="carol", reason="vendor_a is back")  # meanwhile
+    page.get_by_role("button", name=re.compile(r"^Extend until ")).click()
+
+    assert page.get_by_role("heading", name="chat has no pin to extend any more").is_visible()
+    alert = page.get_by_role("alert")
+    assert "chat changed since you loaded the page" in alert.inner_text()
+    assert "revert of normal by carol" in alert.inner_text()
+    assert "Server Error" not in page.content()
+    assert page.get_by_role("button", name=re.compile(r"^Extend until ")).count() == 0
+    assert (live().version, live().action) == (3, "revert")
+
+
+def test_a_refused_extension_is_summed_up_in_view_focused_and_in_on_call_words(open_as: Callable[..., Any]) -> None:
+    pin(expires_at=timedelta(hours=8))
+    page = open_as("/chains/chat/")
+    page.get_by_label("Keep it pinned for").select_option("720")
+    page.locator("#extend_reason").fill("keep it")
+    # Meanwhile another on-call keeps it for longer than 12 h: 12 h from now would shorten it.
+    services.extend_pin(chain="chat", actor="carol", reason="INC-4411 all night", expires_at=timedelta(hours=23))
+    page.get_by_role("button", name="Extend pin…").click()
+
+    summary = page.locator("#error-summary")
+    assert in_view(page, summary)
+    assert page.evaluate("document.activeElement.id") == "error-summary"
+    assert summary.get_attribute("role") == "alert"
+    text = summary.inner_text()
+    assert text.startswith("The pin was not extended. Fix this and try again:")
+    assert re.search(r"that would end the pin at [^(]*\d\d:\d\d UTC \(in 12 h\), before its current expiry", text)
+    assert 'use "End the pin earlier" on the chain page' in text
+    assert '"shorten"' not in text and not re.search(r"\dT\d", text)
+    assert live().version == 3
+
+
+def test_no_quick_extend_is_offered_past_the_longest_pin_and_a_racing_one_is_explained(
+    open_as: Callable[..., Any],
+) -> None:
+    pin(expires_at=timedelta(hours=20))
+    page = open_as("/")
+    card = page.locator("section[data-chain=chat]")
+    assert card.get_by_role("button", name=re.compile(r"^Extend the pin of chat by")).count() == 2  # +1 h, +4 h
+    card.get_by_role("button", name="Extend the pin of chat by 4 h").click()
+    services.extend_pin(chain="chat", actor="carol", reason="INC-4411", expires_at=timedelta(hours=23))
+    # Confirmed against v2; v3 ends in 23 h, and 4 h more is past the longest pin: refused.
+    page.get_by_role("button", name=re.compile(r"^Extend until ")).click()
+    summary = page.locator("#error-summary")
+    assert in_view(page, summary) and page.evaluate("document.activeElement.id") == "error-summary"
+    assert re.search(
+        r"UTC \(in 27 h\) is more than 24 h ahead; pick a time before .*UTC \(in 24 h\)", summary.inner_text()
+    )
+    page.goto("/")
+    card = page.locator("section[data-chain=chat]")
+    assert card.get_by_role("button", name="Extend the pin of chat by 1 h").is_visible()
+    assert card.get_by_role("button", name="Extend the pin of chat by 4 h").count() == 0
+
+
+def test_the_confirm_bar_with_what_to_check_is_in_view_and_the_title_warns(
+    open_as: Callable[..., Any], reader: Client, scheme: str
+) -> None:
+    vendor_a_failing(reader)
+    page = open_as("/chains/chat/")
+    page.get_by_role("radio", name="local_only").check()
+    page.locator("#id_reason").fill("INC-9 both vendors down")
+    page.get_by_role("button", name="Review and pin…").click()
+
+    bar = page.locator("form.confirm-bar")
+    button = bar.get_by_role("button", name="Pin local_only for 4 h")
+    for part in (bar, button, bar.get_by_label("Reason"), bar.locator(".confirm-check")):
+        assert in_view(page, part), part
+    assert bar.get_by_label("Reason").input_value() == "INC-9 both vendors down"
+    assert re.match(r"Check first \(\d\): ", bar.locator(".confirm-check").inner_text())
+    assert background(button) == DANGER[scheme]
+    assert page.title().startswith("Check first: Pin local_only on chat?")
+    page.mouse.wheel(0, 300)  # reading the review above it: the bar stays
+    page.wait_for_function("() => window.scrollY > 0 || document.documentElement.scrollHeight <= innerHeight")
+    assert in_view(page, button)
+    button.click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert live().preset.name == "local_only"
+
+
+def test_the_incident_reason_survives_revert_and_restore(open_as: Callable[..., Any]) -> None:
+    pin(reason="INC-101 vendor_a garbage")
+    page = open_as("/")
+    page.locator("section[data-chain=chat]").get_by_role("button", name="Revert to normal…").click()
+    page.get_by_role("button", name="Revert to normal", exact=True).click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    page.goto("/chains/chat/history/")
+    page.get_by_role("button", name="Restore pin_secondary…").click()  # undo v3, the revert
+    page.get_by_role("button", name="Restore pin_secondary").click()
+
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert live().reason.startswith("INC-101 vendor_a garbage — restored v2 (undo v3")
+    assert "INC-101 vendor_a garbage" in page.locator(".card .meta").inner_text()
+
+
+def test_a_default_chain_whose_head_fails_is_not_green(open_as: Callable[..., Any], reader: Client) -> None:
+    vendor_a_failing(reader)
+    page = open_as("/")
+    card = page.locator("section[data-chain=chat]")
+    strip = page.locator(".now-strip li", has_text="chat")
+    assert "head failing" in strip.inner_text().lower()
+    green = page.locator("section[data-chain=incident-summary]")  # a healthy default: green
+    colour = "el => getComputedStyle(el).borderLeftColor"
+    assert card.evaluate(colour) != green.evaluate(colour)
+    assert card.evaluate(colour) == page.locator(".badge-failing").first.evaluate(
+        "el => getComputedStyle(el).backgroundColor"
+    )
+
+
+def test_reverting_a_chain_someone_just_reverted_says_there_is_nothing_to_do(open_as: Callable[..., Any]) -> None:
+    pin()
+    page = open_as("/")
+    page.locator("section[data-chain=chat]").get_by_role("button", name="Revert to normal…").click()
+    services.revert_to_default(chain="chat", actor="carol", reason="vendor_a is back")
+    page.get_by_role("button", name="Revert to normal", exact=True).click()
+
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    status = page.get_by_role("status").first.inner_text()
+    assert "chat is already on its default preset normal" in status and "nothing to do" in status
+    assert "confirm again" not in page.content()
+    assert live().version == 3
+
+
+def test_a_shortened_pin_is_called_shortened(open_as: Callable[..., Any]) -> None:
+    pin(expires_at=timedelta(hours=8))
+    page = open_as("/chains/chat/")
+    page.get_by_label("End it in").select_option("60")
+    page.locator("#shorten_reason").fill("vendor fixed it")
+    page.get_by_role("button", name="End the pin earlier…").click()
+    page.get_by_role("button", name=re.compile(r"^End the pin at ")).click()
+
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    latest = page.locator(".card .latest-change").inner_text()
+    assert re.search(r"Then shortened by alice", latest) and "extended" not in latest
+
+
+def test_the_chain_page_has_one_revert_button(open_as: Callable[..., Any]) -> None:
+    pin()
+    page = open_as("/chains/chat/")
+    assert page.get_by_role("button", name=re.compile(r"^Revert")).count() == 1
+    assert page.get_by_role("button", name=re.compile(r"^Extend the pin of chat by")).count() == 2
+
+
+def test_an_alert_reads_as_of_now(open_as: Callable[..., Any]) -> None:
+    with time_machine.travel(timezone.now() - timedelta(minutes=110), tick=False) as clock:
+        pin(expires_at=timedelta(hours=6))
+        clock.shift(timedelta(minutes=61))
+        alerts.sweep_stale_pins()  # raised "for 1 h 1 min"
+    page = open_as("/alerts/")
+    item = page.locator(".alert-item").first.inner_text()
+    assert re.search(r"has served pin pin_secondary for 1 h 5\d min", item), item
+
+
+def test_the_favicon_the_viewers_hint_and_the_history_count(open_as: Callable[..., Any], bob: User) -> None:
+    pin()
+    for n in range(HISTORY_PAGE_SIZE):  # more than a page of history
+        longer = n % 2 == 0
+        hours = 23 if longer else 2
+        services.extend_pin(
+            chain="chat", actor="carol", reason="INC-4411", expires_at=timedelta(hours=hours), shorten=not longer
+        )
+    page = open_as("/", user=bob)
+    assert "Read only" in page.locator(".readonly-note").inner_text()
+    icon = page.request.get("/favicon.ico")
+    assert icon.ok and "svg" in icon.headers["content-type"]
+    page.goto("/chains/chat/history/")
+    assert page.locator(".history-count").inner_text() == f"{HISTORY_PAGE_SIZE + 2} changes."
+    page.get_by_role("link", name="Oldest").click()
+    assert re.search(r"\bv1\b", page.locator(".entry").last.inner_text())

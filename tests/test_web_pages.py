@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ def pin(preset: str = "pin_secondary", *, actor: str = "carol", reason: str = RE
 def page(client: Client, url: str) -> str:
     response = client.get(url)
     assert response.status_code == 200, url
-    return response.content.decode()
+    html = response.content.decode()
+    assert "{#" not in html and "{%" not in html, f"a template comment or tag shows on {url}"
+    return html
 
 
 def hidden_value(html: str, name: str) -> str:
@@ -163,7 +166,9 @@ def test_on_a_pinned_chain_revert_and_extend_come_first(oncall: Client) -> None:
     pin()
     html = page(oncall, "/chains/chat/")
     assert html.index('id="revert"') < html.index('id="extend"') < html.index('id="choose"')
-    assert "Revert to default (normal)…" in html
+    # One way to revert on the chain page: the quick actions there only extend.
+    assert html.count('action="/chains/chat/revert"') == 1
+    assert html.count("Revert to normal…") == 1
     assert f'value="{REASON} — end pin of pin_secondary (v2): back to default"' in html
     assert re.search(r'value="pin_secondary"[^>]*disabled', html)
 
@@ -239,7 +244,7 @@ def test_an_unknown_preset_and_a_too_long_pin_are_form_errors(oncall: Client) ->
     assert "does not exist on chat" in unknown.content.decode()
     too_long = oncall.post("/chains/chat/select", select_data(duration_minutes="1441"), follow=True)
     assert too_long.status_code == 400
-    assert "longer than the maximum pin of 1440" in too_long.content.decode()
+    assert "Pin for: 24 h 1 min is longer than the longest pin, 24 h" in too_long.content.decode()
     not_a_number = oncall.post("/chains/chat/select", select_data(duration_minutes="soon"), follow=True)
     assert not_a_number.status_code == 400
     assert live().version == 1
@@ -315,6 +320,72 @@ def test_extend_keeps_the_pin_with_a_new_expiry_from_now(oncall: Client) -> None
         "extend",
     )
     assert timedelta(hours=7, minutes=59) < selection.expires_at - timezone.now() <= timedelta(hours=8)
+
+
+def offered(html: str, select_id: str) -> list[str]:
+    """The values a select on the page offers."""
+    body = re.search(rf'<select name="duration_minutes"[^>]*id="{select_id}"[^>]*>(.*?)</select>', html, re.S)
+    assert body, f"no select {select_id}"
+    return re.findall(r'<option value="(\d+)"', body.group(1))
+
+
+def test_only_lengths_that_would_be_accepted_are_offered(oncall: Client) -> None:
+    services.select_preset(
+        chain="chat", preset="pin_secondary", actor="carol", reason=REASON, expires_at=timedelta(hours=6)
+    )
+    html = page(oncall, "/chains/chat/")
+    # Keeping it longer: only lengths that end after 6 h from now; the first one chosen.
+    assert offered(html, "extend_duration_minutes") == ["480", "720", "1440"]
+    assert re.search(r'<option value="480" selected>', html)
+    # Ending it earlier: only lengths that end before then.
+    assert offered(html, "shorten_duration_minutes") == ["15", "30", "60", "120"]
+    # +1 h and +4 h fit under the 24 h maximum.
+    assert 'aria-label="Extend the pin of chat by 1 h"' in html and 'aria-label="Extend the pin of chat by 4 h"' in html
+
+
+def test_a_pin_at_the_longest_offers_no_extension_and_says_why(oncall: Client) -> None:
+    services.select_preset(
+        chain="chat", preset="pin_secondary", actor="carol", reason=REASON, expires_at=timedelta(hours=23)
+    )
+    html = page(oncall, "/chains/chat/")
+    assert 'aria-label="Extend the pin of chat by 1 h"' in html  # 23 h + 1 h is the longest
+    assert 'aria-label="Extend the pin of chat by 4 h"' not in html
+    assert offered(html, "extend_duration_minutes") == ["1440"]
+    services.extend_pin(chain="chat", actor="carol", reason=REASON, expires_at=timedelta(hours=24))
+    html = page(oncall, "/chains/chat/")
+    assert "Extend the pin of chat by" not in html
+    assert 'id="extend_duration_minutes"' not in html
+    assert "It already ends at the latest a pin may: 24 h from now" in html
+    dashboard = page(oncall, "/")
+    assert "Extend the pin of chat by" not in dashboard and "Revert to normal…" in dashboard
+
+
+def test_a_pin_ending_soon_offers_no_earlier_end(oncall: Client) -> None:
+    services.select_preset(
+        chain="chat", preset="pin_secondary", actor="carol", reason=REASON, expires_at=timedelta(minutes=14)
+    )
+    html = page(oncall, "/chains/chat/")
+    assert 'id="shorten_duration_minutes"' not in html
+    assert "sooner than this form can set: to end it now, revert." in html
+
+
+def test_a_refused_extension_is_summed_up_at_the_top_in_on_call_words(oncall: Client) -> None:
+    pin()  # 4 h
+    data = {"reason": "still broken", "expected_version": "2", "duration_minutes": "60"}
+    with time_machine.travel(timezone.now().replace(hour=1, minute=0), tick=False):
+        response = oncall.post("/chains/chat/extend", data, follow=True)
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "{#" not in html
+    summary = html.index('class="error-summary"')
+    # Above the live card, focused when the page opens, announced, in the pages' words.
+    assert summary < html.index('id="live-heading"')
+    assert re.search(r'<div class="error-summary" role="alert" tabindex="-1" autofocus', html)
+    assert "The pin was not extended. Fix this and try again:" in html
+    text = unescape(re.sub(r"<[^>]+>", "", html[summary : html.index("</div>", summary)]))
+    assert '"shorten": true' not in text and "T0" not in text
+    assert "that would end the pin at 02:00 UTC (in 1 h), before its current expiry" in text
+    assert 'use "End the pin earlier" on the chain page' in text
 
 
 def test_extending_a_chain_that_is_not_pinned_shows_the_service_refusal(oncall: Client) -> None:
@@ -559,3 +630,15 @@ def test_the_favicon_is_served_to_anyone_and_named_by_every_page(client: Client)
     assert found and "<svg" in Path(str(found)).read_text()
     login = client.get("/accounts/login/").content.decode()
     assert 'rel="icon"' in login and "favicon.svg" in login
+
+
+def test_no_template_comment_spans_lines() -> None:
+    """Django's ``{# #}`` comments are one line: one that spans lines is shown on the page."""
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    spanning = [
+        f"{path.relative_to(templates)}:{number}"
+        for path in templates.rglob("*.html")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.count("{#") > line.count("#}")
+    ]
+    assert spanning == []
