@@ -30,6 +30,7 @@ from tests.health_reports import report, step, vendor_a_failing
 
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
 PHONE_SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot-phone.png"
+REVIEW_SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot-review-phone.png"
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 
 
@@ -361,7 +362,7 @@ def error_pages_violations(page: Any) -> dict[str, list[str]]:
 
 def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, reader: Client, tmp_path: Path) -> None:
     """Takes the README's pictures (a laptop, and a phone in the dark); UPDATE_SCREENSHOT=1
-    writes them to docs/screenshot.png and docs/screenshot-phone.png."""
+    writes them to docs/screenshot.png, docs/screenshot-phone.png and docs/screenshot-review-phone.png."""
 
     def read_as(instance: str, version: int) -> None:
         reader.get(
@@ -387,9 +388,16 @@ def test_the_dashboard_screenshot(open_page: Callable[..., Any], alice: User, re
     phone = open_page(alice, "/", viewport=PHONE, color_scheme="dark")
     phone_target = tmp_path / "dashboard-phone.png"
     phone.screenshot(path=str(phone_target))  # what a phone shows before any scrolling
-    for taken in (target, phone_target):
+    # The review of a risky change on a phone: the confirm bar with what to check first.
+    phone.goto("/chains/chat/?preset=local_only")
+    phone.locator("#id_reason").fill("INC-4411 vendor_a and vendor_b both failing")
+    phone.get_by_role("button", name="Review and pin…").click()
+    review_target = tmp_path / "review-phone.png"
+    phone.screenshot(path=str(review_target))
+    for taken in (target, phone_target, review_target):
         assert taken.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("UPDATE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(exist_ok=True)
         shutil.copyfile(target, SCREENSHOT)
         shutil.copyfile(phone_target, PHONE_SCREENSHOT)
+        shutil.copyfile(review_target, REVIEW_SCREENSHOT)
