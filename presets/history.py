@@ -9,7 +9,7 @@ every page; a keyset reads one page's rows from an index whatever its depth.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -72,6 +72,11 @@ def _filtered(rows: Any, filters: HistoryFilter) -> Any:
     return rows
 
 
+_PRESET_TEXT = tuple(
+    f"{preset}__{field}" for preset in ("preset", "previous_preset") for field in ("steps", "marking", "description")
+)
+
+
 @dataclass(frozen=True)
 class HistoryPage:
     """One page of a history list and the cursors (history ids) of its neighbours."""
@@ -93,7 +98,9 @@ def history_page(
     than the row whose history id is the cursor. A cursor that names no row of this chain
     raises ``InvalidInput`` on its field. At most four short index reads, at any depth."""
     order = CHAIN_ORDER if chain is not None else ALL_ORDER
-    rows = history_rows(chain=chain, filters=filters)
+    # A page names its presets and reads their retirement: not their steps, marking or text
+    # (JSON decoded for nothing, two presets a row).
+    rows = history_rows(chain=chain, filters=filters).defer(*_PRESET_TEXT)
     if newer_than is not None:
         key = _cursor_key(chain, "newer_than", newer_than, order)
         above = list(rows.filter(_beyond(order, key, older=False)).order_by(*order)[: size + 1])
@@ -123,8 +130,18 @@ HISTORY_COUNT_CAP = 10_000
 def history_count(*, chain: str | None = None, filters: HistoryFilter | None = None) -> tuple[int, bool]:
     """How many changes the list holds, and whether there are more than ``HISTORY_COUNT_CAP``
     (then the count is the cap): the count reads at most the cap's rows, at any length."""
-    rows = history_rows(chain=chain, filters=filters).values("history_id")[: HISTORY_COUNT_CAP + 1]
-    found = rows.count()
+    rows = Selection.history.all()
+    if filters is not None:
+        rows = _filtered(rows, replace(filters, chain=None))
+    for name in {chain, filters.chain if filters is not None else None} - {None, ""}:
+        # The chain's id as a value, not a subquery: with a subquery the database cannot tell
+        # how many rows it holds and plans the count for the whole trail.
+        chain_id = Chain.objects.filter(name=name).values_list("pk", flat=True).first()
+        if chain_id is None:
+            return 0, False
+        rows = rows.filter(chain_id=chain_id)
+    # No order and no joins: a count of at most the cap's ids, read from an index.
+    found = rows.order_by().values("history_id")[: HISTORY_COUNT_CAP + 1].count()
     return min(found, HISTORY_COUNT_CAP), found > HISTORY_COUNT_CAP
 
 

@@ -98,14 +98,17 @@ def pin_starts_at(versions: Iterable[tuple[int, int]]) -> dict[tuple[int, int], 
     keys = sorted(set(versions))
     history = Selection.history.model._meta.db_table
     starts = statements.placeholders(len(_STARTS))
-    probe = (
-        f"SELECT (SELECT x.history_id FROM {history} x WHERE x.chain_id = %s AND x.version <= %s "
-        f"AND x.action IN ({starts}) ORDER BY x.version DESC LIMIT 1)"
-    )
+    # The versions as one VALUES list, probed by one correlated subquery: a UNION of one probe
+    # a version cost the planner more than the database took to run it.
+    pairs = ", ".join(["(%s, %s)"] * len(keys)) or "(CAST(NULL AS INTEGER), CAST(NULL AS INTEGER))"
     fields = ", ".join(f"h.{name}" for name in ("history_id", "chain_id", *_START_FIELDS))
-    probes = " UNION ALL ".join([probe] * len(keys)) or "SELECT CAST(NULL AS INTEGER)"
-    sql = f"SELECT {fields} FROM {history} h WHERE h.history_id IN ({probes})"
-    params = [value for chain_id, version in keys for value in (chain_id, version, *_STARTS)]
+    sql = (
+        f"WITH v (chain_id, version) AS (VALUES {pairs}) "
+        f"SELECT {fields} FROM {history} h WHERE h.history_id IN ("
+        f"SELECT (SELECT x.history_id FROM {history} x WHERE x.chain_id = v.chain_id AND x.version <= v.version "
+        f"AND x.action IN ({starts}) ORDER BY x.version DESC LIMIT 1) FROM v)"
+    )
+    params = [*(value for key in keys for value in key), *_STARTS]
     rows = sorted(Selection.history.model.objects.raw(sql, params), key=lambda row: row.version)
     found: dict[tuple[int, int], PinStart] = {}
     for chain_id, version in keys:
