@@ -8,6 +8,7 @@ autouse fixture, which skips without them locally and fails in CI.
 
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
@@ -98,13 +99,16 @@ def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.05)
 class Postgres:
     """A throwaway cluster in a temporary directory owned by postgres, trust auth, loopback."""
 
-    def __init__(self, root: Path, *, max_connections: int = 100) -> None:
+    def __init__(self, root: Path, *, max_connections: int = 100, copy_of: Path | None = None) -> None:
         self.root = root
         self.data = root / "data"
         self.port = free_port()
         self.max_connections = max_connections
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
-        self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        if copy_of is not None:  # a stopped cluster's files: the same cluster, in a second
+            self.as_postgres("cp", "-a", copy_of, self.data)
+        else:
+            self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
 
     def as_postgres(self, *command: Any) -> str:
         done = subprocess.run(
@@ -234,11 +238,12 @@ class Stack:
 
     def set_up(self, prefix: str) -> None:
         """On a migrated database: the example presets synced, a read and a write token, and
-        a signed-in on-call session (user oncall, password oncall-pass-123)."""
-        self.manage("sync_presets")
-        self.read_token = token_in(self.manage("create_token", f"{prefix}-reader"))
-        self.write_token = token_in(self.manage("create_token", f"{prefix}-writer", "--scope", "write"))
-        self.session = self.manage("shell", "-c", SIGN_IN_ONCALL).strip().splitlines()[-1]
+        a signed-in on-call session (user oncall, password oncall-pass-123). The commands run
+        in one process (each its own would start Django four times)."""
+        output = self.manage("shell", "-c", set_up_script(prefix))
+        _, reader, writer, session = output.split(f"{SET_UP_PART}\n")[-4:]
+        self.read_token, self.write_token = token_in(reader), token_in(writer)
+        self.session = session.strip().splitlines()[-1]
 
     def start_web(self) -> None:
         port = int(self.url.rsplit(":", 1)[1]) if self.url else free_port()
@@ -275,8 +280,7 @@ def running_stack(
 ) -> Iterator[Stack]:
     """PostgreSQL and Redis of its own, migrated and synced, tokens and an on-call session
     made, and the production web process (granian ASGI, ``workers`` processes) serving."""
-    with stack_servers(prefix, workers=workers, env=env, max_connections=max_connections) as stack:
-        stack.manage("migrate", "--no-input", "-v0")
+    with stack_servers(prefix, workers=workers, env=env, max_connections=max_connections, migrated=True) as stack:
         stack.set_up(prefix)
         stack.start_web()
         yield stack
@@ -284,42 +288,26 @@ def running_stack(
 
 @contextmanager
 def stack_servers(
-    prefix: str, *, workers: int = 1, env: dict[str, str] | None = None, max_connections: int = 100
+    prefix: str,
+    *,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    max_connections: int = 100,
+    migrated: bool = False,
 ) -> Iterator[Stack]:
-    """PostgreSQL (an empty cluster) and Redis of its own, started, and a Stack whose
-    environment points at them: nothing migrated and no web process yet. Stops them all,
-    the web process included, on the way out."""
-    root = Path(tempfile.mkdtemp(prefix=f"controlplane-{prefix}-"))
-    os.chmod(root, 0o755)
-    pg_root = root / "pg"
-    pg_root.mkdir()
-    postgres_user = pwd.getpwnam("postgres")
-    os.chown(pg_root, postgres_user.pw_uid, postgres_user.pw_gid)
-    postgres = Postgres(pg_root, max_connections=max_connections)
+    """PostgreSQL (an empty cluster, or with ``migrated`` a copy of one every migration has
+    run on) and Redis of its own, started, and a Stack whose environment points at them: no
+    web process yet. Stops them all, the web process included, on the way out."""
+    root = _new_root(prefix)
+    postgres = Postgres(_postgres_dir(root), max_connections=max_connections, copy_of=_migrated() if migrated else None)
     redis = Redis(root)
     stack: Stack | None = None
     try:
         postgres.start()
         redis.start()
-        # PROMETHEUS_MULTIPROC_DIR too: the stack's metrics are its own (VAR_DIR/prometheus),
-        # not summed with this process's and other stacks' (settings exported the suite's).
-        base_env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_", "PROMETHEUS_"))
-        }
-        base_env.update(
-            {
-                "DATABASE_URL": postgres.url,
-                "CELERY_BROKER_URL": redis.url,
-                "VAR_DIR": str(root / "var"),
-                "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-                "LOG_LEVEL": "ERROR",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                **(env or {}),
-            }
+        stack = Stack(
+            root=root, postgres=postgres, redis=redis, env=_environment(root, postgres, redis.url, env), workers=workers
         )
-        stack = Stack(root=root, postgres=postgres, redis=redis, env=base_env, workers=workers)
         yield stack
     finally:
         if stack is not None:
@@ -327,6 +315,70 @@ def stack_servers(
         redis.stop()
         postgres.stop_quietly()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _new_root(prefix: str) -> Path:
+    root = Path(tempfile.mkdtemp(prefix=f"controlplane-{prefix}-"))
+    os.chmod(root, 0o755)
+    return root
+
+
+def _postgres_dir(root: Path) -> Path:
+    pg_root = root / "pg"
+    pg_root.mkdir()
+    postgres_user = pwd.getpwnam("postgres")
+    os.chown(pg_root, postgres_user.pw_uid, postgres_user.pw_gid)
+    return pg_root
+
+
+def _environment(root: Path, postgres: Postgres, broker_url: str, env: dict[str, str] | None) -> dict[str, str]:
+    # PROMETHEUS_MULTIPROC_DIR too: the stack's metrics are its own (VAR_DIR/prometheus),
+    # not summed with this process's and other stacks' (settings exported the suite's).
+    base_env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("ALERT_", "CELERY_", "DATABASE_", "PIN_", "PROMETHEUS_"))
+    }
+    base_env.update(
+        {
+            "DATABASE_URL": postgres.url,
+            "CELERY_BROKER_URL": broker_url,
+            "VAR_DIR": str(root / "var"),
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "LOG_LEVEL": "ERROR",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(env or {}),
+        }
+    )
+    return base_env
+
+
+_MIGRATED: list[Path] = []
+
+
+def _migrated() -> Path:
+    """The data directory of a stopped cluster every migration has run on, made once a test
+    session (initdb and ``migrate`` take ~6 s; a copy of their result well under one), and
+    removed at its end. Each stack that wants it starts a copy: the same as migrating its own."""
+    if not _MIGRATED:
+        root = _new_root("migrated")
+        atexit.register(shutil.rmtree, root, True)
+        postgres = Postgres(_postgres_dir(root))
+        postgres.start()
+        try:
+            done = subprocess.run(
+                [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
+                cwd=settings.BASE_DIR,
+                env=_environment(root, postgres, "memory://", None),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+        finally:
+            postgres.stop()
+        _MIGRATED.append(postgres.data)
+    return _MIGRATED[0]
 
 
 SIGN_IN_ONCALL = """
@@ -341,6 +393,22 @@ session[HASH_SESSION_KEY] = user.get_session_auth_hash()
 session.create()
 print(session.session_key)
 """
+
+SET_UP_PART = "--- set-up ---"
+
+
+def set_up_script(prefix: str) -> str:
+    """``Stack.set_up``'s commands as one ``manage.py shell -c`` script, each output after a
+    ``SET_UP_PART`` line."""
+    commands = [
+        'call_command("sync_presets")',
+        f'call_command("create_token", "{prefix}-reader")',
+        f'call_command("create_token", "{prefix}-writer", "--scope", "write")',
+        f"exec({SIGN_IN_ONCALL!r})",
+    ]
+    return "from django.core.management import call_command\n" + "".join(
+        f"print({SET_UP_PART!r})\n{command}\n" for command in commands
+    )
 
 
 def token_in(output: str) -> str:

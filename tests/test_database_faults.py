@@ -122,11 +122,10 @@ def stack() -> Iterator[tuple[Stack, FreezableProxy]]:
         "DATABASE_STATEMENT_TIMEOUT": str(STATEMENT_TIMEOUT_S),
         "DATABASE_POOL_MAX_SIZE": "4",
     }
-    with stack_servers("dbfaults", env=env) as stack:
+    with stack_servers("dbfaults", env=env, migrated=True) as stack:
         proxy = FreezableProxy(stack.postgres.port)
         try:
             stack.env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{proxy.port}/postgres"
-            stack.manage("migrate", "--no-input", "-v0")
             stack.set_up("dbfaults")
             stack.start_web()
             yield stack, proxy
