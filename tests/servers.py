@@ -105,7 +105,7 @@ class Postgres:
         self.port = free_port()
         self.max_connections = max_connections
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
-        if copy_of is not None:  # a stopped cluster's files: the same cluster, in a second
+        if copy_of is not None:  # a stopped cluster's files: the same cluster, copied in well under a second
             self.as_postgres("cp", "-a", copy_of, self.data)
         else:
             self.as_postgres(INITDB, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
