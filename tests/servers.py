@@ -9,6 +9,7 @@ autouse fixture, which skips without them locally and fails in CI.
 from __future__ import annotations
 
 import atexit
+import functools
 import glob
 import json
 import os
@@ -353,32 +354,28 @@ def _environment(root: Path, postgres: Postgres, broker_url: str, env: dict[str,
     return base_env
 
 
-_MIGRATED: list[Path] = []
-
-
+@functools.cache
 def _migrated() -> Path:
     """The data directory of a stopped cluster every migration has run on, made once a test
     session (initdb and ``migrate`` take ~6 s; a copy of their result well under one), and
     removed at its end. Each stack that wants it starts a copy: the same as migrating its own."""
-    if not _MIGRATED:
-        root = _new_root("migrated")
-        atexit.register(shutil.rmtree, root, True)
-        postgres = Postgres(_postgres_dir(root))
-        postgres.start()
-        try:
-            done = subprocess.run(
-                [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
-                cwd=settings.BASE_DIR,
-                env=_environment(root, postgres, "memory://", None),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, done.stdout + done.stderr
-        finally:
-            postgres.stop()
-        _MIGRATED.append(postgres.data)
-    return _MIGRATED[0]
+    root = _new_root("migrated")
+    atexit.register(shutil.rmtree, root, True)
+    postgres = Postgres(_postgres_dir(root))
+    postgres.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
+            cwd=settings.BASE_DIR,
+            env=_environment(root, postgres, "memory://", None),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        postgres.stop()
+    return postgres.data
 
 
 SIGN_IN_ONCALL = """
