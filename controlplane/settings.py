@@ -427,6 +427,9 @@ PIN_MAX_MINUTES = env_int("PIN_MAX_MINUTES", 1440, minimum=1)
 if PIN_DEFAULT_MINUTES > PIN_MAX_MINUTES:
     raise ImproperlyConfigured(f"PIN_DEFAULT_MINUTES={PIN_DEFAULT_MINUTES} exceeds PIN_MAX_MINUTES={PIN_MAX_MINUTES}")
 PIN_ALERT_AFTER_MINUTES = env_int("PIN_ALERT_AFTER_MINUTES", 60, minimum=1)
+# After a new signing key is activated, the key it replaces stays listed as trusted (manage.py
+# signing_keys public) this long: services trusting both accept documents signed by either.
+SIGNING_KEY_OVERLAP_HOURS = env_int("SIGNING_KEY_OVERLAP_HOURS", 168, minimum=1, maximum=24 * 366)
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 ALERT_EMAILS = env_list("ALERT_EMAILS", [])
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")

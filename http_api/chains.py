@@ -27,12 +27,13 @@ from presets.documents import etag
 from presets.history import HistoryEntry, history_entries
 from presets.models import PRESET_NAME_MAX, Selection, current_epoch
 from presets.roles import actor_of
+from presets.signing import sign
 from read_path.counters import count_read
 from read_path.http import matches, min_version, not_served_yet, wait_seconds
 
 
 def document_response(selection: Selection, status: int = 200, *, epoch: int | None = None) -> Response:
-    document = selection.to_document(epoch=epoch)
+    document = sign(selection.to_document(epoch=epoch))
     return Response(
         document,
         status=status,
@@ -64,7 +65,7 @@ class ChainListView(CountedReadView):
         selections = services.revert_expired_and_read_all()
         epoch = current_epoch()
         return Response(
-            {"chains": [s.to_document(epoch=epoch) for s in selections]}, headers={"Cache-Control": "no-cache"}
+            {"chains": [sign(s.to_document(epoch=epoch)) for s in selections]}, headers={"Cache-Control": "no-cache"}
         )
 
 

@@ -33,12 +33,16 @@ def serializer_for(typed_dict: Any, name: str | None = None) -> type[serializers
     return type(name, (serializers.Serializer,), attrs)
 
 
-def _field_for(hint: Any, *, allow_null: bool = False, help_text: str | None = None) -> serializers.Field:
+def _field_for(
+    hint: Any, *, allow_null: bool = False, help_text: str | None = None, required: bool = True
+) -> serializers.Field:
+    if typing.get_origin(hint) is typing.NotRequired:
+        return _field_for(typing.get_args(hint)[0], allow_null=allow_null, help_text=help_text, required=False)
     if typing.get_origin(hint) is Annotated:
         hint, *extras = typing.get_args(hint)
         text = next((extra.text for extra in extras if isinstance(extra, Help)), None)
-        return _field_for(hint, allow_null=allow_null, help_text=text)
-    kwargs: dict[str, Any] = {"allow_null": allow_null}
+        return _field_for(hint, allow_null=allow_null, help_text=text, required=required)
+    kwargs: dict[str, Any] = {"allow_null": allow_null, "required": required}
     if help_text:
         kwargs["help_text"] = help_text
     args = typing.get_args(hint)

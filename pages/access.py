@@ -42,6 +42,9 @@ ACTION_WORDS = {
     AccessAction.SUPERUSER_REVOKED: "superuser taken away",
     AccessAction.IDENTITY_LINKED: "sign-in identity linked",
     AccessAction.IDENTITY_UNLINKED: "sign-in identity unlinked",
+    AccessAction.KEY_CREATED: "signing key created",
+    AccessAction.KEY_ACTIVATED: "signing key now signs",
+    AccessAction.KEY_RETIRED: "signing key retired",
 }
 
 

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, NewType, TypedDict, overload
+from typing import Annotated, NewType, NotRequired, TypedDict, overload
 
 # An RFC 3339 instant in UTC to the millisecond with a Z (``format_instant``).
 Instant = NewType("Instant", str)
@@ -47,6 +47,21 @@ class DefaultChainDocument(TypedDict):
     marking: MarkingDocument
 
 
+class SignatureDocument(TypedDict):
+    """The control plane's signature over the whole document (``presets/signing.py``)."""
+
+    alg: Annotated[str, Help("ed25519")]
+    key_id: Annotated[str, Help("the key that signed it: manage.py signing_keys public lists the keys to trust")]
+    signed_at: Instant
+    value: Annotated[
+        str,
+        Help(
+            "base64url (no padding) of the Ed25519 signature over 'chainclient-document/1' and a newline, then the "
+            "document with this object's value left out as JSON with sorted keys, no spaces, non-ASCII escaped"
+        ),
+    ]
+
+
 class ChainDocument(TypedDict):
     """The chain document: what the SDK applies. Field names are public contract."""
 
@@ -62,6 +77,9 @@ class ChainDocument(TypedDict):
     updated_at: Instant
     expires_at: Annotated[Instant | None, Help("millisecond precision; the pin is not served from this instant on")]
     default: Annotated[DefaultChainDocument | None, Help("what the chain falls back to at expires_at")]
+    signature: NotRequired[
+        Annotated[SignatureDocument, Help("present once the control plane has a signing key; verify before use")]
+    ]
 
 
 NO_MARKING: MarkingDocument = {"degraded": False, "note": ""}

@@ -387,6 +387,9 @@ class AccessAction(models.TextChoices):
     SUPERUSER_REVOKED = "superuser_revoked"
     IDENTITY_LINKED = "identity_linked"
     IDENTITY_UNLINKED = "identity_unlinked"
+    KEY_CREATED = "key_created"
+    KEY_ACTIVATED = "key_activated"
+    KEY_RETIRED = "key_retired"
 
 
 class AccessChange(models.Model):
@@ -464,3 +467,29 @@ class SignInIdentity(models.Model):
         """``issuer`` as identities are kept: an issuer URL with and without its final slash is
         one provider (OIDC_ISSUER as configured, ``iss`` as the provider writes it)."""
         return issuer.strip().rstrip("/")
+
+
+class SigningKey(models.Model):
+    """An Ed25519 key the chain documents are signed with (``presets/signing.py``).
+
+    One key signs at a time: the one activated last and not retired. Services trust keys by
+    their public half (``manage.py signing_keys public``); a key created but not yet activated
+    is listed there already, so services can trust it before it signs anything, and the key
+    it replaces stays listed until ``retires_at`` (the overlap). The private half lives in the
+    database every process of the control plane reads: the signature protects what happens to
+    a document after the control plane (relays, caches, static hosts, proxies, a service's
+    state file), not a database in the wrong hands, which could change the chain anyway."""
+
+    key_id = models.CharField(max_length=40, unique=True)
+    # Both halves raw, base64url without padding: 32 bytes each.
+    public_key = models.CharField(max_length=64)
+    private_key = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    retires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.key_id

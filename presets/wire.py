@@ -5,8 +5,13 @@ classes, latency and time-to-first-chunk histograms and size).
 
 This file is the one source. The control plane holds a generated copy (``presets/wire.py``,
 written by ``make wire``; the suite fails when the two differ), so the server never imports
-the SDK. Standard library only: plain constants.
+the SDK. Standard library only: plain constants, and the one function both sides must
+compute alike (the bytes a document's signature covers).
 """
+
+import json
+from collections.abc import Mapping
+from typing import Any
 
 CHAIN_MIN_STEPS = 1
 CHAIN_MAX_STEPS = 4
@@ -47,3 +52,22 @@ REPORT_MAX_STEPS = 50
 
 REPORT_MAX_PROVIDERS = 50
 """The most providers one usage report may name (served counts, breaker openings)."""
+
+SIGNATURE_ALGORITHM = "ed25519"
+"""How chain documents are signed (``signature.alg``)."""
+
+SIGNATURE_CONTEXT = b"chainclient-document/1\n"
+"""Prefixed to what a document's signature covers, so a signature over a document can never
+be taken for one over anything else."""
+
+
+def signed_content(document: Mapping[str, Any]) -> bytes:
+    """The bytes a chain document's signature covers: ``SIGNATURE_CONTEXT``, then the whole
+    document (every field, the ``signature`` object's ``alg``, ``key_id`` and ``signed_at``
+    included, its ``value`` left out) as canonical JSON: keys sorted at every level, no
+    spaces, non-ASCII escaped. Documents hold no floats, so the encoding is exact."""
+    signature = document.get("signature")
+    covered = {key: value for key, value in signature.items() if key != "value"} if isinstance(signature, dict) else {}
+    content = {**document, "signature": covered}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return SIGNATURE_CONTEXT + canonical.encode("ascii")

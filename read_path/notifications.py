@@ -33,6 +33,7 @@ from django.db import connection, connections
 from presets import statements
 from presets.documents import ChainDocument
 from presets.models import Selection
+from presets.signing import sign
 from read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def encode_payload(selection: Selection, *, epoch: int | None) -> str:
         {
             "chain": selection.chain.name,
             "version": selection.version,
-            "document": selection.to_document(epoch=epoch),
+            "document": sign(selection.to_document(epoch=epoch)),
             "expires_at_ts": selection.expires_at_ts,
         },
         separators=(",", ":"),

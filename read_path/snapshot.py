@@ -26,6 +26,7 @@ from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.expiry import has_passed
 from presets.models import Selection, current_epoch
+from presets.signing import current_signer, sign, signed_by
 from read_path.http import CHAIN_PATH
 from read_path.notifications import State, decode_payload, listen, set_state, state
 from read_path.tokens import TokenSet
@@ -50,6 +51,7 @@ class Entry:
     etag: str
     body: bytes
     expires_at: float | None  # Unix seconds; None for the default
+    key_id: str | None = None  # the key that signed the body; None: unsigned
     etag_header: tuple[bytes, bytes] = (b"etag", b"")  # as the front sends it
     # The front's ``http.response.body`` message for a 200: sent as is by every plain read
     # (an ASGI server reads a message, it does not change it).
@@ -66,7 +68,7 @@ class Entry:
 
 
 def entry_for(selection: Selection, *, epoch: int) -> Entry:
-    return entry_from_document(selection.to_document(epoch=epoch), expires_at=selection.expires_at_ts)
+    return entry_from_document(sign(selection.to_document(epoch=epoch)), expires_at=selection.expires_at_ts)
 
 
 def entry_from_document(document: ChainDocument, *, expires_at: float | None) -> Entry:
@@ -81,6 +83,7 @@ def entry_from_document(document: ChainDocument, *, expires_at: float | None) ->
         etag=tag,
         body=body,
         expires_at=expires_at,
+        key_id=signed_by(document),
         etag_header=(b"etag", tag.encode()),
         body_message={"type": "http.response.body", "body": body},
     )
@@ -136,6 +139,8 @@ class Snapshot:
         self.by_path: dict[str, Entry] = {}
         self.tokens = TokenSet()
         self.list_body: bytes = b'{"chains":[]}'
+        # The key that signs now, as the last version check read it.
+        self.key_id: str | None = None
         self.waiters = 0
         # Per chain, the long polls waiting on it (a future each, set by ``put``).
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
@@ -238,10 +243,16 @@ class Snapshot:
     def put(self, entry: Entry) -> None:
         current = self.entries.get(entry.name)
         if current is not None and current.order >= entry.order:
-            return  # notifications and polls can race; documents never go back
+            # Notifications and polls can race; documents never go back. The same version
+            # signed again by the key that signs now replaces the held one quietly (its ETag
+            # is the same, so no long poll is answered for it).
+            if not (current.order == entry.order and current.key_id != entry.key_id == self.key_id):
+                return
         self.entries[entry.name] = entry
         self.by_path[CHAIN_PATH + entry.name] = entry
         self._rebuild_list()
+        if current is not None and current.order == entry.order:
+            return
         waiters = self._waiting.pop(entry.name, None)
         if waiters:
             _wake(list(waiters))
@@ -282,12 +293,14 @@ class Snapshot:
             log.warning("token set: reload failed (%s); retrying at the next check", exc)
 
     async def catch_up(self) -> None:
-        """Reload every chain whose (epoch, version) in the database is ahead of ours, and the
-        tokens."""
+        """Reload every chain whose (epoch, version) in the database is ahead of ours, or whose
+        document another key signed than the one that signs now, and the tokens."""
         await self.tokens.reload()
+        signer = await in_worker_thread(current_signer)()
+        self.key_id = signer.key_id if signer is not None else None
         for name, order in (await in_worker_thread(_versions)()).items():
             current = self.entries.get(name)
-            if current is None or current.order < order:
+            if current is None or current.order < order or current.key_id != self.key_id:
                 await self.reload(name)
 
     async def _poll_tokens_unless_listening(self) -> None:

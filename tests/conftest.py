@@ -56,6 +56,15 @@ def fresh_fleet_recorder() -> None:
     recorder.forget()
 
 
+@pytest.fixture(autouse=True)
+def fresh_signer() -> None:
+    """Each process keeps its signing key a few seconds (``presets.signing``); each test
+    starts with an empty database, so it must forget the key a previous test made."""
+    from presets.signing import forget_signer
+
+    forget_signer()
+
+
 @pytest.fixture
 def example_file() -> Path:
     return Path(settings.BASE_DIR) / "presets" / "presets.example.json"
