@@ -1,12 +1,14 @@
 """Whether a fetched document replaces the one held, and what follows when it does.
 
-A ``200`` body is applied only if it is **valid** (parsed against the service's own
-registry, for this chain) and **newer** by ``(epoch, version)``: replicas answer out of
-order, and the held document never goes back. A change is logged in one line, swapped in
-as one reference (what ``current()`` reads), saved to the state file and passed to
-``on_change``. An invalid body is refused, counted, listed for the usage report and
-logged once per document. A valid but older answer may mean the server is behind this
-instance (``stats`` decides whether that lasts long enough to say so).
+A ``200`` body is applied only if it is **signed** by a trusted key (when the client was
+given ``trusted_keys``: checked first, on the JSON object as received), **valid** (parsed
+against the service's own registry, for this chain) and **newer** by ``(epoch, version)``:
+replicas answer out of order, and the held document never goes back (an older document
+replayed with its genuine signature is ignored like any older answer). A change is logged in
+one line, swapped in as one reference (what ``current()`` reads), saved to the state file and
+passed to ``on_change``. An invalid or badly signed body is refused, counted, listed for the
+usage report and logged once per document. A valid but older answer may mean the server is
+behind this instance (``stats`` decides whether that lasts long enough to say so).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from chainclient.signatures import TrustedKeys
 from chainclient.snapshot import Snapshot, entity_tag, label, snapshot_of
 from chainclient.state_file import StateFile
 from chainclient.stats import ClientStats
@@ -52,6 +55,7 @@ class Applier:
         stats: ClientStats,
         usage: UsageReporter,
         state_file: StateFile,
+        trusted_keys: TrustedKeys | None,
         on_change: OnChange | None,
         held: Callable[[], Snapshot],
         publish: Callable[[Snapshot], None],
@@ -63,6 +67,7 @@ class Applier:
         self._stats = stats
         self._usage = usage
         self._state_file = state_file
+        self._trusted_keys = trusted_keys
         self._on_change = on_change
         self._held = held
         self._publish = publish
@@ -79,6 +84,10 @@ class Applier:
         except (ValueError, RecursionError) as exc:
             return self._refuse(None, etag, f"not JSON ({exc})")
         version = data.get("version") if isinstance(data, dict) else None
+        if self._trusted_keys is not None and isinstance(data, dict):
+            refused = self._trusted_keys.refusal(data)
+            if refused is not None:
+                return self._refuse(version, etag, refused.why, signature=True)
         try:
             document = ChainDocument.from_json(data, registry=self._registry, source="live")
             if document.name != self._chain:
@@ -145,11 +154,15 @@ class Applier:
             return
         self._stats.save_succeeded()
 
-    def _refuse(self, version: object, etag: str | None, why: str) -> Applied:
-        self._stats.document_refused()
+    def _refuse(self, version: object, etag: str | None, why: str, *, signature: bool = False) -> Applied:
+        self._stats.document_refused(signature=why if signature else None)
         self._usage.record_refused(version, why)
-        # Keep the refused document's ETag so the server does not resend it every poll.
-        applied = Applied(changed=False, etag=etag or None)
+        # An invalid document is what the server holds: keep its ETag so the server does not
+        # resend it every poll. A bad signature is, more likely, damage on the way (a proxy,
+        # a cache): ask again for anything but the held document, so the genuine one comes
+        # with the next poll (an interval away, as after any refusal) rather than with the
+        # next change.
+        applied = Applied(changed=False, etag=entity_tag(self._held().document) if signature else etag or None)
         key = (etag or version, why)
         if key == self._last_rejection:
             logger.debug("chain %s: refused the same document again: %s", self._chain, why)

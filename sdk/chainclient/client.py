@@ -14,6 +14,7 @@ by the parts it composes:
 - ``transport``: the HTTP connection and the headers every request carries;
 - ``poller``: the polling thread (when to ask, what an answer means);
 - ``applier``: whether a fetched document replaces the held one;
+- ``signatures``: the trusted keys, and whether a document's signature verifies;
 - ``snapshot``: what ``current()`` reads, and a pin's expiry, precomputed;
 - ``state_file``: the last-known-good file, which never goes back;
 - ``usage``: ``record_served`` and the usage reports, from a thread of their own;
@@ -31,7 +32,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -40,6 +41,7 @@ from chainclient.applier import OnChange as OnChange
 from chainclient.poller import REPOLL_SPREAD_S as REPOLL_SPREAD_S
 from chainclient.poller import Poller, PollSettings
 from chainclient.receipts import Attempt
+from chainclient.signatures import TrustedKeys
 from chainclient.snapshot import Snapshot, snapshot_of
 from chainclient.state_file import STATE_FORMAT as STATE_FORMAT
 from chainclient.state_file import StateFile
@@ -60,6 +62,11 @@ class ChainClient:
 
     ``current()`` never blocks, raises or does I/O; failures are counted in ``health()``
     and logged once per outage, never surfaced to callers.
+
+    ``trusted_keys`` (key id -> the control plane's Ed25519 public key, base64url, as
+    ``manage.py signing_keys public`` prints them) makes a verified signature required of
+    every document, fetched or read from the state file; it needs the ``verify`` extra
+    (``pip install 'chainclient[verify]'``), and the client refuses to be built without it.
     """
 
     def __init__(
@@ -82,6 +89,7 @@ class ChainClient:
         report_usage: bool = True,
         usage_interval: float = 60.0,
         ahead_after_s: float = 30.0,
+        trusted_keys: Mapping[str, str] | None = None,
     ) -> None:
         durations = {
             "poll_interval": poll_interval,
@@ -96,11 +104,14 @@ class ChainClient:
         instance = instance if instance is not None else _default_instance()
         _check_header_values({"token": token, "service": service, "instance": instance})
         steps = _routable_steps(default, registry)
+        # Loaded before anything reads a document: the state file is verified too.
+        keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
         endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=f"{service}/{instance}", timeout=timeout)
 
         self._chain = chain
         self._registry = registry
         self._default_steps = steps
+        self._trusted_keys = keys
         self._on_change = on_change
         self._service = service
         self._endpoint = endpoint
@@ -110,7 +121,7 @@ class ChainClient:
         self._lifecycle_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._stats = ClientStats(chain=chain, ahead_after_s=float(ahead_after_s))
-        self._state_file = StateFile(state_dir, chain=chain, registry=registry)
+        self._state_file = StateFile(state_dir, chain=chain, registry=registry, trusted_keys=keys)
         if state_dir is None:
             logger.info(
                 "chain %s: state_dir=None, so no last-known-good file is kept; a restart serves "
@@ -223,6 +234,12 @@ class ChainClient:
             "usage_report_failures": stats.report_failures,
             "last_save_error": stats.last_save_error,
             "last_save_error_at": stats.last_save_error_at,
+            "signatures": {
+                "required": self._trusted_keys is not None,
+                "key_id": held.signature.key_id if held.signature is not None else None,
+                "refused": stats.signature_refusals,
+                "last_refused": stats.last_signature_refusal,
+            },
         }
 
     def record_served(self, provider: str) -> None:
@@ -341,6 +358,7 @@ class ChainClient:
             stats=self._stats,
             usage=self._usage,
             state_file=self._state_file,
+            trusted_keys=self._trusted_keys,
             on_change=self._on_change,
             held=self._held,
             publish=self._publish,

@@ -11,7 +11,12 @@ The file carries a digest of its content, and a file whose digest does not match
 refused: a version raised by hand must neither become what a restarted service serves nor
 hold back every later save (it would look newer than anything the control plane sends). A
 digest only catches accidental and naive edits: whoever can write the file can recompute
-it. Signing the file is what will stop a deliberate forger.
+it. Signing is what stops a deliberate forger: the file holds the document exactly as the
+control plane signed it, and a client given ``trusted_keys`` verifies that signature again
+on load, so a document edited in the file (digest recomputed or not), or one without a
+signature, is refused like a file whose digest does not match. What a forger can still do is
+put back an older document the control plane really signed for this chain: it verifies, and
+a restarted service serves it until its first poll brings the current one.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
+from chainclient.signatures import UNSIGNED, TrustedKeys
 from chainclient.snapshot import label
 from chainclient.transport import describe
 from chainclient.types import ChainDocument, DocumentInvalid, Registry
@@ -51,10 +57,18 @@ STATE_FORMAT = "chainclient-state/2"
 # takes a deliberate edit (the format changed, the digest deleted), and a digest does not
 # stop deliberate edits anyway, since recomputing it is as easy. The edit it is there to
 # catch, a value changed in an editor, is refused, and so is a current file whose digest
-# was deleted. Signing the file will close the way round as well.
+# was deleted. With trusted_keys set, the way round is closed: the document in a file of
+# either format is verified again on load, and releases before signatures kept none.
 FORMAT_BEFORE_DIGESTS = "chainclient-state/1"
 
 DIGEST_MISMATCH = "digest mismatch: the file changed after it was saved (edited by hand?)"
+
+# A file saved before the control plane signed, or by a release that kept no signature, is
+# the usual case: said so, rather than suspecting a proxy as a fetched document's reason does.
+_UNSIGNED_ON_DISK = (
+    "unsigned: its document carries no signature, and trusted_keys is set (saved before the control "
+    "plane signed its documents, by chainclient 0.3 or earlier, which kept no signature, or edited?)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,14 +90,23 @@ class _Saved:
 class StateFile:
     """One chain's state file; ``path`` is None when the client keeps no file."""
 
-    def __init__(self, state_dir: str | os.PathLike[str] | None, *, chain: str, registry: Registry) -> None:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] | None,
+        *,
+        chain: str,
+        registry: Registry,
+        trusted_keys: TrustedKeys | None = None,
+    ) -> None:
         self.path = Path(state_dir) / f"{quote(chain, safe='')}.json" if state_dir is not None else None
         self._chain = chain
         self._registry = registry
+        self._trusted_keys = trusted_keys
 
     def load(self) -> Loaded:
         """The document saved by a previous run, if any. A missing file is no document; an
-        unusable one (its digest not matching included) is refused, with one log line."""
+        unusable one (its digest not matching, or with ``trusted_keys`` its document's
+        signature not verifying, included) is refused, with one log line."""
         path = self.path
         if path is None:
             return Loaded(None)
@@ -161,7 +184,16 @@ class StateFile:
                 raise DocumentInvalid(DIGEST_MISMATCH)
         if payload.get("chain") != self._chain:
             raise DocumentInvalid(f"it belongs to chain {payload.get('chain')!r}")
-        document = ChainDocument.from_json(payload.get("document"), registry=self._registry, source="disk")
+        saved = payload.get("document")
+        if self._trusted_keys is not None and isinstance(saved, dict):
+            # Before the document is believed: a digest is recomputed as easily as it is
+            # checked, a signature is not.
+            refused = self._trusted_keys.refusal(saved)
+            if refused is not None:
+                raise DocumentInvalid(
+                    _UNSIGNED_ON_DISK if refused.kind == UNSIGNED else f"its document is refused: {refused.why}"
+                )
+        document = ChainDocument.from_json(saved, registry=self._registry, source="disk")
         if document.name != self._chain:
             raise DocumentInvalid(f"its document is for chain {document.name!r}")
         return _Saved(document, digested)

@@ -46,6 +46,8 @@ class StatsView:
     last_save_error: str | None
     last_save_error_at: float | None
     state_file_refused: str | None
+    signature_refusals: int
+    last_signature_refusal: str | None
 
 
 class ClientStats:
@@ -68,6 +70,8 @@ class ClientStats:
         self._last_save_error: str | None = None
         self._last_save_error_at: float | None = None
         self._state_file_refused: str | None = None
+        self._signature_refusals = 0
+        self._last_signature_refusal: str | None = None
         # Usage reports.
         self._last_report_at: float | None = None
         self._report_failures = 0
@@ -97,6 +101,8 @@ class ClientStats:
                 last_save_error=self._last_save_error,
                 last_save_error_at=self._last_save_error_at,
                 state_file_refused=self._state_file_refused,
+                signature_refusals=self._signature_refusals,
+                last_signature_refusal=self._last_signature_refusal,
             )
 
     # -- polls, documents, saves, reports ---------------------------------------------------
@@ -125,9 +131,13 @@ class ClientStats:
                 self._outage_started = time.monotonic()
         return failures
 
-    def document_refused(self) -> None:
+    def document_refused(self, *, signature: str | None = None) -> None:
+        """Count a refused document; ``signature`` is why, when its signature was the reason."""
         with self._lock:
             self._rejected += 1
+            if signature is not None:
+                self._signature_refusals += 1
+                self._last_signature_refusal = signature
 
     def document_changed(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ the service's own compiled-in provider registry.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -163,6 +164,33 @@ class DefaultChain:
 
 
 @dataclass(frozen=True)
+class DocumentSignature:
+    """The control plane's signature of a document, as the document carries it.
+
+    ``key_id`` names the key it was made with, ``signed_at`` when (RFC 3339), ``value`` the
+    64-byte Ed25519 signature in base64url. Carried means verified only for a client given
+    ``trusted_keys`` (``chainclient.signatures``); what it covers is
+    ``chainclient.wire.signed_content``.
+    """
+
+    alg: str
+    key_id: str
+    signed_at: str
+    value: str
+
+    @classmethod
+    def from_json(cls, data: Any) -> DocumentSignature | None:
+        """The signature object's fields, or None when it has not their shape (a client
+        that verifies refuses such a document; one that does not ignores the field)."""
+        if not isinstance(data, dict):
+            return None
+        alg, key_id, signed_at, value = (data.get(name) for name in ("alg", "key_id", "signed_at", "value"))
+        if isinstance(alg, str) and isinstance(key_id, str) and isinstance(signed_at, str) and isinstance(value, str):
+            return cls(alg, key_id, signed_at, value)
+        return None
+
+
+@dataclass(frozen=True)
 class ChainDocument:
     """The live chain as served by the control plane, plus where this copy came from.
 
@@ -170,6 +198,9 @@ class ChainDocument:
     or ``live`` (fetched from the control plane). Documents are ordered by ``order``,
     (epoch, version): the epoch is raised after a database restore took versions back.
     ``expires_at_s`` is ``expires_at`` in epoch seconds (None without an expiry).
+    ``signature`` is the control plane's signature the document carried (None for an
+    unsigned one, and for one built in code or changed with ``dataclasses.replace``: its
+    content is then not what was signed).
     """
 
     name: str
@@ -186,6 +217,12 @@ class ChainDocument:
     epoch: int = 0
     default: DefaultChain | None = None
     expires_at_s: float | None = field(default=None, init=False, repr=False, compare=False)
+    signature: DocumentSignature | None = field(default=None, init=False, repr=False, compare=False)
+    # The JSON object this document was parsed from, as text (immutable): what to_json()
+    # returns, so the state file holds exactly what was signed. Not an __init__ argument,
+    # so dataclasses.replace() (an expired pin's derived document) drops it, with the
+    # signature: the changed content is no longer what was signed.
+    _received_json: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Parsed once here, not per request: current() compares it with the clock.
@@ -265,10 +302,24 @@ class ChainDocument:
             epoch=epoch,
             default=_parse_default(data.get("default"), registry),
         )
+        object.__setattr__(doc, "signature", DocumentSignature.from_json(data.get("signature")))
+        try:
+            received = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):  # a dict built in code holding what JSON cannot
+            received = None
+        object.__setattr__(doc, "_received_json", received)
         return doc
 
     def to_json(self) -> dict[str, Any]:
-        """The document as the control plane serves it (without ``source``)."""
+        """The document as the control plane serves it (without ``source``).
+
+        A parsed document returns the object it was parsed from, unchanged (a fresh copy
+        each call): its signature and any field this SDK does not know yet included, so
+        it verifies again when read back. One built in code is written from its fields.
+        """
+        if self._received_json is not None:
+            received: dict[str, Any] = json.loads(self._received_json)
+            return received
         return {
             "name": self.name,
             "version": self.version,

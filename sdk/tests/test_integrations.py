@@ -680,7 +680,7 @@ def test_the_core_imports_no_vendor_library() -> None:
     code = (
         "import sys, chainclient, chainclient.router, chainclient.async_router, chainclient.testing, "
         "chainclient.fault_provider, chainclient.integrations; "
-        "print(sorted(m for m in ('openai', 'anthropic', 'httpx2', 'httpcore2') if m in sys.modules))"
+        "print(sorted(m for m in ('openai', 'anthropic', 'httpx2', 'httpcore2', 'cryptography') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -158,7 +158,7 @@ def test_the_wheel_carries_py_typed_and_the_metadata(dists: dict[str, Path]) -> 
     assert metadata["Description-Content-Type"] == "text/markdown"
     requires = metadata.get_all("Requires-Dist") or []
     assert all('; extra == "' in line for line in requires), f"the core SDK is standard-library only: {requires}"
-    assert sorted(metadata.get_all("Provides-Extra") or []) == ["anthropic", "openai"]
+    assert sorted(metadata.get_all("Provides-Extra") or []) == ["anthropic", "openai", "verify"]
     classifiers = set(metadata.get_all("Classifier") or [])
     assert CLASSIFIERS <= classifiers, f"missing classifiers: {sorted(CLASSIFIERS - classifiers)}"
     assert any(classifier.startswith("Topic :: ") for classifier in classifiers)
@@ -166,8 +166,8 @@ def test_the_wheel_carries_py_typed_and_the_metadata(dists: dict[str, Path]) -> 
 
 @pytest.mark.parametrize(
     ("extra", "pulled"),
-    [("", set()), ("[openai]", {"openai"}), ("[anthropic]", {"anthropic"})],
-    ids=["core", "openai", "anthropic"],
+    [("", set()), ("[openai]", {"openai"}), ("[anthropic]", {"anthropic"}), ("[verify]", {"cryptography"})],
+    ids=["core", "openai", "anthropic", "verify"],
 )
 def test_the_wheel_pulls_a_vendor_library_only_with_its_extra(
     dists: dict[str, Path], tmp_path: Path, extra: str, pulled: set[str]
