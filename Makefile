@@ -7,7 +7,7 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: install run serve test lint bench clean wire
+.PHONY: install run serve relay test lint bench clean wire
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ serve: install
 		--static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
 		controlplane.asgi:application
 
+# A relay (README, "Relays"): the services' read API from UPSTREAM, with no database. Needs a
+# service token of the upstream in RELAY_TOKEN.
+RELAY_PORT ?= 8100
+relay: install
+	RELAY_UPSTREAM=$${RELAY_UPSTREAM:-http://127.0.0.1:$(PORT)} $(PY) -m relay --port $(RELAY_PORT)
+
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -57,7 +63,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker audit presets sdk/chainclient
+	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker audit presets relay sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
 BENCHMARKS = sdk_current.py router_overhead.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py signing.py

@@ -33,6 +33,7 @@ api_v1 = [
     path("alerts", alerts_api.AlertsView.as_view(), name="api-alerts"),
     path("notifications", notifications_api.NotificationsView.as_view(), name="api-notifications"),
     path("fleet", fleet_api.FleetView.as_view(), name="api-fleet"),
+    path("fleet/seen", fleet_api.FleetSeenView.as_view(), name="api-fleet-seen"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
     path("chains/<slug:name>/instances", fleet_api.ChainInstancesView.as_view(), name="api-instances"),

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from audit import fleet, provider_alerts, provider_health
 from audit import usage as usage_reports
-from audit.fleet_recorder import recorder
+from audit.fleet_recorder import parse_identity, recorder
 from audit.models import MAX_CLIENT_LENGTH
 from http_api.authentication import TokenPrincipal
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
@@ -284,6 +284,55 @@ class UsageView(APIView):
             except Exception:
                 log.exception("provider alerts: the sweep after a usage report failed")
         return Response({"accepted": True, "dropped": taken.dropped.as_dict()}, status=202)
+
+
+class FleetSeenView(APIView):
+    """The service instances a relay has seen read each chain (their X-Chain-Client and
+    X-Chain-Applied-Version headers), sent on once a second: fleet status counts the instances
+    behind relays as it counts those reading the control plane itself. What is not a valid
+    identity is dropped and counted, as on a read."""
+
+    permission_classes = [SentWithAToken]
+    MAX_INSTANCES = 10_000
+
+    class SeenSerializer(serializers.Serializer):
+        chain = StrictCharField(max_length=100)
+        client = StrictCharField(max_length=MAX_CLIENT_LENGTH)
+        applied_version = StrictCharField(max_length=10)
+
+    class InputSerializer(serializers.Serializer):
+        instances = serializers.ListField(max_length=10_000)
+
+    @extend_schema(
+        operation_id="fleet_seen",
+        request=inline_serializer(
+            "FleetSeen", {"instances": serializers.ListField(child=SeenSerializer(), max_length=MAX_INSTANCES)}
+        ),
+        responses={
+            202: inline_serializer(
+                "FleetSeenAccepted",
+                {"accepted": serializers.IntegerField(), "dropped": serializers.IntegerField()},
+            ),
+            **errors(400, 401, 403),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        accepted = dropped = 0
+        for item in serializer.validated_data["instances"]:
+            seen = self.SeenSerializer(data=item)
+            identity = (
+                parse_identity(seen.validated_data["client"], seen.validated_data["applied_version"])
+                if seen.is_valid()
+                else None
+            )
+            if identity is None:
+                dropped += 1
+                continue
+            recorder.seen(seen.validated_data["chain"], *identity)
+            accepted += 1
+        return Response({"accepted": accepted, "dropped": dropped}, status=202)
 
 
 def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:

@@ -21,7 +21,17 @@ from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
 from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, format_instant
-from presets.expiry import has_passed, not_passed
+from presets.expiry import has_passed
+
+
+def expiry_passed(now: datetime) -> models.Q:
+    """The rows whose ``expires_at`` has passed at ``now`` (``presets.expiry``'s rule)."""
+    return models.Q(expires_at__lte=now)
+
+
+def expiry_not_passed(now: datetime) -> models.Q:
+    """The rows without an expiry, or with one still ahead of ``now``."""
+    return models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
 
 
 class Epoch(models.Model):
@@ -262,7 +272,7 @@ class ServiceTokenQuerySet(models.QuerySet["ServiceToken"]):
     def active(self, now: datetime | None = None) -> ServiceTokenQuerySet:
         """The tokens that work now: not revoked and not expired."""
         now = timezone.now() if now is None else now
-        return self.filter(revoked_at__isnull=True).filter(not_passed(now))
+        return self.filter(revoked_at__isnull=True).filter(expiry_not_passed(now))
 
 
 class ServiceToken(models.Model):

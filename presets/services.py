@@ -32,6 +32,7 @@ from presets.models import (
     Preset,
     Selection,
     epoch_held,
+    expiry_passed,
     lock_selection,
     read_epoch_held,
 )
@@ -230,7 +231,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
     Idempotent and safe with several workers: each pin is re-checked under its row lock, so
     only the first sweep to get the lock reverts it."""
     now = now or _now()
-    due = Selection.objects.filter(expiry.passed(now))
+    due = Selection.objects.filter(expiry_passed(now))
     if chains is not None:
         due = due.filter(chain__name__in=list(chains))
     reverted = 0

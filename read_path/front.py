@@ -24,13 +24,11 @@ import asyncio
 import contextvars
 import json
 import logging
-import re
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from math import inf
 from typing import Any
-from urllib.parse import parse_qs
 
 from django.conf import settings
 
@@ -38,6 +36,7 @@ from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
 from presets.expiry import has_passed
 from read_path import counters, request_context
+from read_path.held import Entry, departure, read_query
 from read_path.http import (
     BEARER_HELP,
     CHAIN_PATH,
@@ -46,9 +45,7 @@ from read_path.http import (
     bearer_token,
     error_body,
     matches,
-    min_version,
     not_served_yet,
-    wait_seconds,
 )
 from read_path.request_context import (
     ACCEPTED_ID_BYTES,
@@ -61,7 +58,7 @@ from read_path.request_context import (
     reads_log,
     request_id_from,
 )
-from read_path.snapshot import Entry, Snapshot
+from read_path.snapshot import Snapshot
 from read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
@@ -96,8 +93,6 @@ _PLAIN_304 = (CHAIN_ROUTE, "GET", 304)
 _BOUNDS = counters.front_durations.bounds
 _FIRST_BOUND = _BOUNDS[0]
 _clock = time.perf_counter
-# A query string that is ``wait=`` and a plain decimal number (nothing parse_qs would decode).
-_PLAIN_NUMBER = re.compile(rb"[0-9]{1,6}(?:\.[0-9]{0,6})?")
 
 
 class ReadFront:
@@ -326,7 +321,7 @@ class ReadFront:
             return
 
         try:
-            wait, minimum = _query_of(scope.get("query_string"))
+            wait, minimum = read_query(scope.get("query_string"))
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
@@ -360,7 +355,7 @@ class ReadFront:
             held_since = time.perf_counter()
             # A client that leaves (an instance stopped, a fleet restarted) frees its poll at
             # once, not at the end of its wait.
-            gone = await _departure(receive)
+            gone = await departure(receive)
             try:
                 waited = await self._wait(name, entry, wait, gone)
             except Exception:  # noqa: BLE001 - the database is down: see _live
@@ -455,45 +450,6 @@ class ReadFront:
             entry = await self._live(name) or entry
             if entry.etag != held.etag or time.monotonic() >= deadline:
                 return entry
-
-
-async def _departure(receive: Receive) -> asyncio.Future[Any]:
-    """A future done when the client disconnects: once the whole request (a GET: one empty
-    ``http.request``) has been read, which this does first, ASGI's next message is
-    ``http.disconnect``. granian's ``receive`` returns a future: that one is watched as it
-    is, where a coroutine (other servers) needs a task of its own, for each of the thousands
-    of polls held at once. A coroutine's server that says anything else is not watched (nor
-    is a request with more body): the poll then ends at its wait."""
-    first = await receive()
-    if first["type"] == "http.disconnect":
-        left: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        left.set_result(first)
-        return left
-    following = receive()
-    if asyncio.isfuture(following) and not first.get("more_body"):
-        return following
-    return asyncio.ensure_future(_client_gone(following))
-
-
-async def _client_gone(following: Awaitable[MutableMapping[str, Any]]) -> None:
-    """Return when ``following``, the request's next message, says the client disconnected."""
-    if (await following)["type"] == "http.disconnect":
-        return
-    await asyncio.get_running_loop().create_future()  # never: cancelled when the poll ends
-
-
-def _query_of(query_string: bytes | None) -> tuple[float, tuple[int, int] | None]:
-    """The long poll's ``wait`` in seconds (0 without one) and the ``min_version`` to serve at
-    least (None without one); raises InvalidInput."""
-    if not query_string:  # a plain read: nothing to parse
-        return 0.0, None
-    if query_string.startswith(b"wait=") and _PLAIN_NUMBER.fullmatch(query_string, 5):
-        return wait_seconds(query_string[5:].decode("ascii")), None  # the SDK's ``?wait=55``: as parse_qs reads it
-    query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
-    return (
-        wait_seconds(query["wait"][-1] if "wait" in query else None),
-        min_version(query["min_version"][-1] if "min_version" in query else None),
-    )
 
 
 def answers_itself(scope: Scope) -> bool:

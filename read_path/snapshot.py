@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import connections
 
 from presets import services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
-from presets.expiry import has_passed
 from presets.models import Selection, current_epoch
 from presets.signing import current_signer, sign, signed_by
-from read_path.http import CHAIN_PATH
+from read_path.held import Entry, HeldDocuments, make_entry
 from read_path.notifications import State, decode_payload, listen, set_state, state
 from read_path.tokens import TokenSet
 from read_path.worker_threads import in_worker_thread
@@ -41,32 +38,6 @@ FALLBACK_POLL_S = 0.25
 TOKENS_POLL_S = 1.0
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One chain's document, pre-encoded for the wire."""
-
-    name: str
-    epoch: int
-    version: int
-    etag: str
-    body: bytes
-    expires_at: float | None  # Unix seconds; None for the default
-    key_id: str | None = None  # the key that signed the body; None: unsigned
-    etag_header: tuple[bytes, bytes] = (b"etag", b"")  # as the front sends it
-    # The front's ``http.response.body`` message for a 200: sent as is by every plain read
-    # (an ASGI server reads a message, it does not change it).
-    body_message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def order(self) -> tuple[int, int]:
-        """Documents are ordered by (epoch, version): a raised epoch makes a restored
-        database's lower versions the newer ones."""
-        return (self.epoch, self.version)
-
-    def is_expired(self, now: float) -> bool:
-        return has_passed(self.expires_at, now)
-
-
 def entry_for(selection: Selection, *, epoch: int) -> Entry:
     return entry_from_document(sign(selection.to_document(epoch=epoch)), expires_at=selection.expires_at_ts)
 
@@ -74,18 +45,14 @@ def entry_for(selection: Selection, *, epoch: int) -> Entry:
 def entry_from_document(document: ChainDocument, *, expires_at: float | None) -> Entry:
     """An entry from a chain document and its pin's expiry in Unix seconds (the instant the
     document states, to the millisecond)."""
-    tag = etag(document["epoch"], document["version"])
-    body = encode_document(document)
-    return Entry(
+    return make_entry(
         name=document["name"],
         epoch=document["epoch"],
         version=document["version"],
-        etag=tag,
-        body=body,
+        etag=etag(document["epoch"], document["version"]),
+        body=encode_document(document),
         expires_at=expires_at,
         key_id=signed_by(document),
-        etag_header=(b"etag", tag.encode()),
-        body_message={"type": "http.response.body", "body": body},
     )
 
 
@@ -109,41 +76,15 @@ def _versions() -> dict[str, tuple[int, int]]:
     return {name: (epoch, version) for name, version in Selection.objects.values_list("chain__name", "version")}
 
 
-# Long polls woken per turn of the event loop when a change reaches thousands of them.
-WAKE_BATCH = 64
-
-
-def _wake(waiters: list[asyncio.Future[None]], start: int = 0) -> None:
-    """Wake ``waiters`` ``WAKE_BATCH`` at a time, one batch per turn of the event loop.
-
-    Each woken poll is a task step queued on the loop, and answering it costs ~100 us. Woken
-    all at once, ten thousand of them would queue ahead of everything else: the change's own
-    answer to its caller (its view has just committed, in a thread), and every other request,
-    would wait for the whole fleet to be answered, seconds. A batch at a time, whatever became
-    ready meanwhile runs between two batches, and the fleet is answered just as fast."""
-    for waiter in waiters[start : start + WAKE_BATCH]:
-        if not waiter.done():
-            waiter.set_result(None)
-    if start + WAKE_BATCH < len(waiters):
-        asyncio.get_running_loop().call_soon(_wake, waiters, start + WAKE_BATCH)
-
-
-class Snapshot:
+class Snapshot(HeldDocuments):
     """Every chain's live document and every live token in this process, and the long polls
     waiting on them."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, Entry] = {}
-        # The same entries by the path that reads them (``/api/v1/chains/{name}``): the
-        # front's plain reads find theirs in one lookup.
-        self.by_path: dict[str, Entry] = {}
+        super().__init__()
         self.tokens = TokenSet()
-        self.list_body: bytes = b'{"chains":[]}'
         # The key that signs now, as the last version check read it.
         self.key_id: str | None = None
-        self.waiters = 0
-        # Per chain, the long polls waiting on it (a future each, set by ``put``).
-        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
         self._expiring: dict[str, asyncio.Future[Entry | None]] = {}
         self._started: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -200,44 +141,6 @@ class Snapshot:
             pending.add_done_callback(lambda _: self._expiring.pop(name, None))
         return await asyncio.shield(pending)
 
-    async def wait_for_change(
-        self, name: str, etag: str, timeout: float, *, gone: asyncio.Future[Any] | None = None
-    ) -> Entry | None:
-        """Wait until the chain's document is no longer the one tagged ``etag``; None when
-        ``timeout`` passes first, or when ``gone`` is done (the client has left)."""
-        entry = self.entries.get(name)
-        if entry is not None and entry.etag != etag:
-            return entry
-        if gone is not None and gone.done():
-            return None
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        waiting = self._waiting.setdefault(name, set())
-        waiting.add(waiter)
-
-        def wake(_: object = None) -> None:
-            if not waiter.done():
-                waiter.set_result(None)
-
-        if gone is not None:
-            gone.add_done_callback(wake)
-        # The timeout wakes the waiter like a change does (what follows tells them apart): one
-        # timer, where asyncio.timeout adds an object, the current task's lookup and a
-        # reschedule, and wait_for a task of its own (Python 3.11), for each of the thousands of
-        # long polls held at once.
-        timer = loop.call_later(timeout, wake)
-        self.waiters += 1
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self.waiters -= 1
-            waiting.discard(waiter)
-            if gone is not None:
-                gone.remove_done_callback(wake)
-        entry = self.entries.get(name)
-        return entry if entry is not None and entry.etag != etag else None
-
     # --- updates --------------------------------------------------------------------
 
     def put(self, entry: Entry) -> None:
@@ -248,22 +151,11 @@ class Snapshot:
             # is the same, so no long poll is answered for it).
             if not (current.order == entry.order and current.key_id != entry.key_id == self.key_id):
                 return
-        self.entries[entry.name] = entry
-        self.by_path[CHAIN_PATH + entry.name] = entry
-        self._rebuild_list()
-        if current is not None and current.order == entry.order:
-            return
-        waiters = self._waiting.pop(entry.name, None)
-        if waiters:
-            _wake(list(waiters))
+        self.hold(entry)
 
     def _replace_all(self, entries: dict[str, Entry]) -> None:
         for entry in entries.values():
             self.put(entry)
-
-    def _rebuild_list(self) -> None:
-        bodies = [self.entries[name].body for name in sorted(self.entries)]
-        self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
 
     async def reload(self, name: str) -> Entry | None:
         """Read the chain's live document from the database (reverting an expired pin)."""

@@ -275,6 +275,70 @@ class Stack:
         self.web = None
 
 
+@dataclass
+class RelayProcess:
+    """A relay (``python -m relay``) following ``upstream`` with ``token``, its documents kept
+    under ``cache_dir``; started by ``start`` on a port of its own, kept across restarts."""
+
+    upstream: str
+    token: str
+    cache_dir: Path
+    workers: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "RELAY_UPSTREAM": self.upstream,
+            "RELAY_TOKEN": self.token,
+            "RELAY_CACHE_DIR": str(self.cache_dir),
+            "RELAY_NAME": f"relay-{self.port}",
+            "RELAY_LOG_LEVEL": "WARNING",
+            **self.env,
+        }
+        with open(self.cache_dir.parent / f"relay-{self.port}.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(self.port)]
+                + ["--workers", str(self.workers)],
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        assert wait_for(self._answers, 30), "the relay did not start"
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(f"{self.url}/healthz", timeout=1).read()
+            return True
+        except OSError:
+            return False
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as response:
+            return dict(json.load(response))
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+
 @contextmanager
 def running_stack(
     prefix: str, *, workers: int = 1, env: dict[str, str] | None = None, max_connections: int = 100

@@ -14,7 +14,7 @@ from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("controlplane", "http_api", "pages", "commands", "worker", "read_path", "audit", "presets")
+PACKAGES = ("controlplane", "http_api", "pages", "commands", "worker", "read_path", "audit", "presets", "relay")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -53,6 +53,11 @@ WRONG_IMPORTS = [
     ("read_path/snapshot.py", "http_api.chains", "The read path imports no DRF"),
     ("audit/fleet.py", "rest_framework.serializers", "The domain (presets and audit) speaks no HTTP"),
     ("read_path/http.py", "read_path.front", "No import circles"),
+    # The relay runs where there is no database: nothing it imports may need one.
+    ("relay/app.py", "presets.models", "The relay needs no database"),
+    ("read_path/held.py", "django.db", "The relay needs no database"),
+    ("relay/disk.py", "read_path.snapshot", "The relay needs no database"),
+    ("read_path/held.py", "relay.app", LAYERS),
 ]
 
 

@@ -46,9 +46,10 @@ def test_the_compose_check_rejects_a_broken_file(tmp_path: Path) -> None:
 
 def test_every_process_is_there_with_a_health_check() -> None:
     services = compose()["services"]
-    assert set(services) == {"postgres", "redis", "release", "web", "worker", "beat", "caddy"}
+    assert set(services) == {"postgres", "redis", "release", "web", "worker", "beat", "caddy", "relay"}
     assert services["caddy"]["profiles"] == ["https"]  # only with `--profile https`
-    for name in ("postgres", "redis", "web", "worker", "beat"):
+    assert services["relay"]["profiles"] == ["relay"]  # only with `--profile relay`
+    for name in ("postgres", "redis", "web", "worker", "beat", "relay"):
         assert "healthcheck" in services[name], name
     for name in ("web", "worker", "beat"):
         assert services[name]["depends_on"]["release"]["condition"] == "service_completed_successfully"
@@ -60,6 +61,7 @@ def test_every_process_is_there_with_a_health_check() -> None:
         ("web", ["granian", "--interface", "asgi", "controlplane.asgi:application"]),
         ("worker", ["celery", "-A", "controlplane", "worker"]),
         ("beat", ["celery", "-A", "controlplane", "beat"]),
+        ("relay", ["python", "-m", "relay", "--port", "8100"]),  # as tests/servers.py's RelayProcess
     ],
 )
 def test_the_containers_run_the_processes_the_suite_tests(service, expected) -> None:

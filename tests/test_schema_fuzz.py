@@ -37,6 +37,7 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/extend"),
     ("POST", "/api/v1/chains/{name}/history/{version}/restore"),
     ("POST", "/api/v1/chains/{name}/usage"),
+    ("POST", "/api/v1/fleet/seen"),
     ("GET", "/api/v1/chains/{name}/health"),
     ("GET", "/api/v1/chains/{name}/instances"),
     ("GET", "/api/v1/alerts"),

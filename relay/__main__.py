@@ -1,0 +1,61 @@
+"""``python -m relay``: run a relay (README, "Relays").
+
+Settings come from the environment (``relay.config``); the options here override the most
+used ones. The process is granian serving ``relay.asgi:application``, like the control
+plane's web process (``make serve``): HTTP/1.1, one event loop per worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from relay.config import ConfigError, from_env
+
+# Held long polls and kept-alive connections per worker (granian's --backpressure): a relay
+# is sized for its fleet, as the web process is (Makefile, WEB_MAX_REQUESTS).
+MAX_CONNECTIONS = 20480
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m relay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", help="the control plane's or another relay's URL (RELAY_UPSTREAM)")
+    parser.add_argument("--cache-dir", help="where documents are kept (RELAY_CACHE_DIR, default var/relay)")
+    parser.add_argument("--host", default=os.environ.get("RELAY_HOST", "0.0.0.0"))  # noqa: S104 - a server
+    parser.add_argument("--port", type=int, default=int(os.environ.get("RELAY_PORT", "8100")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("RELAY_WORKERS", "1")))
+    args = parser.parse_args(argv)
+    if args.upstream:
+        os.environ["RELAY_UPSTREAM"] = args.upstream
+    if args.cache_dir:
+        os.environ["RELAY_CACHE_DIR"] = args.cache_dir
+    try:
+        config = from_env()
+    except ConfigError as exc:
+        print(f"relay: {exc}", file=sys.stderr)
+        return 2
+    if not 1 <= args.workers <= 64:
+        print("relay: --workers must be within 1..64", file=sys.stderr)
+        return 2
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+
+    print(f"relay {config.name}: following {config.upstream}, serving on {args.host}:{args.port}", file=sys.stderr)
+    Granian(
+        "relay.asgi:application",
+        address=args.host,
+        port=args.port,
+        interface=Interfaces.ASGI,
+        workers=args.workers,
+        http=HTTPModes.http1,
+        websockets=False,
+        backlog=MAX_CONNECTIONS,
+        backpressure=MAX_CONNECTIONS,
+        respawn_failed_workers=True,
+    ).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,718 @@
+"""The relay's ASGI application: the read API from memory, followed from upstream, kept on disk.
+
+Downstream it answers what the SDK uses, as the control plane does: ``GET /api/v1/chains`` and
+``GET /api/v1/chains/{name}`` (200 / 304, long polls with ``wait``, ``min_version``), the
+usage reports (``POST /api/v1/chains/{name}/usage``, answered 202 and sent on), the fleet
+reports of relays behind it (``POST /api/v1/fleet/seen``), ``/healthz`` and ``/readyz``.
+Anything else is refused with the API's error body: changes are made on the control plane.
+
+Upstream it holds one long poll per chain (``_follow``), lists the chains every
+``relist_s`` (new chains, deleted ones, a version signed again by a new key), checks each
+service token it has not checked within ``token_cache_s``, and once a second sends the usage
+reports it took and who read what (``_send_reports``).
+
+Stale: a chain is stale while its follower cannot reach the upstream, while it serves what it
+loaded from disk and has not confirmed, or while its upstream says it is stale itself (the
+``X-Chain-Stale`` header, seconds since the control plane last confirmed the document). Its
+reads then carry ``X-Chain-Stale``, and ``/healthz`` lists it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import random
+import re
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from presets.exceptions import InvalidInput
+from read_path.held import Entry, HeldDocuments, departure, read_query
+from read_path.http import (
+    BEARER_HELP,
+    CHAIN_PATH,
+    CHAINS_PATH,
+    TOKEN_REFUSED,
+    bearer_token,
+    error_body,
+    matches,
+    not_served_yet,
+)
+from relay import disk
+from relay.config import RelayConfig
+from relay.upstream import Upstream, UpstreamDown
+
+log = logging.getLogger("relay")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+STALE_HEADER = b"x-chain-stale"
+# A client's X-Request-ID is sent back when it is a plain id, else the relay makes one.
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+FLEET_SEEN_PATH = "/api/v1/fleet/seen"
+USAGE_SUFFIX = "/usage"
+# A read waits this long for what it asks that the relay does not hold yet (a ``min_version``
+# ahead, the revert of a pin that just expired) before it is answered without it.
+CATCH_UP_WAIT_S = 1.0
+REPORT_MAX_BYTES = 256 * 1024
+REPORTS_PER_FLUSH = 500
+REPORT_SENDERS = 8
+SEEN_MAX = 100_000
+SEEN_PER_POST = 10_000
+FLUSH_EVERY_S = 1.0
+BACKOFF_MAX_S = 5.0
+STALE_POLL_S = 2
+_NO_CACHE = (b"cache-control", b"no-cache")
+_JSON = (b"content-type", b"application/json")
+_EXPIRED = "this chain's pin has expired and the relay has not yet received its revert from its upstream; retry shortly"
+_CANNOT_CHECK = "the relay cannot reach its upstream to check this token; retry shortly"
+_NOTHING_YET = "the relay has not yet reached its upstream and has nothing on disk; retry shortly"
+_NOT_HERE = (
+    "a relay serves the chain reads (GET /api/v1/chains[/{name}]), usage reports and /healthz only: "
+    "make changes on the control plane"
+)
+
+
+class Documents(HeldDocuments):
+    """The chains the relay serves, and which of them are stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.confirmed_at: dict[str, float] = {}  # when the control plane last stood behind it (Unix s)
+        self.stale: set[str] = set()
+        # Per chain, how many times it turned stale or fresh: a long poll held across a turn is
+        # answered then (a 304 saying so), so that a relay behind this one learns it at once.
+        self.turns: dict[str, int] = {}
+
+    def mark(self, name: str, *, stale: bool) -> None:
+        if (name in self.stale) == stale:
+            return
+        if stale:
+            self.stale.add(name)
+        else:
+            self.stale.discard(name)
+        self.turns[name] = self.turns.get(name, 0) + 1
+        self.wake(name)
+
+    def put(self, entry: Entry) -> bool:
+        """Serve ``entry`` if it is newer than what is held (``disk.newer``); whether it is."""
+        if not disk.newer(entry, self.entries.get(entry.name)):
+            return False
+        self.hold(entry)
+        return True
+
+    def stale_header(self, name: str, now: float) -> tuple[bytes, bytes] | None:
+        if name not in self.stale:
+            return None
+        age = max(0.0, now - self.confirmed_at.get(name, 0.0))
+        return (STALE_HEADER, f"{age:.0f}".encode())
+
+
+class TokenChecks:
+    """The tokens the upstream said are valid or not, for ``ttl`` seconds each.
+
+    A token not checked within ``ttl`` is checked again (one request per token, however many
+    reads wait on it); when the upstream cannot say, a token it said was valid stays accepted
+    (the relay keeps serving through an outage) and an unknown one is refused with 503."""
+
+    def __init__(self, upstream: Upstream, ttl: float, tokens: disk.TokenFile) -> None:
+        self.upstream = upstream
+        self.ttl = ttl
+        self.file = tokens
+        # digest -> (valid, checked at, Unix s)
+        self.verdicts: dict[str, tuple[bool, float]] = {digest: (True, at) for digest, at in tokens.load().items()}
+        self._unsaved: dict[str, tuple[bool, float]] = {}
+        self._checking: dict[str, asyncio.Future[bool | None]] = {}
+        self._digests: dict[str, str] = {}
+        self._warned = -math.inf
+
+    def digest(self, token: str) -> str:
+        digest = self._digests.get(token)
+        if digest is None:
+            if len(self._digests) >= 10_000:
+                self._digests.clear()
+            digest = self._digests[token] = disk.token_digest(token)
+        return digest
+
+    async def valid(self, token: str, chain: str | None) -> bool | None:
+        """True, False, or None: the upstream cannot say and the token was never seen valid."""
+        digest = self.digest(token)
+        verdict = self.verdicts.get(digest)
+        if verdict is not None and time.time() - verdict[1] < self.ttl:
+            return verdict[0]
+        pending = self._checking.get(digest)
+        if pending is None:
+            pending = self._checking[digest] = asyncio.ensure_future(self._check(token, digest, chain))
+            pending.add_done_callback(lambda _: self._checking.pop(digest, None))
+        answer = await asyncio.shield(pending)
+        if answer is None and verdict is not None and verdict[0]:
+            return True  # seen valid; the upstream is down: keep serving
+        return answer
+
+    async def _check(self, token: str, digest: str, chain: str | None) -> bool | None:
+        try:
+            ok = await self.upstream.check_token(token, chain)
+        except UpstreamDown as exc:
+            if time.monotonic() - self._warned >= 60:  # once a minute through an outage
+                self._warned = time.monotonic()
+                log.warning("relay: cannot check tokens with the upstream (%s); accepting those seen valid", exc)
+            return None
+        self.verdicts[digest] = self._unsaved[digest] = (ok, time.time())
+        return ok
+
+    def save(self) -> None:
+        if self._unsaved:
+            unsaved, self._unsaved = self._unsaved, {}
+            self.file.merge(unsaved)
+
+
+class Relay:
+    """The ASGI application (one per worker process)."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        self.documents = Documents()
+        self.upstream = Upstream(config.upstream, config.token, relay_name=config.name)
+        self.tokens = TokenChecks(self.upstream, config.token_cache_s, disk.TokenFile(config.cache_dir / "tokens.json"))
+        self.reports: deque[tuple[str, bytes, dict[str, str], str]] = deque(maxlen=config.report_queue_max)
+        self.reports_dropped = 0
+        self.reports_sent = 0
+        self._report_pause_until = 0.0
+        self.seen: dict[tuple[str, str], str] = {}
+        self.upstream_reachable = False
+        self.upstream_error = "not contacted yet"
+        self._following: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started: asyncio.Task[None] | None = None
+        self.loaded = False
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        for entry in disk.kept_documents(self.config.documents_dir):
+            self.documents.put(entry)
+            self.documents.stale.add(entry.name)  # until the upstream confirms it
+            self.documents.confirmed_at[entry.name] = _mtime(self.config.documents_dir / entry.name)
+        if self.documents.entries:
+            log.info("relay: serving %d chains from disk until the upstream confirms them", len(self.documents.entries))
+            self.loaded = True
+        for name in self.documents.entries:
+            self._follow_chain(name)
+        self._tasks.append(asyncio.ensure_future(self._relist_periodically()))
+        self._tasks.append(asyncio.ensure_future(self._flush_periodically()))
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *self._following.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks.clear()
+        self._following.clear()
+        with contextlib.suppress(Exception):
+            await self._flush()
+        await self.upstream.close()
+        self._started = None
+
+    # --- following the upstream ---------------------------------------------------------
+
+    def _follow_chain(self, name: str) -> None:
+        if name not in self._following:
+            self._following[name] = asyncio.ensure_future(self._follow(name))
+
+    async def _follow(self, name: str) -> None:
+        """One long poll at a time for chain ``name``, for as long as it exists upstream."""
+        backoff = 0.5
+        while True:
+            held = self.documents.entries.get(name)
+            try:
+                # While stale, shorter polls: a relay upstream answers a poll when it turns fresh,
+                # but not one that arrives just after it did.
+                wait = STALE_POLL_S if name in self.documents.stale else self.config.upstream_wait_s
+                answer = await self.upstream.chain(name, held=held.etag if held else None, wait=wait)
+            except UpstreamDown as exc:
+                self._unreachable(name, str(exc))
+            else:
+                if answer.status in (200, 304):
+                    self._confirmed(name, answer.headers.get("x-chain-stale"))
+                    if answer.status == 200:
+                        self._take(answer.body, answer.headers.get("etag"))
+                    backoff = 0.5
+                    continue
+                if answer.status == 404:
+                    log.info("relay: chain %s no longer exists upstream; no longer served", name)
+                    self._forget(name)
+                    return
+                self._unreachable(name, f"the upstream answered {answer.status}" + _refusal(answer.body))
+            await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311 - jitter, not a secret
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _take(self, body: bytes, tag: str | None) -> Entry | None:
+        try:
+            entry = disk.entry_of(body, tag=tag)
+        except disk.NotADocument as exc:
+            log.warning("relay: the upstream sent %s; ignored", exc)
+            return None
+        if self.documents.put(entry):
+            try:
+                disk.keep_document(self.config.documents_dir, entry)
+            except OSError as exc:
+                log.warning("relay: cannot keep chain %s on disk (%s); serving it from memory", entry.name, exc)
+        self.loaded = True
+        return entry
+
+    def _confirmed(self, name: str, upstream_stale: str | None) -> None:
+        now = time.time()
+        self.upstream_reachable, self.upstream_error = True, ""
+        if upstream_stale is None:
+            self.documents.confirmed_at[name] = now
+            self.documents.mark(name, stale=False)
+            return
+        try:
+            age = max(0.0, float(upstream_stale))
+        except ValueError:
+            age = 0.0
+        self.documents.confirmed_at[name] = now - age
+        self.documents.mark(name, stale=True)
+
+    def _unreachable(self, name: str, why: str) -> None:
+        if name not in self.documents.stale or self.upstream_reachable:
+            log.warning(
+                "relay: chain %s: cannot follow the upstream (%s); serving what it has, marked stale", name, why
+            )
+        self.upstream_reachable, self.upstream_error = False, why
+        self.documents.mark(name, stale=True)
+
+    def _forget(self, name: str) -> None:
+        self.documents.drop(name)
+        self.documents.stale.discard(name)
+        self._following.pop(name, None)
+        with contextlib.suppress(OSError):
+            disk.forget_document(self.config.documents_dir, name)
+
+    async def _relist_periodically(self) -> None:
+        while True:
+            await self._relist()
+            await asyncio.sleep(self.config.relist_s)
+
+    async def _relist(self) -> None:
+        """Follow the chains the upstream lists: new ones, gone ones, and a version signed
+        again by another key (the long poll does not answer that: same ETag)."""
+        try:
+            answer = await self.upstream.chains()
+        except UpstreamDown as exc:
+            self.upstream_reachable, self.upstream_error = False, str(exc)
+            return
+        if answer.status != 200:
+            self.upstream_reachable, self.upstream_error = False, f"the upstream answered {answer.status}"
+            log.warning("relay: listing the chains: %s%s", self.upstream_error, _refusal(answer.body))
+            return
+        try:
+            listed = json.loads(answer.body)["chains"]
+            names = {item["name"]: item for item in listed}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("relay: the upstream's chain list is unreadable (%s)", exc)
+            return
+        self.upstream_reachable = True
+        for name, item in names.items():
+            held = self.documents.entries.get(name)
+            key = (item.get("signature") or {}).get("key_id")
+            if held is None or (held.order == (item.get("epoch", 0), item.get("version")) and held.key_id != key):
+                await self._fetch(name)
+            self._follow_chain(name)
+        for name in set(self._following) - set(names):
+            task = self._following.get(name)
+            if task is not None:
+                task.cancel()
+            self._forget(name)
+
+    async def _fetch(self, name: str, *, min_version: str | None = None) -> Entry | None:
+        """The chain's document read now (a plain read), held if newer; None if unavailable."""
+        params = {"min_version": min_version} if min_version else None
+        try:
+            answer = await self.upstream.request("GET", CHAIN_PATH + name, params=params)
+        except UpstreamDown:
+            return None
+        if answer.status != 200:
+            return None
+        self._confirmed(name, answer.headers.get("x-chain-stale"))
+        self._take(answer.body, answer.headers.get("etag"))
+        return self.documents.entries.get(name)
+
+    # --- reports upstream ------------------------------------------------------------------
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            try:
+                await self._flush()
+            except Exception as exc:  # noqa: BLE001 - reports are best effort; serving goes on
+                log.warning("relay: sending reports upstream failed: %s", exc)
+
+    async def _flush(self) -> None:
+        try:
+            self.tokens.save()
+        except OSError as exc:
+            log.warning("relay: cannot keep token verdicts on disk: %s", exc)
+        await self._send_seen()
+        await self._send_reports()
+
+    async def _send_seen(self) -> None:
+        if not self.seen:
+            return
+        seen, self.seen = self.seen, {}
+        items = [
+            {"chain": chain, "client": client, "applied_version": version} for (chain, client), version in seen.items()
+        ]
+        for start in range(0, len(items), SEEN_PER_POST):
+            body = json.dumps({"instances": items[start : start + SEEN_PER_POST]}).encode()
+            try:
+                answer = await self.upstream.request(
+                    "POST", FLEET_SEEN_PATH, body=body, headers={"content-type": "application/json"}
+                )
+            except UpstreamDown:
+                return  # the next reads note them again
+            if answer.status >= 400:
+                log.warning("relay: fleet report refused upstream (%d)%s", answer.status, _refusal(answer.body))
+                return
+
+    async def _send_reports(self) -> None:
+        if not self.reports or time.monotonic() < self._report_pause_until:
+            return
+        batch = [self.reports.popleft() for _ in range(min(REPORTS_PER_FLUSH, len(self.reports)))]
+        gate = asyncio.Semaphore(REPORT_SENDERS)
+        retry: list[tuple[str, bytes, dict[str, str], str]] = []
+
+        async def send(report: tuple[str, bytes, dict[str, str], str]) -> None:
+            path, body, headers, token = report
+            async with gate:
+                try:
+                    answer = await self.upstream.request("POST", path, body=body, headers=headers, token=token)
+                except UpstreamDown:
+                    retry.append(report)
+                    return
+            if answer.status in (429, 503) or answer.status >= 500:
+                retry.append(report)
+                try:
+                    pause = float(answer.headers.get("retry-after", "1"))
+                except ValueError:
+                    pause = 1.0
+                self._report_pause_until = max(self._report_pause_until, time.monotonic() + min(pause, 60.0))
+            elif answer.status >= 400:
+                self.reports_dropped += 1
+                log.info("relay: a usage report was refused upstream (%d)%s", answer.status, _refusal(answer.body))
+            else:
+                self.reports_sent += 1
+
+        await asyncio.gather(*(send(report) for report in batch))
+        for report in reversed(retry):  # first again, in their order
+            if len(self.reports) == self.reports.maxlen:
+                self.reports_dropped += 1
+                continue
+            self.reports.appendleft(report)
+
+    # --- serving ------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        if self._started is None or not self._started.done():
+            await self.start()
+        path: str = scope["path"]
+        method: str = scope["method"]
+        headers = dict(scope["headers"])
+        request_id = headers.get(b"x-request-id", b"")
+        if not _REQUEST_ID.fullmatch(request_id):
+            request_id = secrets.token_hex(8).encode()
+        name = path[len(CHAIN_PATH) :]
+        if method == "GET" and (path == CHAINS_PATH or (path.startswith(CHAIN_PATH) and "/" not in name)):
+            await self._read(scope, receive, send, name if path != CHAINS_PATH else "", headers, request_id)
+        elif method == "POST" and path.startswith(CHAIN_PATH) and path.endswith(USAGE_SUFFIX):
+            await self._take_report(receive, send, path, headers, request_id)
+        elif method == "POST" and path == FLEET_SEEN_PATH:
+            await self._take_seen(receive, send, headers, request_id)
+        elif method == "GET" and path == "/healthz":
+            await _respond(send, 200, json.dumps(self.health()).encode(), request_id)
+        elif method == "GET" and path == "/readyz":
+            ready = self.loaded
+            body = {"status": "ready" if ready else "starting", **self.health()}
+            await _respond(send, 200 if ready else 503, json.dumps(body).encode(), request_id)
+        else:
+            await _error(send, 404 if method in ("GET", "HEAD") else 405, _NOT_HERE, request_id)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def health(self) -> dict[str, Any]:
+        now = time.time()
+        stale = sorted(self.documents.stale)
+        return {
+            "status": "ok" if self.upstream_reachable and not stale else "stale",
+            "relay": self.config.name,
+            "upstream": self.config.upstream,
+            "upstream_reachable": self.upstream_reachable,
+            "upstream_error": self.upstream_error,
+            "chains": {
+                name: {
+                    "version": entry.version,
+                    "epoch": entry.epoch,
+                    "key_id": entry.key_id,
+                    "stale": name in self.documents.stale,
+                    "confirmed_seconds_ago": round(now - self.documents.confirmed_at.get(name, now), 1),
+                }
+                for name, entry in sorted(self.documents.entries.items())
+            },
+            "stale_chains": stale,
+            "long_polls_held": self.documents.waiters,
+            "reports_queued": len(self.reports),
+            "reports_sent": self.reports_sent,
+            "reports_dropped": self.reports_dropped,
+        }
+
+    async def _authorized(self, send: Send, headers: dict[bytes, bytes], request_id: bytes, chain: str | None) -> bool:
+        token = bearer_token(headers.get(b"authorization"))
+        if token is None:
+            await _error(send, 401, BEARER_HELP, request_id, auth=True)
+            return False
+        valid = await self.tokens.valid(token, chain)
+        if valid is None:
+            await _error(send, 503, _CANNOT_CHECK, request_id)
+            return False
+        if not valid:
+            await _error(send, 401, TOKEN_REFUSED, request_id, auth=True)
+            return False
+        return True
+
+    async def _read(
+        self, scope: Scope, receive: Receive, send: Send, name: str, headers: dict[bytes, bytes], request_id: bytes
+    ) -> None:
+        if not await self._authorized(send, headers, request_id, name or None):
+            return
+        if not self.loaded:
+            await _error(send, 503, _NOTHING_YET, request_id)
+            return
+        if not name:
+            await _respond(send, 200, self.documents.list_body, request_id)
+            return
+        try:
+            wait, minimum = read_query(scope.get("query_string"))
+        except InvalidInput as exc:
+            await _error(send, 400, exc.message, request_id, details=exc.details)
+            return
+        entry = self.documents.entries.get(name)
+        if entry is None and self.upstream_reachable:
+            entry = await self._fetch(name)  # a chain made since the last listing
+            if entry is not None:
+                self._follow_chain(name)
+        if entry is None:
+            await _error(send, 404, f"unknown chain {name!r}", request_id, details={"chain": name})
+            return
+        if minimum is not None and entry.order < minimum:
+            entry = await self._catch_up(name, entry, minimum)
+            if entry.order < minimum:
+                refusal = not_served_yet(name, entry.order, minimum)
+                await _error(send, 409, refusal.message, request_id, details=refusal.details)
+                return
+        client = headers.get(b"x-chain-client")
+        if client is not None and len(self.seen) < SEEN_MAX:
+            self.seen[(name, client.decode("latin-1"))] = headers.get(b"x-chain-applied-version", b"").decode("latin-1")
+        tag = headers.get(b"if-none-match")
+        if_none_match = tag.decode("latin-1") if tag is not None else ""
+        if entry.is_expired(time.time()):
+            entry = await self._unexpired(name, entry)
+            if entry is None:
+                await _error(send, 503, _EXPIRED, request_id)
+                return
+        if wait and matches(if_none_match, entry.etag):
+            gone = await departure(receive)
+            try:
+                waited = await self._hold(name, entry, wait, gone)
+            finally:
+                gone.cancel()
+            if waited is None:
+                return  # the client left
+            if waited.etag != entry.etag and not await self._authorized(send, headers, request_id, name):
+                return  # revoked while held: not one more document
+            entry = waited
+            if entry.is_expired(time.time()):
+                await _error(send, 503, _EXPIRED, request_id)
+                return
+        stale = self.documents.stale_header(name, time.time())
+        extra = [stale] if stale else []
+        if matches(if_none_match, entry.etag):
+            await _respond(send, 304, b"", request_id, entry.etag_header, extra)
+        else:
+            await _respond(send, 200, entry.body, request_id, entry.etag_header, extra)
+
+    async def _hold(self, name: str, held: Entry, wait: float, gone: asyncio.Future[Any]) -> Entry | None:
+        """The chain's entry once it changes, its pin expires, or ``wait`` passes; None if the
+        client leaves first."""
+        deadline = time.monotonic() + wait
+        turn = self.documents.turns.get(name, 0)
+        while True:
+            left = deadline - time.monotonic()
+            if held.expires_at is not None:
+                left = min(left, held.expires_at - time.time())
+            if left <= 0:
+                break
+            changed = await self.documents.wait_for_change(name, held.etag, left, gone=gone)
+            if changed is not None:
+                return changed
+            if gone.done():
+                return None
+            if self.documents.turns.get(name, 0) != turn:
+                break  # turned stale or fresh: said at once
+        entry = self.documents.entries.get(name) or held
+        if entry.is_expired(time.time()):
+            return await self._unexpired(name, entry) or entry
+        return entry
+
+    async def _unexpired(self, name: str, entry: Entry) -> Entry | None:
+        """The chain's document after its expired pin's revert, which the upstream sends at the
+        expiry; None when it has not arrived within ``CATCH_UP_WAIT_S``."""
+        changed = await self.documents.wait_for_change(name, entry.etag, CATCH_UP_WAIT_S)
+        if changed is None and self.upstream_reachable:
+            changed = await self._fetch(name)
+        if changed is None or changed.is_expired(time.time()):
+            return None
+        return changed
+
+    async def _catch_up(self, name: str, entry: Entry, minimum: tuple[int, int]) -> Entry:
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        while entry.order < minimum and (left := deadline - time.monotonic()) > 0:
+            entry = await self.documents.wait_for_change(name, entry.etag, left) or entry
+        if entry.order < minimum and self.upstream_reachable:
+            entry = await self._fetch(name, min_version=f"{minimum[0]}.{minimum[1]}") or entry
+        return entry
+
+    async def _body(self, receive: Receive) -> bytes | None:
+        """The request's body; None past REPORT_MAX_BYTES."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > REPORT_MAX_BYTES:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def _take_report(
+        self, receive: Receive, send: Send, path: str, headers: dict[bytes, bytes], request_id: bytes
+    ) -> None:
+        name = path[len(CHAIN_PATH) : -len(USAGE_SUFFIX)]
+        if not name or "/" in name:
+            await _error(send, 404, _NOT_HERE, request_id)
+            return
+        if not await self._authorized(send, headers, request_id, name):
+            return
+        body = await self._body(receive)
+        if body is None:
+            await _error(send, 413, f"a usage report is at most {REPORT_MAX_BYTES} bytes", request_id)
+            return
+        token = bearer_token(headers.get(b"authorization")) or ""
+        forwarded = {
+            key.decode("latin-1"): value.decode("latin-1")
+            for key, value in headers.items()
+            if key in (b"content-type", b"x-chain-client", b"x-request-id", b"user-agent")
+        }
+        if len(self.reports) == self.reports.maxlen:
+            self.reports_dropped += 1  # the oldest gives way
+        self.reports.append((path, body, forwarded, token))
+        await _respond(send, 202, b'{"accepted":true,"dropped":{},"relayed":true}', request_id)
+
+    async def _take_seen(self, receive: Receive, send: Send, headers: dict[bytes, bytes], request_id: bytes) -> None:
+        if not await self._authorized(send, headers, request_id, None):
+            return
+        body = await self._body(receive)
+        try:
+            items = json.loads(body or b"")["instances"]
+            seen = {(str(i["chain"]), str(i["client"])): str(i["applied_version"]) for i in items}
+        except (ValueError, KeyError, TypeError) as exc:
+            expected = "expected {'instances': [{chain, client, applied_version}, ...]}"
+            await _error(send, 400, f"{expected} ({exc})", request_id)
+            return
+        for key, version in seen.items():
+            if len(self.seen) >= SEEN_MAX:
+                break
+            self.seen[key] = version
+        await _respond(send, 202, json.dumps({"accepted": len(seen), "dropped": 0}).encode(), request_id)
+
+
+def _mtime(path: Any) -> float:
+    try:
+        return float(path.stat().st_mtime)
+    except OSError:
+        return 0.0
+
+
+def _refusal(body: bytes) -> str:
+    """The upstream's error message, for a log line."""
+    try:
+        return f": {json.loads(body)['error']['message']}"
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    request_id: bytes,
+    etag_header: tuple[bytes, bytes] | None = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = [_NO_CACHE, (b"x-request-id", request_id)]
+    if status != 304:
+        headers.append(_JSON)
+    if etag_header is not None:
+        headers.append(etag_header)
+    if extra:
+        headers += extra
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _error(
+    send: Send,
+    status: int,
+    message: str,
+    request_id: bytes,
+    *,
+    auth: bool = False,
+    details: dict[str, Any] | None = None,
+) -> None:
+    extra = [(b"www-authenticate", b"Bearer")] if auth else []
+    if status == 503:
+        extra.append((b"retry-after", b"1"))
+    await _respond(send, status, json.dumps(error_body(status, message, details)).encode(), request_id, extra=extra)
