@@ -70,6 +70,9 @@ SEEN_PER_POST = 10_000
 FLUSH_EVERY_S = 1.0
 BACKOFF_MAX_S = 5.0
 STALE_POLL_S = 2
+FRESH_MAX = 10_000
+_EMPTY_BODY = {"type": "http.response.body", "body": b""}
+_clock = time.monotonic
 _NO_CACHE = (b"cache-control", b"no-cache")
 _JSON = (b"content-type", b"application/json")
 _EXPIRED = "this chain's pin has expired and the relay has not yet received its revert from its upstream; retry shortly"
@@ -168,6 +171,13 @@ class TokenChecks:
         self.verdicts[digest] = self._unsaved[digest] = (ok, time.time())
         return ok
 
+    def fresh_until(self, token: str) -> float | None:
+        """Until when (``time.monotonic``) the token's valid verdict needs no new check."""
+        verdict = self.verdicts.get(self.digest(token))
+        if verdict is None or not verdict[0]:
+            return None
+        return _clock() + self.ttl - (time.time() - verdict[1])
+
     def save(self) -> None:
         if self._unsaved:
             unsaved, self._unsaved = self._unsaved, {}
@@ -186,7 +196,10 @@ class Relay:
         self.reports_dropped = 0
         self.reports_sent = 0
         self._report_pause_until = 0.0
-        self.seen: dict[tuple[str, str], str] = {}
+        # (chain, X-Chain-Client) -> X-Chain-Applied-Version, as read: sent upstream once a second.
+        self.seen: dict[tuple[str, bytes], bytes] = {}
+        # Authorization header -> until when its token needs no check (the plain reads).
+        self._fresh: dict[bytes, float] = {}
         self.upstream_reachable = False
         self.upstream_error = "not contacted yet"
         self._following: dict[str, asyncio.Task[None]] = {}
@@ -376,7 +389,8 @@ class Relay:
             return
         seen, self.seen = self.seen, {}
         items = [
-            {"chain": chain, "client": client, "applied_version": version} for (chain, client), version in seen.items()
+            {"chain": chain, "client": client.decode("latin-1"), "applied_version": version.decode("latin-1")}
+            for (chain, client), version in seen.items()
         ]
         for start in range(0, len(items), SEEN_PER_POST):
             body = json.dumps({"instances": items[start : start + SEEN_PER_POST]}).encode()
@@ -428,6 +442,42 @@ class Relay:
     # --- serving ------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Most reads are plain, as on the control plane's front (read_path/front.py): a GET of a
+        # chain the relay holds fresh, with no query, by a token checked within its cache time
+        # (``_fresh``: by the Authorization header as sent). They are answered here in a few
+        # lookups; everything else goes through ``_read`` and the rest.
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
+            entry = self.documents.by_path.get(scope["path"])
+            if entry is not None and entry.name not in self.documents.stale:
+                header = tag = client = request_id = None
+                applied = b""
+                for key, value in scope["headers"]:
+                    if key == b"authorization":
+                        header = value
+                    elif key == b"if-none-match":
+                        tag = value
+                    elif key == b"x-request-id":
+                        request_id = value
+                    elif key == b"x-chain-client":
+                        client = value
+                    elif key == b"x-chain-applied-version":
+                        applied = value
+                if header is not None and self._fresh.get(header, 0.0) > _clock() and not entry.is_expired(time.time()):
+                    if client is not None and len(self.seen) < SEEN_MAX:
+                        self.seen[(entry.name, client)] = applied
+                    if request_id is None or not _REQUEST_ID.fullmatch(request_id):
+                        request_id = secrets.token_hex(8).encode()
+                    if tag is not None and (tag == entry.etag_header[1] or matches(tag.decode("latin-1"), entry.etag)):
+                        start = {"type": "http.response.start", "status": 304}
+                        start["headers"] = [_NO_CACHE, (b"x-request-id", request_id), entry.etag_header]
+                        await send(start)
+                        await send(_EMPTY_BODY)
+                    else:
+                        start = {"type": "http.response.start", "status": 200}
+                        start["headers"] = [_NO_CACHE, (b"x-request-id", request_id), _JSON, entry.etag_header]
+                        await send(start)
+                        await send(entry.body_message)
+                    return
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(receive, send)
@@ -496,7 +546,8 @@ class Relay:
         }
 
     async def _authorized(self, send: Send, headers: dict[bytes, bytes], request_id: bytes, chain: str | None) -> bool:
-        token = bearer_token(headers.get(b"authorization"))
+        header = headers.get(b"authorization")
+        token = bearer_token(header)
         if token is None:
             await _error(send, 401, BEARER_HELP, request_id, auth=True)
             return False
@@ -507,6 +558,11 @@ class Relay:
         if not valid:
             await _error(send, 401, TOKEN_REFUSED, request_id, auth=True)
             return False
+        until = self.tokens.fresh_until(token)
+        if until is not None and header is not None:
+            if len(self._fresh) >= FRESH_MAX:
+                self._fresh.clear()  # bounded memory against floods of headers
+            self._fresh[header] = until
         return True
 
     async def _read(
@@ -541,7 +597,7 @@ class Relay:
                 return
         client = headers.get(b"x-chain-client")
         if client is not None and len(self.seen) < SEEN_MAX:
-            self.seen[(name, client.decode("latin-1"))] = headers.get(b"x-chain-applied-version", b"").decode("latin-1")
+            self.seen[(name, client)] = headers.get(b"x-chain-applied-version", b"")
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if entry.is_expired(time.time()):
@@ -657,7 +713,10 @@ class Relay:
         body = await self._body(receive)
         try:
             items = json.loads(body or b"")["instances"]
-            seen = {(str(i["chain"]), str(i["client"])): str(i["applied_version"]) for i in items}
+            seen = {
+                (str(i["chain"]), str(i["client"]).encode("latin-1")): str(i["applied_version"]).encode("latin-1")
+                for i in items
+            }
         except (ValueError, KeyError, TypeError) as exc:
             expected = "expected {'instances': [{chain, client, applied_version}, ...]}"
             await _error(send, 400, f"{expected} ({exc})", request_id)
