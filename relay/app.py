@@ -651,9 +651,12 @@ class Relay:
 
     async def _unexpired(self, name: str, entry: Entry) -> Entry | None:
         """The chain's document after its expired pin's revert, which the upstream sends at the
-        expiry; None when it has not arrived within ``CATCH_UP_WAIT_S``."""
+        expiry; None when it has not arrived within ``CATCH_UP_WAIT_S``, or at once when the chain
+        is stale (the upstream cannot send it)."""
+        if name in self.documents.stale:
+            return None
         changed = await self.documents.wait_for_change(name, entry.etag, CATCH_UP_WAIT_S)
-        if changed is None and self.upstream_reachable:
+        if changed is None and name not in self.documents.stale:
             changed = await self._fetch(name)
         if changed is None or changed.is_expired(time.time()):
             return None

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import re
 import selectors
+import signal
 import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +165,8 @@ def answers(clients: list[socket.socket], timeout: float) -> dict[socket.socket,
             received[client] += chunk
             head, _, body = received[client].partition(b"\r\n\r\n")
             length = re.search(rb"(?i)content-length: *([0-9]+)", head)
-            if not chunk or (length and len(body) >= int(length.group(1))):
+            whole = length is not None and len(body) >= int(length.group(1))
+            if not chunk or whole or (b"\r\n\r\n" in received[client] and b" 304 " in head.split(b"\r\n")[0]):
                 done[client] = (received[client], time.monotonic())
                 selector.unregister(client)
     selector.close()
@@ -296,3 +299,48 @@ def test_with_the_control_plane_stopped_relays_serve_stale_and_restart_from_disk
     assert wait_for(lambda: chain.b.health()["status"] == "ok", 20), chain.b.health()
     version = chain.change()
     assert wait_for(lambda: json.loads(get(chain.b.url, "/api/v1/chains/chat", token)[2])["version"] == version, 10)
+
+
+def test_a_pin_is_never_served_past_its_expiry_through_two_relays_even_with_the_control_plane_down(
+    chain: Chain,
+) -> None:
+    """A pin expiring in 3 s, the control plane stopped before then (no revert can come): from
+    the expiry on, relay B answers no read with the pin (503: the revert has not arrived, and
+    the SDK switches to the document's default by itself), a long poll held on the pin is
+    answered at the expiry, not at the end of its wait; the control plane back, its revert is
+    served."""
+    token = chain.stack.read_token
+    expires = datetime.now(UTC) + timedelta(seconds=3)
+    chain.turn += 1
+    status, _, body = select(chain.stack, "chat", PRESETS[chain.turn % 2], expires_at=expires.isoformat())
+    assert status == 200, body
+    pinned = json.loads(body)["version"]
+    assert wait_for(lambda: json.loads(get(chain.b.url, "/api/v1/chains/chat", token)[2])["version"] == pinned, 2)
+    [held] = hold(chain.b.port, token, f'"{pinned}"', 1)
+    chain.stack.kill_web(signal.SIGKILL)  # at once: a graceful stop waits for its held polls
+    try:
+        late: list[tuple[float, int]] = []
+        while time.time() < expires.timestamp() + 2:
+            started = time.time()
+            status, _, body = get(chain.b.url, "/api/v1/chains/chat", token)
+            if started >= expires.timestamp():
+                late.append((started, status))
+                assert status == 503 and b"expired" in body, body
+            elif status != 503:  # a read that began before the expiry and was answered at it: either
+                assert status == 200 and json.loads(body)["version"] == pinned, body
+        assert len(late) > 10
+        [(answer, _)] = answers([held], 10).values()
+        held.close()
+        # Answered (within the 10 s above, not at the end of its 55 s wait): at once when the
+        # chain turned stale (a 304 saying so), or at the expiry.
+        assert answer.startswith(b"HTTP/1.1 503") or (
+            answer.startswith(b"HTTP/1.1 304") and b"x-chain-stale" in answer.lower()
+        ), answer[:300]
+    finally:
+        chain.stack.start_web()
+
+    def reverted() -> bool:
+        status, _, body = get(chain.b.url, "/api/v1/chains/chat", token)
+        return status == 200 and json.loads(body)["version"] > pinned
+
+    assert wait_for(reverted, 20)
