@@ -71,6 +71,7 @@ FLUSH_EVERY_S = 1.0
 BACKOFF_MAX_S = 5.0
 STALE_POLL_S = 2
 FRESH_MAX = 10_000
+UNKNOWN_CHAIN_S = 5.0
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 _clock = time.monotonic
 _NO_CACHE = (b"cache-control", b"no-cache")
@@ -200,6 +201,8 @@ class Relay:
         self.seen: dict[tuple[str, bytes], bytes] = {}
         # Authorization header -> until when its token needs no check (the plain reads).
         self._fresh: dict[bytes, float] = {}
+        # Chain names the upstream did not know, until when that is believed (monotonic).
+        self._unknown: dict[str, float] = {}
         self.upstream_reachable = False
         self.upstream_error = "not contacted yet"
         self._following: dict[str, asyncio.Task[None]] = {}
@@ -582,10 +585,14 @@ class Relay:
             await _error(send, 400, exc.message, request_id, details=exc.details)
             return
         entry = self.documents.entries.get(name)
-        if entry is None and self.upstream_reachable:
+        if entry is None and self.upstream_reachable and self._unknown.get(name, 0.0) <= _clock():
             entry = await self._fetch(name)  # a chain made since the last listing
             if entry is not None:
                 self._follow_chain(name)
+            else:  # asked upstream at most once per UNKNOWN_CHAIN_S per name
+                if len(self._unknown) >= FRESH_MAX:
+                    self._unknown.clear()
+                self._unknown[name] = _clock() + UNKNOWN_CHAIN_S
         if entry is None:
             await _error(send, 404, f"unknown chain {name!r}", request_id, details={"chain": name})
             return
