@@ -66,7 +66,9 @@ REPORT_MAX_BYTES = 256 * 1024
 REPORTS_PER_FLUSH = 500
 REPORT_SENDERS = 8
 SEEN_MAX = 100_000
-SEEN_PER_POST = 10_000
+# Identities per fleet report upstream (~100 bytes each), and the largest report taken.
+SEEN_PER_POST = 1_000
+SEEN_MAX_BYTES = 1024 * 1024
 FLUSH_EVERY_S = 1.0
 BACKOFF_MAX_S = 5.0
 STALE_POLL_S = 2
@@ -405,7 +407,6 @@ class Relay:
                 return  # the next reads note them again
             if answer.status >= 400:
                 log.warning("relay: fleet report refused upstream (%d)%s", answer.status, _refusal(answer.body))
-                return
 
     async def _send_reports(self) -> None:
         if not self.reports or time.monotonic() < self._report_pause_until:
@@ -677,8 +678,8 @@ class Relay:
             entry = await self._fetch(name, min_version=f"{minimum[0]}.{minimum[1]}") or entry
         return entry
 
-    async def _body(self, receive: Receive) -> bytes | None:
-        """The request's body; None past REPORT_MAX_BYTES."""
+    async def _body(self, receive: Receive, limit: int = REPORT_MAX_BYTES) -> bytes | None:
+        """The request's body; None past ``limit`` bytes (or when the client left)."""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -687,7 +688,7 @@ class Relay:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > REPORT_MAX_BYTES:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body"):
@@ -720,7 +721,10 @@ class Relay:
     async def _take_seen(self, receive: Receive, send: Send, headers: dict[bytes, bytes], request_id: bytes) -> None:
         if not await self._authorized(send, headers, request_id, None):
             return
-        body = await self._body(receive)
+        body = await self._body(receive, SEEN_MAX_BYTES)
+        if body is None:
+            await _error(send, 413, f"a fleet report is at most {SEEN_MAX_BYTES} bytes: send more, smaller", request_id)
+            return
         try:
             items = json.loads(body or b"")["instances"]
             seen = {
