@@ -29,6 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 REGISTRY = Registry({name: Provider(destination=p.destination, models=dict(p.models)) for name, p in PROVIDERS.items()})
 DEFAULT = [Step("vendor_a", "large", 20000), Step("self_hosted", "8b", 10000)]
 
+WEB_WORKERS = 2  # production_server's granian, as make serve runs it
+
 
 def follow(url: str, token: str, **options: Any) -> ChainClient:
     """A client of the example presets' ``chat`` chain with the services' registry."""
@@ -120,8 +122,18 @@ def test_a_restarted_sdk_starts_from_its_last_known_good_file_while_the_server_i
 
 @pytest.fixture
 def production_server(write_token) -> Iterator[str]:
-    """The production web process (granian, 2 workers) on the test database."""
+    """The production web process (granian, 2 workers) on the test database, once each of its
+    workers has started its app.
+
+    One answer to /healthz comes from the first worker up while the other may still be loading
+    the app; a granian worker that gets SIGTERM then never stops (it has no handler for it
+    yet), so the teardown would time out and leave it holding the test database. A worker
+    listens for changes on a channel of its own (``LISTEN listen_check_<pid>_...``) once its
+    app has started: those are counted."""
     db = connection.settings_dict
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        [(asked_at,)] = cursor.fetchall()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -132,7 +144,7 @@ def production_server(write_token) -> Iterator[str]:
         "LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        granian(port),
+        granian(port, workers=WEB_WORKERS),
         cwd=settings.BASE_DIR,
         env=env,
         start_new_session=True,
@@ -140,10 +152,23 @@ def production_server(write_token) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_for(lambda: _up(url), 30), "the web process did not start"
+        assert wait_for(lambda: _listening(asked_at) >= WEB_WORKERS, 30), "not every web worker started"
         yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(10)
+
+
+def _listening(since: Any) -> int:
+    """Web worker processes started since ``since`` (each LISTENs on a channel of its own)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN listen_check_%%' AND backend_start >= %s",
+            [since],
+        )
+        [(count,)] = cursor.fetchall()
+    return int(count)
 
 
 def _up(url: str) -> bool:
