@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -585,6 +586,46 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "controlplane@localhost")
 # how an administrator sets a new password (`manage.py changepassword NAME`).
 PASSWORD_RESET_ENABLED = bool(os.environ.get("EMAIL_HOST", "").strip())
 
+# --- Publishing (README, "Publishing to a static host or object store") ----------------------
+# On every change the worker writes each chain's signed document to a directory a static web
+# server serves and/or to an S3-compatible bucket (presets/publishing.py), at
+# <directory or bucket/prefix>/api/v1/chains/<name>. Empty: not published there.
+PUBLISH_DIRECTORY = env_str("PUBLISH_DIRECTORY", "").strip()
+if PUBLISH_DIRECTORY and not os.path.isabs(PUBLISH_DIRECTORY):
+    raise ImproperlyConfigured(
+        f"PUBLISH_DIRECTORY={PUBLISH_DIRECTORY!r} must be an absolute path (the directory the web server serves)"
+    )
+# Credentials come from boto3's own places (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, an
+# AWS_PROFILE, an instance role); the region from PUBLISH_S3_REGION or AWS_DEFAULT_REGION.
+PUBLISH_S3_BUCKET = env_str("PUBLISH_S3_BUCKET", "").strip()
+PUBLISH_S3_PREFIX = env_str("PUBLISH_S3_PREFIX", "").strip().strip("/")
+PUBLISH_S3_ENDPOINT_URL = env_str("PUBLISH_S3_ENDPOINT_URL", "").strip()
+PUBLISH_S3_REGION = env_str("PUBLISH_S3_REGION", "").strip()
+if PUBLISH_S3_BUCKET and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", PUBLISH_S3_BUCKET):
+    raise ImproperlyConfigured(
+        f"PUBLISH_S3_BUCKET={PUBLISH_S3_BUCKET!r} is not a bucket name: 3 to 63 lowercase letters, digits, "
+        "dots and hyphens (the name alone, no s3:// and no path: the path goes in PUBLISH_S3_PREFIX)"
+    )
+if not PUBLISH_S3_BUCKET:
+    for _name in ("PUBLISH_S3_PREFIX", "PUBLISH_S3_ENDPOINT_URL", "PUBLISH_S3_REGION"):
+        if os.environ.get(_name, "").strip():
+            raise ImproperlyConfigured(f"{_name} is set but PUBLISH_S3_BUCKET is not: name the bucket to publish to")
+if PUBLISH_S3_ENDPOINT_URL and not PUBLISH_S3_ENDPOINT_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"PUBLISH_S3_ENDPOINT_URL={PUBLISH_S3_ENDPOINT_URL!r} must be an http:// or https:// URL "
+        "(the S3-compatible server; unset for AWS)"
+    )
+# A publish that fails (the target down, the credentials refused) is retried: attempt n waits
+# about PUBLISH_BACKOFF_SECONDS * 2**(n-1) (with jitter, at most 5 minutes) after the one
+# before, up to PUBLISH_MAX_ATTEMPTS; each S3 request gives up after PUBLISH_TIMEOUT_SECONDS.
+PUBLISH_MAX_ATTEMPTS = env_int("PUBLISH_MAX_ATTEMPTS", 10, minimum=1, maximum=100)
+PUBLISH_BACKOFF_SECONDS = env_int("PUBLISH_BACKOFF_SECONDS", 5, minimum=1, maximum=3600)
+PUBLISH_TIMEOUT_SECONDS = env_int("PUBLISH_TIMEOUT_SECONDS", 10, minimum=1, maximum=120)
+# The beat also publishes every chain this often (nothing is written where the newest document
+# already is), so a publish lost on the way (the broker down at the change, every retry spent,
+# a bucket emptied) is made good; 0: only on changes and `manage.py publish`.
+PUBLISH_EVERY_SECONDS = env_int("PUBLISH_EVERY_SECONDS", 300, minimum=0, maximum=86_400)
+
 # --- Celery -----------------------------------------------------------------------------
 # Without CELERY_BROKER_URL the broker is kombu's filesystem transport under var/, so
 # `make run` needs no server.
@@ -622,6 +663,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(env_int("PRUNE_PROVIDER_HEALTH_EVERY_SECONDS", 600, minimum=1)),
     },
 }
+if (PUBLISH_DIRECTORY or PUBLISH_S3_BUCKET) and PUBLISH_EVERY_SECONDS:
+    CELERY_BEAT_SCHEDULE["publish-chains"] = {
+        "task": "presets.tasks.publish_chains",
+        "schedule": float(PUBLISH_EVERY_SECONDS),
+    }
 
 # --- API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {

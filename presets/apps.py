@@ -30,3 +30,12 @@ class PresetsConfig(AppConfig):
             sender=User.groups.through,
             dispatch_uid="access_history.groups_changed",
         )
+
+        # Every change (a new version, a raised epoch) and every key's activation publishes the
+        # documents anew where PUBLISH_* says, once it commits (presets/publishing.py).
+        from presets import events, publishing
+
+        events.selection_changed.connect(publishing.publish_after_commit, dispatch_uid="presets.publish_change")
+        events.signing_key_activated.connect(
+            publishing.publish_all_after_commit, dispatch_uid="presets.publish_after_key_activated"
+        )

@@ -1,10 +1,11 @@
 """What the domain tells the rest of the system, without knowing who listens.
 
-Both are sent inside the change's transaction, so what a receiver writes or sends commits
+Each is sent inside its change's transaction, so what a receiver writes or sends commits
 (or rolls back) with the change itself. Receivers are connected in the apps' ``ready()``:
 ``read_path.notifications`` announces every change to the web processes;
 ``audit.alerts`` reports every expired pin; ``audit.notifications`` tells the notifiers
-(webhook, Slack, PagerDuty, email) about every change.
+(webhook, Slack, PagerDuty, email) about every change; ``presets.publishing`` publishes every
+chain's document anew after a change or a key's activation (connected in ``PresetsConfig``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from django.dispatch import Signal
 # carries, held until the change commits: ``models.epoch_held``), ``raised`` (True when only
 # the epoch was raised: no new version, nothing changed in what the chain serves).
 selection_changed = Signal()
+
+# A signing key was activated (``signing.create_key`` for the first key, ``activate_key``):
+# every document is signed anew by it from now on. Argument: ``key`` (the ``SigningKey``).
+signing_key_activated = Signal()
 
 # The expiry sweep reverted a pin; ``selection`` is the revert (its ``previous_*`` fields
 # describe the pin) and ``now`` the sweep's time.

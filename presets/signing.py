@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
+from presets import events
 from presets.access_history import record_access_change
 from presets.documents import ChainDocument, SignatureDocument, format_instant, format_time
 from presets.exceptions import InvalidInput, NotFound
@@ -85,11 +86,17 @@ def current_signer() -> Signer | None:
     cached = _cached
     if cached is not None and time.monotonic() - cached[0] < SIGNER_CACHE_S:
         return cached[1]
-    key = signing_key()
-    signer = None if key is None else Signer(key.key_id, Ed25519PrivateKey.from_private_bytes(decode(key.private_key)))
+    signer = signer_now()
     with _lock:
         _cached = (time.monotonic(), signer)
     return signer
+
+
+def signer_now() -> Signer | None:
+    """The key that signs, read from the database now, not from this process's cache: for work
+    that must sign with a key activated by another process a moment ago (publishing)."""
+    key = signing_key()
+    return None if key is None else Signer(key.key_id, Ed25519PrivateKey.from_private_bytes(decode(key.private_key)))
 
 
 def forget_signer(*_: Any, **__: Any) -> None:
@@ -226,6 +233,7 @@ def _activate(key: SigningKey, *, keys: list[SigningKey], actor: str, now: datet
         old.save(update_fields=["retires_at"])
     key.activated_at = now
     key.save(update_fields=["activated_at"])
+    events.signing_key_activated.send(sender=SigningKey, key=key)
     record_access_change(
         actor=actor,
         action=AccessAction.KEY_ACTIVATED,

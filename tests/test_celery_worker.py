@@ -31,9 +31,10 @@ class Workers:
     of its own, each with a log file of its own; calling it starts one (the environment on
     top of the test's) and returns its log's path."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path, *, concurrency: int = 2) -> None:
         self.env = env
         self.log_dir = log_dir
+        self.concurrency = concurrency
         self.started: list[subprocess.Popen[bytes]] = []
 
     def __call__(self, **env: str) -> Path:
@@ -50,7 +51,7 @@ class Workers:
                         "worker",
                         "--beat",
                         "--loglevel=info",
-                        "--concurrency=2",
+                        f"--concurrency={self.concurrency}",
                     ],
                     env=self.env | env,
                     cwd=settings.BASE_DIR,

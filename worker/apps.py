@@ -11,4 +11,4 @@ class WorkerConfig(AppConfig):
     def ready(self) -> None:
         # The tasks registered in every process, not only in the worker (which finds them
         # itself): a web process queues the deliveries by name when a change commits.
-        from worker import pins, tasks  # noqa: F401
+        from worker import pins, publishing, tasks  # noqa: F401

@@ -95,7 +95,11 @@ class Applier:
         except DocumentInvalid as exc:
             return self._refuse(version, etag, str(exc))
         if not self._swap_if_newer(document):
-            return Applied(changed=False, etag=None)
+            # The same document again (a static host's ETag names its bytes, not the version:
+            # one signed anew): its ETag saves the next poll from fetching it again. An older
+            # one's is not kept, so the next poll asks for anything newer than the held one.
+            same = document.order == self._held().document.order
+            return Applied(changed=False, etag=etag if same and etag else None)
         self._stats.server_caught_up(held=self._held().document)
         if self._on_change is not None:
             try:

@@ -67,6 +67,13 @@ class ChainClient:
     ``manage.py signing_keys public`` prints them) makes a verified signature required of
     every document, fetched or read from the state file; it needs the ``verify`` extra
     (``pip install 'chainclient[verify]'``), and the client refuses to be built without it.
+
+    ``published=True``: ``base_url`` is where the control plane publishes its documents (a
+    static web server, a bucket, a CDN), not the control plane. The client then asks with a
+    plain ``GET`` and ``If-None-Match`` every ``poll_interval`` (a static host holds no long
+    poll), sends no usage reports (nothing there takes them), needs no ``token`` (sent if
+    given) and requires ``trusted_keys``: what it applies comes from a host that is not the
+    control plane, so only documents whose signature verifies are applied.
     """
 
     def __init__(
@@ -74,7 +81,7 @@ class ChainClient:
         base_url: str,
         *,
         chain: str,
-        token: str,
+        token: str | None = None,
         registry: Registry,
         default: Sequence[Step],
         state_dir: str | os.PathLike[str] | None = None,
@@ -90,6 +97,7 @@ class ChainClient:
         usage_interval: float = 60.0,
         ahead_after_s: float = 30.0,
         trusted_keys: Mapping[str, str] | None = None,
+        published: bool = False,
     ) -> None:
         durations = {
             "poll_interval": poll_interval,
@@ -99,16 +107,18 @@ class ChainClient:
             "ahead_after_s": ahead_after_s,
         }
         _check_options(chain, durations=durations, wait_s=wait_s)
+        _check_source(published=published, token=token, trusted_keys=trusted_keys)
         # A defaulted instance names this process, so a forked child renames itself.
         self._instance_is_pid = instance is None
         instance = instance if instance is not None else _default_instance()
-        _check_header_values({"token": token, "service": service, "instance": instance})
+        _check_header_values({"token": token or "", "service": service, "instance": instance})
         steps = _routable_steps(default, registry)
         # Loaded before anything reads a document: the state file is verified too.
         keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
         endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=f"{service}/{instance}", timeout=timeout)
 
         self._chain = chain
+        self._published = bool(published)
         self._registry = registry
         self._default_steps = steps
         self._trusted_keys = keys
@@ -128,8 +138,15 @@ class ChainClient:
                 "the compiled-in default until the first successful poll",
                 chain,
             )
+        if published:
+            logger.info(
+                "chain %s: polling published documents every %gs (no long polls, no usage reports); only "
+                "documents signed by a trusted key are applied",
+                chain,
+                poll_interval,
+            )
         self._usage = UsageReporter(
-            enabled=bool(report_usage),
+            enabled=bool(report_usage) and not published,
             interval=float(usage_interval),
             endpoint=endpoint,
             chain=chain,
@@ -142,7 +159,7 @@ class ChainClient:
             poll_interval=float(poll_interval),
             wait_s=float(wait_s),
             max_backoff=float(max_backoff),
-            long_poll=bool(long_poll),
+            long_poll=bool(long_poll) and not published,
         )
         self._poller = Poller(
             chain=chain,
@@ -226,6 +243,7 @@ class ChainClient:
             "changes": stats.changes,
             "polls": stats.polls,
             "long_poll": self._poller.long_poll,
+            "published": self._published,
             "running": worker is not None and worker.alive,
             "state_file": str(self._state_file.path) if self._state_file.path else None,
             "state_file_refused": stats.state_file_refused,
@@ -411,6 +429,20 @@ def _check_options(chain: str, *, durations: dict[str, float], wait_s: float) ->
             raise ValueError(f"{label} must be a positive number of seconds")
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise ValueError(f"wait_s must be within 0..{MAX_WAIT_S:g}")
+
+
+def _check_source(*, published: bool, token: str | None, trusted_keys: Mapping[str, str] | None) -> None:
+    """Raise ValueError when what the client reads from cannot be trusted or reached as asked."""
+    if published and trusted_keys is None:
+        raise ValueError(
+            "published=True needs trusted_keys: documents from a static host or bucket are applied only when "
+            "the control plane's signature verifies (manage.py signing_keys public --format json prints the keys)"
+        )
+    if not published and not token:
+        raise ValueError(
+            "token is required: a service token of the control plane (manage.py create_token NAME); "
+            "only a client of published documents (published=True) polls without one"
+        )
 
 
 def _check_header_values(values: dict[str, str]) -> None:

@@ -42,13 +42,13 @@ class Endpoint:
     host: str
     port: int | None
     path: str
-    token: str = field(repr=False)  # a secret: never in a log line
+    token: str | None = field(repr=False)  # a secret: never in a log line; None: sent without one
     client_id: str
     timeout: float
     """Connect and read timeout in seconds; a long poll's read adds its ``wait``."""
 
     @classmethod
-    def of(cls, base_url: str, *, chain: str, token: str, client_id: str, timeout: float) -> Endpoint:
+    def of(cls, base_url: str, *, chain: str, token: str | None, client_id: str, timeout: float) -> Endpoint:
         """The endpoint of ``chain`` on the control plane at ``base_url``; ValueError unless
         ``base_url`` is an http(s) URL."""
         parts = urlsplit(base_url)
@@ -73,8 +73,7 @@ class Endpoint:
         return Connection(self.scheme, self.host, self.port, self.timeout)
 
     def poll_headers(self, *, if_none_match: str, applied_version: int) -> dict[str, str]:
-        return {
-            "Authorization": f"Bearer {self.token}",
+        return self._authorization() | {
             "If-None-Match": if_none_match,
             "X-Chain-Client": self.client_id,
             "X-Chain-Applied-Version": str(applied_version),
@@ -83,8 +82,7 @@ class Endpoint:
         }
 
     def report_headers(self, *, applied_version: int) -> dict[str, str]:
-        return {
-            "Authorization": f"Bearer {self.token}",
+        return self._authorization() | {
             "X-Chain-Client": self.client_id,
             "X-Chain-Applied-Version": str(applied_version),
             "User-Agent": USER_AGENT,
@@ -92,6 +90,10 @@ class Endpoint:
             "Accept": "application/json",
             "Connection": "close",
         }
+
+    def _authorization(self) -> dict[str, str]:
+        # Without a token (published documents), none: object stores refuse a bearer token.
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 class Connection:

@@ -1,0 +1,555 @@
+"""Publishing every chain's signed document to a static host and to S3-compatible object storage
+(README, "Publishing to a static host or object store").
+
+- **Where**: ``<PUBLISH_DIRECTORY>/api/v1/chains/<name>`` and the object
+  ``<PUBLISH_S3_PREFIX>/api/v1/chains/<name>`` in ``PUBLISH_S3_BUCKET``: the read API's path, so
+  a static web server (or the bucket, or a CDN before either) serves each document where the API
+  does, and a service polls it with ``ChainClient(..., published=True)``.
+- **What**: the chain's document exactly as the read path serves it (``encode_document``),
+  signed when it is published by the key that signs then, read from the database (not a
+  process's cache: a key activated a moment ago by another process signs it).
+- **When**: a change's commit queues ``presets.tasks.publish_chain`` for its chain
+  (``publish_after_commit``: every new version and every raised epoch is announced by
+  ``events.selection_changed``), and a key's activation queues it for every chain. The task
+  reads the chain's document when it runs: a late or retried task publishes what is current
+  then, never the version that queued it. The beat publishes every chain every
+  ``PUBLISH_EVERY_SECONDS`` too, and ``manage.py publish`` does it at once.
+- **Order**: a target never goes back. Each publish reads what the target holds and writes only
+  a document that ``replaces`` it: a later (epoch, version), or the same one signed later by
+  another key (signed anew after a key's activation). The same version signed again by the same
+  key is not written, so any number of tasks, retries and sweeps leaves one write per version.
+  Two publishers at once: the directory's read, compare and write run under a lock per chain
+  (``fcntl``: every process on the host), and S3's write is conditional (``If-Match`` the ETag
+  read, ``If-None-Match: *`` when there was none), so it fails if another publisher wrote in
+  between; the publisher then reads again and decides again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import random
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+
+from presets import services
+from presets.documents import encode_document
+from presets.models import Chain, current_epoch
+from presets.signing import signer_now
+
+log = logging.getLogger(__name__)
+
+# The read API's path: the same URL path serves a document from the API and from a target.
+CHAINS_PATH = "api/v1/chains"
+CONTENT_TYPE = "application/json"
+# A cache between a target and the services (a CDN) revalidates every poll (If-None-Match), so
+# a change reaches services at their next poll, not when a cached copy ages out.
+CACHE_CONTROL = "no-cache"
+PUBLISH_TASK = "presets.tasks.publish_chain"
+BACKOFF_CAP_SECONDS = 300
+# Another publisher wrote between a read and the conditional write: read and decide again, at
+# most this many times before the attempt counts as failed (and is retried with backoff).
+CONFLICT_ROUNDS = 5
+# A document is a few KB; what a target holds is read up to this much.
+MAX_DOCUMENT_BYTES = 1 << 20
+# Queuing a publish retries the broker briefly, then gives up: the beat's publish makes it good.
+QUEUE_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+_CHAIN_NAME = re.compile(r"[-a-zA-Z0-9_]+")
+
+
+class NotADocument(ValueError):
+    """Bytes that are not a chain document (a target may hold anything)."""
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One chain's document as published: its exact bytes, and what orders it."""
+
+    name: str
+    epoch: int
+    version: int
+    key_id: str | None  # the key that signed it; None: unsigned
+    signed_at: str  # when ('' unsigned); RFC 3339 to the millisecond in UTC, so text order is time order
+    body: bytes = field(repr=False)
+
+    @classmethod
+    def of(cls, body: bytes) -> Publication:
+        """The publication of a chain document's bytes; NotADocument for anything else."""
+        try:
+            document = json.loads(body)
+            name, epoch, version = document["name"], document.get("epoch", 0), document["version"]
+            signature = document.get("signature")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise NotADocument(f"not a chain document ({exc.__class__.__name__}: {exc})") from None
+        if type(epoch) is not int or type(version) is not int:
+            raise NotADocument("not a chain document (epoch or version is not a whole number)")
+        if not isinstance(name, str) or not _CHAIN_NAME.fullmatch(name):
+            # It names a file and an object key: a slug, as chain names are (Chain.name).
+            raise NotADocument(f"not a chain name: {name!r}")
+        key_id = signed_at = None
+        if isinstance(signature, dict):
+            key_id, signed_at = signature.get("key_id"), signature.get("signed_at")
+        return cls(
+            name=name,
+            epoch=epoch,
+            version=version,
+            key_id=key_id if isinstance(key_id, str) else None,
+            signed_at=signed_at if isinstance(signed_at, str) else "",
+            body=body,
+        )
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.epoch, self.version)
+
+    def replaces(self, held: Publication | None) -> bool:
+        """Whether this may replace ``held``, what a target holds: a later (epoch, version), or
+        the same one signed later by another key (signed anew after a key's activation). Never
+        an older one; the same version signed again by the same key adds nothing."""
+        if held is None:
+            return True
+        if self.order != held.order:
+            return self.order > held.order
+        return self.key_id != held.key_id and self.signed_at > held.signed_at
+
+    def __str__(self) -> str:
+        epoch = f" (epoch {self.epoch})" if self.epoch else ""
+        return f"{self.name} v{self.version}{epoch}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one target did with one document: wrote it, or kept what it holds."""
+
+    target: str
+    publication: Publication
+    held: Publication | None
+    written: bool
+
+    def __str__(self) -> str:
+        if self.written:
+            return f"{self.publication}: published to {self.target}"
+        held = self.held
+        assert held is not None  # only a held document keeps a target from being written
+        if held.order == self.publication.order:
+            signed = f"signed by {held.key_id} at {held.signed_at}" if held.key_id else "unsigned"
+            return f"{self.publication}: {self.target} already holds it ({signed})"
+        return f"{self.publication}: {self.target} holds the newer {held}; left as it is"
+
+
+class TargetUnavailable(Exception):
+    """A target could not be read or written (unreachable, refused, missing); one line, no
+    secret (no credentials, no URL query)."""
+
+
+class PublishFailed(Exception):
+    """A document was not published to every target: ``failures`` names each target that
+    failed and why; ``outcomes`` holds what the others did."""
+
+    def __init__(self, publication: Publication, *, failures: list[tuple[str, str]], outcomes: list[Outcome]) -> None:
+        self.publication = publication
+        self.failures = failures
+        self.outcomes = outcomes
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        failed = "; ".join(f"{target}: {why}" for target, why in self.failures)
+        return f"{self.publication}: not published to {failed}"
+
+
+class Target(Protocol):
+    """Where documents are published."""
+
+    @property
+    def name(self) -> str: ...
+
+    def publish(self, publication: Publication) -> Outcome:
+        """Write ``publication`` unless what the target holds is as new (``replaces``);
+        raises TargetUnavailable."""
+        ...
+
+    def held(self, chain: str) -> Publication | None:
+        """The document the target holds for ``chain`` (None: none, or not a document)."""
+        ...
+
+
+# --- a directory a web server serves --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DirectoryTarget:
+    """Documents as files under ``root``: written whole (a temporary file in the same directory,
+    then renamed over the old one), readable by the web server (0644), and compared with the
+    file they replace under the chain's lock (``.<name>.lock`` beside them)."""
+
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return f"directory {self.root}"
+
+    def path(self, chain: str) -> Path:
+        return self.root / CHAINS_PATH / chain
+
+    def publish(self, publication: Publication) -> Outcome:
+        if not self.root.is_dir():
+            raise TargetUnavailable(
+                f"{self.root} is not a directory: create it (the directory the web server serves) or fix "
+                "PUBLISH_DIRECTORY"
+            )
+        path = self.path(publication.name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(path.parent / f".{publication.name}.lock"):
+                held = self.held(publication.name)
+                if not publication.replaces(held):
+                    return Outcome(self.name, publication, held, written=False)
+                _replace(path, publication.body, after=_modified(path))
+        except OSError as exc:
+            raise TargetUnavailable(f"{exc.filename or self.root}: {exc.strerror or exc}") from exc
+        return Outcome(self.name, publication, held, written=True)
+
+    def held(self, chain: str) -> Publication | None:
+        path = self.path(chain)
+        try:
+            with path.open("rb") as file:
+                body = file.read(MAX_DOCUMENT_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        return _held_document(body, where=str(path))
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _modified(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _replace(path: Path, data: bytes, *, after: float | None) -> None:
+    """Write ``data`` at ``path`` whole or not at all: a reader sees the old file or the new.
+
+    Its modification time is a later whole second than ``after`` (the old file's): static web
+    servers make a file's ETag of its size and modification time in seconds (nginx, Caddy,
+    Apache), so two documents of one size written within a second would share an ETag, and a
+    client holding the first would be answered 304 for the second."""
+    modified = time.time()
+    if after is not None and int(modified) <= int(after):
+        modified = float(int(after) + 1)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would keep the web server out
+            os.utime(file.fileno(), (modified, modified))
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _held_document(body: bytes, *, where: str) -> Publication | None:
+    try:
+        return Publication.of(body)
+    except NotADocument as exc:
+        log.warning("publishing: %s holds no chain document (%s); it is replaced", where, exc)
+        return None
+
+
+# --- S3-compatible object storage ------------------------------------------------------------------
+
+
+# S3's answers to a conditional write that lost: another publisher wrote (412), is writing
+# (409), or removed the object (404) since it was read.
+_CONFLICTS = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409"}
+
+
+@dataclass(frozen=True)
+class S3Target:
+    """Documents as objects in ``bucket`` under ``prefix``, each written only on the condition
+    that the object is still the one read (its ETag), or still absent."""
+
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str = ""
+    region: str = ""
+    timeout: float = 10.0
+
+    @property
+    def name(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def key(self, chain: str) -> str:
+        return "/".join(part for part in (self.prefix, CHAINS_PATH, chain) if part)
+
+    def publish(self, publication: Publication) -> Outcome:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        key = self.key(publication.name)
+        client = _s3_client(self.endpoint_url, self.region, self.timeout)
+        for _ in range(CONFLICT_ROUNDS):
+            held, etag = self._read(key)
+            if not publication.replaces(held):
+                return Outcome(self.name, publication, held, written=False)
+            condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+            try:
+                client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=publication.body,
+                    ContentType=CONTENT_TYPE,
+                    CacheControl=CACHE_CONTROL,
+                    **condition,
+                )
+            except ClientError as exc:
+                if _error_code(exc) in _CONFLICTS:
+                    log.info("publishing: %s changed while %s was written to it; reading it again", key, publication)
+                    continue
+                raise TargetUnavailable(_client_error(exc, self.bucket)) from None
+            except BotoCoreError as exc:
+                raise TargetUnavailable(_one_line(exc)) from None
+            return Outcome(self.name, publication, held, written=True)
+        raise TargetUnavailable(f"{key} changed under each of {CONFLICT_ROUNDS} writes; trying again later")
+
+    def held(self, chain: str) -> Publication | None:
+        return self._read(self.key(chain))[0]
+
+    def _read(self, key: str) -> tuple[Publication | None, str | None]:
+        """What the object holds and its ETag; (None, None) when there is none."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = _s3_client(self.endpoint_url, self.region, self.timeout)
+        try:
+            answer = client.get_object(Bucket=self.bucket, Key=key)
+            body = answer["Body"].read(MAX_DOCUMENT_BYTES + 1)
+        except ClientError as exc:
+            if _error_code(exc) in ("NoSuchKey", "404"):
+                return None, None
+            raise TargetUnavailable(_client_error(exc, self.bucket)) from None
+        except BotoCoreError as exc:
+            raise TargetUnavailable(_one_line(exc)) from None
+        return _held_document(body, where=f"s3://{self.bucket}/{key}"), answer["ETag"]
+
+
+@cache
+def _s3_client(endpoint_url: str, region: str, timeout: float) -> Any:
+    """One client per process and settings (boto3's clients are thread-safe); boto3 is imported
+    only where a bucket is published to."""
+    import boto3
+    from botocore.config import Config
+
+    options: dict[str, Any] = {
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        # One try per attempt: the task retries with backoff. (A conditional write whose answer
+        # was lost is settled by the next read: the object then holds this very document.)
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+    }
+    if endpoint_url:
+        # S3-compatible servers (MinIO, Ceph, moto...) take path-style addresses and may not
+        # know the checksums boto3 adds to AWS requests by default.
+        options |= {
+            "s3": {"addressing_style": "path"},
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+        }
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint_url or None, region_name=region or None, config=Config(**options)
+    )
+
+
+def _error_code(exc: Any) -> str:
+    error = exc.response.get("Error", {})
+    return str(error.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+def _client_error(exc: Any, bucket: str) -> str:
+    code = _error_code(exc)
+    if code == "NoSuchBucket":
+        return f"bucket {bucket!r} does not exist: create it, or fix PUBLISH_S3_BUCKET"
+    if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+        return f"{code}: the credentials may not write to bucket {bucket!r} (check AWS_* and the bucket's policy)"
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return f"{code} (HTTP {status})" if status else code
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or exc.__class__.__name__
+
+
+# --- the service -------------------------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    """Whether any target is set (PUBLISH_DIRECTORY, PUBLISH_S3_BUCKET)."""
+    return bool(settings.PUBLISH_DIRECTORY or settings.PUBLISH_S3_BUCKET)
+
+
+def targets() -> list[Target]:
+    """The targets the settings name, read at call time."""
+    found: list[Target] = []
+    if settings.PUBLISH_DIRECTORY:
+        found.append(DirectoryTarget(Path(settings.PUBLISH_DIRECTORY)))
+    if settings.PUBLISH_S3_BUCKET:
+        found.append(
+            S3Target(
+                bucket=settings.PUBLISH_S3_BUCKET,
+                prefix=settings.PUBLISH_S3_PREFIX,
+                endpoint_url=settings.PUBLISH_S3_ENDPOINT_URL,
+                region=settings.PUBLISH_S3_REGION,
+                timeout=float(settings.PUBLISH_TIMEOUT_SECONDS),
+            )
+        )
+    return found
+
+
+def current_publication(chain: str) -> Publication:
+    """The chain's document now, read from the database (an expired pin reverted first, as every
+    read does) and signed now by the key that signs; raises NotFound for an unknown chain."""
+    selection = services.revert_expired_and_read(chain=chain)
+    # The epoch after the selection: a raise committed in between makes the document newer,
+    # never older, than the one the raise announced.
+    document = selection.to_document(epoch=current_epoch())
+    signer = signer_now()
+    return Publication.of(encode_document(document if signer is None else signer.sign(document)))
+
+
+def publish_document(publication: Publication, *, to: Sequence[Target] | None = None) -> list[Outcome]:
+    """Offer ``publication`` to every target (the settings' unless ``to``); each writes it only if
+    it is newer than what it holds. Raises PublishFailed after trying them all if any failed."""
+    outcomes: list[Outcome] = []
+    failures: list[tuple[str, str]] = []
+    chosen = targets() if to is None else to
+    if not chosen:
+        log.warning(
+            "publishing: %s was to be published, but this process has neither PUBLISH_DIRECTORY nor "
+            "PUBLISH_S3_BUCKET: set them on the worker as where the change was made",
+            publication,
+        )
+    for target in chosen:
+        try:
+            outcome = target.publish(publication)
+        except TargetUnavailable as exc:
+            log.warning("publishing: %s not published to %s: %s", publication, target.name, exc)
+            failures.append((target.name, str(exc)))
+            continue
+        outcomes.append(outcome)
+        log.log(logging.INFO if outcome.written else logging.DEBUG, "publishing: %s", outcome)
+    if failures:
+        raise PublishFailed(publication, failures=failures, outcomes=outcomes)
+    return outcomes
+
+
+def publish_chain(*, chain: str, to: Sequence[Target] | None = None) -> list[Outcome]:
+    """Publish the chain's current document (``current_publication``); raises NotFound or
+    PublishFailed."""
+    return publish_document(current_publication(chain), to=to)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What publishing several chains did: every target's outcome, and each chain that failed."""
+
+    outcomes: list[Outcome]
+    failed: list[PublishFailed]
+
+    @property
+    def written(self) -> int:
+        return sum(outcome.written for outcome in self.outcomes)
+
+
+def publish_chains(*, chains: Iterable[str] | None = None, to: Sequence[Target] | None = None) -> Report:
+    """Publish each chain (every chain unless ``chains``) to every target; a chain that fails
+    does not stop the others. Raises NotFound for an unknown chain named in ``chains``."""
+    names = list(Chain.objects.order_by("name").values_list("name", flat=True)) if chains is None else list(chains)
+    outcomes: list[Outcome] = []
+    failed: list[PublishFailed] = []
+    for name in names:
+        try:
+            outcomes += publish_chain(chain=name, to=to)
+        except PublishFailed as exc:
+            outcomes += exc.outcomes
+            failed.append(exc)
+    return Report(outcomes, failed)
+
+
+def retry_in(failed: PublishFailed, *, attempts: int) -> float | None:
+    """Seconds to wait before attempt ``attempts + 1`` after ``attempts`` failed (exponential
+    from PUBLISH_BACKOFF_SECONDS, with jitter, at most 5 minutes), or None once
+    PUBLISH_MAX_ATTEMPTS were made; the log says which."""
+    if attempts >= settings.PUBLISH_MAX_ATTEMPTS:
+        log.error(
+            "publishing: giving up on %s after %d attempts (%s); the next change, the beat's publish "
+            "(PUBLISH_EVERY_SECONDS) or manage.py publish publishes it",
+            failed.publication,
+            attempts,
+            failed,
+        )
+        return None
+    backoff = settings.PUBLISH_BACKOFF_SECONDS * 2 ** (attempts - 1)
+    delay = min(BACKOFF_CAP_SECONDS, backoff * random.uniform(0.75, 1.25))
+    log.info("publishing: attempt %d for %s failed; the next in %.1f s", attempts, failed.publication, delay)
+    return delay
+
+
+# --- queued when a change commits ----------------------------------------------------------------
+
+
+def publish_after_commit(sender: Any, *, selection: Any, **_: Any) -> None:
+    """Queue the publication of the chain's document for when the change commits (a receiver of
+    ``events.selection_changed``: every new version, every raised epoch)."""
+    if enabled():
+        _after_commit([selection.chain.name])
+
+
+def publish_all_after_commit(sender: Any, **_: Any) -> None:
+    """Queue every chain's publication for when the key's activation commits (a receiver of
+    ``events.signing_key_activated``): their documents are signed anew by it."""
+    if enabled():
+        _after_commit(list(Chain.objects.order_by("name").values_list("name", flat=True)))
+
+
+def _after_commit(chains: list[str]) -> None:
+    transaction.on_commit(lambda: queue(chains), robust=True)
+
+
+def queue(chains: Iterable[str]) -> None:
+    """Hand each chain's publication to the worker. A broker that does not take it fails
+    nothing: one warning, and the beat's publish makes it good."""
+    task = current_app.tasks[PUBLISH_TASK]
+    for chain in chains:
+        try:
+            task.apply_async((chain,), retry=True, retry_policy=QUEUE_RETRY_POLICY)
+        except Exception as exc:  # whatever the broker raises, the change is made
+            log.warning(
+                "publishing: could not queue %s (%s: %s); the beat's publish (PUBLISH_EVERY_SECONDS) or "
+                "manage.py publish publishes it",
+                chain,
+                exc.__class__.__name__,
+                exc,
+            )
