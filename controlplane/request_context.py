@@ -27,7 +27,8 @@ from django.core.signals import request_finished
 from django.http import HttpRequest, HttpResponseBase
 
 from read_path import counters, request_context
-from read_path.request_context import RequestContext, log_access, method_label, request_id_from, route_of
+from read_path.request_context import RequestContext, log_access, method_label, route_of
+from read_path.request_ids import request_id_from
 
 
 def _forget(**kwargs: Any) -> None:

@@ -48,16 +48,14 @@ from read_path.http import (
     not_served_yet,
 )
 from read_path.request_context import (
-    ACCEPTED_ID_BYTES,
     CHAIN_ROUTE,
     CHAINS_ROUTE,
     RequestContext,
     access_log,
     log_access,
-    new_request_id_bytes,
     reads_log,
-    request_id_from,
 )
+from read_path.request_ids import ACCEPTED_ID_BYTES, new_request_id_bytes, request_id_from
 from read_path.snapshot import Snapshot
 from read_path.worker_threads import in_worker_thread
 

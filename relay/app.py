@@ -25,8 +25,6 @@ import json
 import logging
 import math
 import random
-import re
-import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -44,6 +42,7 @@ from read_path.http import (
     matches,
     not_served_yet,
 )
+from read_path.request_ids import ACCEPTED_ID_BYTES, new_request_id_bytes
 from relay import disk
 from relay.config import RelayConfig
 from relay.upstream import Upstream, UpstreamDown
@@ -55,8 +54,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 STALE_HEADER = b"x-chain-stale"
-# A client's X-Request-ID is sent back when it is a plain id, else the relay makes one.
-_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 FLEET_SEEN_PATH = "/api/v1/fleet/seen"
 USAGE_SUFFIX = "/usage"
 # A read waits this long for what it asks that the relay does not hold yet (a ``min_version``
@@ -94,17 +91,20 @@ class Documents(HeldDocuments):
         super().__init__()
         self.confirmed_at: dict[str, float] = {}  # when the control plane last stood behind it (Unix s)
         self.stale: set[str] = set()
-        # Per chain, how many times it turned stale or fresh: a long poll held across a turn is
-        # answered then (a 304 saying so), so that a relay behind this one learns it at once.
+        # Per chain, how many times it turned stale: a long poll held across a turn is answered
+        # then (a 304 saying so), so that a relay behind this one learns it at once.
         self.turns: dict[str, int] = {}
 
     def mark(self, name: str, *, stale: bool) -> None:
         if (name in self.stale) == stale:
             return
-        if stale:
-            self.stale.add(name)
-        else:
+        if not stale:
+            # Turning fresh wakes nobody: a service answered a 304 at once would wait out its
+            # poll interval before asking again (a relay behind this one, stale itself, polls
+            # briefly and learns it within STALE_POLL_S).
             self.stale.discard(name)
+            return
+        self.stale.add(name)
         self.turns[name] = self.turns.get(name, 0) + 1
         self.wake(name)
 
@@ -469,8 +469,8 @@ class Relay:
                 if header is not None and self._fresh.get(header, 0.0) > _clock() and not entry.is_expired(time.time()):
                     if client is not None and len(self.seen) < SEEN_MAX:
                         self.seen[(entry.name, client)] = applied
-                    if request_id is None or not _REQUEST_ID.fullmatch(request_id):
-                        request_id = secrets.token_hex(8).encode()
+                    if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
+                        request_id = new_request_id_bytes()
                     if tag is not None and (tag == entry.etag_header[1] or matches(tag.decode("latin-1"), entry.etag)):
                         start = {"type": "http.response.start", "status": 304}
                         start["headers"] = [_NO_CACHE, (b"x-request-id", request_id), entry.etag_header]
@@ -494,8 +494,8 @@ class Relay:
         method: str = scope["method"]
         headers = dict(scope["headers"])
         request_id = headers.get(b"x-request-id", b"")
-        if not _REQUEST_ID.fullmatch(request_id):
-            request_id = secrets.token_hex(8).encode()
+        if not ACCEPTED_ID_BYTES.fullmatch(request_id):
+            request_id = new_request_id_bytes()
         name = path[len(CHAIN_PATH) :]
         if method == "GET" and (path == CHAINS_PATH or (path.startswith(CHAIN_PATH) and "/" not in name)):
             await self._read(scope, receive, send, name if path != CHAINS_PATH else "", headers, request_id)
@@ -651,7 +651,7 @@ class Relay:
             if gone.done():
                 return None
             if self.documents.turns.get(name, 0) != turn:
-                break  # turned stale or fresh: said at once
+                break  # turned stale: said at once
         entry = self.documents.entries.get(name) or held
         if entry.is_expired(time.time()):
             return await self._unexpired(name, entry) or entry

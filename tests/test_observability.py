@@ -28,7 +28,8 @@ from controlplane.log_filters import RequestFields
 from controlplane.logging_json import JsonFormatter
 from controlplane.logging_plain import PlainFormatter
 from read_path import counters, request_context
-from read_path.request_context import CHAIN_ROUTE, CHAINS_ROUTE, RequestContext, request_id_from
+from read_path.request_context import CHAIN_ROUTE, CHAINS_ROUTE, RequestContext
+from read_path.request_ids import request_id_from
 from tests import servers, test_celery_worker
 from tests.metrics_text import value
 
