@@ -538,26 +538,31 @@ def run_round(
     tokens: dict[str, str],
     args: argparse.Namespace,
     clients: int,
+    polled: Server | None = None,
 ) -> Round:
+    """One round: ``clients`` long polls held on ``polled`` (default: ``server``, which may be
+    another server following it, such as a relay: bench/relay.py), the writes and the change
+    made on ``server``."""
     result = Round(clients=clients)
     base = server.base_url
+    polled = polled or server
     # Polls of an earlier round whose clients closed are held until their wait ends (the
     # server does not notice a client leave): let them go before counting this round's.
-    ghosts, began = sum(server.held().values()), time.monotonic()
-    while sum(server.held().values()) and time.monotonic() - began < args.wait + GRACE_S:
+    ghosts, began = sum(polled.held().values()), time.monotonic()
+    while sum(polled.held().values()) and time.monotonic() - began < args.wait + GRACE_S:
         time.sleep(0.5)
     if ghosts:
         result.ghosts_before = (ghosts, time.monotonic() - began)
     read_token, write_token = tokens["read"], tokens["write"]
-    etag, document = read_chain(base, read_token, POLLED_CHAIN)
+    etag, document = read_chain(polled.base_url, read_token, POLLED_CHAIN)
     _, other = read_chain(base, read_token, WRITTEN_CHAIN)
-    result.rss_before = server.rss_kb()
+    result.rss_before = polled.rss_kb()
 
     # 1. Hold the polls.
     names = [f"bench-long-polls/instance-{i:05d}" for i in range(clients)]
     processes = len(fleet.pipes)
     spec = {
-        "port": server.port,
+        "port": polled.port,
         "path": f"/api/v1/chains/{POLLED_CHAIN}",
         "token": read_token,
         "etag": etag,
@@ -576,15 +581,15 @@ def run_round(
         result.connect_failures.update(figures["failures"])
     deadline = time.monotonic() + args.settle_timeout
     while True:
-        held = server.held()
+        held = polled.held()
         outstanding = sum(answer["pending"] for answer in fleet.ask("status"))
         if sum(held.values()) >= outstanding or time.monotonic() > deadline:
             break
         time.sleep(0.25)
     result.hold_s = time.monotonic() - opened_at
     time.sleep(1.2)  # the gauge is written once a second: let it and the memory settle
-    result.held = server.held()
-    result.rss_held = server.rss_kb()
+    result.held = polled.held()
+    result.rss_held = polled.rss_kb()
     status, body, _, ms = request(base, "GET", "/metrics", headers={}, timeout=5)
     gauge = [line for line in body.decode(errors="replace").splitlines() if line.startswith(WAITERS_METRIC + " ")]
     if status == 200:
@@ -627,8 +632,8 @@ def run_round(
         )
         answer_box["returned"] = time.time()
 
-    workers_cpu, clients_cpu = cpu_ms(server.workers), cpu_ms(fleet.pids)
-    workers_waited = runqueue_wait_ms(server.workers)
+    workers_cpu, clients_cpu = cpu_ms(polled.workers), cpu_ms(fleet.pids)
+    workers_waited = runqueue_wait_ms(polled.workers)
     before = time.time()
     poster = threading.Thread(target=post_change, daemon=True)
     poster.start()
@@ -638,9 +643,9 @@ def run_round(
             break
         time.sleep(0.1)
     result.answer_window_ms = (time.time() - before) * 1000
-    result.cpu_web_ms = cpu_ms(server.workers) - workers_cpu
+    result.cpu_web_ms = cpu_ms(polled.workers) - workers_cpu
     result.cpu_clients_ms = cpu_ms(fleet.pids) - clients_cpu
-    result.web_waited_ms = runqueue_wait_ms(server.workers) - workers_waited
+    result.web_waited_ms = runqueue_wait_ms(polled.workers) - workers_waited
     poster.join(max(0.0, deadline - time.monotonic()))
     outcomes: list[Outcome] = [outcome for answers in fleet.ask("collect", timeout=120) for outcome in answers]
     fleet.ask("close")
@@ -683,8 +688,8 @@ def run_round(
 
     # 4. Memory once the polls were answered and closed.
     time.sleep(2)
-    result.rss_after = server.rss_kb()
-    result.held_after_close = sum(server.held().values())
+    result.rss_after = polled.rss_kb()
+    result.held_after_close = sum(polled.held().values())
     return result
 
 

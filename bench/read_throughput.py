@@ -265,21 +265,36 @@ def measure(
         wait_until_up(raw_url)
         # The same request to both (the raw callable ignores the token, but the server reads it).
         targets = {"front": (url, auth), "raw": (raw_url, auth)}
-        for target, headers in targets.values():
-            wrk(target, headers, 2, args.connections)  # warm every worker
-        for round_ in range(args.rounds):
-            for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
-                # The two back to back, the first one in turn: each round is a pair measured
-                # on the same machine moment, whichever way the machine drifts.
-                for name in ("front", "raw") if round_ % 2 == 0 else ("raw", "front"):
-                    target, headers = targets[name]
-                    load = wrk(target, {**headers, **extra}, args.duration, args.connections)
-                    rps.setdefault((name, workers, kind), []).append(load.rps)
-                    p99.setdefault((name, workers, kind), []).append(load.p99_ms)
+        load_in_rounds(args, targets, etag, workers, rps, p99)
     finally:
         stop(front)
         if raw is not None:
             stop(raw)
+
+
+def load_in_rounds(
+    args: argparse.Namespace,
+    targets: dict[str, tuple[str, dict[str, str]]],
+    etag: str,
+    workers: int,
+    rps: dict[tuple[str, int, str], list[float]],
+    p99: dict[tuple[str, int, str], list[float]],
+) -> None:
+    """Load the two ``targets`` (name: URL and headers) with wrk, 200s and then 304s (with
+    If-None-Match ``etag``), in ``args.rounds`` rounds, adding each round's figures to ``rps``
+    and ``p99`` under (name, ``workers``, "200" or "304")."""
+    for target, headers in targets.values():
+        wrk(target, headers, 2, args.connections)  # warm every worker
+    first, second = targets
+    for round_ in range(args.rounds):
+        for kind, extra in (("200", {}), ("304", {"If-None-Match": etag})):
+            # The two back to back, the first one in turn: each round is a pair measured
+            # on the same machine moment, whichever way the machine drifts.
+            for name in (first, second) if round_ % 2 == 0 else (second, first):
+                target, headers = targets[name]
+                load = wrk(target, {**headers, **extra}, args.duration, args.connections)
+                rps.setdefault((name, workers, kind), []).append(load.rps)
+                p99.setdefault((name, workers, kind), []).append(load.p99_ms)
 
 
 def main() -> None:
