@@ -19,24 +19,18 @@
   another key (signed anew after a key's activation). The same version signed again by the same
   key is not written, so any number of tasks, retries and sweeps leaves one write per version.
   Two publishers at once: the directory's read, compare and write run under a lock per chain
-  (``fcntl``: every process on the host), and S3's write is conditional (``If-Match`` the ETag
-  read, ``If-None-Match: *`` when there was none), so it fails if another publisher wrote in
-  between; the publisher then reads again and decides again.
+  that every process on the host shares (``document_files.keep``, which a relay's cache uses
+  too), and S3's write is conditional (``If-Match`` the ETag read, ``If-None-Match: *`` when
+  there was none), so it fails if another publisher wrote in between; the publisher then reads
+  again and decides again.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-import os
 import random
-import re
-import tempfile
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +39,8 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from presets import services
+from presets import document_files, services
+from presets.document_files import MAX_DOCUMENT_BYTES, Publication
 from presets.documents import encode_document
 from presets.models import Chain, current_epoch
 from presets.signing import signer_now
@@ -63,71 +58,8 @@ BACKOFF_CAP_SECONDS = 300
 # Another publisher wrote between a read and the conditional write: read and decide again, at
 # most this many times before the attempt counts as failed (and is retried with backoff).
 CONFLICT_ROUNDS = 5
-# A document is a few KB; what a target holds is read up to this much.
-MAX_DOCUMENT_BYTES = 1 << 20
 # Queuing a publish retries the broker briefly, then gives up: the beat's publish makes it good.
 QUEUE_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
-_CHAIN_NAME = re.compile(r"[-a-zA-Z0-9_]+")
-
-
-class NotADocument(ValueError):
-    """Bytes that are not a chain document (a target may hold anything)."""
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One chain's document as published: its exact bytes, and what orders it."""
-
-    name: str
-    epoch: int
-    version: int
-    key_id: str | None  # the key that signed it; None: unsigned
-    signed_at: str  # when ('' unsigned); RFC 3339 to the millisecond in UTC, so text order is time order
-    body: bytes = field(repr=False)
-
-    @classmethod
-    def of(cls, body: bytes) -> Publication:
-        """The publication of a chain document's bytes; NotADocument for anything else."""
-        try:
-            document = json.loads(body)
-            name, epoch, version = document["name"], document.get("epoch", 0), document["version"]
-            signature = document.get("signature")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise NotADocument(f"not a chain document ({exc.__class__.__name__}: {exc})") from None
-        if type(epoch) is not int or type(version) is not int:
-            raise NotADocument("not a chain document (epoch or version is not a whole number)")
-        if not isinstance(name, str) or not _CHAIN_NAME.fullmatch(name):
-            # It names a file and an object key: a slug, as chain names are (Chain.name).
-            raise NotADocument(f"not a chain name: {name!r}")
-        key_id = signed_at = None
-        if isinstance(signature, dict):
-            key_id, signed_at = signature.get("key_id"), signature.get("signed_at")
-        return cls(
-            name=name,
-            epoch=epoch,
-            version=version,
-            key_id=key_id if isinstance(key_id, str) else None,
-            signed_at=signed_at if isinstance(signed_at, str) else "",
-            body=body,
-        )
-
-    @property
-    def order(self) -> tuple[int, int]:
-        return (self.epoch, self.version)
-
-    def replaces(self, held: Publication | None) -> bool:
-        """Whether this may replace ``held``, what a target holds: a later (epoch, version), or
-        the same one signed later by another key (signed anew after a key's activation). Never
-        an older one; the same version signed again by the same key adds nothing."""
-        if held is None:
-            return True
-        if self.order != held.order:
-            return self.order > held.order
-        return self.key_id != held.key_id and self.signed_at > held.signed_at
-
-    def __str__(self) -> str:
-        epoch = f" (epoch {self.epoch})" if self.epoch else ""
-        return f"{self.name} v{self.version}{epoch}"
 
 
 @dataclass(frozen=True)
@@ -210,75 +142,14 @@ class DirectoryTarget:
                 f"{self.root} is not a directory: create it (the directory the web server serves) or fix "
                 "PUBLISH_DIRECTORY"
             )
-        path = self.path(publication.name)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(path.parent / f".{publication.name}.lock"):
-                held = self.held(publication.name)
-                if not publication.replaces(held):
-                    return Outcome(self.name, publication, held, written=False)
-                _replace(path, publication.body, after=_modified(path))
+            written, held = document_files.keep(self.root / CHAINS_PATH, publication)
         except OSError as exc:
             raise TargetUnavailable(f"{exc.filename or self.root}: {exc.strerror or exc}") from exc
-        return Outcome(self.name, publication, held, written=True)
+        return Outcome(self.name, publication, held, written=written)
 
     def held(self, chain: str) -> Publication | None:
-        path = self.path(chain)
-        try:
-            with path.open("rb") as file:
-                body = file.read(MAX_DOCUMENT_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        return _held_document(body, where=str(path))
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _modified(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return None
-
-
-def _replace(path: Path, data: bytes, *, after: float | None) -> None:
-    """Write ``data`` at ``path`` whole or not at all: a reader sees the old file or the new.
-
-    Its modification time is a later whole second than ``after`` (the old file's): static web
-    servers make a file's ETag of its size and modification time in seconds (nginx, Caddy,
-    Apache), so two documents of one size written within a second would share an ETag, and a
-    client holding the first would be answered 304 for the second."""
-    modified = time.time()
-    if after is not None and int(modified) <= int(after):
-        modified = float(int(after) + 1)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would keep the web server out
-            os.utime(file.fileno(), (modified, modified))
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _held_document(body: bytes, *, where: str) -> Publication | None:
-    try:
-        return Publication.of(body)
-    except NotADocument as exc:
-        log.warning("publishing: %s holds no chain document (%s); it is replaced", where, exc)
-        return None
+        return document_files.read_held(self.path(chain))
 
 
 # --- S3-compatible object storage ------------------------------------------------------------------
@@ -353,7 +224,7 @@ class S3Target:
             raise TargetUnavailable(_client_error(exc, self.bucket)) from None
         except BotoCoreError as exc:
             raise TargetUnavailable(_one_line(exc)) from None
-        return _held_document(body, where=f"s3://{self.bucket}/{key}"), answer["ETag"]
+        return document_files.held_in(body, where=f"s3://{self.bucket}/{key}"), answer["ETag"]
 
 
 @cache

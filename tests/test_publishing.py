@@ -34,7 +34,7 @@ from django.core.management import CommandError, call_command
 
 from chainclient import ChainClient, Provider, Registry, Step
 from controlplane.celery import app
-from presets import publishing, services, signing
+from presets import document_files, publishing, services, signing
 from presets.documents import encode_document
 from presets.models import SigningKey
 from presets.registry import PROVIDERS
@@ -505,7 +505,7 @@ def test_a_second_publisher_writing_between_the_read_and_the_write_keeps_its_new
         assert (outcome.written, outcome.held and outcome.held.version) == (False, newer.version)
         assert bucket.held("chat").body == newer.body
 
-    real_locked = publishing._locked
+    real_locked = document_files.locked
     entered = 0
 
     @contextmanager
@@ -517,7 +517,7 @@ def test_a_second_publisher_writing_between_the_read_and_the_write_keeps_its_new
         with real_locked(path):
             yield
 
-    monkeypatch.setattr(publishing, "_locked", newer_gets_there_first)
+    monkeypatch.setattr(document_files, "locked", newer_gets_there_first)
     outcome = directory.publish(v3)
     assert (outcome.written, outcome.held and outcome.held.version) == (False, 4)
     assert (site / DOCUMENT_PATH).read_bytes() == v4.body

@@ -75,10 +75,21 @@ def test_the_same_version_signed_later_replaces_it_and_not_the_other_way(tmp_pat
     assert disk.keep_document(tmp_path, again)
     assert not disk.keep_document(tmp_path, first)
     assert disk.kept_documents(tmp_path)[0].key_id == "k2"
+    # The same key signing the same version again adds nothing (the publisher's rule).
+    resigned = disk.entry_of(document(5, signed_at="2026-12-06T10:00:00.000Z", key="k2"))
+    assert not disk.newer(resigned, again)
+    assert not disk.keep_document(tmp_path, resigned)
+    assert (tmp_path / "chat").read_bytes() == document(5, signed_at="2026-12-05T10:00:00.000Z", key="k2")
 
 
 def test_what_is_not_a_chain_document_is_not_kept_or_loaded(tmp_path: Path) -> None:
-    for body in (b"not json", b'{"name": "../etc", "version": 1}', b'{"version": 1}'):
+    for body in (
+        b"not json",
+        b'{"name": "../etc", "version": 1}',
+        b'{"version": 1}',
+        b'{"name": "chat", "version": "1"}',
+        b'{"name": "chat", "version": 1, "expires_at": "soon"}',
+    ):
         with pytest.raises(disk.NotADocument):
             disk.entry_of(body)
     (tmp_path / "chat").write_bytes(b"{broken")
