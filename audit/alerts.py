@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from audit import messages
 from audit.delivery import queue_delivery
-from audit.models import PROVIDER_ALERTS, Alert, AlertKind, DeliveryState
+from audit.models import SUBJECT_ALERTS, Alert, AlertKind, DeliveryState
 from audit.notifications import notify_resolved, resolution_deliveries
 from audit.notifiers import LOG, planned_deliveries
 from audit.provider_health import Failing, failing_steps
@@ -150,8 +150,8 @@ def raise_alert(
     resolution: str | None = None,
     subject: str = "",
 ) -> tuple[Alert, bool]:
-    """Record an alert once per (kind, chain, version), or for a provider alert once while
-    one is open for (kind, chain, subject); returns it and whether it is new.
+    """Record an alert once per (kind, chain, version), or for a provider or plan alert once
+    while one is open for (kind, chain, subject); returns it and whether it is new.
 
     A new alert gets a delivery record for the log and every notifier that takes it. When
     the caller's transaction commits its log line is written and its delivery is queued. An
@@ -163,7 +163,7 @@ def raise_alert(
     pending = len(deliveries) > 1
     # The unique constraint makes this a conditional insert: of two sweeps racing, one
     # creates the alert and the other gets it back.
-    if kind in PROVIDER_ALERTS:
+    if kind in SUBJECT_ALERTS:
         key: dict[str, Any] = {"kind": kind, "chain": chain, "subject": subject, "resolved_at__isnull": True}
         once: dict[str, Any] = {"version": version}
     else:

@@ -8,12 +8,16 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit trail and alerts"
 
     def ready(self) -> None:
-        # Wiring, not logic: every pin the expiry sweep reverts is reported as an alert, and
-        # every change is told to the notifiers that take changes.
+        # Wiring, not logic: every pin the expiry sweep reverts is reported as an alert, every
+        # change is told to the notifiers that take changes, and a planned pin suspended or
+        # missed is an alert (resolved when the plan is settled).
         from presets import events
 
         events.pin_expired.connect(_report_expired_pin, dispatch_uid="audit.report_expired_pin")
         events.selection_changed.connect(_notify_change, dispatch_uid="audit.notify_change")
+        events.plan_suspended.connect(_report_suspended_plan, dispatch_uid="audit.report_suspended_plan")
+        events.plan_missed.connect(_report_missed_plan, dispatch_uid="audit.report_missed_plan")
+        events.plan_settled.connect(_resolve_plan_alert, dispatch_uid="audit.resolve_plan_alert")
 
 
 def _report_expired_pin(sender: Any, *, selection: Any, now: Any, **_: Any) -> None:
@@ -29,3 +33,21 @@ def _notify_change(sender: Any, *, selection: Any, raised: bool = False, **_: An
     from audit.notifications import notify_change
 
     notify_change(selection=selection)
+
+
+def _report_suspended_plan(sender: Any, *, plan: Any, selection: Any, now: Any, **_: Any) -> None:
+    from audit.plan_alerts import alert_plan_suspended
+
+    alert_plan_suspended(plan=plan, selection=selection, now=now)
+
+
+def _report_missed_plan(sender: Any, *, plan: Any, now: Any, **_: Any) -> None:
+    from audit.plan_alerts import alert_plan_missed
+
+    alert_plan_missed(plan=plan, now=now)
+
+
+def _resolve_plan_alert(sender: Any, *, plan: Any, now: Any, resolution: str, **_: Any) -> None:
+    from audit.plan_alerts import resolve_plan_alert
+
+    resolve_plan_alert(plan=plan, now=now, resolution=resolution)

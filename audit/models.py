@@ -35,14 +35,20 @@ class AlertKind(models.TextChoices):
     PIN_EXPIRED = "pin_expired"
     PROVIDER_FAILING = "provider_failing"
     PROVIDER_CREDENTIALS = "provider_credentials"
+    PLAN_SUSPENDED = "plan_suspended"
+    PLAN_MISSED = "plan_missed"
 
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
 PROVIDER_ALERTS = (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS)
+# A planned pin's alerts: ``subject`` is "plan #<id>"; one open per plan.
+PLAN_ALERTS = (AlertKind.PLAN_SUSPENDED, AlertKind.PLAN_MISSED)
+# Alerts kept once while one is open for (kind, chain, subject).
+SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS
 # Alerts that report something that happened rather than a condition: raised already
 # resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
 # and PagerDuty is not paged for them.
-EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED})
+EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED})
 
 
 class DeliveryState(models.TextChoices):
@@ -109,6 +115,11 @@ class Alert(Deliverable):
                 fields=["kind", "chain", "subject"],
                 condition=models.Q(kind__in=PROVIDER_ALERTS, resolved_at__isnull=True),
                 name="provider_alert_one_open",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "chain", "subject"],
+                condition=models.Q(kind__in=PLAN_ALERTS, resolved_at__isnull=True),
+                name="plan_alert_one_open",
             ),
         ]
 

@@ -25,3 +25,14 @@ signing_key_activated = Signal()
 # The expiry sweep reverted a pin; ``selection`` is the revert (its ``previous_*`` fields
 # describe the pin) and ``now`` the sweep's time.
 pin_expired = Signal()
+
+# A planned pin's start found a conflict and did not start it (``presets.plans``): ``plan``
+# (its ``state_reason`` says why), ``selection`` (the chain as it serves now), ``now``.
+plan_suspended = Signal()
+
+# A plan's end came before it started (no worker ran in its window): ``plan``, ``now``.
+plan_missed = Signal()
+
+# A suspended plan was settled (started anyway, changed, cancelled or missed): ``plan``,
+# ``now``, ``resolution`` (what happened, for its alert).
+plan_settled = Signal()

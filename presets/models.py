@@ -255,6 +255,81 @@ def lock_selection(selection_id: int) -> Selection:
     return selection
 
 
+class PlanState(models.TextChoices):
+    PLANNED = "planned"  # waiting for its start
+    SUSPENDED = "suspended"  # its start found a conflict: a person starts it anyway or cancels it
+    STARTED = "started"  # its pin is live
+    ENDED = "ended"  # its pin was live and no longer is
+    CANCELLED = "cancelled"
+    MISSED = "missed"  # its end came before it could start
+
+
+# The states in which a plan holds its time on the chain: another plan may not overlap it.
+HOLDING_PLAN_STATES = (PlanState.PLANNED, PlanState.SUSPENDED, PlanState.STARTED)
+
+
+class PlannedPin(models.Model):
+    """A pin planned ahead (``presets.plans``): a reviewed preset for a chain from ``starts_at``
+    to ``ends_at``. The beat starts it as a pin expiring at ``ends_at`` unless the chain changed
+    since it was planned (``based_on_version``) or its preset was retired or marked degraded."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="plans")
+    preset = models.ForeignKey(Preset, on_delete=models.PROTECT, related_name="+")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    planned_by = models.CharField(max_length=150)
+    planned_at = models.DateTimeField()
+    # The chain's version when the plan was made or last changed: a change by a person after
+    # it suspends the plan's start.
+    based_on_version = models.PositiveIntegerField()
+    # Whether the preset was marked degraded when planned: marked since, the start is suspended.
+    planned_degraded = models.BooleanField(default=False)
+    state = models.CharField(max_length=10, choices=PlanState.choices, default=PlanState.PLANNED)
+    # Why it is suspended, or how it ended, was cancelled or missed.
+    state_reason = models.CharField(max_length=600, blank=True)
+    # The version its start made (started and ended plans).
+    started_version = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        indexes = [models.Index(fields=["state", "starts_at"], name="plan_state_start")]
+
+    def __str__(self) -> str:
+        return f"plan #{self.pk} {self.chain.name}: {self.preset.name}"
+
+    @property
+    def is_holding(self) -> bool:
+        return self.state in HOLDING_PLAN_STATES
+
+
+class PlanEventKind(models.TextChoices):
+    PLANNED = "planned"
+    CHANGED = "changed"
+    SUSPENDED = "suspended"
+    STARTED = "started"
+    ENDED = "ended"
+    CANCELLED = "cancelled"
+    MISSED = "missed"
+
+
+class PlanEvent(models.Model):
+    """One step of a plan's life, append-only: who did what to it, when and why."""
+
+    plan = models.ForeignKey(PlannedPin, on_delete=models.PROTECT, related_name="events")
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=10, choices=PlanEventKind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.CharField(max_length=600)
+    at = models.DateTimeField()
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["chain", "at"], name="plan_event_chain_at")]
+
+
 class TokenScope(models.TextChoices):
     READ = "read"
     WRITE = "write"

@@ -90,7 +90,7 @@ def select_preset(
     reason = clean_reason(reason)
     now = _now()
     with _changing(chain, expected_version, preset=preset) as selection:
-        target = _active_preset(selection, preset)
+        target = active_preset(selection, preset)
         if target.pk == selection.preset_id:
             hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
             raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
@@ -175,6 +175,31 @@ def expiry_change_refusal(
             expires_at=format_time(current),
         )
     return None
+
+
+@contextmanager
+def chain_locked(chain: str, *, preset: str | None = None) -> Iterator[Selection]:
+    """The frame of a change, for the domain's other operations (``presets.plans``): one
+    transaction holding the chain's locks as every change does (``_lock``), so what they check
+    and write about the chain is serialised with its changes (``preset``: as ``_changing``)."""
+    with _changing(chain, None, preset=preset) as selection:
+        yield selection
+
+
+def start_planned_pin(
+    selection: Selection, *, preset: Preset, ends_at: datetime, actor: str, reason: str, now: datetime
+) -> Selection:
+    """Make a planned pin live, inside ``chain_locked``: ``preset`` until ``ends_at`` (the
+    plan's end, so the read path stops serving it at that instant as at any pin's expiry)."""
+    return _apply(
+        selection,
+        preset=preset,
+        action=Action.SELECT,
+        actor=actor,
+        reason=clean_reason(reason),
+        expires_at=resolve_expiry(ends_at, now=now),
+        now=now,
+    )
 
 
 def restore(*, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None) -> Selection:
@@ -429,7 +454,7 @@ def _preset_from_row(row: tuple[Any, ...]) -> Preset:
     return preset
 
 
-def _active_preset(selection: Selection, name: str) -> Preset:
+def active_preset(selection: Selection, name: str) -> Preset:
     """The preset ``name`` of the selection's chain, read by ``_lock``; refused if it does not
     exist or is retired."""
     chain = selection.chain
