@@ -30,7 +30,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from presets import events, services
-from presets.documents import format_time, to_millisecond
+from presets.documents import format_instant, format_time, to_millisecond
 from presets.exceptions import InvalidInput, NotFound
 from presets.models import (
     HOLDING_PLAN_STATES,
@@ -84,6 +84,37 @@ def describe(plan: PlannedPin) -> str:
         f"at {start:%H:%M} UTC {start:%a %Y-%m-%d}: {plan.preset.name} until {until} UTC, "
         f"planned by {plan.planned_by} because {plan.reason}"
     )
+
+
+def plan_entry(plan: PlannedPin, *, events: bool = False) -> dict[str, Any]:
+    """A plan as the API and the CLI's JSON give it (``events``: with its history, oldest first)."""
+    entry: dict[str, Any] = {
+        "id": plan.pk,
+        "chain": plan.chain.name,
+        "preset": plan.preset.name,
+        "starts_at": format_instant(plan.starts_at),
+        "ends_at": format_instant(plan.ends_at),
+        "reason": plan.reason,
+        "planned_by": plan.planned_by,
+        "planned_at": format_instant(plan.planned_at),
+        "state": plan.state,
+        "state_reason": plan.state_reason,
+        "based_on_version": plan.based_on_version,
+        "started_version": plan.started_version,
+        "summary": describe(plan),
+    }
+    if events:
+        entry["events"] = [
+            {
+                "kind": event.kind,
+                "actor": event.actor,
+                "reason": event.reason,
+                "at": format_instant(event.at),
+                "details": event.details,
+            }
+            for event in plan.events.all()
+        ]
+    return entry
 
 
 # --- operations -----------------------------------------------------------------------------
