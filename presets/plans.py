@@ -252,6 +252,9 @@ def run_plans(*, now: datetime | None = None) -> PlanSweep:
         state__in=(PlanState.PLANNED, PlanState.SUSPENDED, PlanState.STARTED), starts_at__lte=now
     ).values_list("id", "chain__name")
     for plan_id, chain in due:
+        # A pin past its expiry is no longer served (the read path reverts it too): revert it
+        # first, so that the plan is decided on what the chain serves now.
+        services.expire_pins(now=now, chains=[chain])
         with services.chain_locked(chain) as selection:
             plan = _locked_plan(selection, plan_id)
             if plan.state == PlanState.PLANNED:
@@ -270,7 +273,7 @@ def _run_due(plan: PlannedPin, selection: Selection, *, now: datetime, sweep: Pl
     if plan.ends_at <= now:
         _miss(plan, now=now, sweep=sweep)
         return
-    refusal = start_refusal(plan, selection)
+    refusal = start_refusal(plan, selection, now=now)
     if refusal is not None:
         _move(plan, PlanState.SUSPENDED, refusal, now=now)
         _record(plan, PlanEventKind.SUSPENDED, actor=PLAN_ACTOR, reason=refusal, now=now)
@@ -292,7 +295,7 @@ def _run_due(plan: PlannedPin, selection: Selection, *, now: datetime, sweep: Pl
     sweep.started.append(plan.pk)
 
 
-def start_refusal(plan: PlannedPin, selection: Selection) -> str | None:
+def start_refusal(plan: PlannedPin, selection: Selection, *, now: datetime) -> str | None:
     """Why the plan must not start by itself on the chain as ``selection`` serves it, or None."""
     preset = plan.preset
     if preset.is_retired:
@@ -313,7 +316,7 @@ def start_refusal(plan: PlannedPin, selection: Selection) -> str | None:
             f"{selection.chain.name} was changed by {change.updated_by} at {format_time(change.updated_at)} "
             f"after it was planned (v{change.version}, {change.action} {_preset_name(change)}: {change.reason})"
         )
-    if selection.is_pinned:
+    if selection.is_pinned and not selection.is_expired(now):
         return (
             f"{selection.chain.name} serves the pin {selection.preset.name} (v{selection.version} by "
             f"{selection.updated_by}, until {format_time(selection.expires_at)}): a plan never replaces "
