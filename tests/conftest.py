@@ -191,6 +191,17 @@ def subprocess_env(transactional_db: Any, tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def start_worker(subprocess_env: dict[str, str], redis_url: str, tmp_path: Path) -> Any:
+    """Start Celery workers with beat as the test asks (``tests.test_celery_worker.Workers``);
+    stop them (each one's whole process group) after the test."""
+    from tests.test_celery_worker import Workers
+
+    workers = Workers(subprocess_env | {"CELERY_BROKER_URL": redis_url}, tmp_path)
+    yield workers
+    workers.stop()
+
+
 class WebhookReceiver:
     """A local HTTP server on an ephemeral port that records each POSTed JSON body and
     answers with the next status in `answers` (200 once they run out)."""

@@ -79,15 +79,6 @@ class Workers:
                     worker.wait()
 
 
-@pytest.fixture
-def start_worker(subprocess_env: dict[str, str], redis_url: str, tmp_path: Path) -> Any:
-    """Start workers with beat as the test asks (``Workers``); stop them (each one's whole
-    process group) after the test."""
-    workers = Workers(subprocess_env | {"CELERY_BROKER_URL": redis_url}, tmp_path)
-    yield workers
-    workers.stop()
-
-
 def wait_for(condition: Any, seconds: float) -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
