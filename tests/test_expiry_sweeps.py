@@ -44,6 +44,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert {entry["task"] for entry in schedule.values()} == {
         "presets.tasks.expire_pins",
+        "presets.tasks.run_plans",
         "audit.tasks.alert_stale_pins",
         "audit.tasks.alert_providers",
         "audit.tasks.prune_provider_health",
@@ -51,6 +52,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     for entry in schedule.values():
         assert entry["task"] in app.tasks
     assert schedule["expire-pins"]["schedule"] == 15.0
+    assert schedule["run-plans"]["schedule"] == 5.0  # planned pins start within 15 s
     assert schedule["alert-stale-pins"]["schedule"] == 60.0
     assert schedule["alert-providers"]["schedule"] == 15.0
     assert schedule["prune-provider-health"]["schedule"] == 600.0
