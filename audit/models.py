@@ -37,6 +37,7 @@ class AlertKind(models.TextChoices):
     PROVIDER_CREDENTIALS = "provider_credentials"
     PLAN_SUSPENDED = "plan_suspended"
     PLAN_MISSED = "plan_missed"
+    GUARD_RESTORED = "guard_restored"
 
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
@@ -48,7 +49,7 @@ SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS
 # Alerts that report something that happened rather than a condition: raised already
 # resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
 # and PagerDuty is not paged for them.
-EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED})
+EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED, AlertKind.GUARD_RESTORED})
 
 
 class DeliveryState(models.TextChoices):

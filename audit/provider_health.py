@@ -388,6 +388,11 @@ def _step(
     )
 
 
+def window_of(rows: list[ProviderHealthMinute]) -> WindowHealth:
+    """One step's figures over the minutes ``rows`` (the guards': no breaker openings)."""
+    return _window(rows, [])
+
+
 def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinute]) -> WindowHealth:
     if not rows and not openings:  # nothing reported in the window: nothing to add up
         return WindowHealth(

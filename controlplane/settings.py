@@ -466,6 +466,20 @@ PROVIDER_CREDENTIALS_INSTANCES = env_int("PROVIDER_CREDENTIALS_INSTANCES", 3, mi
 # FLEET_INSTANCE_TTL_MINUTES, that see the step failing (or the credentials rejected); one
 # instance's attempts weigh at most as much as the median reporting instance's.
 PROVIDER_ALERT_MIN_INSTANCES = env_int("PROVIDER_ALERT_MIN_INSTANCES", 3, minimum=1, maximum=10_000)
+# Guarded pins (presets/guards.py, audit/guards.py): during GUARD_BAKE_MINUTES after a guarded
+# pin, when the new head's error rate is GUARD_ERROR_MARGIN_PERCENT points above the previous
+# head's over the same span before the pin, or its p95 latency GUARD_LATENCY_MARGIN_PERCENT %
+# above it, for GUARD_SUSTAINED_SECONDS, judged on GUARD_MIN_ATTEMPTS attempts and
+# GUARD_MIN_INSTANCES instances on each side, the pin's previous selection is restored
+# (actor system:guard). Checked every GUARD_EVERY_SECONDS. Pins are guarded when the person
+# asks, from the alert page by default, and all of them when GUARD_PINS_BY_DEFAULT is on.
+GUARD_PINS_BY_DEFAULT = env_bool("GUARD_PINS_BY_DEFAULT", False)
+GUARD_BAKE_MINUTES = env_int("GUARD_BAKE_MINUTES", 30, minimum=1, maximum=1440)
+GUARD_ERROR_MARGIN_PERCENT = env_int("GUARD_ERROR_MARGIN_PERCENT", 10, minimum=1, maximum=100)
+GUARD_LATENCY_MARGIN_PERCENT = env_int("GUARD_LATENCY_MARGIN_PERCENT", 50, minimum=1, maximum=10_000)
+GUARD_SUSTAINED_SECONDS = env_int("GUARD_SUSTAINED_SECONDS", 180, minimum=0, maximum=86_400)
+GUARD_MIN_ATTEMPTS = env_int("GUARD_MIN_ATTEMPTS", 20, minimum=1)
+GUARD_MIN_INSTANCES = env_int("GUARD_MIN_INSTANCES", PROVIDER_ALERT_MIN_INSTANCES, minimum=1, maximum=10_000)
 # Usage reports accepted per minute, counted in the database (every web process shares them);
 # past one, 429 with Retry-After (the SDK waits, keeping its counts). Per instance: the SDK
 # reports once a minute by default, so 6 leaves room for a 10-second usage_interval and
@@ -656,6 +670,10 @@ CELERY_BEAT_SCHEDULE = {
     "run-plans": {
         "task": "presets.tasks.run_plans",
         "schedule": float(env_int("RUN_PLANS_EVERY_SECONDS", 5, minimum=1, maximum=15)),
+    },
+    "check-guards": {
+        "task": "audit.tasks.check_guards",
+        "schedule": float(env_int("GUARD_EVERY_SECONDS", 15, minimum=1, maximum=300)),
     },
     "alert-stale-pins": {
         "task": "audit.tasks.alert_stale_pins",

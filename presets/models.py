@@ -330,6 +330,59 @@ class PlanEvent(models.Model):
         indexes = [models.Index(fields=["chain", "at"], name="plan_event_chain_at")]
 
 
+class GuardState(models.TextChoices):
+    WATCHING = "watching"  # its bake window runs: the fleet's figures are checked
+    OFF = "off"  # a person switched it off
+    ACTED = "acted"  # it restored the previous selection (once)
+    PASSED = "passed"  # its bake window ended without cause to act
+    ENDED = "ended"  # the pin it guarded is no longer live
+
+
+class PinGuard(models.Model):
+    """A guard on one pin (``presets.guards``): during its bake window, if the fleet finds the
+    pin's head clearly worse than the head it replaced was before the pin, the selection the
+    pin replaced is restored (actor ``system:guard``), once. ``audit.guards`` weighs the
+    evidence."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="guards")
+    pin_version = models.PositiveIntegerField()
+    pin_preset = models.ForeignKey(Preset, on_delete=models.PROTECT, related_name="+")
+    pinned_at = models.DateTimeField()
+    pinned_by = models.CharField(max_length=150)
+    bake_until = models.DateTimeField()
+    # The selection the pin replaced: what the guard restores.
+    previous_version = models.PositiveIntegerField()
+    previous_preset = models.ForeignKey(Preset, on_delete=models.PROTECT, related_name="+")
+    previous_expires_at = models.DateTimeField(null=True, blank=True)
+    new_head = models.JSONField(help_text='the pin\'s first step: {"provider", "model"}')
+    old_head = models.JSONField(help_text="the replaced selection's first step")
+    state = models.CharField(max_length=10, choices=GuardState.choices, default=GuardState.WATCHING)
+    state_reason = models.CharField(max_length=600, blank=True)
+    # The previous head's figures over the bake window's span before the pin, read once.
+    baseline = models.JSONField(null=True, blank=True)
+    # Since when the new head has been worse than the baseline, without a break.
+    worse_since = models.DateTimeField(null=True, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    acted_version = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-pinned_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["chain", "pin_version"], name="guard_once_per_pin")]
+        indexes = [models.Index(fields=["state"], name="guard_state")]
+
+    def __str__(self) -> str:
+        return f"guard on {self.chain.name} v{self.pin_version}: {self.state}"
+
+    @property
+    def head_text(self) -> str:
+        return f"{self.new_head['provider']}/{self.new_head['model']}"
+
+    @property
+    def old_head_text(self) -> str:
+        return f"{self.old_head['provider']}/{self.old_head['model']}"
+
+
 class TokenScope(models.TextChoices):
     READ = "read"
     WRITE = "write"

@@ -29,6 +29,7 @@ from presets.models import (
     Action,
     Chain,
     Epoch,
+    PinGuard,
     Preset,
     Selection,
     epoch_held,
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 REASON_MAX = 500
 EXPIRY_ACTOR = "system:expiry"
 SYNC_ACTOR = "system:sync"
+GUARD_ACTOR = "system:guard"
 
 Expiry = datetime | timedelta | None
 
@@ -85,8 +87,12 @@ def select_preset(
     reason: str,
     expires_at: Expiry = None,
     expected_version: int | None = None,
+    guard: bool | None = None,
 ) -> Selection:
-    """Make a reviewed preset live. A non-default preset is a pin and always expires."""
+    """Make a reviewed preset live. A non-default preset is a pin and always expires.
+
+    ``guard``: watch the pin (``presets.guards``) and restore what it replaced if the fleet
+    finds its head clearly worse; None: as ``GUARD_PINS_BY_DEFAULT`` says."""
     reason = clean_reason(reason)
     now = _now()
     with _changing(chain, expected_version, preset=preset) as selection:
@@ -100,9 +106,9 @@ def select_preset(
                 f"{preset!r} is the default preset, which never expires: leave the duration out",
             )
         expiry = None if target.is_default else resolve_expiry(expires_at, now=now)
-        return _apply(
-            selection, preset=target, action=Action.SELECT, actor=actor, reason=reason, expires_at=expiry, now=now
-        )
+        _apply(selection, preset=target, action=Action.SELECT, actor=actor, reason=reason, expires_at=expiry, now=now)
+        _watch(selection, guard=guard, now=now)
+        return selection
 
 
 def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: int | None = None) -> Selection:
@@ -190,8 +196,9 @@ def start_planned_pin(
     selection: Selection, *, preset: Preset, ends_at: datetime, actor: str, reason: str, now: datetime
 ) -> Selection:
     """Make a planned pin live, inside ``chain_locked``: ``preset`` until ``ends_at`` (the
-    plan's end, so the read path stops serving it at that instant as at any pin's expiry)."""
-    return _apply(
+    plan's end, so the read path stops serving it at that instant as at any pin's expiry),
+    guarded as ``GUARD_PINS_BY_DEFAULT`` says."""
+    _apply(
         selection,
         preset=preset,
         action=Action.SELECT,
@@ -199,6 +206,51 @@ def start_planned_pin(
         reason=clean_reason(reason),
         expires_at=resolve_expiry(ends_at, now=now),
         now=now,
+    )
+    _watch(selection, guard=None, now=now)
+    return selection
+
+
+def restore_guarded(
+    selection: Selection, *, preset: Preset, expires_at: datetime | None, reason: str, now: datetime
+) -> Selection:
+    """The guard's restore (``presets.guards.restore``, inside ``chain_locked``): the selection
+    the pin replaced, live again as a new version by ``system:guard``."""
+    return _apply(
+        selection,
+        preset=preset,
+        action=Action.RESTORE,
+        actor=GUARD_ACTOR,
+        reason=reason,
+        expires_at=expires_at,
+        now=now,
+    )
+
+
+def _watch(selection: Selection, *, guard: bool | None, now: datetime) -> PinGuard | None:
+    """Guard the pin ``selection`` was just made with, if asked (or by the setting) and if it
+    changed the head: the guard compares the two heads."""
+    if guard is None:
+        guard = settings.GUARD_PINS_BY_DEFAULT
+    if not guard or not selection.is_pinned or selection.previous_preset is None or not selection.previous_steps:
+        return None
+    assert selection.previous_version is not None  # _apply set it with the previous preset
+    new_head, old_head = selection.steps[0], selection.previous_steps[0]
+    if (new_head["provider"], new_head["model"]) == (old_head["provider"], old_head["model"]):
+        return None  # the same head: nothing for the fleet to compare
+    return PinGuard.objects.create(
+        chain_id=selection.chain_id,
+        pin_version=selection.version,
+        pin_preset=selection.preset,
+        pinned_at=now,
+        pinned_by=selection.updated_by,
+        bake_until=now + timedelta(minutes=settings.GUARD_BAKE_MINUTES),
+        previous_version=selection.previous_version,
+        previous_preset=selection.previous_preset,
+        previous_expires_at=selection.previous_expires_at,
+        new_head={"provider": new_head["provider"], "model": new_head["model"]},
+        old_head={"provider": old_head["provider"], "model": old_head["model"]},
+        updated_at=now,
     )
 
 

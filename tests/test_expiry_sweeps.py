@@ -45,6 +45,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     assert {entry["task"] for entry in schedule.values()} == {
         "presets.tasks.expire_pins",
         "presets.tasks.run_plans",
+        "audit.tasks.check_guards",
         "audit.tasks.alert_stale_pins",
         "audit.tasks.alert_providers",
         "audit.tasks.prune_provider_health",
@@ -53,6 +54,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
         assert entry["task"] in app.tasks
     assert schedule["expire-pins"]["schedule"] == 15.0
     assert schedule["run-plans"]["schedule"] == 5.0  # planned pins start within 15 s
+    assert schedule["check-guards"]["schedule"] == 15.0
     assert schedule["alert-stale-pins"]["schedule"] == 60.0
     assert schedule["alert-providers"]["schedule"] == 15.0
     assert schedule["prune-provider-health"]["schedule"] == 600.0

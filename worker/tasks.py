@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery, provider_alerts, provider_health
+from audit import alerts, delivery, guards, provider_alerts, provider_health
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -27,6 +27,16 @@ def alert_providers() -> int:
     sweep = provider_alerts.sweep()
     delivery.queue_due_deliveries()
     return sweep.raised
+
+
+@shared_task(name="audit.tasks.check_guards")
+def check_guards() -> dict[str, list[int]]:
+    """Weigh the guarded pins' evidence and restore where a pin made things worse, then queue
+    deliveries that are due (beat: every GUARD_EVERY_SECONDS, 15 s)."""
+    sweep = guards.check_guards()
+    if sweep.acted:
+        delivery.queue_due_deliveries()
+    return {"acted": sweep.acted, "passed": sweep.passed, "ended": sweep.ended}
 
 
 @shared_task(name="audit.tasks.prune_provider_health")
