@@ -26,6 +26,9 @@ SEVERITY: dict[str, str] = {
     AlertKind.PIN_EXPIRED: "info",
     AlertKind.PROVIDER_FAILING: "error",
     AlertKind.PROVIDER_CREDENTIALS: "critical",
+    AlertKind.PLAN_SUSPENDED: "warning",
+    AlertKind.PLAN_MISSED: "info",
+    AlertKind.GUARD_RESTORED: "info",
 }
 # PagerDuty refuses a summary longer than this.
 SUMMARY_MAX = 1024
@@ -108,6 +111,12 @@ def title_of(alert: Alert) -> str:
         return f"{alert.chain.name}: {alert.subject} is failing"
     if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
         return f"{alert.chain.name}: {alert.subject} rejects the fleet's credentials"
+    if alert.kind == AlertKind.PLAN_SUSPENDED:
+        return f"{alert.chain.name}: planned pin {details.get('preset')} did not start; start it anyway or cancel it"
+    if alert.kind == AlertKind.PLAN_MISSED:
+        return f"{alert.chain.name}: planned pin {details.get('preset')} was missed"
+    if alert.kind == AlertKind.GUARD_RESTORED:
+        return f"{alert.chain.name}: the guard undid pin {details.get('preset')}, restored {details.get('restored')}"
     return f"{alert.kind} on {alert.chain.name}"
 
 

@@ -30,9 +30,9 @@ from django.utils import timezone
 from audit import alerts, delivery, provider_alerts
 from audit.models import Alert, Notification
 from controlplane.celery import app
-from presets import services
+from presets import plans, services
 from presets.models import Selection
-from tests import settings_env, test_celery_worker
+from tests import settings_env
 from tests.servers import free_port, wait_for
 from tests.test_provider_alerts import report as report_health
 
@@ -42,8 +42,6 @@ SECRET = "test-secret-for-signing-webhooks-0123456789"
 ROUTING_KEY = "R0UT1NGK3Y0123456789abcdefABCDEF"
 BASE = "https://cp.example.com/"
 TASK = "audit.tasks.deliver_notification"
-# The real Celery worker with beat, started as that module's system test starts it.
-start_worker = test_celery_worker.start_worker
 
 
 # --- a local HTTP server per target ------------------------------------------------------------
@@ -306,6 +304,54 @@ def test_pagerduty_triggers_on_an_alert_and_resolves_it_with_the_same_dedup_key(
     }
     resolution = Notification.objects.get(kind="alert.resolved")
     assert record(resolution, "pagerduty")["state"] == "delivered"
+
+
+def test_a_suspended_plan_pages_as_a_warning_and_resolves_when_it_is_cancelled(synced, settings, pagerduty) -> None:
+    settings.PAGERDUTY_CHANGE_EVENTS = False
+    with time_machine.travel(T0, tick=False) as clock:
+        planned = plans.plan_pin(
+            chain="chat",
+            preset="pin_secondary",
+            starts_at=T0 + timedelta(hours=1),
+            ends_at=T0 + timedelta(hours=2),
+            actor="alice",
+            reason="CHG-1 vendor_a maintenance",
+        )
+        pin("drop_vendor_b", expires_at=timedelta(hours=3))  # a person's change after the plan
+        clock.shift(timedelta(hours=1, seconds=3))
+        assert plans.run_plans().suspended == [planned.pk]
+        alert = Alert.objects.get(kind="plan_suspended")
+        assert set(alert.deliveries) == {"log", "pagerduty"}
+        assert delivery.deliver_alert(alert_id=alert.pk) is None
+        plans.cancel_plan(chain="chat", plan=planned.pk, actor="bob", reason="INC-7 needs drop_vendor_b")
+        assert deliver_notifications() == 1
+
+    trigger, resolve = pagerduty.requests
+    assert trigger.json["payload"]["severity"] == "warning"
+    assert trigger.json["payload"]["class"] == "plan_suspended"
+    assert trigger.json["payload"]["summary"].startswith(
+        "chat: planned pin pin_secondary did not start; start it anyway or cancel it: chat: planned pin #"
+    )
+    assert "changed by alice" in trigger.json["payload"]["summary"]
+    assert resolve.json["event_action"] == "resolve"
+    assert resolve.json["dedup_key"] == trigger.json["dedup_key"]
+
+
+def test_a_missed_plan_is_an_event_that_pages_nobody(synced, settings, pagerduty) -> None:
+    settings.PAGERDUTY_CHANGE_EVENTS = False
+    with time_machine.travel(T0, tick=False) as clock:
+        plans.plan_pin(
+            chain="chat",
+            preset="pin_secondary",
+            starts_at=T0 + timedelta(hours=1),
+            ends_at=T0 + timedelta(hours=2),
+            actor="alice",
+            reason="CHG-1",
+        )
+        clock.shift(timedelta(hours=3))
+        assert len(plans.run_plans().missed) == 1
+    missed = Alert.objects.get(kind="plan_missed")
+    assert set(missed.deliveries) == {"log"} and not missed.is_open  # an event: PagerDuty is not paged
 
 
 def test_a_failing_provider_pages_as_an_error_and_resolves_when_it_recovers(

@@ -30,14 +30,12 @@ from controlplane.logging_plain import PlainFormatter
 from read_path import counters, request_context
 from read_path.request_context import CHAIN_ROUTE, CHAINS_ROUTE, RequestContext
 from read_path.request_ids import request_id_from
-from tests import servers, test_celery_worker
+from tests import servers
 from tests.metrics_text import value
 
 MADE = re.compile(r"[0-9a-f]{32}")
 DURATION = "controlplane_http_request_duration_seconds"
 
-# The real-worker fixture of tests/test_celery_worker.py (a worker with beat on Redis).
-start_worker = test_celery_worker.start_worker
 
 
 def scrape_here() -> str:
