@@ -23,9 +23,10 @@ from django.utils.dateparse import parse_datetime
 
 from audit import provider_health
 from audit.change_risks import change_risks
+from presets import guards
 from presets.documents import format_duration, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
-from presets.models import Selection
+from presets.models import PinGuard, Selection
 from presets.wording import SHORTEN_IN_API, Phrase, for_people
 
 ACTOR_MAX = 150
@@ -220,11 +221,12 @@ def make_change(
     *,
     names: dict[str, str] | None = None,
     **arguments: Any,
-) -> None:
+) -> Selection:
     """Make one change with what every change command takes (``add_change_arguments``: the
     chain, ``--reason``, ``--expected-version``, the actor) and ``arguments``; a refusal is a
     one-line command error, and what the change did is printed in one line, then a
-    ``warning:`` line for each risk the review page would have shown (``risks``)."""
+    ``warning:`` line for each risk the review page would have shown (``risks``). Returns the
+    selection the change made."""
     expected = whole_number("--expected-version", options["expected_version"])
     actor = actor_from(options)
     selection = run(
@@ -237,6 +239,7 @@ def make_change(
     command.stdout.write(changed(selection, now=now))
     for risk in risks(selection, now=now):
         command.stdout.write(f"warning: {risk}", style_func=command.style.WARNING)
+    return selection
 
 
 def risks(selection: Selection, *, now: datetime) -> list[str]:
@@ -269,3 +272,8 @@ def changed(selection: Selection, *, now: datetime) -> str:
     """What a change did, in one line: the new state, what it replaced, who and why."""
     was = f"v{selection.previous_version} {selection.previous_preset.name if selection.previous_preset else '-'}"
     return f"{served(selection, now=now)}; was {was}; {selection.action} by {selection.updated_by}: {selection.reason}"
+
+
+def guard_line(guard: PinGuard) -> str:
+    """A guard in one line: its chain and pin, then ``guards.describe`` (as the chain's card)."""
+    return f"{guard.chain.name} v{guard.pin_version}: {guards.describe(guard)}"

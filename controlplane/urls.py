@@ -15,8 +15,10 @@ from http_api import access as access_api
 from http_api import alerts as alerts_api
 from http_api import chains as chains_api
 from http_api import fleet as fleet_api
+from http_api import guards as guards_api
 from http_api import history as history_api
 from http_api import notifications as notifications_api
+from http_api import plans as plans_api
 from http_api.errors import api_not_found, api_server_error
 from pages import access as web_access
 from pages import history as web_history
@@ -37,6 +39,13 @@ api_v1 = [
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
     path("chains/<slug:name>/instances", fleet_api.ChainInstancesView.as_view(), name="api-instances"),
+    path("plans", plans_api.PlanListView.as_view(), name="api-plans"),
+    path("chains/<slug:name>/plans", plans_api.ChainPlansView.as_view(), name="api-chain-plans"),
+    path("chains/<slug:name>/plans/<int:plan>", plans_api.ChainPlanView.as_view(), name="api-chain-plan"),
+    path("chains/<slug:name>/plans/<int:plan>/cancel", plans_api.PlanCancelView.as_view(), name="api-plan-cancel"),
+    path("chains/<slug:name>/plans/<int:plan>/start", plans_api.PlanStartView.as_view(), name="api-plan-start"),
+    path("chains/<slug:name>/guard", guards_api.ChainGuardView.as_view(), name="api-chain-guard"),
+    path("chains/<slug:name>/guard/off", guards_api.GuardOffView.as_view(), name="api-guard-off"),
     path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
     path("access-history", access_api.AccessHistoryView.as_view(), name="api-access-history"),
 ]
@@ -68,6 +77,11 @@ urlpatterns = [
     path("chains/<slug:name>/select", web.select, name="chain-select"),
     path("chains/<slug:name>/revert", web.revert, name="chain-revert"),
     path("chains/<slug:name>/extend", web.extend, name="chain-extend"),
+    # Planned pins: one POST each (nothing is live until a plan starts), then the chain page.
+    path("chains/<slug:name>/plans", web.plan, name="chain-plan"),
+    path("chains/<slug:name>/plans/<int:plan>/change", web.plan_change, name="chain-plan-change"),
+    path("chains/<slug:name>/plans/<int:plan>/cancel", web.plan_cancel, name="chain-plan-cancel"),
+    path("chains/<slug:name>/plans/<int:plan>/start", web.plan_start, name="chain-plan-start"),
     path("chains/<slug:name>/history/", web_history.chain_history, name="chain-history"),
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
     path("history/", web_history.all_history, name="history"),

@@ -63,6 +63,9 @@ class CanWrite(CanRead):
 
     def has_permission(self, request: Any, view: Any) -> bool:
         if request.method in permissions.SAFE_METHODS:
+            # A URL that reads and changes (a chain's plans): a read refused says what reading
+            # needs. DRF makes the permission per request, so this changes no other request.
+            self.message = CanRead.message
             return super().has_permission(request, view)
         if isinstance(request.user, TokenPrincipal):
             return request.user.token.can_write

@@ -175,12 +175,22 @@ class WriteView(APIView):
 class SelectView(WriteView):
     class InputSerializer(PinInput):
         preset = StrictCharField(max_length=PRESET_NAME_MAX)
+        guard = StrictBooleanField(
+            required=False,
+            allow_null=True,
+            help_text="guard the pin: restore what it replaced if the fleet finds its head clearly worse "
+            "(GET .../guard reads it). Omitted or null: as GUARD_PINS_BY_DEFAULT says. Only a pin that "
+            "changes the chain's head is guarded.",
+        )
 
     @extend_schema(operation_id="chains_select", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
         data, who = self.change(request)
+        # The answer stays the chain document (signed, parsed by the SDK): the guard is read apart.
         return document_response(
-            services.select_preset(chain=name, preset=data["preset"], expires_at=expiry_from(data), **who)
+            services.select_preset(
+                chain=name, preset=data["preset"], expires_at=expiry_from(data), guard=data.get("guard"), **who
+            )
         )
 
 

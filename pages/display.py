@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -15,7 +15,7 @@ from django.conf import settings
 from audit.change_risks import HealthMap, health_class, reported_health
 from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
-from presets.models import Action, Preset, Selection
+from presets.models import Action, PlanEvent, PlannedPin, PlanState, Preset, Selection
 from presets.selectors import PinStart
 from presets.services import REASON_MAX
 from presets.step_changes import ChainChange, compare_steps
@@ -298,3 +298,68 @@ def preset_choices(
         for p in presets
         if not p.is_default
     ]
+
+
+# --- planned pins ------------------------------------------------------------------------------
+
+
+def format_day(value: datetime, *, now: datetime) -> str:
+    """A moment with its day, in UTC, as a plan's start and end read: "Sun 14 Mar 06:00 UTC"
+    ("Sun 14 Mar 2027 06:00 UTC" in another year). The script writes the browser's clock the
+    same way beside it ("Sun 14 Mar 01:00 EST")."""
+    value = value.astimezone(UTC)
+    year = f" {value:%Y}" if value.year != now.astimezone(UTC).year else ""
+    return f"{value:%a %d %b}{year} {value:%H:%M} UTC"
+
+
+def plan_preset_choices(presets: list[Preset]) -> list[tuple[str, str]]:
+    """The presets a pin may be planned of (not the default, which the chain serves without
+    one), as a plan form offers them."""
+    return [
+        (p.name, f"{p.name} (degraded)" if (p.marking or {}).get("degraded") else p.name)
+        for p in presets
+        if not p.is_default
+    ]
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """A plan as the chain page lists it: its one line, its history and, for someone on call,
+    the forms that change, cancel or start it (``open``: the one shown open)."""
+
+    plan: PlannedPin
+    summary: str
+    events: list[PlanEvent]
+    replaces: str = ""  # what starting a suspended plan by hand would replace now
+    start_blocked: str = ""  # why it cannot be started by hand now
+    forms: dict[str, Any] = field(default_factory=dict)
+    open: str = ""
+
+    @property
+    def is_suspended(self) -> bool:
+        return self.plan.state == PlanState.SUSPENDED
+
+
+def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[str, str]:
+    """What starting a suspended ``plan`` by hand replaces on the chain ``live`` shows, or why
+    it cannot be (the service refuses it then, in the same words): (replaces, blocked)."""
+    s, preset, chain = live.selection, plan.preset, live.chain
+    if plan.ends_at <= now:
+        return "", f"Its end, {format_clock(plan.ends_at, now=now)}, has passed: it will be marked missed."
+    if preset.is_retired:
+        return "", f"{preset.name} was retired from the presets file: it cannot be served. Cancel the plan."
+    if s.preset_id == preset.pk:
+        return "", f"{preset.name} is already live on {chain}: extend the pin instead, or cancel the plan."
+    until = format_clock(plan.ends_at, now=now)
+    if s.is_pinned and s.expires_at is not None:
+        now_serving = (
+            f"the pin of {s.preset.name} (v{s.version}, pinned by {live.origin.actor}, "
+            f"until {format_clock(s.expires_at, now=now)})"
+        )
+    else:
+        now_serving = f"{chain}'s default, {s.preset.name} (v{s.version})"
+    words = f"Starting it replaces {now_serving} with {preset.name} until {until}, now."
+    note = (preset.marking or {}).get("note")
+    if (preset.marking or {}).get("degraded"):
+        words += f" {preset.name} is marked degraded" + (f": {note}" if note else ".")
+    return words, ""

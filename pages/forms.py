@@ -4,14 +4,16 @@ views put a service's ``InvalidInput`` onto the field it names (``add_service_er
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django import forms
 from django.conf import settings
 from django.utils import timezone
 
 from pages.display import format_minutes
+from presets.documents import format_time
 from presets.exceptions import InvalidInput
 from presets.models import PRESET_NAME_MAX
 from presets.services import REASON_MAX
@@ -54,8 +56,8 @@ class ReasonInput(forms.TextInput):
         )
 
 
-class ChangeForm(forms.Form):
-    """What every change posts: why, the version the person saw, and whether they confirmed."""
+class ReasonForm(forms.Form):
+    """What every change posts: why. A service's refusal goes onto the field it names."""
 
     # Not required here: the service's rule (stripped, 1..500 characters) gives the message.
     reason = forms.CharField(
@@ -65,14 +67,12 @@ class ChangeForm(forms.Form):
         label="Reason",
         help_text="Why, for whoever reads the history later: the incident and what you saw.",
     )
-    # The version on the page when it was loaded: the service refuses the change (a conflict)
-    # when the chain moved meanwhile, so nobody overwrites a change they have not seen.
-    expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
-    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
     # Several change forms share the chain page: each prefixes its field ids.
     field_ids = "id_%s"
     # The error summary's heading when the change is refused: what did not happen.
     not_done = "Nothing was changed"
+    # The service's names of fields this form names otherwise.
+    service_fields: dict[str, str] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", self.field_ids)
@@ -81,9 +81,20 @@ class ChangeForm(forms.Form):
     def add_service_error(self, error: InvalidInput) -> None:
         """Show a service's refusal on the field it names, or above the form, in the pages'
         words (``presets.wording``: "04:15 UTC (in 2 h)", "24 h", the button to use)."""
-        field = {"expires_at": "duration_minutes"}.get(error.field, error.field)
+        field = self.service_fields.get(error.field, error.field)
         message = for_people(error.field_message, now=timezone.now(), phrases=PAGE_WORDS)
         self.add_error(field if field in self.fields else None, message)
+
+
+class ChangeForm(ReasonForm):
+    """What every change of the live selection posts: why, the version the person saw, and
+    whether they confirmed."""
+
+    # The version on the page when it was loaded: the service refuses the change (a conflict)
+    # when the chain moved meanwhile, so nobody overwrites a change they have not seen.
+    expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    service_fields = {"expires_at": "duration_minutes"}
 
 
 # Where the services name the API's way (a JSON field), the pages name their button.
@@ -196,3 +207,149 @@ class RestoreForm(ChangeForm):
 
     field_ids = "restore_%s"
     not_done = "Nothing was restored"
+
+
+# --- planned pins ---------------------------------------------------------------------------
+
+UTC_ZONE = "UTC"
+# A zone's IANA name is short ("America/Argentina/ComodRivadavia" is among the longest).
+ZONE_NAME_MAX = 64
+
+
+def zone_named(name: str) -> ZoneInfo:
+    """The IANA time zone ``name``, as a browser names its own; ValueError if there is none."""
+    if not name or len(name) > ZONE_NAME_MAX:
+        raise ValueError(f"no time zone named {name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"no time zone named {name!r}: choose UTC") from None
+
+
+def wall_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The instant at which a clock in ``zone`` shows ``wall`` (in UTC). Refused, in words, when
+    that clock never shows it (the clocks go forward past it) or shows it twice (they go back):
+    a plan must not start an hour off because of a guess. A ``wall`` with an offset is taken
+    as it says."""
+    if wall.tzinfo is not None:
+        return wall.astimezone(UTC)
+    first, second = wall.replace(tzinfo=zone, fold=0), wall.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return first.astimezone(UTC)
+    day = f"{wall:%a %d %b %Y}"
+    if first.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != wall:
+        raise ValueError(
+            f"{wall:%H:%M} does not exist on {day} in {zone.key}: the clocks go forward then; "
+            "choose a time before or after the change"
+        )
+    raise ValueError(f"{wall:%H:%M} happens twice on {day} in {zone.key} (the clocks go back then): give it in UTC")
+
+
+def wall_time(value: datetime) -> str:
+    """``value`` in UTC as a ``datetime-local`` input shows it: 2027-03-14T06:00."""
+    value = value.astimezone(UTC)
+    return f"{value:%Y-%m-%dT%H:%M}" if not value.second else f"{value:%Y-%m-%dT%H:%M:%S}"
+
+
+class WallTimeField(forms.Field):
+    """A date and time as a ``datetime-local`` input sends it (``2027-03-14T01:30``), read later
+    on the clock the form's zone names (``PlanForm.clean``); an ISO offset typed is honoured."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": "60"})
+    default_error_messages = {"invalid": "not a date and time: use YYYY-MM-DDTHH:MM, e.g. 2026-12-10T02:00"}
+
+    def to_python(self, value: Any) -> datetime | None:
+        text = str(value).strip() if value is not None else ""
+        if not text:
+            return None
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class PlanForm(ReasonForm):
+    """Plan a pin of one of the chain's reviewed presets, from a start to an end given on the
+    clock of ``zone``: UTC, or the browser's own zone (which the script offers). The form
+    turns them into instants; every rule about the window is the service's
+    (``presets.plans``)."""
+
+    preset = forms.SlugField(
+        max_length=PRESET_NAME_MAX,
+        label="Preset",
+        widget=forms.Select,
+        error_messages={"required": "choose one of the presets"},
+    )
+    zone = forms.CharField(
+        required=False,
+        max_length=ZONE_NAME_MAX,
+        label="Times are in",
+        widget=forms.Select,
+        help_text="The clock the start and the end are read on: UTC, or this browser's time zone.",
+    )
+    starts_at = WallTimeField(label="Start", error_messages={"required": "give the start"})
+    ends_at = WallTimeField(label="End", error_messages={"required": "give the end"})
+    field_ids = "plan_%s"
+    not_done = "Nothing was planned"
+    field_order = ["preset", "zone", "starts_at", "ends_at", "reason"]
+
+    def __init__(self, *args: Any, presets: list[tuple[str, str]], **kwargs: Any) -> None:
+        """``presets``: the (name, label) of each preset one may plan."""
+        super().__init__(*args, **kwargs)
+        self.fields["preset"].widget.choices = [("", "Choose a preset"), *presets]
+        self.fields["zone"].initial = UTC_ZONE
+        zone = str(self["zone"].value() or UTC_ZONE)
+        zones = [(UTC_ZONE, UTC_ZONE)]
+        if zone != UTC_ZONE and len(zone) <= ZONE_NAME_MAX:
+            zones.append((zone, zone))  # as it was posted; the script names the browser's own
+        self.fields["zone"].widget.choices = zones
+        self.fields["reason"].help_text = "Why, for whoever reads the plan later: the maintenance or incident."
+
+    def clean_zone(self) -> ZoneInfo:
+        try:
+            return zone_named(self.cleaned_data.get("zone") or UTC_ZONE)
+        except ValueError as error:
+            raise forms.ValidationError(str(error), code="invalid") from None
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean() or {}
+        zone = data.get("zone")
+        if zone is None:
+            return data
+        for name in ("starts_at", "ends_at"):
+            wall = data.get(name)
+            if wall is None:
+                continue
+            try:
+                data[name] = wall_to_utc(wall, zone)
+            except ValueError as error:
+                self.add_error(name, str(error))
+        return data
+
+    def show_instants(self, starts_at: datetime, ends_at: datetime) -> None:
+        """Mark the unbound inputs with the instants they show in UTC, for the script to show
+        them on the browser's clock instead."""
+        self.fields["starts_at"].widget.attrs["data-instant"] = format_time(starts_at)
+        self.fields["ends_at"].widget.attrs["data-instant"] = format_time(ends_at)
+
+
+class PlanChangeForm(PlanForm):
+    """Change a plan not started yet: its preset, start or end (prefilled), and why."""
+
+    not_done = "The plan was not changed"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].help_text = "Why the plan changes."
+
+
+class PlanSettleForm(ReasonForm):
+    """Cancel a plan, or start a suspended one anyway: why (and, to start it, the version of
+    the chain the person saw what it replaces on)."""
+
+    expected_version = forms.IntegerField(min_value=0, required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, not_done: str, help_text: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.not_done = not_done
+        self.fields["reason"].help_text = help_text

@@ -35,21 +35,38 @@ from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
 from pages.display import (
     HealthMap,
+    LiveState,
+    PlanItem,
     change_facts,
     compare_steps,
     format_clock,
     format_minutes,
+    plan_preset_choices,
     preset_choices,
+    start_words,
     step_label,
     step_rows,
 )
-from pages.forms import ChangeForm, ExtendForm, RestoreForm, RevertForm, SelectForm, ShortenForm
+from pages.forms import (
+    UTC_ZONE,
+    ChangeForm,
+    ExtendForm,
+    PlanChangeForm,
+    PlanForm,
+    PlanSettleForm,
+    ReasonForm,
+    RestoreForm,
+    RevertForm,
+    SelectForm,
+    ShortenForm,
+    wall_time,
+)
 from pages.layout import live_card, live_or_404, render_page, viewer_required
-from presets import selectors, services
+from presets import plans, selectors, services
 from presets.documents import format_duration
-from presets.exceptions import Conflict, InvalidInput
+from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.history import entry, history_rows
-from presets.models import Preset, Selection
+from presets.models import PlannedPin, PlanState, Preset, Selection
 from presets.roles import ONCALL_GROUP, actor_of, can_change
 
 ALERTS_PAGE_SIZE = 100
@@ -73,6 +90,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
+    ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
@@ -81,6 +99,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "live": live_card(s, now=now, health=health, fleet_line=fleet[s.chain_id], pin_starts=starts),
                 "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
                 "suggestion": suggestion,
+                "plans": ahead.get(s.chain_id, []),
             }
         )
     context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
@@ -399,6 +418,183 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
     )
 
 
+# --- planned pins -------------------------------------------------------------------------
+#
+# A plan changes nothing live until its start, so planning, changing and cancelling one is one
+# POST, without a review; "Start anyway" says on the chain page what it replaces, on the
+# version it posts back (a chain changed since is refused, and the page shows what it replaces
+# now). Each answers with a redirect: to the plan on the chain page, or, refused, to the GET
+# that shows the form with its errors (Post/Redirect/Get, as every change).
+
+
+@_oncall_change
+def plan(request: HttpRequest, name: str) -> HttpResponse:
+    """Plan a pin of a reviewed preset, from a start to an end."""
+    form = PlanForm(request.POST, presets=_plan_presets(name))
+
+    def apply(data: dict[str, Any]) -> PlannedPin:
+        return plans.plan_pin(
+            chain=name,
+            preset=data["preset"],
+            starts_at=data["starts_at"],
+            ends_at=data["ends_at"],
+            actor=actor_of(request.user),
+            reason=data["reason"],
+        )
+
+    def done(held: PlannedPin) -> str:
+        return f"Planned pin #{held.pk} on {name}: {plans.describe(held)}."
+
+    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_form": form})
+
+
+@_oncall_change
+def plan_change(request: HttpRequest, name: str, plan: int) -> HttpResponse:
+    """Change a plan not started yet: its preset, start or end."""
+    _plan_or_404(name, plan)
+    form = PlanChangeForm(request.POST, presets=_plan_presets(name), auto_id=f"plan{plan}_change_%s")
+
+    def apply(data: dict[str, Any]) -> PlannedPin:
+        return plans.change_plan(
+            chain=name,
+            plan=plan,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            preset=data["preset"],
+            starts_at=data["starts_at"],
+            ends_at=data["ends_at"],
+        )
+
+    def done(held: PlannedPin) -> str:
+        return f"Plan #{held.pk} changed: {plans.describe(held)}."
+
+    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "change", form)})
+
+
+@_oncall_change
+def plan_cancel(request: HttpRequest, name: str, plan: int) -> HttpResponse:
+    """Cancel a plan not started yet."""
+    _plan_or_404(name, plan)
+    form = _settle_form(plan, "cancel", request.POST)
+
+    def apply(data: dict[str, Any]) -> PlannedPin:
+        return plans.cancel_plan(chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"])
+
+    def done(held: PlannedPin) -> str:
+        return f"Plan #{held.pk} on {name} cancelled: it will not start."
+
+    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "cancel", form)})
+
+
+@_oncall_change
+def plan_start(request: HttpRequest, name: str, plan: int) -> HttpResponse:
+    """Start a suspended plan anyway, replacing what the chain serves."""
+    _plan_or_404(name, plan)
+    form = _settle_form(plan, "start", request.POST)
+
+    def apply(data: dict[str, Any]) -> PlannedPin:
+        live = live_or_404(name)
+        seen = data.get("expected_version")
+        if seen is not None and seen != live.version:
+            facts = change_facts(live)
+            raise InvalidInput(
+                "plan",
+                f"{name} changed since the page was loaded: it is now v{live.version}, {live.preset.name} "
+                f"({facts.done} by {facts.actor} at {format_clock(facts.at, now=timezone.now())}). "
+                "Read what starting the plan replaces now, then start it again.",
+            )
+        return plans.start_plan_anyway(
+            chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"], expected_version=seen
+        )
+
+    def done(held: PlannedPin) -> str:
+        return f"Plan #{held.pk} started anyway. {_changed_message(live_or_404(name))}"
+
+    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "start", form)})
+
+
+# The forms that settle a plan: what did not happen when refused, and what to say in the reason.
+SETTLE_WORDS = {
+    "cancel": ("The plan was not cancelled", "Why it must not start."),
+    "start": ("The plan was not started", "Why it starts although it was suspended."),
+}
+
+
+def _settle_form(plan: int, action: str, data: Any = None) -> PlanSettleForm:
+    not_done, help_text = SETTLE_WORDS[action]
+    return PlanSettleForm(data, auto_id=f"plan{plan}_{action}_%s", not_done=not_done, help_text=help_text)
+
+
+def _plan_presets(name: str) -> list[tuple[str, str]]:
+    selection = live_or_404(name)
+    return plan_preset_choices(list(selectors.active_presets(chain=selection.chain_id).values()))
+
+
+def _plan_or_404(name: str, plan: int) -> PlannedPin:
+    try:
+        return plans.get_plan(chain=name, plan=plan)
+    except NotFound:
+        live_or_404(name)  # an unknown chain says so
+        raise Http404(f"{name} has no plan #{plan}") from None
+
+
+def _plan_change(
+    request: HttpRequest,
+    name: str,
+    form: ReasonForm,
+    *,
+    apply: Callable[[dict[str, Any]], PlannedPin],
+    done: Callable[[PlannedPin], str],
+    page: dict[str, Any],
+) -> HttpResponse:
+    """Apply a plan's change, then show the plan on the chain page with ``done``'s message; a
+    refusal is shown by the GET this redirects to (``_show_after_post``): the chain page with
+    the form (``page``: how ``_chain_page`` takes it) and each error on its field."""
+    if request.method != "POST":
+        pending = _pending(request)
+        assert pending is not None  # ``_oncall_change`` lets a GET through only with one
+        _check_form(form)
+        for field, message in pending["refused"]:
+            form.add_service_error(InvalidInput(field, message))
+        return _chain_page(request, name, status=pending["status"], **page)
+    live_or_404(name)  # an unknown chain is a 404, whatever was posted
+    refused: list[InvalidInput] = []
+    if form.is_valid():
+        try:
+            held = apply(form.cleaned_data)
+        except InvalidInput as error:
+            refused.append(error)
+        except NotFound:
+            raise Http404(f"{name} has no such plan") from None
+        else:
+            messages.success(request, done(held))
+            return redirect(f"{reverse('chain', args=[name])}#plan-{held.pk}")
+    return _show_after_post(request, _posted_fields(request), status=400, refused=refused)
+
+
+def _check_form(form: ReasonForm) -> None:
+    """Validate ``form``, a blank reason reported with its other errors (the service, which
+    would say so, is not asked while the form has any)."""
+    if not form.is_valid() and "reason" not in form.errors:
+        try:
+            services.clean_reason(form.data.get("reason", ""))
+        except InvalidInput as error:
+            form.add_service_error(error)
+
+
+def _plans_ahead(holding: list[PlannedPin]) -> dict[int, list[PlannedPin]]:
+    """By chain, the plans a chain's card shows: each suspended one (it waits for a person),
+    then the next to start; none started (its pin is the card's live one)."""
+    ahead: dict[int, list[PlannedPin]] = {}
+    for held in sorted(holding, key=lambda p: (p.state != PlanState.SUSPENDED, p.starts_at, p.pk)):
+        shown = ahead.setdefault(held.chain_id, [])
+        if held.state == PlanState.SUSPENDED or (
+            held.state == PlanState.PLANNED and not any(p.state == PlanState.PLANNED for p in shown)
+        ):
+            shown.append(held)
+    return ahead
+
+
 # --- the review -> confirm -> apply flow shared by every change --------------------------
 
 
@@ -633,6 +829,8 @@ def _chain_page(
     revert_form: ChangeForm | None = None,
     extend_form: ExtendForm | None = None,
     shorten_form: ExtendForm | None = None,
+    plan_form: PlanForm | None = None,
+    plan_action: tuple[int, str, ReasonForm] | None = None,
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
@@ -641,7 +839,14 @@ def _chain_page(
     health, suggestion = _health(selection, presets, now=now)
     live = live_card(selection, now=now, health=health)
     version = selection.version
-    unbound = select_form is None and revert_form is None and extend_form is None and shorten_form is None
+    unbound = (
+        select_form is None
+        and revert_form is None
+        and extend_form is None
+        and shorten_form is None
+        and plan_form is None
+        and plan_action is None
+    )
     typed_into, typed = _typed_before_sign_in(request, name) if unbound else ("", {})
     chosen = request.GET.get("preset", "") or (typed.get("preset", "") if typed_into == "select" else "")
 
@@ -659,12 +864,23 @@ def _chain_page(
         extend_form = ExtendForm(initial=initial("extend"))
     if shorten_form is None:
         shorten_form = ShortenForm(initial=initial("shorten", shorten=True))
+    plan_presets = plan_preset_choices(presets)
+    if plan_form is None:
+        kept = ("preset", "zone", "starts_at", "ends_at", "reason")
+        plan_form = PlanForm(
+            initial={key: typed[key] for key in kept if typed.get(key)} if typed_into == "plan" else None,
+            presets=plan_presets,
+        )
+    focus = _plan_focus(request) if plan_action is None else None
+    plan_items = _plan_items(
+        request, live, presets=plan_presets, bound=plan_action or focus, focused=focus is not None, now=now
+    )
     # Only the lengths the service would accept for this pin are offered (none, when it already
     # ends at the longest allowed, or too soon to end earlier).
     left = selection.expires_at - now if selection.expires_at is not None else None
     can_extend = left is not None and extend_form.fit_to(left)
     can_shorten = left is not None and shorten_form.fit_to(left)
-    forms = (select_form, revert_form, extend_form, shorten_form)
+    forms = (select_form, revert_form, extend_form, shorten_form, plan_form, *(plan_action[2:] if plan_action else ()))
     refused_form = next((form for form in forms if form.errors), None)
     # The reason box takes the focus when the person came to pin (a preset chosen on the
     # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead; after
@@ -672,6 +888,10 @@ def _chain_page(
     typed_form = {"revert": revert_form, "extend": extend_form, "shorten": shorten_form}.get(typed_into)
     if typed_form is not None and live.is_pinned:
         typed_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif typed_into == "plan" or plan_form.is_bound:
+        plan_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif focus is not None or plan_action is not None:
+        pass  # the plan's form the person came to (``_plan_items``)
     elif chosen or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
     choices = preset_choices(
@@ -694,6 +914,11 @@ def _chain_page(
         "can_extend": can_extend,
         "can_shorten": can_shorten,
         "longest_pin": format_minutes(settings.PIN_MAX_MINUTES),
+        "plan_form": plan_form,
+        "plans": plan_items,
+        "plans_ahead": _plans_ahead([item.plan for item in plan_items if item.plan.is_holding]).get(
+            selection.chain_id, []
+        ),
         # A refused change's errors, summed up at the top of the page and focused there.
         "refused_form": refused_form,
         "refresh": "notice",
@@ -712,6 +937,72 @@ def _typed_before_sign_in(request: HttpRequest, name: str) -> tuple[str, dict[st
     if prefill["kind"] == "extend" and typed.get("shorten") == "true":
         return "shorten", typed
     return prefill["kind"], typed
+
+
+PLAN_ACTIONS = ("start", "cancel", "change")
+
+
+def _plan_focus(request: HttpRequest) -> tuple[int, str, None] | None:
+    """The plan and the form the person came to (``?plan=3&action=start``, from an alert or
+    a chain's card), if any."""
+    plan, action = request.GET.get("plan", ""), request.GET.get("action", "")
+    if not plan.isdigit() or action not in PLAN_ACTIONS:
+        return None
+    return int(plan), action, None
+
+
+def _plan_items(
+    request: HttpRequest,
+    live: LiveState,
+    *,
+    presets: list[tuple[str, str]],
+    bound: tuple[int, str, ReasonForm | None] | None,
+    focused: bool,
+    now: datetime,
+) -> list[PlanItem]:
+    """The chain's plans, latest start first, each with its history and, for someone on
+    call, its forms: ``bound`` is the plan and form a refused change sent back (or the one the
+    person came to, ``focused``: its reason takes the focus)."""
+    oncall = can_change(request.user)
+    items = []
+    for held in plans.recent_plans(chain=live.chain):
+        forms: dict[str, ReasonForm] = {}
+        replaces, blocked = "", ""
+        if oncall and held.state in (PlanState.PLANNED, PlanState.SUSPENDED):
+            change = PlanChangeForm(
+                initial={
+                    "preset": held.preset.name,
+                    "zone": UTC_ZONE,
+                    "starts_at": wall_time(held.starts_at),
+                    "ends_at": wall_time(held.ends_at),
+                },
+                presets=presets,
+                auto_id=f"plan{held.pk}_change_%s",
+            )
+            change.show_instants(held.starts_at, held.ends_at)
+            forms = {"change": change, "cancel": _settle_form(held.pk, "cancel")}
+            if held.state == PlanState.SUSPENDED:
+                forms["start"] = _settle_form(held.pk, "start")
+                replaces, blocked = start_words(held, live, now=now)
+        opened = ""
+        if bound is not None and bound[0] == held.pk:
+            opened = bound[1]
+            if bound[2] is not None:
+                forms[opened] = bound[2]
+            elif opened in forms and focused:
+                forms[opened].fields["reason"].widget.attrs["autofocus"] = True
+        items.append(
+            PlanItem(
+                plan=held,
+                summary=plans.describe(held),
+                events=list(held.events.all()),
+                replaces=replaces,
+                start_blocked=blocked,
+                forms=forms,
+                open=opened,
+            )
+        )
+    return items
 
 
 def _alerts_context() -> dict[str, Any]:

@@ -36,6 +36,28 @@ def live_guard(*, chain: str) -> PinGuard | None:
     )
 
 
+def get_live_guard(*, chain: str) -> PinGuard:
+    """The live pin's guard, as the API and the CLI read it (an expired pin reverted first, as
+    every read does); NotFound saying why when the chain serves none."""
+    selection = services.revert_expired_and_read(chain=chain)
+    guard = live_guard(chain=chain)
+    if guard is not None:
+        return guard
+    if selection.is_pinned:
+        why = (
+            f"its pin {selection.preset.name} (v{pin_start(selection)}) is not guarded: a pin is guarded when "
+            "asked or by GUARD_PINS_BY_DEFAULT, and only when it changes the chain's head"
+        )
+    else:
+        why = f"v{selection.version} serves its default preset {selection.preset.name}; only a pin is guarded"
+    # After a guard acted (or its pin ended) the live selection has none: say what the last one did.
+    last = PinGuard.objects.filter(chain_id=selection.chain_id).order_by("-pin_version").first()
+    if last is not None and last.state != GuardState.WATCHING:
+        why += f"; the last guard (on v{last.pin_version}) {last.state}: {last.state_reason}"
+    details = {"chain": chain, "version": selection.version}
+    raise NotFound(f"{chain}'s live selection has no guard: {why}", details=details)
+
+
 def pin_start(selection: Selection) -> int:
     """The version that made the live pin live: the latest one that was not an extension."""
     start = (
@@ -98,6 +120,10 @@ def switch_off(*, chain: str, actor: str, reason: str) -> PinGuard:
     reason = services.clean_reason(reason)
     now = _now()
     with services.chain_locked(chain) as selection:
+        if not selection.is_pinned:
+            raise InvalidInput(
+                "chain", f"{chain} serves its default (v{selection.version}): no pin, no guard to switch off"
+            )
         guard = _locked(selection)
         if guard is None or guard.state not in (GuardState.WATCHING, GuardState.PASSED):
             raise InvalidInput("chain", f"{chain}'s live pin (v{selection.version}) has no guard on to switch off")

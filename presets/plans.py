@@ -202,12 +202,15 @@ def cancel_plan(*, chain: str, plan: int, actor: str, reason: str) -> PlannedPin
         return held
 
 
-def start_plan_anyway(*, chain: str, plan: int, actor: str, reason: str) -> PlannedPin:
+def start_plan_anyway(
+    *, chain: str, plan: int, actor: str, reason: str, expected_version: int | None = None
+) -> PlannedPin:
     """Start a suspended plan: a person has read why it did not start and starts it, until
-    its end. Its pin replaces whatever the chain serves."""
+    its end. Its pin replaces whatever the chain serves (``expected_version``: the version
+    they saw it replace; Conflict if the chain changed since)."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain) as selection:
+    with services.chain_locked(chain, expected_version=expected_version) as selection:
         held = _locked_plan(selection, plan)
         if held.state != PlanState.SUSPENDED:
             raise InvalidInput("plan", f"plan #{plan} is {held.state}: only a suspended plan is started by hand")

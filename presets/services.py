@@ -184,11 +184,12 @@ def expiry_change_refusal(
 
 
 @contextmanager
-def chain_locked(chain: str, *, preset: str | None = None) -> Iterator[Selection]:
+def chain_locked(chain: str, *, preset: str | None = None, expected_version: int | None = None) -> Iterator[Selection]:
     """The frame of a change, for the domain's other operations (``presets.plans``): one
     transaction holding the chain's locks as every change does (``_lock``), so what they check
-    and write about the chain is serialised with its changes (``preset``: as ``_changing``)."""
-    with _changing(chain, None, preset=preset) as selection:
+    and write about the chain is serialised with its changes (``preset``, ``expected_version``:
+    as ``_changing``)."""
+    with _changing(chain, expected_version, preset=preset) as selection:
         yield selection
 
 

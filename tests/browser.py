@@ -17,6 +17,7 @@ import os
 import re
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,9 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def open_page(browser_ready: None, browser: Any, live_server: Any, synced: None) -> Iterator[Callable[..., Any]]:
     """open_page(user=None, path="/", color_scheme="light", viewport=PHONE, javascript=True,
-    fake_clock=False): a new browser context, signed in as ``user``, showing ``path``."""
+    fake_clock=False, timezone_id=None, at=None): a new browser context, signed in as ``user``,
+    showing ``path``; ``timezone_id`` is the browser's time zone (an IANA name; the machine's
+    without it), ``at`` the time its clock says, fixed (for a server under ``time_machine``)."""
     contexts: list[Any] = []
 
     def open_(
@@ -114,14 +117,19 @@ def open_page(browser_ready: None, browser: Any, live_server: Any, synced: None)
         viewport: dict[str, int] = PHONE,
         javascript: bool = True,
         fake_clock: bool = False,
+        timezone_id: str | None = None,
+        at: datetime | None = None,
     ) -> Any:
         context = browser.new_context(
             base_url=live_server.url,
             color_scheme=color_scheme,
             viewport=viewport,
             java_script_enabled=javascript,
+            **({"timezone_id": timezone_id, "locale": "en-US"} if timezone_id else {}),
         )
         context.set_default_timeout(10_000)
+        if at is not None:
+            context.clock.set_fixed_time(at)
         contexts.append(context)
         if user is not None:
             client = Client()

@@ -341,6 +341,15 @@ def test_a_body_that_is_not_json_is_a_json_error(writer: Client, body, content_t
         ("post", "/api/v1/chains/chat/revert"),
         ("post", "/api/v1/chains/chat/extend"),
         ("post", "/api/v1/chains/chat/history/1/restore"),
+        ("get", "/api/v1/plans"),
+        ("get", "/api/v1/chains/chat/plans"),
+        ("post", "/api/v1/chains/chat/plans"),
+        ("get", "/api/v1/chains/chat/plans/1"),
+        ("patch", "/api/v1/chains/chat/plans/1"),
+        ("post", "/api/v1/chains/chat/plans/1/cancel"),
+        ("post", "/api/v1/chains/chat/plans/1/start"),
+        ("get", "/api/v1/chains/chat/guard"),
+        ("post", "/api/v1/chains/chat/guard/off"),
     ],
 )
 def test_every_endpoint_without_credentials_answers_401(client: Client, method, url) -> None:
@@ -357,6 +366,10 @@ def test_every_endpoint_without_credentials_answers_401(client: Client, method, 
         "/api/v1/chains/chat/revert",
         "/api/v1/chains/chat/extend",
         "/api/v1/chains/chat/history/1/restore",
+        "/api/v1/chains/chat/plans",
+        "/api/v1/chains/chat/plans/1/cancel",
+        "/api/v1/chains/chat/plans/1/start",
+        "/api/v1/chains/chat/guard/off",
     ],
 )
 def test_a_read_token_cannot_write(reader: Client, url) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from audit.fleet_recorder import parse_identity, recorder
 from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from controlplane.logging_plain import PlainFormatter
-from presets.models import Selection
+from presets.models import PinGuard, PlanEvent, PlannedPin, Selection
 
 GETS = [
     "/api/v1/chains",
@@ -30,6 +30,8 @@ GETS = [
     "/api/v1/fleet",
     "/api/v1/chains/chat/instances",
     "/api/v1/history",
+    "/api/v1/plans",
+    "/api/v1/chains/chat/plans",
 ]
 POSTS = [
     "/api/v1/chains/chat/select",
@@ -37,7 +39,12 @@ POSTS = [
     "/api/v1/chains/chat/extend",
     "/api/v1/chains/chat/history/1/restore",
     "/api/v1/chains/chat/usage",
+    "/api/v1/chains/chat/plans",
+    "/api/v1/chains/chat/guard/off",
 ]
+# chat's guard: a 404 while chat serves no guarded pin (tests/test_guards_api.py reads one), so
+# only where the request is refused before the view looks.
+GUARD = "/api/v1/chains/chat/guard"
 WHO = ["token", "session"]
 WHEN = "2026-11-29T06:03:04Z"
 
@@ -73,6 +80,9 @@ def written_state() -> tuple[Any, ...]:
         list(Selection.objects.order_by("pk").values_list("version", "preset_id", "expires_at")),
         list(ProviderUsage.objects.order_by("pk").values()),
         list(RejectedVersion.objects.order_by("pk").values()),
+        list(PlannedPin.objects.order_by("pk").values()),
+        list(PlanEvent.objects.order_by("pk").values()),
+        list(PinGuard.objects.order_by("pk").values()),
     )
 
 
@@ -314,8 +324,8 @@ NUL_QUERIES = [
 @pytest.mark.parametrize("query", NUL_QUERIES)
 def test_a_nul_in_a_query_string_is_a_400_on_every_endpoint(api: Client, query: str) -> None:
     before = written_state()
-    for url in GETS + POSTS:
-        method = api.get if url in GETS else api.post
+    for url in [*GETS, GUARD, *POSTS]:
+        method = api.post if url in POSTS else api.get
         response = method(f"{url}?{query}")
         error = assert_json_4xx(response, "query parameter", "NUL")
         assert response.status_code == 400 and error["code"] == "validation_error", url

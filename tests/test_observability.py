@@ -37,7 +37,6 @@ MADE = re.compile(r"[0-9a-f]{32}")
 DURATION = "controlplane_http_request_duration_seconds"
 
 
-
 def scrape_here() -> str:
     """What this test process recorded, from its own multiprocess files (other test runs on
     the machine may share the directory)."""

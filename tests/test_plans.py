@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from audit.models import Alert, AlertKind
 from presets import plans, services
-from presets.exceptions import InvalidInput, NotFound
+from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import PlannedPin, PlanState, Preset, Selection
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -274,7 +274,9 @@ def test_start_anyway_serves_the_plan_until_its_end_and_resolves_the_alert(clock
     alert = suspended_by(clock, planned)
     with pytest.raises(InvalidInput, match="reason"):
         plans.start_plan_anyway(chain="chat", plan=planned.pk, actor="carol", reason="")
-    plans.start_plan_anyway(chain="chat", plan=planned.pk, actor="carol", reason="checked with bob")
+    with pytest.raises(Conflict, match="changed since v1"):
+        plans.start_plan_anyway(chain="chat", plan=planned.pk, actor="carol", reason="stale page", expected_version=1)
+    plans.start_plan_anyway(chain="chat", plan=planned.pk, actor="carol", reason="checked with bob", expected_version=2)
     selection = live()
     assert (selection.preset.name, selection.updated_by, selection.expires_at) == ("pin_secondary", "carol", END)
     alert.refresh_from_db()

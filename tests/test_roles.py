@@ -23,7 +23,7 @@ from django.urls import URLPattern, resolve
 from django.utils import timezone
 
 from audit import alerts
-from presets import services
+from presets import plans, services
 from presets.roles import can_change, can_see_access, can_view
 from tests.conftest import make_token
 
@@ -70,6 +70,7 @@ NO_ROLE = "no-role"  # a page: the no-role page, 403; the API: 403 saying which 
 DENIED = "denied"  # 403: signed in with a role, but not one that may do this
 SIGN_IN = "sign-in"  # a page: 302 to the sign-in page (a token is no session)
 UNAUTHENTICATED = "unauthenticated"  # the API: 401, asking for credentials
+CREATED = "created"  # 201 (a plan made)
 
 
 def expect(
@@ -130,11 +131,14 @@ ACCESS_API = {
 }
 # A change's refusal says what changing needs (a write token or the on-call role), to everyone.
 API_CHANGE = {**API_READ, "no-role": DENIED, "viewer": DENIED, "staff-without-groups": DENIED, "read-token": DENIED}
+API_CREATE = {who: CREATED if outcome == OK else outcome for who, outcome in API_CHANGE.items()}
 
 # A change's first POST on the pages is its review (nothing changes yet): 200 when allowed.
 SELECT_FORM = {"preset": "drop_vendor_b", "duration_minutes": 60, "reason": "INC-7", "expected_version": 2}
 EXTEND_FORM = {"duration_minutes": 600, "reason": "INC-7", "expected_version": 2}
 CHANGE_FORM = {"reason": "INC-7", "expected_version": 2}
+PLAN_BODY = {"preset": "drop_vendor_b", "starts_at": "{free_start}", "ends_at": "{free_end}", "reason": "INC-7"}
+PLAN_FORM = {**PLAN_BODY, "zone": "UTC"}
 
 # (id, method, path, body, expected outcomes by principal)
 ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
@@ -148,6 +152,11 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("page-revert", "POST", "/chains/chat/revert", CHANGE_FORM, CHANGE_PAGE),
     ("page-extend", "POST", "/chains/chat/extend", EXTEND_FORM, CHANGE_PAGE),
     ("page-restore", "POST", "/chains/chat/history/2/restore", CHANGE_FORM, CHANGE_PAGE),
+    # A plan's change on the pages is one POST: made, it lands on the plan on the chain page.
+    ("page-plan", "POST", "/chains/chat/plans", PLAN_FORM, CHANGE_PAGE),
+    ("page-plan-change", "POST", "/chains/chat/plans/{planned}/change", PLAN_FORM, CHANGE_PAGE),
+    ("page-plan-cancel", "POST", "/chains/chat/plans/{planned}/cancel", {"reason": "INC-7"}, CHANGE_PAGE),
+    ("page-plan-start", "POST", "/chains/chat/plans/{suspended}/start", {"reason": "INC-7"}, CHANGE_PAGE),
     ("api-chains", "GET", "/api/v1/chains", None, API_READ),
     ("api-chain", "GET", "/api/v1/chains/chat", None, API_READ),
     ("api-chain-history", "GET", "/api/v1/chains/chat/history", None, API_READ),
@@ -162,6 +171,23 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("api-revert", "POST", "/api/v1/chains/chat/revert", {"reason": "INC-7"}, API_CHANGE),
     ("api-extend", "POST", "/api/v1/chains/chat/extend", {"reason": "INC-7", "duration_minutes": 600}, API_CHANGE),
     ("api-restore", "POST", "/api/v1/chains/chat/history/2/restore", {"reason": "undo v2"}, API_CHANGE),
+    # The plan rows' {planned}, {suspended} and {free_*}: chat_with_plans.
+    ("api-plans", "GET", "/api/v1/plans", None, API_READ),
+    ("api-chain-plans", "GET", "/api/v1/chains/chat/plans", None, API_READ),
+    ("api-plan-add", "POST", "/api/v1/chains/chat/plans", PLAN_BODY, API_CREATE),
+    ("api-chain-plan", "GET", "/api/v1/chains/chat/plans/{planned}", None, API_READ),
+    (
+        "api-plan-change",
+        "PATCH",
+        "/api/v1/chains/chat/plans/{planned}",
+        {"preset": "pin_secondary", "reason": "INC-7"},
+        API_CHANGE,
+    ),
+    ("api-plan-cancel", "POST", "/api/v1/chains/chat/plans/{planned}/cancel", {"reason": "INC-7"}, API_CHANGE),
+    ("api-plan-start", "POST", "/api/v1/chains/chat/plans/{suspended}/start", {"reason": "INC-7"}, API_CHANGE),
+    # The guard rows: chat's v2 pin is guarded.
+    ("api-chain-guard", "GET", "/api/v1/chains/chat/guard", None, API_READ),
+    ("api-guard-off", "POST", "/api/v1/chains/chat/guard/off", {"reason": "INC-7"}, API_CHANGE),
 ]
 
 CASES = [
@@ -174,6 +200,8 @@ CASES = [
 def send(client: Client, method: str, path: str, body: dict[str, Any] | None) -> Any:
     if method == "GET":
         return client.get(path)
+    if method == "PATCH":
+        return client.patch(path, body, content_type="application/json")
     if path.startswith("/api/"):
         return client.post(path, body, content_type="application/json")
     return client.post(path, body)
@@ -181,18 +209,29 @@ def send(client: Client, method: str, path: str, body: dict[str, Any] | None) ->
 
 @pytest.mark.parametrize("method,path,body,who,outcome", CASES)
 def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, who: str, outcome: str) -> None:
-    # chat v2 is a pin, so every change (extend and restore included) has something to act on.
+    # chat v2 is a pin, so every change (extend and restore included) has something to act on;
+    # guarded for the guard rows.
     services.select_preset(
-        chain="chat", preset="pin_secondary", expires_at=timedelta(hours=1), actor="alice", reason="INC-1"
+        chain="chat",
+        preset="pin_secondary",
+        expires_at=timedelta(hours=1),
+        actor="alice",
+        reason="INC-1",
+        guard=True if "/guard" in path else None,
     )
-    client = PRINCIPALS[who]()
-    response = send(client, method, path, body)
-    page = not path.startswith("/api/")
-    if page and method == "POST" and response.status_code == 302 and "?review=" in response["Location"]:
-        response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
+    with time_machine.travel(timezone.now(), tick=True) as clock:
+        ids = chat_with_plans(clock) if "/plans" in path else {}
+        client = PRINCIPALS[who]()
+        if body is not None:
+            body = {key: value.format(**ids) if isinstance(value, str) else value for key, value in body.items()}
+        response = send(client, method, path.format(**ids), body)
+        page = not path.startswith("/api/")
+        done = response.status_code == 302 and "#plan-" in response.get("Location", "")  # a plan's change made
+        if page and method == "POST" and (done or response.status_code == 302 and "?review=" in response["Location"]):
+            response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
     text = b"".join(response.streaming_content).decode() if response.streaming else response.content.decode()
-    if outcome == OK:
-        assert response.status_code == 200, text[:500]
+    if outcome in (OK, CREATED):
+        assert response.status_code == (201 if outcome == CREATED else 200), text[:500]
         assert NO_ROLE_WORDS not in text
     elif outcome == NO_ROLE:
         assert response.status_code == 403, text[:500]
@@ -221,8 +260,39 @@ def test_the_matrix_has_a_row_for_every_page_and_api_route() -> None:
     from controlplane import urls
 
     routes = {p.name for p in urls.api_v1} | {p.name for p in urls.urlpatterns if isinstance(p, URLPattern) and p.name}
-    covered = {resolve(path).url_name for _, _, path, _, _ in ENDPOINTS}
+    covered = {resolve(re.sub(r"\{\w+\}", "1", path)).url_name for _, _, path, _, _ in ENDPOINTS}
     assert routes - {"metrics", "api-schema", "api-usage", "api-fleet-seen", "favicon"} == covered
+
+
+def chat_with_plans(clock: Any) -> dict[str, Any]:
+    """chat's plans for the plan rows: one planned (read, changed, cancelled) and one suspended
+    (started anyway: planned while chat served alice's pin, it found the pin live at its start),
+    and a free window to plan in."""
+    now = timezone.now()
+    suspended = plans.plan_pin(
+        chain="chat",
+        preset="local_only",
+        starts_at=now + timedelta(minutes=10),
+        ends_at=now + timedelta(minutes=50),
+        actor="carol",
+        reason="vendor window",
+    )
+    planned = plans.plan_pin(
+        chain="chat",
+        preset="drop_vendor_b",
+        starts_at=now + timedelta(hours=2),
+        ends_at=now + timedelta(hours=3),
+        actor="carol",
+        reason="vendor_b maintenance",
+    )
+    clock.shift(timedelta(minutes=11))
+    assert plans.run_plans().suspended == [suspended.pk]
+    return {
+        "planned": planned.pk,
+        "suspended": suspended.pk,
+        "free_start": (now + timedelta(hours=4)).isoformat(),
+        "free_end": (now + timedelta(hours=5)).isoformat(),
+    }
 
 
 # --- the no-role page, role changes and the role checks ----------------------------------------

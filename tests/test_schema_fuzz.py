@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -24,6 +26,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from controlplane.wsgi import application
+from presets import plans, services
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -44,6 +47,15 @@ OPERATIONS = [
     ("GET", "/api/v1/fleet"),
     ("GET", "/api/v1/history"),
     ("GET", "/api/v1/notifications"),
+    ("GET", "/api/v1/plans"),
+    ("GET", "/api/v1/chains/{name}/plans"),
+    ("POST", "/api/v1/chains/{name}/plans"),
+    ("GET", "/api/v1/chains/{name}/plans/{plan}"),
+    ("PATCH", "/api/v1/chains/{name}/plans/{plan}"),
+    ("POST", "/api/v1/chains/{name}/plans/{plan}/cancel"),
+    ("POST", "/api/v1/chains/{name}/plans/{plan}/start"),
+    ("GET", "/api/v1/chains/{name}/guard"),
+    ("POST", "/api/v1/chains/{name}/guard/off"),
 ]
 
 
@@ -71,6 +83,20 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
 ) -> None:
     operation = schema[path][method]
     headers = {"Authorization": f"Bearer {write_token}"}
+    now = timezone.now()
+    # A plan of chat to read, change, cancel and start; and a free window to plan in.
+    planned = plans.plan_pin(
+        chain="chat",
+        preset="drop_vendor_b",
+        starts_at=now + timedelta(hours=1),
+        ends_at=now + timedelta(hours=2),
+        actor="alice",
+        reason="schema fuzz",
+    )
+    window = {"starts_at": (now + timedelta(hours=3)).isoformat(), "ends_at": (now + timedelta(hours=4)).isoformat()}
+    if "/guard" in path:
+        # A guarded pin on chat, so that the guard's 200 answers are checked too.
+        services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="schema fuzz", guard=True)
 
     @settings(
         max_examples=int(os.environ.get("FUZZ_EXAMPLES", "25")),
@@ -91,6 +117,8 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
             case.path_parameters = {**case.path_parameters, "name": name}
             if "version" in case.path_parameters:
                 case.path_parameters["version"] = version
+            if "plan" in case.path_parameters and realistic:
+                case.path_parameters["plan"] = planned.pk
         if realistic and isinstance(case.body, dict):
             # ...and bodies a real client sends, so that the 200 answers are checked too.
             body = {key: value for key, value in case.body.items() if key not in {"expected_version", "expires_at"}}
@@ -99,6 +127,7 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
                 body["preset"] = preset
             if "duration_minutes" in body:
                 body["duration_minutes"] = 30
+            body.update({key: value for key, value in window.items() if key in body})
             case.body = body
         response = case.call_and_validate(headers=headers, checks=CHECKS)
         statuses[response.status_code] += 1

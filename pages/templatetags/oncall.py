@@ -21,6 +21,8 @@ from audit.models import Alert, Deliverable, DeliveryState, Notification
 from audit.notifiers import LOG
 from pages import display
 from presets.documents import format_duration, format_time
+from presets.models import PlannedPin
+from presets.plans import describe
 from presets.roles import can_see_delivery_errors
 
 register = template.Library()
@@ -34,6 +36,19 @@ def clock(value: datetime | str | None) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return display.format_clock(value, now=timezone.now())
+
+
+@register.filter
+def day_clock(value: datetime | None) -> str:
+    """'Sun 14 Mar 06:00 UTC', with the year when it is not this one: a plan's times."""
+    return "" if value is None else display.format_day(value, now=timezone.now())
+
+
+@register.filter
+def plan_summary(plan: PlannedPin) -> str:
+    """A plan in one line: 'at 02:00 UTC Thu 2026-12-10: pin_secondary until 04:00 UTC,
+    planned by alice because ...' (``plans.describe``)."""
+    return describe(plan)
 
 
 @register.filter

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -11,9 +12,10 @@ from commands.operations import (
     add_expiry_arguments,
     expiry_option_names,
     expiry_options,
+    guard_line,
     make_change,
 )
-from presets import services
+from presets import guards, services
 
 
 class Command(BaseCommand):
@@ -21,21 +23,39 @@ class Command(BaseCommand):
         "Make PRESET live on CHAIN. A non-default preset is a pin that expires (default "
         "duration unless --minutes, --hours or --until). Needs --reason; prints the new version, "
         "then a warning line for each risk: the preset is marked degraded, providers lose all of "
-        "the chain's traffic, or the fleet finds its head failing now."
+        "the chain's traffic, or the fleet finds its head failing now. --guard (or "
+        "GUARD_PINS_BY_DEFAULT) guards the pin: the selection it replaced is restored if the fleet "
+        "finds its head clearly worse; the guard is printed on a line of its own."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("chain", metavar="CHAIN")
         parser.add_argument("preset", metavar="PRESET")
         add_expiry_arguments(parser, ends="the pin ends")
+        parser.add_argument(
+            "--guard",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="guard the pin, or not (--no-guard); default: as GUARD_PINS_BY_DEFAULT says. Only a pin "
+            "that changes the chain's head is guarded",
+        )
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        make_change(
+        selection = make_change(
             self,
             options,
             services.select_preset,
             preset=options["preset"],
             expires_at=expiry_options(options),
+            guard=options["guard"],
             names=expiry_option_names(options),
         )
+        guard = guards.live_guard(chain=selection.chain.name)
+        if guard is not None and guard.pin_version == selection.version:
+            self.stdout.write(guard_line(guard))
+        elif options["guard"]:
+            self.stdout.write(
+                "warning: not guarded: only a pin that changes the chain's head (its first step) is guarded",
+                style_func=self.style.WARNING,
+            )

@@ -1,6 +1,7 @@
-/* The on-call pages work without this script. With it: pin countdowns and "ago" times tick, and the page
+/* The on-call pages work without this script. With it: pin countdowns and "ago" times tick, the page
    notices when a chain changed elsewhere (the dashboard reloads itself; a page with a form
-   says so instead, so nobody loses what they were typing). No framework, no inline code. */
+   says so instead, so nobody loses what they were typing), and planned pins' times show on the
+   browser's clock too. No framework, no inline code. */
 (function () {
   "use strict";
 
@@ -107,6 +108,106 @@
       .catch(function () { /* try again at the next refresh */ });
   }
   if (fleetUrl) window.setInterval(refreshFleet, FLEET_MS);
+
+  // --- planned pins: times on the browser's clock too ----------------------------------------
+  // The server writes every time in UTC; a plan's start and end are also shown on the browser's
+  // own clock, and its form may read the times typed on that clock ("Times are in").
+  var browserZone = "";
+  try {
+    browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+  } catch (error) { /* an old browser: UTC only, as without this script */ }
+  var showsLocal = !!browserZone && !/^(Etc\/)?(UTC|UCT|GMT|GMT[+-]?0|Universal|Zulu|Greenwich)$/.test(browserZone);
+
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+
+  // "Sun 14 Mar 01:00 EST", the year too when it is not this one: pages.display.format_day's
+  // words, on the clock of `zone`.
+  function formatDay(date, zone) {
+    var parts = {};
+    new Intl.DateTimeFormat("en-US", {
+      timeZone: zone, weekday: "short", day: "2-digit", month: "short", year: "numeric",
+      hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short"
+    }).formatToParts(date).forEach(function (part) { parts[part.type] = part.value; });
+    var thisYear = new Intl.DateTimeFormat("en-US", { timeZone: zone, year: "numeric" }).format(new Date());
+    var year = parts.year !== thisYear ? " " + parts.year : "";
+    return parts.weekday + " " + parts.day + " " + parts.month + year + " " + parts.hour + ":" + parts.minute + " " + parts.timeZoneName;
+  }
+
+  if (showsLocal) {
+    document.querySelectorAll("[data-local]").forEach(function (el) {
+      var when = new Date(el.getAttribute("data-local"));
+      if (isNaN(when.getTime())) return;
+      var prefix = el.getAttribute("data-local-prefix");
+      el.textContent = "(" + (prefix || "") + formatDay(when, browserZone) + ")";
+    });
+  }
+
+  // A datetime-local input's value, read on the clock of `zone` (UTC or this browser's): a
+  // Date, "gap" when that clock skips it (the clocks go forward), or null.
+  function instantOf(text, zone) {
+    var m = /^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d)(?::(\d\d))?$/.exec(text.trim());
+    if (!m) return null;
+    var p = m.slice(1).map(function (value) { return value === undefined ? 0 : Number(value); });
+    if (zone === "UTC") return new Date(Date.UTC(p[0], p[1] - 1, p[2], p[3], p[4], p[5]));
+    if (zone !== browserZone) return null;
+    var date = new Date(p[0], p[1] - 1, p[2], p[3], p[4], p[5]);
+    if (date.getDate() !== p[2] || date.getHours() !== p[3] || date.getMinutes() !== p[4]) return "gap";
+    return date;
+  }
+
+  // A Date as a datetime-local input shows it, on this browser's clock.
+  function wallOf(date) {
+    return date.getFullYear() + "-" + two(date.getMonth() + 1) + "-" + two(date.getDate()) + "T" +
+      two(date.getHours()) + ":" + two(date.getMinutes()) + (date.getSeconds() ? ":" + two(date.getSeconds()) : "");
+  }
+
+  document.querySelectorAll("form[data-plan-times]").forEach(function (form) {
+    var zone = form.querySelector('select[name="zone"]');
+    var start = form.querySelector('input[name="starts_at"]');
+    var end = form.querySelector('input[name="ends_at"]');
+    var preview = form.querySelector("[data-zone-preview]");
+    if (!zone || !start || !end) return;
+    if (showsLocal && !Array.prototype.some.call(zone.options, function (o) { return o.value === browserZone; })) {
+      zone.add(new Option(browserZone + " (this browser)", browserZone));
+    }
+    // A fresh form reads times on this browser's clock (a plan's times shown on it); one sent
+    // back with an error keeps the clock it was sent with.
+    if (showsLocal && form.hasAttribute("data-unbound")) {
+      zone.value = browserZone;
+      [start, end].forEach(function (input) {
+        var instant = input.getAttribute("data-instant");
+        if (instant) input.value = wallOf(new Date(instant));
+      });
+    }
+    function update() {
+      form.querySelectorAll("[data-zone-name]").forEach(function (el) { el.textContent = "in " + zone.value; });
+      if (!preview) return;
+      var other = zone.value === "UTC" ? (showsLocal ? browserZone : "") : "UTC";
+      var from = instantOf(start.value, zone.value);
+      var to = instantOf(end.value, zone.value);
+      var words = [];
+      [["Start", start, from], ["End", end, to]].forEach(function (field) {
+        if (field[2] === "gap") {
+          words.push(field[0] + " " + field[1].value.slice(11, 16) + " does not exist in " + zone.value + ": the clocks go forward then.");
+        }
+      });
+      if (!words.length && other && from instanceof Date) {
+        var line = "In " + other + ": " + formatDay(from, other);
+        if (to instanceof Date) {
+          line += " to " + formatDay(to, other);
+          if (to > from) line += " (" + formatDuration((to - from) / 1000) + ")";
+        }
+        words.push(line + ".");
+      }
+      preview.textContent = words.join(" ");
+    }
+    zone.addEventListener("change", update);
+    [start, end].forEach(function (input) {
+      input.addEventListener("input", update);
+      input.addEventListener("change", update);
+    });
+    update();
+  });
 
   var wasExpired = tick();
   window.setInterval(function () {
