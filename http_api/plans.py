@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from http_api.authentication import CanWrite
-from http_api.fields import AwareDateTimeField, ReasonField, StrictCharField
+from http_api.fields import AwareDateTimeField, ReasonField, StrictCharField, StrictIntegerField
 from http_api.schema import WRITE_ERRORS, errors
 from presets import plans
 from presets.exceptions import NotFound
@@ -203,20 +203,33 @@ class PlanCancelView(APIView):
         )
 
 
+class StartInput(ReasonInput):
+    expected_version = StrictIntegerField(
+        required=False,
+        min_value=0,
+        help_text="the chain's version you saw the plan would replace: 409 if it changed since",
+    )
+
+
 class PlanStartView(APIView):
     permission_classes = [CanWrite]
 
     @extend_schema(
         operation_id="chains_plans_start",
         description="Start a suspended plan anyway, until its end: its pin replaces what the chain serves.",
-        request=ReasonInput,
+        request=StartInput,
         responses={200: PlanSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request, name: str, plan: int) -> Response:
-        data = _valid(ReasonInput, request)
-        return entry_response(
-            plans.start_plan_anyway(chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"])
+        data = _valid(StartInput, request)
+        started = plans.start_plan_anyway(
+            chain=name,
+            plan=plan,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expected_version=data.get("expected_version"),
         )
+        return entry_response(started)
 
 
 def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import getpass
 import json
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -16,12 +14,12 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.test import Client
 
 from presets import guards, services
 from presets.models import GuardState, PinGuard, Selection
+from tests.commands import from_a_shell, refusal, run
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -40,18 +38,6 @@ def clock(settings: Any) -> Iterator[Any]:
     settings.GUARD_PINS_BY_DEFAULT = False
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
-
-
-def run(*args: str) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
-
-
-def refusal(*args: str) -> str:
-    with pytest.raises(CommandError) as refused:
-        call_command(*args, stdout=StringIO())
-    return str(refused.value)
 
 
 def guarded_pin(**kwargs: Any) -> PinGuard:
@@ -199,14 +185,7 @@ def test_guard_off_twice_is_refused() -> None:
 
 
 def test_from_a_shell_no_guard_is_one_line_on_stderr_and_exit_status_1(subprocess_env: dict[str, str]) -> None:
-    refused = subprocess.run(
-        [sys.executable, "manage.py", "guard", "chat"],
-        cwd=django_settings.BASE_DIR,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = from_a_shell(subprocess_env, "guard", "chat")
     assert refused.returncode == 1
     assert refused.stdout == ""
     assert refused.stderr.strip() == (

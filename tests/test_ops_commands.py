@@ -7,19 +7,16 @@ from __future__ import annotations
 import getpass
 import json
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
-from io import StringIO
 
 import pytest
 import time_machine
-from django.conf import settings
 from django.core.management import CommandError, call_command, get_commands, load_command_class
 from django.test import Client
 
 from presets import services
 from presets.models import Selection
+from tests.commands import from_a_shell, run
 from tests.health_reports import vendor_a_failing
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -27,12 +24,6 @@ pytestmark = pytest.mark.usefixtures("synced")
 NOON = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 PIN = ["select_preset", "chat", "pin_secondary", "--reason", "x"]
 ME = f"cli:{getpass.getuser()}"
-
-
-def run(*args: str) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
 
 
 def chat() -> Selection:
@@ -334,14 +325,7 @@ def test_a_stale_expected_version_names_who_changed_the_chain_and_when() -> None
 
 
 def test_from_a_shell_a_refusal_is_one_line_on_stderr_and_exit_status_1(subprocess_env: dict[str, str]) -> None:
-    refused = subprocess.run(
-        [sys.executable, "manage.py", "select_preset", "chat", "pin_secondary", "--minutes", "45"],
-        cwd=settings.BASE_DIR,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = from_a_shell(subprocess_env, "select_preset", "chat", "pin_secondary", "--minutes", "45")
     assert refused.returncode == 1
     assert refused.stdout == ""
     assert refused.stderr.strip() == ("CommandError: --reason: is required: say why (e.g. the incident number)"), (

@@ -349,7 +349,9 @@ def test_a_suspended_plan_is_started_anyway_and_serves_until_its_end(
     assert suspended["state"] == "suspended"
     assert "chat was changed by bob" in suspended["state_reason"] and "INC-9" in suspended["state_reason"]
 
-    response = post(writer, f"{url}/start", {"reason": "checked with bob"})
+    stale = error(post(writer, f"{url}/start", {"reason": "seen an hour ago", "expected_version": 1}), 409)
+    assert stale["code"] == "conflict" and stale["message"].startswith("chat changed since v1: it is now v2")
+    response = post(writer, f"{url}/start", {"reason": "checked with bob", "expected_version": 2})
     assert response.status_code == 200, response.content
     started = response.json()
     assert (started["state"], started["started_version"]) == ("started", 3)

@@ -7,21 +7,17 @@ from __future__ import annotations
 import getpass
 import json
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from io import StringIO
 from typing import Any
 
 import pytest
 import time_machine
-from django.conf import settings
-from django.core.management import CommandError, call_command
 from django.test import Client
 
 from presets import plans, services
 from presets.models import PlanEvent, PlannedPin, Selection
+from tests.commands import from_a_shell, refusal, run
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -47,18 +43,6 @@ SUMMARY = "at 02:00 UTC Thu 2026-12-10: pin_secondary until 04:00 UTC, planned b
 def clock() -> Iterator[Any]:
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
-
-
-def run(*args: str) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
-
-
-def refusal(*args: str) -> str:
-    with pytest.raises(CommandError) as refused:
-        call_command(*args, stdout=StringIO())
-    return str(refused.value)
 
 
 def plan(preset: str = "pin_secondary", *, starts_at: datetime = START, ends_at: datetime = END, **kw: Any) -> int:
@@ -254,14 +238,7 @@ def test_a_refusal_is_one_line_naming_the_option_and_writes_nothing(args: str, w
 
 
 def test_from_a_shell_a_refusal_is_one_line_on_stderr_and_exit_status_1(subprocess_env: dict[str, str]) -> None:
-    refused = subprocess.run(
-        [sys.executable, "manage.py", "plans", "cancel", "chat", "999999", "--reason", "not needed"],
-        cwd=settings.BASE_DIR,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = from_a_shell(subprocess_env, "plans", "cancel", "chat", "999999", "--reason", "not needed")
     assert refused.returncode == 1
     assert refused.stdout == ""
     assert refused.stderr.strip() == (
