@@ -82,6 +82,8 @@ urlpatterns = [
     path("chains/<slug:name>/plans/<int:plan>/change", web.plan_change, name="chain-plan-change"),
     path("chains/<slug:name>/plans/<int:plan>/cancel", web.plan_cancel, name="chain-plan-cancel"),
     path("chains/<slug:name>/plans/<int:plan>/start", web.plan_start, name="chain-plan-start"),
+    # Switching the live pin's guard off: one POST too (it serves nothing new), then the chain page.
+    path("chains/<slug:name>/guard/off", web.guard_off, name="chain-guard-off"),
     path("chains/<slug:name>/history/", web_history.chain_history, name="chain-history"),
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
     path("history/", web_history.all_history, name="history"),

@@ -117,13 +117,41 @@ class DurationMixin(forms.Form):
 
 
 class SelectForm(DurationMixin, ChangeForm):
-    """Pin one of the chain's reviewed presets."""
+    """Pin one of the chain's reviewed presets, guarded or not (``guard_of``)."""
 
     preset = forms.SlugField(
         max_length=PRESET_NAME_MAX, label="Preset", error_messages={"required": "choose one of the presets"}
     )
-    field_order = ["preset", "duration_minutes", "reason"]
+    guard = forms.BooleanField(required=False, label="Guard this pin")
+    # The box was on the form: unticked means no guard. A post without it: the setting decides.
+    guard_asked = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    field_order = ["preset", "duration_minutes", "guard", "reason"]
     not_done = "Nothing was pinned"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["guard"].help_text = (
+            f"For its first {format_minutes(settings.GUARD_BAKE_MINUTES)}: if the fleet finds the pin's first step "
+            "clearly worse than the one it replaces was, what is live now is restored, once, and everyone is told. "
+            "A pin that keeps the first step gets no guard."
+        )
+
+    @staticmethod
+    def guard_of(data: dict[str, Any]) -> bool | None:
+        """The guard asked for in ``data`` (cleaned): the box, or None (the setting decides)
+        when the form that posted had no box."""
+        return bool(data.get("guard")) if data.get("guard_asked") else None
+
+
+class GuardOffForm(ReasonForm):
+    """Switch the live pin's guard off: why."""
+
+    field_ids = "guard_%s"
+    not_done = "The guard was not switched off"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].help_text = "Why the guard must not undo this pin (e.g. the new head is slow on purpose)."
 
 
 class ExtendForm(DurationMixin, ChangeForm):

@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -51,6 +52,7 @@ from pages.forms import (
     UTC_ZONE,
     ChangeForm,
     ExtendForm,
+    GuardOffForm,
     PlanChangeForm,
     PlanForm,
     PlanSettleForm,
@@ -62,12 +64,13 @@ from pages.forms import (
     wall_time,
 )
 from pages.layout import live_card, live_or_404, render_page, viewer_required
-from presets import plans, selectors, services
+from presets import guards, plans, selectors, services
 from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.history import entry, history_rows
-from presets.models import PlannedPin, PlanState, Preset, Selection
+from presets.models import GuardState, PinGuard, PlannedPin, PlanState, Preset, Selection
 from presets.roles import ONCALL_GROUP, actor_of, can_change
+from presets.selectors import PinStart
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
@@ -91,6 +94,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
     ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
+    watching, acted = _card_guards(selections, starts)  # every card's guard in one
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
@@ -100,6 +104,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "choices": [c for c in preset_choices(presets.get(s.chain_id, []), s) if not c.is_live],
                 "suggestion": suggestion,
                 "plans": ahead.get(s.chain_id, []),
+                "guarded": s.chain_id in watching,
+                "guard_acted": acted.get(s.chain_id),
             }
         )
     context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
@@ -254,18 +260,29 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
                 "caution": _ending_pin(live, preset.steps),
             }
         until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
+        asked = SelectForm.guard_of(data)
+        guard = settings.GUARD_PINS_BY_DEFAULT if asked is None else asked  # as the service decides
         return {
             "title": f"Pin {preset.name} on {name}?",
             "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
             **_target(live, preset.name, preset.steps, preset.marking),
             "until": until,
-            "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
+            "hidden": {
+                "preset": preset.name,
+                "duration_minutes": data["duration_minutes"],
+                "guard": "on" if data.get("guard") else "",
+                "guard_asked": "on" if data.get("guard_asked") else "",
+            },
             "warning": idle_head_warning(live.chain, preset.steps),
+            "guard_note": _guard_note(live, preset.steps, guard=guard),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
         expiry = timedelta(minutes=data["duration_minutes"])
-        return services.select_preset(chain=name, preset=data["preset"], expires_at=expiry, **_who(request, data))
+        guard = SelectForm.guard_of(data)
+        return services.select_preset(
+            chain=name, preset=data["preset"], expires_at=expiry, guard=guard, **_who(request, data)
+        )
 
     def already(live: Selection, data: dict[str, Any]) -> bool:
         if live.preset.name != data["preset"]:
@@ -445,7 +462,7 @@ def plan(request: HttpRequest, name: str) -> HttpResponse:
     def done(held: PlannedPin) -> str:
         return f"Planned pin #{held.pk} on {name}: {plans.describe(held)}."
 
-    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_form": form})
+    return _one_post_change(request, name, form, apply=apply, done=done, page={"plan_form": form})
 
 
 @_oncall_change
@@ -468,7 +485,7 @@ def plan_change(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     def done(held: PlannedPin) -> str:
         return f"Plan #{held.pk} changed: {plans.describe(held)}."
 
-    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "change", form)})
+    return _one_post_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "change", form)})
 
 
 @_oncall_change
@@ -483,7 +500,7 @@ def plan_cancel(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     def done(held: PlannedPin) -> str:
         return f"Plan #{held.pk} on {name} cancelled: it will not start."
 
-    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "cancel", form)})
+    return _one_post_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "cancel", form)})
 
 
 @_oncall_change
@@ -510,7 +527,41 @@ def plan_start(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     def done(held: PlannedPin) -> str:
         return f"Plan #{held.pk} started anyway. {_changed_message(live_or_404(name))}"
 
-    return _plan_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "start", form)})
+    return _one_post_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "start", form)})
+
+
+@_oncall_change
+def guard_off(request: HttpRequest, name: str) -> HttpResponse:
+    """Switch the live pin's guard off."""
+    form = GuardOffForm(request.POST)
+
+    def apply(data: dict[str, Any]) -> PinGuard:
+        return guards.switch_off(chain=name, actor=actor_of(request.user), reason=data["reason"])
+
+    def done(guard: PinGuard) -> str:
+        return f"The guard on {name}'s pin (v{guard.pin_version}) is off: it will not undo this pin."
+
+    return _one_post_change(
+        request, name, form, apply=apply, done=done, page={"guard_form": form}, anchor=lambda _: "#guard"
+    )
+
+
+def _guard_note(live: Selection, steps: list[dict[str, Any]], *, guard: bool) -> dict[str, Any]:
+    """What the review says of the pin's guard (``services._watch`` decides the same way):
+    ``guarded``, and in words."""
+    if not guard:
+        return {"guarded": False, "text": "Not guarded: nothing undoes this pin by itself before its expiry."}
+    new, old = step_label(steps[0]), step_label(live.steps[0])
+    if new == old:
+        text = f"Not guarded: the pin keeps the first step {old}, so the guard would have nothing to compare."
+        return {"guarded": False, "text": text}
+    return {
+        "guarded": True,
+        "text": (
+            f"Guarded for {format_minutes(settings.GUARD_BAKE_MINUTES)}: if {new} does clearly worse than {old} "
+            f"did before the pin, {live.preset.name} (v{live.version}) is restored, once."
+        ),
+    }
 
 
 # The forms that settle a plan: what did not happen when refused, and what to say in the reason.
@@ -538,18 +589,20 @@ def _plan_or_404(name: str, plan: int) -> PlannedPin:
         raise Http404(f"{name} has no plan #{plan}") from None
 
 
-def _plan_change(
+def _one_post_change(
     request: HttpRequest,
     name: str,
     form: ReasonForm,
     *,
-    apply: Callable[[dict[str, Any]], PlannedPin],
-    done: Callable[[PlannedPin], str],
+    apply: Callable[[dict[str, Any]], Any],
+    done: Callable[[Any], str],
     page: dict[str, Any],
+    anchor: Callable[[Any], str] = lambda held: f"#plan-{held.pk}",
 ) -> HttpResponse:
-    """Apply a plan's change, then show the plan on the chain page with ``done``'s message; a
-    refusal is shown by the GET this redirects to (``_show_after_post``): the chain page with
-    the form (``page``: how ``_chain_page`` takes it) and each error on its field."""
+    """Apply a change made in one POST (a plan's, a guard's), then show it on the chain page
+    (at ``anchor``) with ``done``'s message; a refusal is shown by the GET this redirects to
+    (``_show_after_post``): the chain page with the form (``page``: how ``_chain_page`` takes
+    it) and each error on its field."""
     if request.method != "POST":
         pending = _pending(request)
         assert pending is not None  # ``_oncall_change`` lets a GET through only with one
@@ -564,11 +617,11 @@ def _plan_change(
             held = apply(form.cleaned_data)
         except InvalidInput as error:
             refused.append(error)
-        except NotFound:
-            raise Http404(f"{name} has no such plan") from None
+        except NotFound as error:
+            raise Http404(str(error)) from None
         else:
             messages.success(request, done(held))
-            return redirect(f"{reverse('chain', args=[name])}#plan-{held.pk}")
+            return redirect(f"{reverse('chain', args=[name])}{anchor(held)}")
     return _show_after_post(request, _posted_fields(request), status=400, refused=refused)
 
 
@@ -831,6 +884,7 @@ def _chain_page(
     shorten_form: ExtendForm | None = None,
     plan_form: PlanForm | None = None,
     plan_action: tuple[int, str, ReasonForm] | None = None,
+    guard_form: GuardOffForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
@@ -846,6 +900,7 @@ def _chain_page(
         and shorten_form is None
         and plan_form is None
         and plan_action is None
+        and guard_form is None
     )
     typed_into, typed = _typed_before_sign_in(request, name) if unbound else ("", {})
     chosen = request.GET.get("preset", "") or (typed.get("preset", "") if typed_into == "select" else "")
@@ -856,8 +911,16 @@ def _chain_page(
         kept = {key: typed[key] for key in ("reason", "duration_minutes") if typed.get(key)}
         return {"expected_version": version, **fields, **kept}
 
+    # A pin made from an alert (its link, or the card's suggestion) is guarded unless unticked.
+    from_alert = request.GET.get("from") == "alert"
     if select_form is None:
-        select_form = SelectForm(initial=initial("select", preset=chosen))
+        guarded = settings.GUARD_PINS_BY_DEFAULT or from_alert
+        if typed_into == "select" and typed.get("guard_asked"):
+            guarded = bool(typed.get("guard"))  # the box as it was before the session expired
+        select_form = SelectForm(initial=initial("select", preset=chosen, guard=guarded, guard_asked=True))
+    if guard_form is None:
+        typed_reason = typed.get("reason") if typed_into == "guard_off" else None
+        guard_form = GuardOffForm(initial={"reason": typed_reason} if typed_reason else None)
     if revert_form is None:
         revert_form = RevertForm(initial=initial("revert", reason=live.revert_reason))
     if extend_form is None:
@@ -880,19 +943,30 @@ def _chain_page(
     left = selection.expires_at - now if selection.expires_at is not None else None
     can_extend = left is not None and extend_form.fit_to(left)
     can_shorten = left is not None and shorten_form.fit_to(left)
-    forms = (select_form, revert_form, extend_form, shorten_form, plan_form, *(plan_action[2:] if plan_action else ()))
+    forms = (
+        select_form,
+        revert_form,
+        extend_form,
+        shorten_form,
+        plan_form,
+        guard_form,
+        *(plan_action[2:] if plan_action else ()),
+    )
     refused_form = next((form for form in forms if form.errors), None)
     # The reason box takes the focus when the person came to pin (a preset chosen on the
-    # dashboard, or an error to fix); on a pinned chain, "Revert" comes first instead; after
-    # signing in again, the form that holds what they typed before the session expired.
+    # dashboard, an alert's link, or an error to fix); on a pinned chain, "Revert" comes first
+    # instead; after signing in again, the form that holds what they typed before the session
+    # expired.
     typed_form = {"revert": revert_form, "extend": extend_form, "shorten": shorten_form}.get(typed_into)
     if typed_form is not None and live.is_pinned:
         typed_form.fields["reason"].widget.attrs["autofocus"] = True
     elif typed_into == "plan" or plan_form.is_bound:
         plan_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif typed_into == "guard_off" or guard_form.is_bound:
+        guard_form.fields["reason"].widget.attrs["autofocus"] = True
     elif focus is not None or plan_action is not None:
         pass  # the plan's form the person came to (``_plan_items``)
-    elif chosen or select_form.is_bound or not live.is_pinned:
+    elif chosen or from_alert or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
     choices = preset_choices(
         presets,
@@ -915,6 +989,8 @@ def _chain_page(
         "can_shorten": can_shorten,
         "longest_pin": format_minutes(settings.PIN_MAX_MINUTES),
         "plan_form": plan_form,
+        "guard_form": guard_form,
+        **_guard_context(selection),
         "plans": plan_items,
         "plans_ahead": _plans_ahead([item.plan for item in plan_items if item.plan.is_holding]).get(
             selection.chain_id, []
@@ -924,6 +1000,49 @@ def _chain_page(
         "refresh": "notice",
     }
     return render_page(request, "presets/chain.html", context, status=status)
+
+
+def _guard_context(selection: Selection) -> dict[str, Any]:
+    """The live pin's guard (``guard``, whatever its state; ``guarded`` while it watches) and,
+    while the chain serves what a guard restored (nothing changed since), that guard
+    (``guard_acted``)."""
+    guard = guards.live_guard(chain=selection.chain.name)
+    acted = (
+        PinGuard.objects.filter(chain_id=selection.chain_id, state=GuardState.ACTED, acted_version=selection.version)
+        .select_related("pin_preset")
+        .first()
+    )
+    return {
+        "guard": guard,
+        "guarded": guard is not None and guard.state == GuardState.WATCHING,
+        "guard_acted": acted,
+    }
+
+
+def _card_guards(
+    selections: list[Selection], starts: dict[int, PinStart | None]
+) -> tuple[set[int], dict[int, PinGuard]]:
+    """The dashboard's guards in one query: the chains whose live pin's guard is watching, and
+    by chain the guard whose restore is the live version (nothing changed since it acted).
+
+    A pin starts at its select or restore (``starts``, as the cards read them). A presets sync
+    of a pinned chain also ends its guard (``guards.pin_start``): the beat settles it within
+    GUARD_EVERY_SECONDS, and the card shows it guarded until then."""
+    wanted = Q()
+    for s in selections:
+        start = starts.get(s.chain_id)
+        if s.is_pinned and start is not None:
+            wanted |= Q(chain_id=s.chain_id, pin_version=start.version, state=GuardState.WATCHING)
+        wanted |= Q(chain_id=s.chain_id, acted_version=s.version, state=GuardState.ACTED)
+    if not wanted:
+        return set(), {}
+    watching, acted = set(), {}
+    for guard in PinGuard.objects.filter(wanted).select_related("pin_preset"):
+        if guard.state == GuardState.WATCHING:
+            watching.add(guard.chain_id)
+        else:
+            acted[guard.chain_id] = guard
+    return watching, acted
 
 
 def _typed_before_sign_in(request: HttpRequest, name: str) -> tuple[str, dict[str, str]]:

@@ -157,6 +157,8 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("page-plan-change", "POST", "/chains/chat/plans/{planned}/change", PLAN_FORM, CHANGE_PAGE),
     ("page-plan-cancel", "POST", "/chains/chat/plans/{planned}/cancel", {"reason": "INC-7"}, CHANGE_PAGE),
     ("page-plan-start", "POST", "/chains/chat/plans/{suspended}/start", {"reason": "INC-7"}, CHANGE_PAGE),
+    # Switching the guard off is one POST too: made, it lands on the guard on the chain page.
+    ("page-guard-off", "POST", "/chains/chat/guard/off", {"reason": "INC-7"}, CHANGE_PAGE),
     ("api-chains", "GET", "/api/v1/chains", None, API_READ),
     ("api-chain", "GET", "/api/v1/chains/chat", None, API_READ),
     ("api-chain-history", "GET", "/api/v1/chains/chat/history", None, API_READ),
@@ -226,7 +228,8 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
             body = {key: value.format(**ids) if isinstance(value, str) else value for key, value in body.items()}
         response = send(client, method, path.format(**ids), body)
         page = not path.startswith("/api/")
-        done = response.status_code == 302 and "#plan-" in response.get("Location", "")  # a plan's change made
+        # A plan's or a guard's change made: one POST, then the chain page at what changed.
+        done = response.status_code == 302 and re.search(r"#(plan-|guard$)", response.get("Location", ""))
         if page and method == "POST" and (done or response.status_code == 302 and "?review=" in response["Location"]):
             response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
     text = b"".join(response.streaming_content).decode() if response.streaming else response.content.decode()

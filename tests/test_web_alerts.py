@@ -192,6 +192,7 @@ MESSAGES = [
     ("at 2026-11-30T15:51:03.512Z", 'at <time datetime="2026-11-30T15:51:03.512Z">Mon 30 Nov 15:51 UTC</time>'),
     ("2026-11-29T08:00:00+02:00", '<time datetime="2026-11-29T08:00:00+02:00">06:00 UTC</time>'),
     ("<b>2026-11-29T06:00Z</b>", '&lt;b&gt;<time datetime="2026-11-29T06:00Z">06:00 UTC</time>&lt;/b&gt;'),
+    ("until 2026-11-29T06:00:00Z: it", 'until <time datetime="2026-11-29T06:00:00Z">06:00 UTC</time>: it'),
     ("month 2026-13-45T06:00:00Z", "month 2026-13-45T06:00:00Z"),
     ("no zone 2026-11-29T06:00:00", "no zone 2026-11-29T06:00:00"),
     ("", ""),
@@ -199,7 +200,9 @@ MESSAGES = [
 
 
 @pytest.mark.parametrize(
-    ("message", "shown"), MESSAGES, ids=["today", "another day", "offset", "escaped", "not a time", "no zone", "empty"]
+    ("message", "shown"),
+    MESSAGES,
+    ids=["today", "another day", "offset", "escaped", "before a colon", "not a time", "no zone", "empty"],
 )
 def test_clock_times_rewrites_each_iso_instant_and_escapes_the_rest(message: str, shown: str) -> None:
     with time_machine.travel(NOW, tick=False):

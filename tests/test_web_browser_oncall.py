@@ -258,7 +258,7 @@ def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
     vendor_a_failing(reader)
     page = open_as("/")
     page.get_by_role("link", name="Review pin_secondary…").first.click()
-    page.wait_for_url(re.compile(r"/chains/chat/\?preset=pin_secondary$"))
+    page.wait_for_url(re.compile(r"/chains/chat/\?preset=pin_secondary&from=alert$"))
     page.wait_for_function("() => document.activeElement.id === 'id_reason'")  # as the page opens
 
     page.keyboard.type(REASON)

@@ -128,8 +128,9 @@ def test_a_healthier_reviewed_preset_is_suggested_with_a_link_to_review_it_never
     assert text(suggestion.group(0)) == (
         "Healthier now: pin_secondary, its head vendor_b: 0.0 % errors, p95 1 s, 3 instances. Review pin_secondary…"
     )
-    # No #fragment: a page opened at one skips autofocus, and the reason box must take it.
-    assert 'href="/chains/chat/?preset=pin_secondary"' in suggestion.group(0)
+    # No #fragment: a page opened at one skips autofocus, and the reason box must take it. A pin
+    # made from it is guarded by default (``from=alert``, tests/test_web_guards.py).
+    assert 'href="/chains/chat/?preset=pin_secondary&amp;from=alert"' in suggestion.group(0)
     assert 'data-suggested="pin_secondary"' in chain_html
     # Nothing was changed by showing it; a viewer reads it without a link to act on.
     assert Selection.objects.get(chain__name="chat").preset.name == "normal"

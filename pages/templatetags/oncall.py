@@ -13,7 +13,7 @@ from django import template
 from django.conf import settings
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 
 from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.messages import change_summary, expiry_words
@@ -21,7 +21,8 @@ from audit.models import Alert, Deliverable, DeliveryState, Notification
 from audit.notifiers import LOG
 from pages import display
 from presets.documents import format_duration, format_time
-from presets.models import PlannedPin
+from presets.guards import describe as describe_guard
+from presets.models import GuardState, PinGuard, PlannedPin
 from presets.plans import describe
 from presets.roles import can_see_delivery_errors
 
@@ -144,15 +145,18 @@ def sparkline(row: display.StepRow) -> str:
 
 # --- the alerts page ----------------------------------------------------------------------
 
-# An ISO 8601 instant with its offset, as alert messages carry them ("2026-11-30T15:51:03Z").
-ISO_INSTANT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})(?![\w:+-])")
+# An ISO 8601 instant with its offset, as alert messages carry them ("2026-11-30T15:51:03Z"); a
+# colon after one ends a clause ("guarded until 2026-12-10T02:30:00Z: restores ...").
+ISO_INSTANT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})(?![\w+-]|:\d)")
 
 
 @register.filter
-def clock_times(text: str | None) -> str:
+def clock_times(text: str | None, local: str = "") -> str:
     """``text``, escaped, with each ISO 8601 instant in it written as the pages write times
     ("15:51 UTC") inside a ``<time>`` that keeps the exact instant. Alert messages are stored
-    and sent (webhook, email) with ISO times; only the page reads them this way."""
+    and sent (webhook, email) with ISO times; only the page reads them this way. With
+    ``local`` (``|clock_times:"your time: "``), each is followed by its place for the browser's
+    clock, which the script fills in ("(your time: Thu 10 Dec 21:30 EST)", as a plan's times)."""
     if not text:
         return ""
     now = timezone.now()
@@ -164,9 +168,28 @@ def clock_times(text: str | None) -> str:
             continue
         parts.append(conditional_escape(text[start : match.start()]))
         parts.append(format_html('<time datetime="{}">{}</time>', match.group(), display.format_clock(value, now=now)))
+        if local:
+            parts.append(local_time(value, local))
         start = match.end()
     parts.append(conditional_escape(text[start:]))
     return mark_safe("".join(parts))  # every part escaped or built by format_html above
+
+
+@register.filter
+def local_time(value: datetime | None, prefix: str = "") -> SafeString:
+    """The place where the script writes ``value`` on the browser's clock, when that is not
+    UTC (" (your time: Thu 10 Dec 21:30 EST)", its space included); empty without the script,
+    so that a time followed by a colon reads "02:30 UTC: ..." either way."""
+    if value is None:
+        return SafeString()
+    return format_html('<span class="local-time" data-local="{}" data-local-prefix="{}"></span>', iso(value), prefix)
+
+
+@register.filter
+def guard_line(guard: PinGuard) -> str:
+    """A guard in one line, as the CLI says it (``guards.describe``): while it watches, until when
+    and what it restores on what evidence; after, why it stopped."""
+    return describe_guard(guard) if guard.state == GuardState.WATCHING else guard.state_reason
 
 
 @register.filter

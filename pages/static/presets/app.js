@@ -138,7 +138,8 @@
       var when = new Date(el.getAttribute("data-local"));
       if (isNaN(when.getTime())) return;
       var prefix = el.getAttribute("data-local-prefix");
-      el.textContent = "(" + (prefix || "") + formatDay(when, browserZone) + ")";
+      // Its space is its own: a place right before a colon stays empty without the script.
+      el.textContent = " (" + (prefix || "") + formatDay(when, browserZone) + ")";
     });
   }
 
