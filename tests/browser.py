@@ -39,6 +39,8 @@ PHONE = {"width": 390, "height": 844}
 LAPTOP = {"width": 1280, "height": 860}
 # The two screens the on-call pages are tried on: a phone at night, a laptop by day.
 SCREENS = {"390x844-dark": (PHONE, "dark"), "1280x800-light": ({"width": 1280, "height": 800}, "light")}
+# Where ``reads_well`` keeps screenshots of the pages, for a person to look at (not compared), if anywhere.
+SCREENSHOTS = os.environ.get("SCREENSHOTS_DIR", "")
 
 
 def _missing() -> str | None:
@@ -181,6 +183,20 @@ def axe_violations(page: Any) -> list[str]:
         f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
         for v in result["violations"]  # of any impact: minor and moderate ones too
     ]
+
+
+def reads_well(page: Any, name: str) -> None:
+    """No horizontal scroll on this screen and no axe violation of any impact; with
+    SCREENSHOTS_DIR set, a screenshot kept there."""
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"], f"{page.url} is {width}px wide"
+    assert axe_violations(page) == [], page.url
+    if not SCREENSHOTS:
+        return
+    Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+    size = f"{page.viewport_size['width']}x{page.viewport_size['height']}"
+    scheme = page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'")
+    page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}-{size}-{scheme}.png"), full_page=True)
 
 
 def sign_in_on_the_page(page: Any, username: str = "alice", password: str = "alice-pass-123") -> None:

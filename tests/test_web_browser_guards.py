@@ -5,11 +5,9 @@ dark theme (and 1280x800 light), without horizontal scrolling or any axe violati
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,14 +19,12 @@ from audit.alerts import raise_alert
 from audit.models import AlertKind
 from presets import guards, services
 from presets.models import Chain, GuardState, PinGuard, Selection
-from tests.browser import SCREENS, axe_violations
+from tests.browser import SCREENS, reads_well
 
 # 02:00 UTC on a Thursday: 21:00 on Wednesday in New York.
 T0 = datetime(2026, 12, 10, 2, 0, tzinfo=UTC)
 NEW_YORK = "America/New_York"
 REASON = "INC-4411 vendor_a 5xx"
-# Where the screenshots of these pages go, for a person to look at (not compared), if anywhere.
-SCREENSHOTS = os.environ.get("SCREENSHOTS_DIR", "")
 EVIDENCE = (
     "guard: vendor_b/large did worse than vendor_a/large did before the pin, for 3 min: 48.0 % errors against "
     "1.0 % (margin 10 points). Now 48.0 % errors (120 attempts from 3 instances); before the pin 1.0 % errors "
@@ -51,20 +47,6 @@ def clock(open_page: Callable[..., Any]) -> Iterator[Any]:
 def open_in_new_york(open_page: Callable[..., Any], user: User, path: str, screen: Any) -> Any:
     viewport, scheme = screen
     return open_page(user, path, color_scheme=scheme, viewport=viewport, timezone_id=NEW_YORK, at=T0)
-
-
-def reads_well(page: Any, name: str) -> None:
-    """No horizontal scroll on this screen and no axe violation of any impact; with
-    SCREENSHOTS_DIR set, a screenshot kept there."""
-    width = page.evaluate("() => document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], f"{page.url} is {width}px wide"
-    assert axe_violations(page) == [], page.url
-    if not SCREENSHOTS:
-        return
-    Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-    size = f"{page.viewport_size['width']}x{page.viewport_size['height']}"
-    scheme = page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'")
-    page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}-{size}-{scheme}.png"), full_page=True)
 
 
 def test_a_pin_made_from_an_alert_is_guarded_shown_on_both_cards_and_switched_off(

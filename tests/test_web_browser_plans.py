@@ -6,11 +6,9 @@ scrolling or any axe violation."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +17,12 @@ from django.contrib.auth.models import User
 
 from presets import plans, services
 from presets.models import PlannedPin, Selection
-from tests.browser import SCREENS, axe_violations
+from tests.browser import SCREENS, reads_well
 
 # A Wednesday; the US clocks go forward on Sunday 2027-03-14 at 02:00 (EST -> EDT).
 T0 = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)
 NEW_YORK = "America/New_York"
 REASON = "CHG-812 vendor_a maintenance window"
-# Where the screenshots of these pages go, for a person to look at (not compared), if anywhere.
-SCREENSHOTS = os.environ.get("SCREENSHOTS_DIR", "")
 
 
 @pytest.fixture(params=list(SCREENS))
@@ -46,20 +42,6 @@ def open_in_new_york(open_page: Callable[..., Any], user: User, path: str, scree
     return open_page(
         user, path, color_scheme=scheme, viewport=viewport, timezone_id=NEW_YORK, at=options.pop("at", T0), **options
     )
-
-
-def reads_well(page: Any, name: str) -> None:
-    """No horizontal scroll on this screen and no axe violation of any impact; with
-    SCREENSHOTS_DIR set, a screenshot kept there."""
-    width = page.evaluate("() => document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], f"{page.url} is {width}px wide"
-    assert axe_violations(page) == [], page.url
-    if not SCREENSHOTS:
-        return
-    Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-    size = f"{page.viewport_size['width']}x{page.viewport_size['height']}"
-    scheme = page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'")
-    page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}-{size}-{scheme}.png"), full_page=True)
 
 
 def live(chain: str = "chat") -> Selection:
