@@ -617,6 +617,12 @@ def _one_post_change(
             held = apply(form.cleaned_data)
         except InvalidInput as error:
             refused.append(error)
+        except Conflict as error:
+            # The chain changed under the lock since the page was read (start anyway): said
+            # above the form, as the page shows the chain now; nothing was written.
+            return _show_after_post(
+                request, _posted_fields(request), status=409, refused=[InvalidInput("chain", error.message)]
+            )
         except NotFound as error:
             raise Http404(str(error)) from None
         else:

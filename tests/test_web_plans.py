@@ -413,6 +413,27 @@ def test_starting_a_plan_on_a_chain_changed_since_the_page_was_loaded_is_refused
     assert 'value="CHG-812 go"' in html
 
 
+def test_a_change_landing_between_the_pages_check_and_the_lock_is_refused_not_a_500(
+    oncall: Client, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = suspended(clock)
+    real_start = plans.start_plan_anyway
+
+    def changed_meanwhile(**kwargs: Any) -> PlannedPin:
+        services.revert_to_default(chain="chat", actor="carol", reason="INC-9 over")  # v3, under way
+        return real_start(**kwargs)
+
+    monkeypatch.setattr(plans, "start_plan_anyway", changed_meanwhile)
+    response = oncall.post(
+        f"/chains/chat/plans/{held.pk}/start", {"reason": "CHG-812 go", "expected_version": "2"}, follow=True
+    )
+
+    assert response.status_code == 409
+    assert "chat changed since v2: it is now v3" in text(response.content.decode())
+    held.refresh_from_db()
+    assert (held.state, live().version, live().preset.name) == ("suspended", 3, "normal")
+
+
 def test_a_suspended_plan_whose_preset_is_live_already_offers_no_start(oncall: Client, clock: Any) -> None:
     held = suspended(clock)
     services.select_preset(chain="chat", preset="pin_secondary", actor="carol", reason="INC-9 by hand")
