@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 # The suite runs against the real PostgreSQL (and Redis) it needs; override to point elsewhere.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+# The suite runs in this many processes (pytest-xdist, tests/parallel.py): most of its time is
+# system tests waiting on real processes and clocks, not the CPU. 0 runs everything in this
+# process (one file, a debugger).
+TEST_PROCESSES ?= 3
 export PYTHONDONTWRITEBYTECODE = 1
 
 .PHONY: install run serve relay test lint bench clean wire
@@ -56,7 +60,7 @@ relay: install
 	RELAY_UPSTREAM=$${RELAY_UPSTREAM:-http://127.0.0.1:$(PORT)} $(PY) -m relay --port $(RELAY_PORT)
 
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
 
 # ruff (lint and format), mypy (mypy.ini: django-stubs for the apps, strict for the SDK) and
 # import-linter (.importlinter: the layers of docs/ARCHITECTURE.md). .ci/run runs it.

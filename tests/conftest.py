@@ -157,6 +157,10 @@ def redis_url() -> Any:
     import redis
 
     url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+    # Each of the suite's parallel processes (pytest-xdist's gw0, gw1, ...) flushes a database of its own.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    base, _, number = url.rpartition("/")
+    url = f"{base}/{int(number or 0) - worker}"
     client = redis.Redis.from_url(url, socket_connect_timeout=1)
     try:
         client.ping()
