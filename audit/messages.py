@@ -5,6 +5,8 @@ v2 event and a mail. Pure: no network, no writes; ``audit.notifiers`` sends what
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +14,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from audit import actions
 from audit.models import Alert, AlertKind, Notification, NotificationKind
 from presets.documents import format_time
 
@@ -158,6 +161,15 @@ def summary_of(event: Event) -> str:
     return title_of(event.alert)
 
 
+def suggested_actions(event: Event) -> list[actions.Action]:
+    """The actions a notification offers (``audit.actions``): a raised alert's, or a pinning change's."""
+    if event.change is not None:
+        return actions.for_change(event.change, at=event.occurred_at)
+    if event.alert is not None and event.type == ALERT_RAISED:
+        return actions.for_alert(event.alert)
+    return []
+
+
 # --- the signed webhook ---------------------------------------------------------------------------
 
 
@@ -174,7 +186,13 @@ def webhook_document(event: Event) -> dict[str, Any]:
         "url": event.url,
         "change": event.change,
         "alert": event.alert.to_document() if event.alert is not None else None,
+        "actions": [action_document(action) for action in suggested_actions(event)],
     }
+
+
+def action_document(action: actions.Action) -> dict[str, Any]:
+    """A suggested action as the webhook tells it: what it does and the link to its review."""
+    return {"kind": action.kind, "label": action.label, "preset": action.preset, "url": actions.deep_link(action)}
 
 
 # --- Slack ------------------------------------------------------------------------------------------
@@ -205,7 +223,46 @@ def slack_message(event: Event) -> dict[str, Any]:
         else:
             mark = ":information_source:" if alert.is_event else ":rotating_light:"
             lines = [f"{mark} *{alert.kind}: {slack_escape(title_of(alert))}*", slack_escape(alert.message), link]
-    return {"text": "\n".join(lines), "unfurl_links": False}
+    text = "\n".join(lines)
+    suggested = suggested_actions(event)
+    if not suggested:
+        return {"text": text, "unfurl_links": False}
+    return {"text": text, "unfurl_links": False, "blocks": slack_blocks(text, suggested)}
+
+
+# A Slack button's action_id: ``act.<kind>`` (the ``chatops`` interface answers it).
+SLACK_ACTION_PREFIX = "act."
+
+
+def slack_blocks(text: str, suggested: list[actions.Action]) -> list[dict[str, Any]]:
+    """The message as blocks with a button per suggested action. With the Slack app set up
+    (``SLACK_SIGNING_SECRET``) a button opens the action's review in Slack (a modal); without
+    it, it opens the review page (the deep link)."""
+    interactive = bool(settings.SLACK_SIGNING_SECRET)
+    buttons: list[dict[str, Any]] = []
+    for action in suggested:
+        button: dict[str, Any] = {
+            "type": "button",
+            "text": {"type": "plain_text", "text": action.label[:75]},
+            "action_id": SLACK_ACTION_PREFIX + action.kind,
+        }
+        if interactive:
+            button["value"] = json.dumps(action.to_value())[:2000]
+        else:
+            button["url"] = actions.deep_link(action)
+        if action.kind == actions.REVERT:
+            button["style"] = "danger"
+        elif action.kind == actions.PIN:
+            button["style"] = "primary"
+        buttons.append(button)
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+        {"type": "actions", "block_id": "controlplane.actions", "elements": buttons},
+    ]
+    if interactive:  # the same reviews on the pages, for whoever would rather use a browser
+        links = " · ".join(f"<{actions.deep_link(action)}|{slack_escape(action.label)}>" for action in suggested)
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"In the browser: {links}"}]})
+    return blocks
 
 
 # --- PagerDuty Events v2 ----------------------------------------------------------------------------
@@ -217,7 +274,11 @@ def pagerduty_source() -> str:
 
 
 def pagerduty_links(event: Event) -> list[dict[str, str]]:
-    return [{"href": event.url, "text": f"{event.chain} on the control plane"}]
+    """The chain's page, then a link to each suggested action's review (on the incident)."""
+    links = [{"href": event.url, "text": f"{event.chain} on the control plane"}]
+    for action in suggested_actions(event):
+        links.append({"href": actions.deep_link(action), "text": f"{action.label} on {event.chain} (review)"})
+    return links
 
 
 def pagerduty_alert_event(event: Event, *, routing_key: str) -> dict[str, Any]:
@@ -244,8 +305,9 @@ def pagerduty_alert_event(event: Event, *, routing_key: str) -> dict[str, Any]:
     }
 
 
-def pagerduty_change_event(event: Event, *, routing_key: str) -> dict[str, Any]:
-    """A change event (PagerDuty's change-events endpoint): shown next to incidents, never paged."""
+def pagerduty_change_event(event: Event, *, routing_key: str, incidents: Sequence[Alert] = ()) -> dict[str, Any]:
+    """A change event (PagerDuty's change-events endpoint): shown next to incidents, never
+    paged; ``incident_keys`` names the incidents open on its chain (their ``dedup_key``)."""
     change = event.change
     assert change is not None
     return {
@@ -254,7 +316,29 @@ def pagerduty_change_event(event: Event, *, routing_key: str) -> dict[str, Any]:
             "summary": f"{change_summary(change)}: {change['reason']}"[:SUMMARY_MAX],
             "timestamp": format_time(event.occurred_at),
             "source": pagerduty_source(),
-            "custom_details": change,
+            "custom_details": {**change, "incident_keys": [alert.dedup_key for alert in incidents]},
+        },
+        "links": pagerduty_links(event),
+    }
+
+
+def pagerduty_timeline_event(event: Event, alert: Alert, *, routing_key: str) -> dict[str, Any]:
+    """A change told on an open incident's timeline: a ``trigger`` under the incident's
+    ``dedup_key``, which PagerDuty adds to the open alert's log instead of paging again."""
+    change = event.change
+    assert change is not None
+    return {
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": alert.dedup_key,
+        "payload": {
+            "summary": f"{title_of(alert)}: {alert.message}"[:SUMMARY_MAX],
+            "source": pagerduty_source(),
+            "severity": SEVERITY.get(alert.kind, "warning"),
+            "timestamp": format_time(event.occurred_at),
+            "component": alert.chain.name,
+            "class": alert.kind,
+            "custom_details": {"change": f"{change_summary(change)}: {change['reason']}", **change},
         },
         "links": pagerduty_links(event),
     }
@@ -284,7 +368,7 @@ def email_message(event: Event) -> tuple[str, str]:
         facts = "\n".join(f"{key}: {change[key]}" for key in CHANGE_FACTS if change.get(key) is not None)
         summary = change_summary(change)
         body = f"{summary}.\nWhy: {change['reason']}\nExpiry: {expiry_words(change)}\n\n{facts}\n\n"
-        return f"[change] {summary}", body + f"Open the chain: {event.url}\n"
+        return f"[change] {summary}", body + f"Open the chain: {event.url}\n" + email_actions(event)
     alert = event.alert
     assert alert is not None
     document = alert.to_document()
@@ -292,4 +376,13 @@ def email_message(event: Event) -> tuple[str, str]:
     if event.type == ALERT_RESOLVED:
         body = f"Resolved: {alert.resolution}\n\n{alert.message}\n\n{facts}\n\nOpen the chain: {alert.chain_url}\n"
         return f"[resolved] [{alert.kind}] {title_of(alert)}", body
-    return f"[{alert.kind}] {title_of(alert)}", f"{alert.message}\n\n{facts}\n\nOpen the chain: {alert.chain_url}\n"
+    body = f"{alert.message}\n\n{facts}\n\nOpen the chain: {alert.chain_url}\n" + email_actions(event)
+    return f"[{alert.kind}] {title_of(alert)}", body
+
+
+def email_actions(event: Event) -> str:
+    """A line per suggested action with the link to its review ('' when none)."""
+    lines = [f"{action.label}: {actions.deep_link(action)}" for action in suggested_actions(event)]
+    if not lines:
+        return ""
+    return "\nOr act from here (each opens its review; nothing changes until you confirm):\n" + "\n".join(lines) + "\n"

@@ -34,7 +34,7 @@ from django.core.mail import send_mail
 
 from audit import messages
 from audit.messages import ALERT_RAISED, ALERT_RESOLVED, CHANGE, Event
-from audit.models import EVENT_KINDS, DeliveryState
+from audit.models import EVENT_KINDS, Alert, DeliveryState
 
 log = logging.getLogger(__name__)
 
@@ -380,15 +380,30 @@ class PagerDutyNotifier:
         if not key:
             raise DeliveryFailed("PAGERDUTY_ROUTING_KEY is no longer set")
         if event.type == CHANGE:
+            incidents = open_incidents(event.chain)
             post_json(
                 "pagerduty",
                 settings.PAGERDUTY_CHANGE_EVENTS_URL,
-                messages.pagerduty_change_event(event, routing_key=key),
+                messages.pagerduty_change_event(event, routing_key=key, incidents=incidents),
             )
+            # On the timeline of each incident open on this chain: an event under its alert's
+            # dedup_key, which PagerDuty adds to that open alert's log (it pages nobody again).
+            for alert in incidents:
+                post_json(
+                    "pagerduty",
+                    settings.PAGERDUTY_EVENTS_URL,
+                    messages.pagerduty_timeline_event(event, alert, routing_key=key),
+                )
         else:
             post_json(
                 "pagerduty", settings.PAGERDUTY_EVENTS_URL, messages.pagerduty_alert_event(event, routing_key=key)
             )
+
+
+def open_incidents(chain: str) -> list[Alert]:
+    """The open alerts on ``chain`` that opened a PagerDuty incident (conditions, not events)."""
+    open_alerts = Alert.objects.filter(chain__name=chain, resolved_at__isnull=True).exclude(kind__in=EVENT_KINDS)
+    return [alert for alert in open_alerts.order_by("id") if "pagerduty" in alert.deliveries]
 
 
 class EmailNotifier:

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from audit import provider_health
+from audit import actions, provider_health
 from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind
 from audit.notifications import notify_resolved
@@ -68,7 +68,7 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
         versions = dict(Selection.objects.filter(chain__in=chains.values()).values_list("chain__name", "version"))
         for (chain_name, subject), step in failing.items():
             witnesses = [instance.client for instance in step.failing_instances]
-            _, created = raise_alert(
+            alert, created = raise_alert(
                 kind=AlertKind.PROVIDER_FAILING,
                 chain=chains[chain_name],
                 version=versions.get(chain_name, 0),
@@ -89,9 +89,11 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
                 },
                 now=now,
             )
+            if created:
+                actions.remember_suggestion(alert)
             raised += created
         for (chain_name, provider), seen in credentials.items():
-            _, created = raise_alert(
+            alert, created = raise_alert(
                 kind=AlertKind.PROVIDER_CREDENTIALS,
                 chain=chains[chain_name],
                 version=versions.get(chain_name, 0),
@@ -105,6 +107,8 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
                 },
                 now=now,
             )
+            if created:
+                actions.remember_suggestion(alert)
             raised += created
         resolved += _resolve(AlertKind.PROVIDER_FAILING, still=set(failing), now=now)
         resolved += _resolve(AlertKind.PROVIDER_CREDENTIALS, still=set(credentials), now=now)

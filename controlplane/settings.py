@@ -509,6 +509,14 @@ ALERT_WEBHOOK_TIMEOUT_SECONDS = env_int("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5, mini
 NOTIFY_WEBHOOK_URL = env_str("NOTIFY_WEBHOOK_URL", "").strip()
 NOTIFY_WEBHOOK_SECRET = env_str("NOTIFY_WEBHOOK_SECRET", "").strip()
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL", "").strip()
+# Acting from the alert (README, "Acting from the alert"): the deep links in notifications
+# open a prefilled review for this long; Slack's buttons, modals and slash command need the
+# Slack app's signing secret (each request's signature, 5-minute replay window) and its bot
+# token (views.open, chat.update, users.info); SLACK_API_URL only changes in tests.
+DEEP_LINK_MAX_AGE_HOURS = env_int("DEEP_LINK_MAX_AGE_HOURS", 24, minimum=1, maximum=24 * 30)
+SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "").strip()
+SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN", "").strip()
+SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api/").strip()
 PAGERDUTY_ROUTING_KEY = env_str("PAGERDUTY_ROUTING_KEY", "").strip()
 PAGERDUTY_EVENTS_URL = env_str("PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue").strip()
 # Changes go to PagerDuty as change events (shown beside incidents, never paged) unless false.

@@ -88,6 +88,7 @@ urlpatterns = [
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
     path("history/", web_history.all_history, name="history"),
     path("alerts/", web.alerts, name="alerts"),
+    path("act/<str:token>/", web.act, name="act"),
     path("access/", web_access.access_history, name="access"),
 ]
 

@@ -29,7 +29,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
-from audit import provider_health
+from audit import actions, provider_health
 from audit.alerts import alert_texts, recent_alerts
 from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
@@ -188,22 +188,62 @@ def _pending(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _show_after_post(
-    request: HttpRequest, data: dict[str, list[str]], *, status: int = 200, refused: list[InvalidInput] | None = None
+    request: HttpRequest,
+    data: dict[str, list[str]],
+    *,
+    status: int = 200,
+    refused: list[InvalidInput] | None = None,
+    path: str | None = None,
 ) -> HttpResponse:
     """Post/Redirect/Get: what a change's POST showed (its review, or why it was refused) is
     shown by a GET of the same URL, so Back never offers to send the POST again. The POST's
-    fields wait in this session under a token, not in the URL (the reason is among them)."""
+    fields wait in this session under a token, not in the URL (the reason is among them).
+    ``path``: the change's URL when this is not its POST (a deep link's review)."""
     token = secrets.token_urlsafe(12)
+    path = path or request.path
     kept = request.session.get(PENDING_CHANGES, {})
     kept[token] = {
-        "path": request.path,
+        "path": path,
         "data": data,
         "status": status,
         # What the service refused when confirming: shown again as it was, never re-applied.
         "refused": [[error.field, error.field_message] for error in refused or []],
     }
     request.session[PENDING_CHANGES] = dict(list(kept.items())[-PENDING_KEPT:])
-    return redirect(f"{request.path}?{urlencode({'review': token})}")
+    return redirect(f"{path}?{urlencode({'review': token})}")
+
+
+@require_safe
+@viewer_required
+def act(request: HttpRequest, token: str) -> HttpResponse:
+    """A notification's deep link (``audit.actions``): the suggested change's review,
+    prefilled, as if its form had been sent. The link carries no authority: the review and
+    the confirmation check this person's role and the chain's version as every change does
+    (a viewer is refused here; a chain changed since shows the conflict). A link the control
+    plane did not sign, or an old one, opens nothing and says why."""
+    try:
+        action = actions.read_link(token)
+    except actions.BadLink as error:
+        messages.error(request, f"Nothing was prefilled: {error}.")
+        return redirect("dashboard")
+    live_or_404(action.chain)
+    _require_oncall(request)
+    fields: dict[str, Any] = {"expected_version": action.version, "reason": action.reason}
+    if action.kind == actions.PIN:
+        fields |= {"preset": action.preset, "duration_minutes": action.minutes, "guard": "on", "guard_asked": "on"}
+        view = "chain-select"
+    elif action.kind == actions.EXTEND:
+        fields |= {"add_minutes": action.minutes}
+        view = "chain-extend"
+    else:
+        view = "chain-revert"
+    messages.info(
+        request,
+        f"Suggested by the control plane's notification for {action.chain} (v{action.version}). "
+        "Nothing has changed yet: check it, edit the reason if you like, and confirm.",
+    )
+    data = {key: [str(value)] for key, value in fields.items()}
+    return _show_after_post(request, data, path=reverse(view, args=[action.chain]))
 
 
 def _keep_unsent_change(request: HttpRequest) -> None:

@@ -33,7 +33,7 @@ def needs(message: str) -> NoReturn:
 os.environ.setdefault("SECRET_KEY", settings.SECRET_KEY)
 
 # The real-browser fixtures (browser, open_page, ...) for every page test module.
-pytest_plugins = ["tests.browser"]
+pytest_plugins = ["tests.browser", "tests.notify_targets"]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

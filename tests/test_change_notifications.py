@@ -8,15 +8,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import http.server
 import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,83 +24,20 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.utils import timezone
 
-from audit import alerts, delivery, provider_alerts
+from audit import actions, alerts, delivery, provider_alerts
+from audit.actions import deep_link
 from audit.models import Alert, Notification
 from controlplane.celery import app
 from presets import plans, services
 from presets.models import Selection
 from tests import settings_env
+from tests.notify_targets import BASE, ROUTING_KEY, SECRET
 from tests.servers import free_port, wait_for
 from tests.test_provider_alerts import report as report_health
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 REASON = "INC-7 vendor_a returns garbage"
-SECRET = "test-secret-for-signing-webhooks-0123456789"
-ROUTING_KEY = "R0UT1NGK3Y0123456789abcdefABCDEF"
-BASE = "https://cp.example.com/"
 TASK = "audit.tasks.deliver_notification"
-
-
-# --- a local HTTP server per target ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-class Capture:
-    """A threaded HTTP server on 127.0.0.1 recording every POST exactly (path, headers, body)
-    and answering with the next status in ``answers`` (200 once they run out)."""
-
-    def __init__(self, *, port: int = 0, answers: list[int] | None = None) -> None:
-        self.requests: list[Received] = []
-        self.answers = list(answers or [])
-        capture = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                capture.requests.append(Received(self.path, dict(self.headers.items()), body))
-                status = capture.answers.pop(0) if capture.answers else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def url(self, path: str = "/hook") -> str:
-        return self.base + path
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def capture() -> Iterator[Callable[..., Capture]]:
-    """Start local receivers as the test asks; all are stopped after it."""
-    started: list[Capture] = []
-
-    def start(**kwargs: Any) -> Capture:
-        started.append(Capture(**kwargs))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.close()
 
 
 @pytest.fixture
@@ -176,12 +110,35 @@ def test_a_select_goes_to_slack_naming_chain_preset_who_why_expiry_and_link(sync
 
     [request] = slack.requests
     assert request.headers["Content-Type"] == "application/json"
+    extend, revert = actions.for_change(Notification.objects.get().details, at=T0)
     assert request.json == {
         "text": "*alice selected pin_secondary on chat (v2)*\n"
         "Why: INC-7 vendor_a returns garbage\n"
         "Expiry: pinned until 2026-11-29 06:00 UTC\n"
         "<https://cp.example.com/chains/chat/|Open chat on the control plane>",
         "unfurl_links": False,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": request.json["text"]}},
+            {
+                "type": "actions",
+                "block_id": "controlplane.actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Extend 1 h"},
+                        "action_id": "act.extend",
+                        "url": deep_link(extend),
+                    },
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Revert to default"},
+                        "action_id": "act.revert",
+                        "url": deep_link(revert),
+                        "style": "danger",
+                    },
+                ],
+            },
+        ],
     }
     assert record(Notification.objects.get(), "slack") == {
         "state": "delivered",
@@ -259,16 +216,6 @@ def test_alerts_go_to_slack_with_their_title_and_a_link_raised_and_resolved(sync
 # --- PagerDuty ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def pagerduty(settings: Any, capture: Callable[..., Capture]) -> Capture:
-    server = capture()
-    settings.PAGERDUTY_ROUTING_KEY = ROUTING_KEY
-    settings.PAGERDUTY_EVENTS_URL = server.url("/v2/enqueue")
-    settings.PAGERDUTY_CHANGE_EVENTS_URL = server.url("/v2/change/enqueue")
-    settings.PUBLIC_BASE_URL = BASE
-    return server
-
-
 def test_pagerduty_triggers_on_an_alert_and_resolves_it_with_the_same_dedup_key(synced, settings, pagerduty) -> None:
     settings.PAGERDUTY_CHANGE_EVENTS = False
     with time_machine.travel(T0, tick=False) as clock:
@@ -282,6 +229,7 @@ def test_pagerduty_triggers_on_an_alert_and_resolves_it_with_the_same_dedup_key(
 
     trigger, resolve = pagerduty.requests
     assert (trigger.path, resolve.path) == ("/v2/enqueue", "/v2/enqueue")
+    extend, revert = actions.for_alert(alert)
     assert trigger.json == {
         "routing_key": ROUTING_KEY,
         "event_action": "trigger",
@@ -295,8 +243,13 @@ def test_pagerduty_triggers_on_an_alert_and_resolves_it_with_the_same_dedup_key(
             "class": "stale_pin",
             "custom_details": json.loads(json.dumps(alert.to_document())),
         },
-        "links": [{"href": "https://cp.example.com/chains/chat/", "text": "chat on the control plane"}],
+        "links": [
+            {"href": "https://cp.example.com/chains/chat/", "text": "chat on the control plane"},
+            {"href": deep_link(extend), "text": "Extend 1 h on chat (review)"},
+            {"href": deep_link(revert), "text": "Revert to default on chat (review)"},
+        ],
     }
+    assert (extend.kind, extend.version, revert.kind, revert.version) == ("extend", 2, "revert", 2)
     assert resolve.json == {
         "routing_key": ROUTING_KEY,
         "event_action": "resolve",
@@ -405,15 +358,6 @@ def test_an_expired_pin_pages_nobody_its_expiry_is_a_change_event(synced, settin
 # --- the signed webhook ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def webhook_target(settings: Any, capture: Callable[..., Capture]) -> Capture:
-    server = capture()
-    settings.NOTIFY_WEBHOOK_URL = server.url()
-    settings.NOTIFY_WEBHOOK_SECRET = SECRET
-    settings.PUBLIC_BASE_URL = BASE
-    return server
-
-
 def test_the_webhook_signature_verifies_and_fails_with_a_wrong_secret_an_old_time_or_another_body(
     synced, webhook_target
 ) -> None:
@@ -467,7 +411,12 @@ def test_the_webhook_gets_the_change_as_its_history_entry_under_a_stable_event_i
         "url": "https://cp.example.com/chains/chat/",
         "change": history_v2,
         "alert": None,
+        "actions": [
+            {"kind": "extend", "label": "Extend 1 h", "preset": "", "url": first.json["actions"][0]["url"]},
+            {"kind": "revert", "label": "Revert to default", "preset": "", "url": first.json["actions"][1]["url"]},
+        ],
     }
+    assert all(action["url"].startswith("https://cp.example.com/act/") for action in first.json["actions"])
 
 
 def test_the_webhook_gets_alerts_raised_and_resolved(synced, webhook_target, reader: Client) -> None:

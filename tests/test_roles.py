@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, resolve
 from django.utils import timezone
 
-from audit import alerts
+from audit import actions, alerts
 from presets import plans, services
 from presets.roles import can_change, can_see_access, can_view
 from tests.conftest import make_token
@@ -159,6 +159,8 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("page-plan-start", "POST", "/chains/chat/plans/{suspended}/start", {"reason": "INC-7"}, CHANGE_PAGE),
     # Switching the guard off is one POST too: made, it lands on the guard on the chain page.
     ("page-guard-off", "POST", "/chains/chat/guard/off", {"reason": "INC-7"}, CHANGE_PAGE),
+    # A notification's deep link: the suggested change's review (a GET; nothing changes yet).
+    ("page-act", "GET", "/act/{link}/", None, CHANGE_PAGE),
     ("api-chains", "GET", "/api/v1/chains", None, API_READ),
     ("api-chain", "GET", "/api/v1/chains/chat", None, API_READ),
     ("api-chain-history", "GET", "/api/v1/chains/chat/history", None, API_READ),
@@ -223,6 +225,9 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
     )
     with time_machine.travel(timezone.now(), tick=True) as clock:
         ids = chat_with_plans(clock) if "/plans" in path else {}
+        if "/act/" in path:
+            action = actions.Action(actions.REVERT, "chat", 2, reason="INC-7", at=int(timezone.now().timestamp()))
+            ids = {"link": actions.deep_link(action).rstrip("/").rsplit("/", 1)[1]}
         client = PRINCIPALS[who]()
         if body is not None:
             body = {key: value.format(**ids) if isinstance(value, str) else value for key, value in body.items()}
@@ -230,7 +235,8 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
         page = not path.startswith("/api/")
         # A plan's or a guard's change made: one POST, then the chain page at what changed.
         done = response.status_code == 302 and re.search(r"#(plan-|guard$)", response.get("Location", ""))
-        if page and method == "POST" and (done or response.status_code == 302 and "?review=" in response["Location"]):
+        reviewed = response.status_code == 302 and "?review=" in response["Location"]
+        if page and (method == "POST" or "/act/" in path) and (done or reviewed):
             response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
     text = b"".join(response.streaming_content).decode() if response.streaming else response.content.decode()
     if outcome in (OK, CREATED):
