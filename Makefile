@@ -67,7 +67,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker audit presets relay sdk/chainclient
+	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker chatops audit presets relay sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
 BENCHMARKS = sdk_current.py router_overhead.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py signing.py relay.py

@@ -288,21 +288,7 @@ def pagerduty_alert_event(event: Event, *, routing_key: str) -> dict[str, Any]:
     assert alert is not None
     if event.type == ALERT_RESOLVED:
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": alert.dedup_key}
-    return {
-        "routing_key": routing_key,
-        "event_action": "trigger",
-        "dedup_key": alert.dedup_key,
-        "payload": {
-            "summary": f"{title_of(alert)}: {alert.message}"[:SUMMARY_MAX],
-            "source": pagerduty_source(),
-            "severity": SEVERITY.get(alert.kind, "warning"),
-            "timestamp": format_time(alert.created_at),
-            "component": alert.chain.name,
-            "class": alert.kind,
-            "custom_details": alert.to_document(),
-        },
-        "links": pagerduty_links(event),
-    }
+    return pagerduty_trigger(event, alert, routing_key=routing_key, at=alert.created_at, details=alert.to_document())
 
 
 def pagerduty_change_event(event: Event, *, routing_key: str, incidents: Sequence[Alert] = ()) -> dict[str, Any]:
@@ -327,6 +313,14 @@ def pagerduty_timeline_event(event: Event, alert: Alert, *, routing_key: str) ->
     ``dedup_key``, which PagerDuty adds to the open alert's log instead of paging again."""
     change = event.change
     assert change is not None
+    details = {"change": f"{change_summary(change)}: {change['reason']}", **change}
+    return pagerduty_trigger(event, alert, routing_key=routing_key, at=event.occurred_at, details=details)
+
+
+def pagerduty_trigger(
+    event: Event, alert: Alert, *, routing_key: str, at: datetime, details: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``trigger`` under ``alert``'s ``dedup_key``: its title and message as the summary."""
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
@@ -335,10 +329,10 @@ def pagerduty_timeline_event(event: Event, alert: Alert, *, routing_key: str) ->
             "summary": f"{title_of(alert)}: {alert.message}"[:SUMMARY_MAX],
             "source": pagerduty_source(),
             "severity": SEVERITY.get(alert.kind, "warning"),
-            "timestamp": format_time(event.occurred_at),
+            "timestamp": format_time(at),
             "component": alert.chain.name,
             "class": alert.kind,
-            "custom_details": {"change": f"{change_summary(change)}: {change['reason']}", **change},
+            "custom_details": details,
         },
         "links": pagerduty_links(event),
     }

@@ -89,6 +89,7 @@ INSTALLED_APPS = [
     "pages",
     "commands",
     "worker",
+    "chatops",
 ]
 
 MIDDLEWARE = [

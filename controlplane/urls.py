@@ -9,6 +9,7 @@ from django.views import defaults
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from chatops import views as slack_views
 from controlplane import account_pages, health, metrics
 from controlplane.database_outage import database_unavailable
 from http_api import access as access_api
@@ -89,6 +90,8 @@ urlpatterns = [
     path("history/", web_history.all_history, name="history"),
     path("alerts/", web.alerts, name="alerts"),
     path("act/<str:token>/", web.act, name="act"),
+    path("slack/actions", slack_views.actions, name="slack-actions"),
+    path("slack/commands", slack_views.commands, name="slack-commands"),
     path("access/", web_access.access_history, name="access"),
 ]
 

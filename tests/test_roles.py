@@ -264,13 +264,14 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
 def test_the_matrix_has_a_row_for_every_page_and_api_route() -> None:
     """A route added later must be given its row. Left out: sign-in and the admin (their own
     rules), the probes, /metrics (METRICS_TOKEN), the schema (public, below), the SDK's
-    usage report and a relay's fleet report (a service's, not a person's) and the favicon (a public redirect to a static
-    file)."""
+    usage report and a relay's fleet report (a service's, not a person's), the favicon (a public redirect to a static
+    file) and the Slack app's endpoints (signed by Slack; who may act there: tests/test_slack.py)."""
     from controlplane import urls
 
     routes = {p.name for p in urls.api_v1} | {p.name for p in urls.urlpatterns if isinstance(p, URLPattern) and p.name}
     covered = {resolve(re.sub(r"\{\w+\}", "1", path)).url_name for _, _, path, _, _ in ENDPOINTS}
-    assert routes - {"metrics", "api-schema", "api-usage", "api-fleet-seen", "favicon"} == covered
+    slack = {"slack-actions", "slack-commands"}  # signed by Slack, for its users: tests/test_slack.py
+    assert routes - {"metrics", "api-schema", "api-usage", "api-fleet-seen", "favicon", *slack} == covered
 
 
 def chat_with_plans(clock: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Celery tasks of the alerts, provider health and deliveries; thin: each calls the alert and
-delivery services and returns."""
+"""Celery tasks of the alerts, provider health, deliveries and Slack messages; thin: each calls the
+audit services and returns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery, guards, provider_alerts, provider_health
+from audit import alerts, delivery, guards, provider_alerts, provider_health, slack
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -64,3 +64,12 @@ def deliver_notification(self: Any, notification_id: int, lease: str | None = No
     retry = delivery.attempt(delivery.NOTIFICATIONS, pk=notification_id, lease=delivery.lease_of(lease))
     if retry is not None:
         raise self.retry(countdown=retry.seconds, kwargs={"lease": retry.lease.isoformat()})
+
+
+@shared_task(name=slack.FOLLOW_TASK)
+def follow_slack_convergence(**body: Any) -> None:
+    """Update a Slack message with the fleet's progress on a change made from Slack; again
+    in a moment until every instance has it or the time to follow is up."""
+    again = slack.follow(slack.followed_from(body))
+    if again is not None:
+        follow_slack_convergence.apply_async((), body, countdown=again)

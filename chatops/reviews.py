@@ -1,0 +1,193 @@
+"""A suggested action (``audit.actions``) reviewed and made from Slack: the modal that says what
+it will do (the live preset and the new one, the new head, the providers dropped, the health
+of the steps about to serve, what to check first, until when) and asks for a reason; then the
+change, made by the same services as every interface, as ``slack:<username>``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from audit import provider_health
+from audit.actions import EXTEND, PIN, Action
+from audit.change_risks import change_risks, reported_health
+from audit.messages import slack_escape
+from presets import selectors, services
+from presets.documents import format_clock
+from presets.exceptions import Conflict, InvalidInput, NotFound
+from presets.models import Selection
+from presets.step_changes import compare_steps, step_label
+
+CALLBACK_ID = "controlplane.act"
+REASON_BLOCK = "reason"
+
+
+class Refused(Exception):
+    """Why an action cannot be made or reviewed, in words for Slack."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the chain would serve: a preset's name, steps and marking, and until when."""
+
+    preset: str
+    steps: list[dict[str, Any]]
+    marking: dict[str, Any]
+    until: Any
+
+
+def live(chain: str) -> Selection:
+    try:
+        return services.revert_expired_and_read(chain=chain)
+    except NotFound:
+        raise Refused(f"There is no chain named {chain}: `/chains status <chain>` names the chains.") from None
+
+
+def target(action: Action, selection: Selection) -> Target:
+    now = timezone.now()
+    if action.kind == PIN:
+        preset = selectors.active_presets(chain=selection.chain_id).get(action.preset)
+        if preset is None:
+            raise Refused(f"{action.preset} is not one of {action.chain}'s reviewed presets.")
+        return Target(preset.name, preset.steps, preset.marking or {}, now + timedelta(minutes=action.minutes))
+    if action.kind == EXTEND:
+        if selection.expires_at is None:
+            raise Refused(f"{action.chain} has no pin to extend: it serves its default {selection.preset.name}.")
+        return Target(
+            selection.preset.name,
+            selection.steps,
+            selection.marking or {},
+            selection.expires_at + timedelta(minutes=action.minutes),
+        )
+    if selection.is_default:
+        raise Refused(f"{action.chain} already serves its default {selection.preset.name}: nothing to revert.")
+    default = selection.chain.default
+    return Target(default.name, default.steps, default.marking or {}, None)
+
+
+def stale(action: Action, selection: Selection) -> str:
+    """Why the chain is not as the action was suggested against, in Slack's words."""
+    now = timezone.now()
+    return (
+        f"{action.chain} changed since this was suggested: now v{selection.version}, {selection.action} of "
+        f"{selection.preset.name} by {selection.updated_by} at {format_clock(selection.updated_at, now=now)}. "
+        "Close this and act on what is live now."
+    )
+
+
+def summary(action: Action, selection: Selection, goal: Target) -> list[str]:
+    """The review's lines, as the pages' review says them."""
+    now = timezone.now()
+    health = provider_health.health_by_step(selection.chain, [selection.steps, goal.steps], now=now)
+    change = compare_steps(selection.steps, goal.steps)
+    lines = [f"*{action.chain}* now: v{selection.version} {selection.preset.name} → *{goal.preset}*"]
+    if action.kind == EXTEND:
+        assert selection.expires_at is not None
+        lines.append(
+            f"Pinned until {format_clock(selection.expires_at, now=now)} → {format_clock(goal.until, now=now)}"
+        )
+    elif goal.until is not None:
+        lines.append(f"Pinned until {format_clock(goal.until, now=now)}, then back to the default by itself")
+    else:
+        lines.append("No expiry: the chain's default")
+    if change.new_head is not None:
+        lines.append(f"New head: {step_label(change.new_head)}")
+    if change.dropped:
+        lines.append(f"Dropped: {', '.join(change.dropped)} (no traffic)")
+    lines.extend(step_lines(goal.steps, health))
+    if action.kind != EXTEND:
+        risks = change_risks(
+            chain=action.chain,
+            target=goal.preset,
+            marking=goal.marking,
+            live_steps=selection.steps,
+            steps=goal.steps,
+            health=health,
+        )
+        lines.extend(f":warning: Check first: {risk}" for risk in risks)
+    return [slack_escape(line) if not line.startswith("*") else line for line in lines]
+
+
+def step_lines(steps: list[dict[str, Any]], health: Any) -> list[str]:
+    """A line per step with the fleet's health of it, as the chain page shows it."""
+    lines = []
+    for step in steps:
+        seen = reported_health(step, health)
+        lines.append(f"• {step_label(step)}: {seen['summary'] if seen else 'no reports in the last hour'}")
+    return lines
+
+
+def modal(action: Action, selection: Selection, *, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The modal that reviews ``action`` and asks for its reason."""
+    goal = target(action, selection)
+    lines = summary(action, selection, goal)
+    submit = {PIN: f"Pin {goal.preset}", EXTEND: "Extend"}.get(action.kind, f"Revert to {goal.preset}")
+    return {
+        "type": "modal",
+        "callback_id": CALLBACK_ID,
+        "title": {"type": "plain_text", "text": f"{action.label}"[:24]},
+        "submit": {"type": "plain_text", "text": submit[:24]},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps({"action": action.to_value(), **metadata})[:3000],
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:3000]}},
+            {
+                "type": "input",
+                "block_id": REASON_BLOCK,
+                "label": {"type": "plain_text", "text": "Reason"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": REASON_BLOCK,
+                    "initial_value": action.reason[:500],
+                    "max_length": 500,
+                },
+            },
+        ],
+    }
+
+
+def apply(action: Action, *, user: User, reason: str) -> Selection:
+    """Make ``action`` as ``user`` from Slack (actor ``slack:<username>``), at the version it was
+    reviewed against; Refused in Slack's words when the service refuses it."""
+    actor = f"slack:{user.get_username()}"
+    who: dict[str, Any] = {"actor": actor, "reason": reason, "expected_version": action.version}
+    try:
+        if action.kind == PIN:
+            return services.select_preset(
+                chain=action.chain,
+                preset=action.preset,
+                expires_at=timedelta(minutes=action.minutes),
+                guard=True,
+                **who,
+            )
+        if action.kind == EXTEND:
+            selection = live(action.chain)
+            if selection.expires_at is None:
+                raise Conflict("the pin ended")  # the version check below words it
+            return services.extend_pin(
+                chain=action.chain, expires_at=selection.expires_at + timedelta(minutes=action.minutes), **who
+            )
+        return services.revert_to_default(chain=action.chain, **who)
+    except Conflict:
+        raise Refused(stale(action, live(action.chain))) from None
+    except InvalidInput as error:
+        raise Refused(f"Nothing was changed: {error.field_message}") from None
+
+
+def outcome(action: Action, selection: Selection, *, user: User, reason: str) -> str:
+    """The message's new first line once the change is made."""
+    now = timezone.now()
+    name, chain, version = user.get_username(), action.chain, selection.version
+    if action.kind in (PIN, EXTEND):
+        assert selection.expires_at is not None
+        until = format_clock(selection.expires_at, now=now)
+        pinned = "pinned" if action.kind == PIN else "extended the pin of"
+        did = f"{pinned} {selection.preset.name} on {chain} until {until}"
+    else:
+        did = f"reverted {chain} to its default {selection.preset.name}"
+    return f":white_check_mark: {slack_escape(name)} {did} (v{version}) from Slack: {slack_escape(reason)}"
