@@ -84,11 +84,15 @@ def actions(request: HttpRequest) -> HttpResponse:
         return HttpResponse("the body's payload is not JSON", status=400, content_type="text/plain")
     if not isinstance(payload, dict):
         return HttpResponse("the body's payload is not an object", status=400, content_type="text/plain")
-    if payload.get("type") == "block_actions":
-        _button(payload)
-        return HttpResponse(status=200)
-    if payload.get("type") == "view_submission" and payload.get("view", {}).get("callback_id") == reviews.CALLBACK_ID:
-        return _submitted(payload)
+    try:
+        if payload.get("type") == "block_actions":
+            _button(payload)
+            return HttpResponse(status=200)
+        view = payload.get("view") or {}
+        if payload.get("type") == "view_submission" and view.get("callback_id") == reviews.CALLBACK_ID:
+            return _submitted(payload)
+    except (AttributeError, TypeError, KeyError):  # signed, yet not shaped as Slack sends it
+        return HttpResponse("the payload is not one Slack sends", status=400, content_type="text/plain")
     return HttpResponse(status=200)  # what this app does not act on (a modal closed, say)
 
 

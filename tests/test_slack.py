@@ -461,3 +461,29 @@ def test_the_readme_s_app_manifest_parses_and_points_at_these_endpoints() -> Non
     assert {"chat:write", "commands", "users:read", "users:read.email"} <= set(
         manifest["oauth_config"]["scopes"]["bot"]
     )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "not json",
+        "[1, 2]",
+        json.dumps({"type": "block_actions", "actions": ["act.pin"]}),
+        json.dumps({"type": "view_submission", "view": "x"}),
+        json.dumps(
+            {
+                "type": "view_submission",
+                "view": {
+                    "callback_id": "controlplane.act",
+                    "private_metadata": json.dumps({"action": {"kind": "revert", "chain": "chat", "version": 1}}),
+                    "state": {"values": [1]},
+                },
+            }
+        ),
+    ],
+)
+def test_a_signed_payload_of_the_wrong_shape_is_a_400_and_changes_nothing(fake, linked, payload: str) -> None:
+    answer = send("/slack/actions", {"payload": payload})
+    assert answer.status_code == 400
+    assert answer["Content-Type"].startswith("text/plain")
+    assert live().version == 1
