@@ -19,6 +19,7 @@ from http_api import fleet as fleet_api
 from http_api import guards as guards_api
 from http_api import history as history_api
 from http_api import notifications as notifications_api
+from http_api import ofrep
 from http_api import plans as plans_api
 from http_api.errors import api_not_found, api_server_error
 from pages import access as web_access
@@ -64,6 +65,8 @@ urlpatterns = [
     path("favicon.ico", FaviconView.as_view(), name="favicon"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("ofrep/v1/evaluate/flags", ofrep.EvaluateFlagsView.as_view(), name="ofrep-flags"),
+    path("ofrep/v1/evaluate/flags/<str:key>", ofrep.EvaluateFlagView.as_view(), name="ofrep-flag"),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("metrics", metrics.metrics_view, name="metrics"),

@@ -108,3 +108,13 @@ class ServiceTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer"}
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """``X-API-Key: <token>``, the other way OFREP providers send a service token."""
+
+    target_class = "http_api.ofrep.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "apiKey", "in": "header", "name": "X-API-Key"}

@@ -131,6 +131,7 @@ ACCESS_API = {
 }
 # A change's refusal says what changing needs (a write token or the on-call role), to everyone.
 API_CHANGE = {**API_READ, "no-role": DENIED, "viewer": DENIED, "staff-without-groups": DENIED, "read-token": DENIED}
+OFREP = {who: OK if who.endswith("-token") else UNAUTHENTICATED for who in API_READ}
 API_CREATE = {who: CREATED if outcome == OK else outcome for who, outcome in API_CHANGE.items()}
 
 # A change's first POST on the pages is its review (nothing changes yet): 200 when allowed.
@@ -192,6 +193,9 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     # The guard rows: chat's v2 pin is guarded.
     ("api-chain-guard", "GET", "/api/v1/chains/chat/guard", None, API_READ),
     ("api-guard-off", "POST", "/api/v1/chains/chat/guard/off", {"reason": "INC-7"}, API_CHANGE),
+    # OFREP is read with a service token only (a person's session is no OFREP credential).
+    ("ofrep-flag", "POST", "/ofrep/v1/evaluate/flags/chat", {"context": {}}, OFREP),
+    ("ofrep-flags", "POST", "/ofrep/v1/evaluate/flags", {"context": {}}, OFREP),
 ]
 
 CASES = [
@@ -206,7 +210,7 @@ def send(client: Client, method: str, path: str, body: dict[str, Any] | None) ->
         return client.get(path)
     if method == "PATCH":
         return client.patch(path, body, content_type="application/json")
-    if path.startswith("/api/"):
+    if path.startswith(("/api/", "/ofrep/")):
         return client.post(path, body, content_type="application/json")
     return client.post(path, body)
 
@@ -232,7 +236,7 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
         if body is not None:
             body = {key: value.format(**ids) if isinstance(value, str) else value for key, value in body.items()}
         response = send(client, method, path.format(**ids), body)
-        page = not path.startswith("/api/")
+        page = not path.startswith(("/api/", "/ofrep/"))
         # A plan's or a guard's change made: one POST, then the chain page at what changed.
         done = response.status_code == 302 and re.search(r"#(plan-|guard$)", response.get("Location", ""))
         reviewed = response.status_code == 302 and "?review=" in response["Location"]

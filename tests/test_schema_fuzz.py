@@ -56,6 +56,8 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/plans/{plan}/start"),
     ("GET", "/api/v1/chains/{name}/guard"),
     ("POST", "/api/v1/chains/{name}/guard/off"),
+    ("POST", "/ofrep/v1/evaluate/flags"),
+    ("POST", "/ofrep/v1/evaluate/flags/{key}"),
 ]
 
 
