@@ -6,12 +6,16 @@ SDK with its OFREP provider reading a chain from a running control plane, seeing
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from presets import services
+from tests.conftest import needs
 
 FLAGS = "/ofrep/v1/evaluate/flags"
 
@@ -117,3 +121,65 @@ def test_openfeature_s_python_sdk_reads_a_chain_over_ofrep_and_sees_a_change(syn
         assert (missing.value, missing.error_code) == ({"fallback": True}, ErrorCode.FLAG_NOT_FOUND)
     finally:
         api.clear_providers()
+
+
+JS = Path(__file__).parent / "ofrep_js"
+
+
+@pytest.fixture(scope="module")
+def node_packages() -> Path:
+    """tests/ofrep_js with its locked packages installed (npm ci, once): OpenFeature's own
+    JavaScript SDKs and OFREP providers, from the npm registry."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        needs("the JavaScript OFREP check needs Node.js 20+ and npm (Debian's nodejs and npm)")
+    installed = JS / "node_modules" / ".package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < (JS / "package-lock.json").stat().st_mtime:
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=JS, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    return JS
+
+
+def test_openfeature_s_javascript_sdks_read_a_chain_see_a_change_and_get_304s_meanwhile(
+    synced, live_server: Any, read_token: str, node_packages: Path
+) -> None:
+    process = subprocess.Popen(
+        ["node", "read_chain.mjs", live_server.url, read_token],
+        cwd=node_packages,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdin is not None
+
+        def line() -> dict[str, Any]:
+            text = process.stdout.readline()  # type: ignore[union-attr]
+            assert text, process.stderr.read() if process.poll() is not None else "no answer"  # type: ignore[union-attr]
+            return json.loads(text)
+
+        first = line()
+        assert first["server"] == {"variant": "1", "reason": "STATIC", "preset": "normal", "errorCode": None}
+        assert first["missing"]["errorCode"] == "FLAG_NOT_FOUND"
+        assert first["web"] == {"variant": "1", "preset": "normal"}
+        statuses = line()["statuses"]
+        assert statuses[0] == 200 and statuses.count(304) >= 2, statuses  # polled, nothing changed
+        assert set(statuses[1:]) == {304}
+
+        services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-7")
+        process.stdin.write("changed\n")
+        process.stdin.flush()
+        after = line()
+        assert after["server"] == {"variant": "2", "reason": "STATIC", "preset": "pin_secondary", "errorCode": None}
+        assert after["web"] == {"variant": "2", "preset": "pin_secondary"}
+        assert 200 in after["statuses"][len(statuses) :]  # the change came as a 200 among the 304s
+        process.stdin.write("quit\n")
+        process.stdin.flush()
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
