@@ -72,12 +72,17 @@ def links_by_notifier(targets: dict[str, Capture], mailoutbox: list[Any], label:
     return {name: urlsplit(url).path for name, url in links.items()}
 
 
+def stale_pin_links(targets: dict[str, Capture], mailoutbox: list[Any], label: str) -> dict[str, str]:
+    """chat pinned (v2) and its stale_pin alert delivered: each notifier's link labelled ``label``."""
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
+    raised(AlertKind.STALE_PIN, preset="pin_secondary", age_seconds=3660)
+    return links_by_notifier(targets, mailoutbox, label)
+
+
 def test_each_notifier_s_link_opens_the_prefilled_review_and_confirming_extends_the_pin(
     open_page: Callable[..., Any], alice: User, targets: dict[str, Capture], mailoutbox: list[Any]
 ) -> None:
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
-    raised(AlertKind.STALE_PIN, preset="pin_secondary", age_seconds=3660)
-    links = links_by_notifier(targets, mailoutbox, "Extend 1 h")
+    links = stale_pin_links(targets, mailoutbox, "Extend 1 h")
     assert len(set(links.values())) == 1  # the same action, so the same address
 
     page = open_page(None, links["slack"], color_scheme="dark", viewport=PHONE)
@@ -114,9 +119,7 @@ def test_a_failing_provider_s_link_opens_the_suggested_pin_s_review(
 def test_a_viewer_following_a_link_sees_a_refusal_and_nothing_changes(
     open_page: Callable[..., Any], bob: User, targets: dict[str, Capture], mailoutbox: list[Any]
 ) -> None:
-    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason=REASON)
-    raised(AlertKind.STALE_PIN, preset="pin_secondary", age_seconds=3660)
-    links = links_by_notifier(targets, mailoutbox, "Revert to default")
+    links = stale_pin_links(targets, mailoutbox, "Revert to default")
     page = open_page(bob, links["email"], color_scheme="dark", viewport=PHONE)
     assert "on-call role. Nothing was changed." in page.locator("main").inner_text()
     assert page.get_by_role("button", name=re.compile("Revert")).count() == 0
