@@ -1,0 +1,757 @@
+/**
+ * `ChainClient`, the poller: follows one chain's live document and keeps serving the last
+ * good one. Three layers, lowest first: the compiled-in default (version 0), the
+ * last-known-good file (read at construction, before any network), the live document.
+ * `current()` reads one reference (and, for a pin, the clock): never a wait, never a throw.
+ *
+ * The promises are the Python SDK's, checked by the same shared vectors: a document is
+ * applied only if (signed by a trusted key, when `trustedKeys` is given,) valid for this
+ * service's registry and newer by (epoch, version); a pin is never served past its expiry,
+ * server or not; polls send the ETag, long-poll, back off with full jitter and say who asks;
+ * usage and provider health are reported in batches that are never lost.
+ */
+
+import { hostname } from "node:os";
+
+import {
+  ChainDocument,
+  DocumentInvalid,
+  Registry,
+  Step,
+  checkSteps,
+  compareOrder,
+  compiledDefault,
+  entityTag,
+  expiredPin,
+  label,
+  parseDocument,
+} from "./document.js";
+import { HealthTally, healthBody } from "./health.js";
+import type { Attempt } from "./receipts.js";
+import { TrustedKeys } from "./signatures.js";
+import { StateFile } from "./stateFile.js";
+import { MAX_WAIT_S, REPORT_MAX_PROVIDERS, g, pyRepr } from "./wire.js";
+
+export const VERSION = "0.1.0";
+export const MAX_DOCUMENT_BYTES = 1 << 20;
+/** After a change, a random pause up to this long before the next long poll (spreads a fleet). */
+export const REPOLL_SPREAD_S = 0.25;
+const HELD_AT_LEAST_S = 1.0;
+const MAX_REPORTED_REJECTIONS = 20;
+const MAX_REASON_CHARS = 500;
+const MAX_RETRY_AFTER_S = 600;
+
+export interface Logger {
+  debug(message: string): void;
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+/** Warnings and errors to stderr; info and debug dropped (pass a logger to keep them). */
+export const defaultLogger: Logger = {
+  debug() {},
+  info() {},
+  warn: (message) => console.warn(message),
+  error: (message) => console.error(message),
+};
+
+export interface ChainClientOptions {
+  chain: string;
+  /** A `read` service token of the control plane (optional only with `published: true`). */
+  token?: string | null;
+  registry: Registry;
+  /** The compiled-in default steps: served until a document comes (version 0). */
+  default: readonly Step[];
+  /** Where `{chain}.json`, the last-known-good file, is kept; null keeps none. */
+  stateDir?: string | null;
+  pollInterval?: number;
+  longPoll?: boolean;
+  service?: string;
+  instance?: string;
+  onChange?: (document: ChainDocument) => void;
+  waitS?: number;
+  timeout?: number;
+  maxBackoff?: number;
+  reportUsage?: boolean;
+  usageInterval?: number;
+  aheadAfterS?: number;
+  /** Key id -> the control plane's Ed25519 public key (base64url): only documents signed by one are applied. */
+  trustedKeys?: Readonly<Record<string, string>> | null;
+  /** `baseUrl` is a static host or bucket the control plane publishes to (requires `trustedKeys`). */
+  published?: boolean;
+  logger?: Logger;
+  /** The wall clock in epoch seconds (a pin's expiry is a wall-clock instant); tests pass their own. */
+  clock?: () => number;
+  /** The fetch to poll with (the global one by default). */
+  fetch?: typeof globalThis.fetch;
+}
+
+export interface Health {
+  chain: string;
+  source: string;
+  epoch: number;
+  version: number;
+  preset: string;
+  expired_pin: { preset: string; version: number; expires_at: number | null } | null;
+  ahead_of_server: { server_epoch: number; server_version: number; since: number } | null;
+  last_success_at: number | null;
+  last_failure_at: number | null;
+  last_error: string | null;
+  consecutive_failures: number;
+  rejected: number;
+  changes: number;
+  polls: number;
+  long_poll: boolean;
+  published: boolean;
+  running: boolean;
+  state_file: string | null;
+  state_file_refused: string | null;
+  unreported_requests: number;
+  last_usage_report_at: number | null;
+  usage_report_failures: number;
+  last_save_error: string | null;
+  last_save_error_at: number | null;
+  signatures: { required: boolean; key_id: string | null; refused: number; last_refused: string | null };
+}
+
+interface Snapshot {
+  readonly document: ChainDocument;
+  /** Epoch seconds; Infinity without an expiry, so one comparison does. */
+  readonly expiresAt: number;
+  readonly expired: ChainDocument;
+}
+
+interface OlderAnswer {
+  epoch: number;
+  version: number;
+  since: number;
+}
+
+interface Refusal {
+  version: number | null;
+  reason: string;
+  at: number;
+}
+
+class Stopped extends Error {}
+
+function positive(name: string, value: number): number {
+  if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number of seconds`);
+  return value;
+}
+
+function headerSafe(name: string, value: string): string {
+  if (typeof value !== "string" || /[\r\n\0]/.test(value)) throw new RangeError(`${name} must be a string usable in an HTTP header`);
+  return value;
+}
+
+function uniform(low: number, high: number): number {
+  return low + Math.random() * (high - low);
+}
+
+function utc(epochS: number): string {
+  return new Date(Math.floor(epochS) * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+/** `Retry-After` in seconds: a number of seconds or an HTTP date; null when unusable. */
+export function retryAfterSeconds(value: string | null): number | null {
+  if (value === null) return null;
+  const text = value.trim();
+  if (/^\d+(\.\d+)?$/.test(text)) return Number(text);
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? null : Math.max(0, (at - Date.now()) / 1000);
+}
+
+function errorMessage(body: string): string {
+  try {
+    const message = JSON.parse(body)?.error?.message;
+    if (typeof message === "string") return message.slice(0, 200);
+  } catch {
+    // not JSON: an excerpt
+  }
+  return body.slice(0, 200).trim() || "no body";
+}
+
+function describe(error: unknown): string {
+  const e = error as { name?: string; message?: string; cause?: { code?: string; message?: string } };
+  if (e?.name === "TimeoutError") return "timed out";
+  if (e?.cause?.code) return `${e.cause.code}: ${e.cause.message ?? ""}`.trim();
+  return e?.message ? `${e.name ?? "Error"}: ${e.message}` : String(error);
+}
+
+export class ChainClient {
+  readonly chain: string;
+  readonly registry: Registry;
+  private readonly defaultSteps: readonly Step[];
+  private readonly base: string;
+  private readonly token: string | null;
+  private readonly clientId: string;
+  private readonly published: boolean;
+  private readonly pollInterval: number;
+  private readonly waitS: number;
+  private readonly timeoutS: number;
+  private readonly maxBackoff: number;
+  private readonly usageInterval: number;
+  private readonly aheadAfterS: number;
+  private readonly reportUsage: boolean;
+  private readonly trustedKeys: TrustedKeys | null;
+  private readonly stateFile: StateFile;
+  private readonly onChange: ((document: ChainDocument) => void) | null;
+  private readonly log: Logger;
+  private readonly clock: () => number;
+  private readonly fetchImpl: typeof globalThis.fetch;
+
+  private snapshot: Snapshot;
+  private longPollOn: boolean;
+  private notedUnheldLongPoll = false;
+  private etag: string | null = null;
+  private lastRejection: string | null = null;
+  private running = false;
+  private stopper: AbortController | null = null;
+  private loops: Promise<void>[] = [];
+
+  // what health() reports
+  private polls = 0;
+  private changes = 0;
+  private rejected = 0;
+  private consecutiveFailures = 0;
+  private outageStarted: number | null = null;
+  private lastSuccessAt: number | null = null;
+  private lastFailureAt: number | null = null;
+  private lastError: string | null = null;
+  private stateFileRefused: string | null = null;
+  private lastSaveError: string | null = null;
+  private lastSaveErrorAt: number | null = null;
+  private signatureRefusals = 0;
+  private lastSignatureRefusal: string | null = null;
+  private expiryNoted: Snapshot | null = null;
+  private olderAnswer: OlderAnswer | null = null;
+  private aheadNoted = false;
+  private lastReportAt: number | null = null;
+  private reportFailures = 0;
+
+  // what the next usage report carries
+  private served = new Map<string, { requests: number; last: number }>();
+  private refusals: Refusal[] = [];
+  private readonly tally = new HealthTally();
+  private reportNotBefore = 0;
+
+  constructor(baseUrl: string, options: ChainClientOptions) {
+    const chain = options.chain;
+    if (typeof chain !== "string" || !chain.trim()) throw new RangeError("chain must be a non-empty string");
+    this.pollInterval = positive("pollInterval", options.pollInterval ?? 10);
+    this.timeoutS = positive("timeout", options.timeout ?? 10);
+    this.maxBackoff = positive("maxBackoff", options.maxBackoff ?? 60);
+    this.usageInterval = positive("usageInterval", options.usageInterval ?? 60);
+    this.aheadAfterS = positive("aheadAfterS", options.aheadAfterS ?? 30);
+    this.waitS = options.waitS ?? 30;
+    if (!(this.waitS >= 0 && this.waitS <= MAX_WAIT_S)) throw new RangeError(`waitS must be within 0..${MAX_WAIT_S}`);
+    this.published = Boolean(options.published);
+    const token = options.token ?? null;
+    if (this.published && !options.trustedKeys) {
+      throw new RangeError(
+        "published: true needs trustedKeys: documents from a static host or bucket are applied only when " +
+          "the control plane's signature verifies (manage.py signing_keys public --format json prints the keys)",
+      );
+    }
+    if (!this.published && !token) {
+      throw new RangeError(
+        "token is required: a service token of the control plane (manage.py create_token NAME); " +
+          "only a client of published documents (published: true) polls without one",
+      );
+    }
+    if (!(options.registry instanceof Registry)) throw new TypeError("registry must be a Registry");
+    const steps = Object.freeze([...(options.default ?? [])]);
+    checkSteps(steps, options.registry); // a default the service cannot route is a build bug
+    const url = new URL(baseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new RangeError(`baseUrl must be http(s)://..., got ${baseUrl}`);
+    this.base = `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+    this.chain = chain;
+    this.registry = options.registry;
+    this.defaultSteps = steps;
+    this.token = token === null ? null : headerSafe("token", token);
+    const service = headerSafe("service", options.service ?? "unknown");
+    const instance = headerSafe("instance", options.instance ?? `${hostname()}-${process.pid}`);
+    this.clientId = `${service}/${instance}`;
+    this.longPollOn = (options.longPoll ?? true) && !this.published && this.waitS > 0;
+    this.reportUsage = (options.reportUsage ?? true) && !this.published;
+    this.trustedKeys = options.trustedKeys ? TrustedKeys.load(options.trustedKeys) : null;
+    this.onChange = options.onChange ?? null;
+    this.log = options.logger ?? defaultLogger;
+    this.clock = options.clock ?? (() => Date.now() / 1000);
+    this.fetchImpl = options.fetch ?? globalThis.fetch;
+    this.stateFile = new StateFile(options.stateDir ?? null, chain, options.registry, this.trustedKeys);
+    if (this.stateFile.path === null) {
+      this.log.info(`chain ${chain}: stateDir=null, so no last-known-good file is kept; a restart serves the compiled-in default until the first successful poll`);
+    }
+    const loaded = this.stateFile.load();
+    if (loaded.refused !== null) {
+      this.stateFileRefused = loaded.refused;
+      this.log.warn(`chain ${chain}: ignoring state file ${this.stateFile.path}: ${loaded.refused}`);
+    } else if (loaded.document !== null) {
+      this.log.info(`chain ${chain}: starting from ${label(loaded.document)} ${loaded.document.preset} saved in ${this.stateFile.path}`);
+    }
+    this.snapshot = this.snapshotOf(loaded.document ?? compiledDefault(chain, steps));
+  }
+
+  // -- the read path -------------------------------------------------------------------
+
+  /** The chain to use now: live, else last-known-good, else the default; never past a pin's expiry. */
+  current(): ChainDocument {
+    const snapshot = this.snapshot;
+    return this.clock() < snapshot.expiresAt ? snapshot.document : snapshot.expired;
+  }
+
+  health(): Health {
+    const now = this.clock();
+    const snapshot = this.snapshot;
+    const expired = now >= snapshot.expiresAt;
+    if (expired) this.noteExpired(snapshot);
+    const document = expired ? snapshot.expired : snapshot.document;
+    const held = snapshot.document;
+    const ahead = this.aheadOfServer(now);
+    return {
+      chain: this.chain,
+      source: document.source,
+      epoch: document.epoch,
+      version: document.version,
+      preset: document.preset,
+      expired_pin: expired ? { preset: held.preset, version: held.version, expires_at: held.expires_at_s } : null,
+      ahead_of_server: ahead ? { server_epoch: ahead.epoch, server_version: ahead.version, since: ahead.since } : null,
+      last_success_at: this.lastSuccessAt,
+      last_failure_at: this.lastFailureAt,
+      last_error: this.lastError,
+      consecutive_failures: this.consecutiveFailures,
+      rejected: this.rejected,
+      changes: this.changes,
+      polls: this.polls,
+      long_poll: this.longPollOn,
+      published: this.published,
+      running: this.running,
+      state_file: this.stateFile.path,
+      state_file_refused: this.stateFileRefused,
+      unreported_requests: [...this.served.values()].reduce((sum, entry) => sum + entry.requests, 0),
+      last_usage_report_at: this.lastReportAt,
+      usage_report_failures: this.reportFailures,
+      last_save_error: this.lastSaveError,
+      last_save_error_at: this.lastSaveErrorAt,
+      signatures: {
+        required: this.trustedKeys !== null,
+        key_id: held.signature?.key_id ?? null,
+        refused: this.signatureRefusals,
+        last_refused: this.lastSignatureRefusal,
+      },
+    };
+  }
+
+  /** Count one request served by `provider` for the next usage report (the Router calls it). */
+  record_served(provider: string): void {
+    if (!this.reportUsage) return;
+    const entry = this.served.get(provider);
+    if (entry !== undefined) {
+      entry.requests += 1;
+      entry.last = Date.now() / 1000;
+    } else if (this.served.size < REPORT_MAX_PROVIDERS) {
+      this.served.set(provider, { requests: 1, last: Date.now() / 1000 });
+    }
+  }
+
+  /** Count one attempt for the provider health in the next usage report (the Router calls it). */
+  record_attempt(attempt: Attempt): void {
+    if (this.reportUsage) this.tally.record(attempt);
+  }
+
+  /** Count one opening of `provider`'s circuit breaker (the Router calls it). */
+  record_breaker_opened(provider: string): void {
+    if (this.reportUsage) this.tally.recordOpening(provider);
+  }
+
+  // -- lifecycle -----------------------------------------------------------------------
+
+  /** Start polling (and usage reports) in the background; idempotent. */
+  start(): this {
+    if (this.running) return this;
+    this.running = true;
+    const stopper = new AbortController();
+    this.stopper = stopper;
+    this.loops = [this.pollLoop(stopper.signal)];
+    if (this.reportUsage) this.loops.push(this.reportLoop(stopper.signal));
+    return this;
+  }
+
+  /** Stop polling: an in-flight long poll is aborted; a last usage report is tried within `timeoutS`. */
+  async stop(timeoutS = 0.5): Promise<void> {
+    if (!this.running || this.stopper === null) return;
+    this.running = false;
+    this.stopper.abort();
+    this.stopper = null;
+    await Promise.allSettled(this.loops);
+    this.loops = [];
+    if (this.reportUsage && Date.now() / 1000 >= this.reportNotBefore) {
+      await this.report(AbortSignal.timeout(Math.max(1, timeoutS * 1000)));
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  toString(): string {
+    const d = this.snapshot.document;
+    return `<ChainClient chain=${pyRepr(this.chain)} v${d.version} ${d.preset} source=${d.source}>`;
+  }
+
+  // -- polling -------------------------------------------------------------------------
+
+  private async pollLoop(signal: AbortSignal): Promise<void> {
+    let delay = 0;
+    while (!signal.aborted) {
+      try {
+        await sleep(delay, signal);
+        delay = await this.pollOnce(signal);
+      } catch (error) {
+        if (signal.aborted) return;
+        this.log.error(`chain ${this.chain}: unexpected error while polling: ${describe(error)}`);
+        delay = this.failed(`unexpected ${describe(error)}`);
+      }
+    }
+  }
+
+  /**
+   * Poll once, apply what came back and return how long to wait before the next poll, in
+   * seconds. The background loop calls it; a test or a service driving its own loop may too.
+   */
+  async pollOnce(signal?: AbortSignal): Promise<number> {
+    const now = this.clock();
+    const snapshot = this.snapshot;
+    if (now >= snapshot.expiresAt) this.noteExpired(snapshot);
+    this.aheadOfServer(now);
+    const current = snapshot.document;
+    const longPoll = this.longPollOn;
+    let url = `${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}`;
+    let readTimeout = this.timeoutS;
+    if (longPoll) {
+      url += `?wait=${g(this.waitS)}`;
+      readTimeout += this.waitS;
+    }
+    const ifNoneMatch = this.etag ?? entityTag(current);
+    const headers: Record<string, string> = {
+      "If-None-Match": ifNoneMatch,
+      "X-Chain-Client": this.clientId,
+      "X-Chain-Applied-Version": String(current.version),
+      "User-Agent": `chainclient/${VERSION} node/${process.version}`,
+      Accept: "application/json",
+    };
+    if (this.token) headers["Authorization"] = `Bearer ${this.token}`;
+    const started = performance.now();
+    let status: number;
+    let responseHeaders: Headers;
+    let body: string;
+    try {
+      const timeout = AbortSignal.timeout(readTimeout * 1000);
+      const response = await this.fetchImpl(url, { headers, signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
+      status = response.status;
+      responseHeaders = response.headers;
+      body = await response.text();
+      if (Buffer.byteLength(body) > MAX_DOCUMENT_BYTES) throw new Error(`response larger than ${MAX_DOCUMENT_BYTES} bytes`);
+    } catch (error) {
+      return signal?.aborted ? 0 : this.failed(describe(error));
+    }
+    if (signal?.aborted) return 0;
+    if (status === 304) {
+      this.succeeded();
+      this.etag = responseHeaders.get("ETag") ?? this.etag;
+      if (ifNoneMatch === entityTag(current)) this.caughtUp();
+      const heldFor = (performance.now() - started) / 1000;
+      if (longPoll && heldFor < Math.min(HELD_AT_LEAST_S, this.waitS / 2)) {
+        if (!this.notedUnheldLongPoll) {
+          this.notedUnheldLongPoll = true;
+          this.log.info(`chain ${this.chain}: the control plane answered a long poll at once; polling every ${g(this.pollInterval)}s`);
+        }
+        return this.interval();
+      }
+      return longPoll ? 0 : this.interval();
+    }
+    if (status === 200) {
+      this.succeeded();
+      const { changed, etag } = await this.apply(body, responseHeaders.get("ETag"));
+      if (etag !== null) this.etag = etag;
+      return changed && longPoll ? uniform(0, Math.min(REPOLL_SPREAD_S, this.waitS)) : this.interval();
+    }
+    if (status === 400 && longPoll) {
+      this.longPollOn = false;
+      this.log.warn(
+        `chain ${this.chain}: the control plane refused ?wait= (HTTP 400: ${errorMessage(body)}); long polling off, polling every ${g(this.pollInterval)}s`,
+      );
+      return 0;
+    }
+    let delay = this.failed(`HTTP ${status}: ${errorMessage(body)}`);
+    const wait = retryAfterSeconds(responseHeaders.get("Retry-After"));
+    if (wait !== null && (status === 429 || status === 503)) {
+      delay = Math.max(delay, Math.min(wait, Math.max(this.maxBackoff, this.pollInterval)));
+    }
+    return delay;
+  }
+
+  private async apply(body: string, etag: string | null): Promise<{ changed: boolean; etag: string | null }> {
+    let data: unknown;
+    try {
+      data = JSON.parse(body);
+    } catch (error) {
+      return this.refuse(null, etag, `not JSON (${(error as Error).message})`);
+    }
+    const fields = data !== null && typeof data === "object" && !Array.isArray(data) ? (data as Record<string, unknown>) : null;
+    const version = fields?.["version"];
+    if (this.trustedKeys !== null && fields !== null) {
+      const refused = this.trustedKeys.refusal(fields);
+      if (refused !== null) return this.refuse(version, etag, refused.why, true);
+    }
+    let document: ChainDocument;
+    try {
+      document = parseDocument(data, { registry: this.registry, source: "live" });
+      if (document.name !== this.chain) throw new DocumentInvalid(`document is for chain ${pyRepr(document.name)}`);
+    } catch (error) {
+      if (!(error instanceof DocumentInvalid)) throw error;
+      return this.refuse(version, etag, error.message);
+    }
+    const previous = this.snapshot.document;
+    const order = compareOrder(document, previous);
+    if (order <= 0) {
+      if (order < 0) {
+        const now = this.clock();
+        this.olderAnswer = { epoch: document.epoch, version: document.version, since: this.olderAnswer?.since ?? now };
+        this.aheadOfServer(now);
+      } else {
+        this.caughtUp();
+      }
+      this.log.debug(`chain ${this.chain}: ignoring ${label(document)}, already at ${label(previous)}`);
+      return { changed: false, etag: order === 0 && etag ? etag : null };
+    }
+    this.log.info(
+      `chain ${this.chain}: ${label(previous)} ${previous.preset} -> ${label(document)} ${document.preset} by ${document.updated_by}: ${document.reason}`,
+    );
+    this.snapshot = this.snapshotOf(document);
+    this.changes += 1;
+    this.caughtUp();
+    await this.persist(document);
+    if (this.onChange !== null) {
+      try {
+        this.onChange(document);
+      } catch (error) {
+        this.log.error(`chain ${this.chain}: onChange threw for v${document.version}; polling continues: ${describe(error)}`);
+      }
+    }
+    return { changed: true, etag: etag || entityTag(document) };
+  }
+
+  private async persist(document: ChainDocument): Promise<void> {
+    if (this.stateFile.path === null) return;
+    try {
+      const onDisk = await this.stateFile.save(document);
+      if (onDisk === null) {
+        this.lastSaveError = this.lastSaveErrorAt = null;
+        this.stateFileRefused = null;
+      }
+    } catch (error) {
+      this.lastSaveError = describe(error);
+      this.lastSaveErrorAt = Date.now() / 1000;
+      this.log.warn(`chain ${this.chain}: could not save v${document.version} to ${this.stateFile.path}: ${this.lastSaveError}`);
+    }
+  }
+
+  private refuse(version: unknown, etag: string | null, why: string, signature = false): { changed: boolean; etag: string | null } {
+    this.rejected += 1;
+    if (signature) {
+      this.signatureRefusals += 1;
+      this.lastSignatureRefusal = why;
+    }
+    if (this.reportUsage) {
+      const number = typeof version === "number" && Number.isInteger(version) && version > 0 ? version : null;
+      const listed = this.refusals.some((r) => r.version === number && (number !== null || r.reason === why.slice(0, MAX_REASON_CHARS)));
+      if (!listed) {
+        this.refusals.push({ version: number, reason: why.slice(0, MAX_REASON_CHARS), at: Date.now() / 1000 });
+        this.refusals.splice(0, Math.max(0, this.refusals.length - MAX_REPORTED_REJECTIONS));
+      }
+    }
+    // An invalid document is what the server holds: keep its ETag. A bad signature is more
+    // likely damage on the way: ask again for anything but the held document.
+    const result = { changed: false, etag: signature ? entityTag(this.snapshot.document) : etag || null };
+    const key = JSON.stringify([etag ?? version ?? null, why]);
+    if (key === this.lastRejection) return result;
+    this.lastRejection = key;
+    const current = this.current();
+    const shown = typeof version === "number" && Number.isInteger(version) ? ` v${version}` : "";
+    this.log.warn(`chain ${this.chain}: refused document${shown} from the control plane: ${why}; keeping v${current.version} ${current.preset}`);
+    return result;
+  }
+
+  private succeeded(): void {
+    const failures = this.consecutiveFailures;
+    this.polls += 1;
+    this.lastSuccessAt = Date.now() / 1000;
+    this.consecutiveFailures = 0;
+    if (failures) {
+      const over = this.outageStarted === null ? 0 : (performance.now() - this.outageStarted) / 1000;
+      this.log.info(`chain ${this.chain}: the control plane answers again after ${failures} failed poll${failures === 1 ? "" : "s"} over ${over.toFixed(1)}s`);
+    }
+    this.outageStarted = null;
+  }
+
+  private failed(why: string): number {
+    this.polls += 1;
+    this.consecutiveFailures += 1;
+    this.lastFailureAt = Date.now() / 1000;
+    this.lastError = why;
+    const failures = this.consecutiveFailures;
+    if (failures === 1) {
+      this.outageStarted = performance.now();
+      const current = this.current();
+      this.log.warn(
+        `chain ${this.chain}: poll failed (${why}); keeping v${current.version} ${current.preset} (${current.source}) and retrying with backoff`,
+      );
+    }
+    const ceiling = Math.max(this.maxBackoff, this.pollInterval);
+    const cap = Math.min(ceiling, this.pollInterval * 2 ** Math.min(failures, 30));
+    return Math.max(Math.min(this.pollInterval, 0.5), uniform(0, cap));
+  }
+
+  private interval(): number {
+    return this.pollInterval * uniform(0.9, 1.1);
+  }
+
+  private snapshotOf(document: ChainDocument): Snapshot {
+    if (document.expires_at_s === null) return Object.freeze({ document, expiresAt: Infinity, expired: document });
+    return Object.freeze({ document, expiresAt: document.expires_at_s, expired: expiredPin(document, this.defaultSteps) });
+  }
+
+  private noteExpired(snapshot: Snapshot): void {
+    if (this.expiryNoted === snapshot) return;
+    this.expiryNoted = snapshot;
+    this.log.warn(`chain ${this.chain}: ${snapshot.expired.reason}`);
+  }
+
+  private caughtUp(): void {
+    const wasAhead = this.aheadNoted && this.olderAnswer !== null;
+    this.olderAnswer = null;
+    this.aheadNoted = false;
+    if (wasAhead) this.log.info(`chain ${this.chain}: the control plane serves ${label(this.snapshot.document)} again; no longer ahead of it`);
+  }
+
+  private aheadOfServer(now: number): OlderAnswer | null {
+    const seen = this.olderAnswer;
+    if (seen === null || now - seen.since < this.aheadAfterS) return null;
+    if (!this.aheadNoted) {
+      this.aheadNoted = true;
+      const held = this.snapshot.document;
+      this.log.warn(
+        `chain ${this.chain}: the control plane serves v${seen.version} but this instance holds v${held.version} (epoch ${held.epoch}); ` +
+          `restored database? keeping v${held.version} until an operator raises the epoch (manage.py raise_epoch)`,
+      );
+    }
+    return seen;
+  }
+
+  // -- usage reports ---------------------------------------------------------------------
+
+  private async reportLoop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const wait = Math.max(this.usageInterval * uniform(0.9, 1.1), this.reportNotBefore - Date.now() / 1000);
+      try {
+        await sleep(wait, signal);
+      } catch {
+        return;
+      }
+      await this.report(AbortSignal.any([signal, AbortSignal.timeout(this.timeoutS * 1000)]));
+    }
+  }
+
+  /** Send what was served, refused and seen of provider health since the last accepted report. */
+  private async report(signal: AbortSignal): Promise<void> {
+    const ahead = this.aheadOfServer(this.clock());
+    const served = this.served;
+    const refusals = this.refusals;
+    const health = this.tally.take();
+    this.served = new Map();
+    this.refusals = [];
+    const healthJson = healthBody(health);
+    if (served.size === 0 && refusals.length === 0 && healthJson === null && ahead === null) return;
+    const version = this.snapshot.document.version;
+    const body: Record<string, unknown> = {
+      client: this.clientId,
+      applied_version: version,
+      providers: Object.fromEntries([...served].map(([provider, e]) => [provider, { requests: e.requests, last_served_at: utc(e.last) }])),
+      rejected: refusals.map((r) => ({ version: r.version ?? 0, reason: r.reason, at: utc(r.at) })),
+    };
+    if (ahead !== null) body["ahead_of_server"] = { server_epoch: ahead.epoch, server_version: ahead.version, since: utc(ahead.since) };
+    if (healthJson !== null) body["health"] = healthJson;
+    const headers: Record<string, string> = {
+      "Content-Type": "application/json",
+      "X-Chain-Client": this.clientId,
+      "X-Chain-Applied-Version": String(version),
+      "User-Agent": `chainclient/${VERSION} node/${process.version}`,
+    };
+    if (this.token) headers["Authorization"] = `Bearer ${this.token}`;
+    let error: string | null = null;
+    try {
+      const response = await this.fetchImpl(`${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}/usage`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify(body),
+        signal,
+      });
+      const text = await response.text();
+      if (response.status < 200 || response.status >= 300) {
+        error = `HTTP ${response.status}: ${errorMessage(text)}`;
+        const wait = response.status === 429 || response.status === 503 ? retryAfterSeconds(response.headers.get("Retry-After")) : null;
+        if (wait !== null) {
+          const capped = Math.min(wait, MAX_RETRY_AFTER_S);
+          this.reportNotBefore = Date.now() / 1000 + capped * uniform(1.0, 1.1);
+          error += `; the next report in ${g(capped)}s, as the control plane asked`;
+        }
+      }
+    } catch (caught) {
+      error = describe(caught);
+    }
+    if (error === null) {
+      if (this.reportFailures) this.log.info(`chain ${this.chain}: usage report accepted after ${this.reportFailures} failed attempt(s)`);
+      this.reportFailures = 0;
+      this.lastReportAt = Date.now() / 1000;
+      return;
+    }
+    // Put the batch back, the older counts first, so nothing is lost.
+    for (const [provider, e] of this.served) {
+      const held = served.get(provider);
+      if (held !== undefined) {
+        held.requests += e.requests;
+        held.last = Math.max(held.last, e.last);
+      } else if (served.size < REPORT_MAX_PROVIDERS) {
+        served.set(provider, e);
+      }
+    }
+    this.served = served;
+    for (const r of this.refusals) if (!refusals.some((l) => l.version === r.version && (r.version !== null || l.reason === r.reason))) refusals.push(r);
+    this.refusals = refusals.slice(-MAX_REPORTED_REJECTIONS);
+    this.tally.putBack(health);
+    this.reportFailures += 1;
+    if (this.reportFailures === 1) {
+      this.log.warn(`chain ${this.chain}: usage report failed (${error}); keeping its counts for the next one`);
+    }
+  }
+}
+
+function sleep(seconds: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(new Stopped());
+  if (seconds <= 0) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, seconds * 1000);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new Stopped());
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,399 @@
+/**
+ * The chain document as the control plane serves it, the service's compiled-in registry,
+ * and the rules a document must pass before it is applied. Messages read as the Python
+ * SDK's, word for word: the shared test vectors check both.
+ */
+
+import { CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS, pyRepr } from "./wire.js";
+
+/** One place a request may be served from: a provider's model with a timeout. */
+export interface Step {
+  readonly provider: string;
+  readonly model: string;
+  readonly timeout_ms: number;
+}
+
+export function step(provider: string, model: string, timeout_ms: number): Step {
+  return Object.freeze({ provider, model, timeout_ms });
+}
+
+/** `provider/model`, as receipts and log lines name a step. */
+export function stepName(s: Step): string {
+  return `${s.provider}/${s.model}`;
+}
+
+/** A provider the service is built to call: where its data goes, and its models' capabilities. */
+export interface ProviderSpec {
+  readonly destination: string;
+  readonly models: Readonly<Record<string, Iterable<string>>>;
+}
+
+/** The service's own compiled-in list of providers (never fetched). */
+export class Registry {
+  private readonly providers: Map<string, { destination: string; models: Map<string, ReadonlySet<string>> }>;
+
+  constructor(providers: Readonly<Record<string, ProviderSpec>>) {
+    this.providers = new Map();
+    for (const [name, spec] of Object.entries(providers)) {
+      if (typeof spec?.destination !== "string" || spec.models === null || typeof spec.models !== "object") {
+        throw new TypeError(`registry: provider ${pyRepr(name)} needs a destination (string) and models (model -> capabilities)`);
+      }
+      const models = new Map<string, ReadonlySet<string>>();
+      for (const [model, capabilities] of Object.entries(spec.models)) models.set(model, new Set(capabilities));
+      this.providers.set(name, { destination: spec.destination, models });
+    }
+  }
+
+  has(provider: string): boolean {
+    return this.providers.has(provider);
+  }
+
+  names(): string[] {
+    return [...this.providers.keys()];
+  }
+
+  destination(provider: string): string | undefined {
+    return this.providers.get(provider)?.destination;
+  }
+
+  hasModel(provider: string, model: string): boolean {
+    return this.providers.get(provider)?.models.has(model) ?? false;
+  }
+
+  capabilities(provider: string, model: string): ReadonlySet<string> {
+    return this.providers.get(provider)?.models.get(model) ?? new Set();
+  }
+}
+
+/** A document that must not be applied; `message` says why. */
+export class DocumentInvalid extends Error {
+  override name = "DocumentInvalid";
+}
+
+export interface Marking {
+  readonly degraded: boolean;
+  readonly note?: string;
+  readonly [key: string]: unknown;
+}
+
+export const NO_MARKING: Marking = Object.freeze({ degraded: false, note: "" });
+
+/** The chain's default preset: what a pin falls back to at its expiry, server or not. */
+export interface DefaultChain {
+  readonly preset: string;
+  readonly chain: readonly Step[];
+  readonly marking: Marking;
+}
+
+export interface DocumentSignature {
+  readonly alg: string;
+  readonly key_id: string;
+  readonly signed_at: string;
+  readonly value: string;
+}
+
+export type Source = "default" | "disk" | "live";
+
+/**
+ * The live chain, plus where this copy came from (`source`). Documents are ordered by
+ * (epoch, version); `expires_at_s` is `expires_at` in epoch seconds.
+ */
+export interface ChainDocument {
+  readonly name: string;
+  readonly epoch: number;
+  readonly version: number;
+  readonly preset: string;
+  readonly is_default: boolean;
+  readonly chain: readonly Step[];
+  readonly marking: Marking;
+  readonly updated_by: string;
+  readonly reason: string;
+  readonly updated_at: string | null;
+  readonly expires_at: string | null;
+  readonly default: DefaultChain | null;
+  readonly source: Source;
+  readonly expires_at_s: number | null;
+  /** The control plane's signature the document carried (verified only with `trustedKeys`). */
+  readonly signature: DocumentSignature | null;
+  /** The JSON object as received (what the state file keeps, so it verifies again); null for one built in code. */
+  readonly received: Readonly<Record<string, unknown>> | null;
+}
+
+/** Whether `a` is newer than `b` by (epoch, version): negative, zero or positive. */
+export function compareOrder(a: { epoch: number; version: number }, b: { epoch: number; version: number }): number {
+  return a.epoch !== b.epoch ? a.epoch - b.epoch : a.version - b.version;
+}
+
+/** Throw DocumentInvalid unless `steps` form a chain (one this registry can route, if given). */
+export function checkSteps(steps: readonly Step[], registry: Registry | null = null): void {
+  if (steps.length < CHAIN_MIN_STEPS || steps.length > CHAIN_MAX_STEPS) {
+    throw new DocumentInvalid(`a chain has ${CHAIN_MIN_STEPS}..${CHAIN_MAX_STEPS} steps, got ${steps.length}`);
+  }
+  const seen = new Set<string>();
+  steps.forEach((s, i) => {
+    let problem: string | null = registry !== null ? unknownTo(registry, s) : null;
+    if (problem === null && !(s.timeout_ms >= STEP_MIN_TIMEOUT_MS && s.timeout_ms <= STEP_MAX_TIMEOUT_MS)) {
+      problem = `timeout_ms ${s.timeout_ms} is outside ${STEP_MIN_TIMEOUT_MS}..${STEP_MAX_TIMEOUT_MS}`;
+    }
+    if (problem !== null) throw new DocumentInvalid(`chain[${i}]: ${problem}`);
+    const key = JSON.stringify([s.provider, s.model]);
+    if (seen.has(key)) {
+      throw new DocumentInvalid(registry !== null ? `chain[${i}]: duplicate step ${stepName(s)}` : "duplicate step in chain");
+    }
+    seen.add(key);
+  });
+}
+
+function unknownTo(registry: Registry, s: Step): string | null {
+  if (!registry.has(s.provider)) return `unknown provider ${pyRepr(s.provider)}`;
+  if (!registry.hasModel(s.provider, s.model)) return `unknown model ${pyRepr(s.model)} for provider ${pyRepr(s.provider)}`;
+  return null;
+}
+
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))$/;
+
+/** Epoch seconds of an RFC 3339 time with a zone; throws RangeError if it is not one. */
+export function parseTime(text: string): number {
+  const m = RFC3339.exec(text);
+  const invalid = () => new RangeError(`${pyRepr(text)} is not an RFC 3339 time with a time zone`);
+  if (m === null) throw invalid();
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number);
+  const fraction = Number((m[7] ?? "0").padEnd(6, "0")) / 1e6;
+  if (month < 1 || month > 12 || day < 1 || day > daysIn(year, month) || hour > 23 || minute > 59 || second > 59) {
+    throw invalid();
+  }
+  let offsetMin = 0;
+  if (m[8] === undefined) {
+    const zoneH = Number(m[10]);
+    const zoneM = Number(m[11]);
+    if (zoneH > 23 || zoneM > 59) throw invalid();
+    offsetMin = (m[9] === "-" ? -1 : 1) * (zoneH * 60 + zoneM);
+  }
+  const utc = Date.UTC(year, month - 1, day, hour, minute, second) / 1000;
+  return utc - offsetMin * 60 + fraction;
+}
+
+function daysIn(year: number, month: number): number {
+  return new Date(Date.UTC(year, month, 0)).getUTCDate();
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return "NoneType";
+  if (Array.isArray(value)) return "list";
+  switch (typeof value) {
+    case "string":
+      return "str";
+    case "boolean":
+      return "bool";
+    case "number":
+      return Number.isInteger(value) ? "int" : "float";
+    case "object":
+      return "dict";
+    default:
+      return typeof value;
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === "number" && Number.isInteger(value) && value >= 0;
+}
+
+/** The compiled-in default steps as a document: version 0, source `default`. */
+export function compiledDefault(name: string, steps: readonly Step[]): ChainDocument {
+  return Object.freeze({
+    name,
+    epoch: 0,
+    version: 0,
+    preset: "compiled-default",
+    is_default: true,
+    chain: Object.freeze([...steps]),
+    marking: NO_MARKING,
+    updated_by: "compiled-in",
+    reason: "compiled-in default",
+    updated_at: null,
+    expires_at: null,
+    default: null,
+    source: "default" as const,
+    expires_at_s: null,
+    signature: null,
+    received: null,
+  });
+}
+
+/** Parse and validate a document; throw DocumentInvalid naming the first problem. */
+export function parseDocument(data: unknown, options: { registry?: Registry | null; source?: Source } = {}): ChainDocument {
+  const registry = options.registry ?? null;
+  if (!isObject(data)) throw new DocumentInvalid(`document must be a JSON object, got ${typeName(data)}`);
+  const text = (key: string): string => {
+    const value = data[key];
+    if (typeof value !== "string") throw new DocumentInvalid(`${pyRepr(key)} must be a string`);
+    if (!value.trim()) throw new DocumentInvalid(`${pyRepr(key)} must not be blank`);
+    return value;
+  };
+  const optionalText = (key: string): string | null => {
+    const value = data[key];
+    if (value !== undefined && value !== null && typeof value !== "string") {
+      throw new DocumentInvalid(`${pyRepr(key)} must be a string or null`);
+    }
+    return (value as string | undefined) ?? null;
+  };
+  const version = data["version"];
+  if (!isCount(version)) throw new DocumentInvalid("'version' must be a non-negative integer");
+  const epoch = data["epoch"] ?? 0;
+  if (!isCount(epoch)) throw new DocumentInvalid("'epoch' must be a non-negative integer");
+  const isDefault = data["is_default"];
+  if (typeof isDefault !== "boolean") throw new DocumentInvalid("'is_default' must be a boolean");
+  const steps = parseSteps(data["chain"]);
+  checkSteps(steps, registry);
+  const name = text("name");
+  const preset = text("preset");
+  const marking = parseMarking(data["marking"], "'marking'");
+  const updatedBy = text("updated_by");
+  const reason = text("reason");
+  const updatedAt = optionalText("updated_at");
+  const expiresAt = optionalText("expires_at");
+  const defaultChain = parseDefault(data["default"], registry);
+  let expiresAtS: number | null = null;
+  if (expiresAt !== null) {
+    try {
+      expiresAtS = parseTime(expiresAt);
+    } catch (error) {
+      throw new DocumentInvalid(`'expires_at': ${(error as Error).message}`);
+    }
+  }
+  return Object.freeze({
+    name,
+    epoch,
+    version,
+    preset,
+    is_default: isDefault,
+    chain: steps,
+    marking,
+    updated_by: updatedBy,
+    reason,
+    updated_at: updatedAt,
+    expires_at: expiresAt,
+    default: defaultChain,
+    source: options.source ?? "live",
+    expires_at_s: expiresAtS,
+    signature: signatureOf(data["signature"]),
+    received: deepFreeze(structuredClone(data)),
+  });
+}
+
+function signatureOf(data: unknown): DocumentSignature | null {
+  if (!isObject(data)) return null;
+  const { alg, key_id, signed_at, value } = data;
+  if (typeof alg === "string" && typeof key_id === "string" && typeof signed_at === "string" && typeof value === "string") {
+    return Object.freeze({ alg, key_id, signed_at, value });
+  }
+  return null;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === "object") {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+function parseSteps(raw: unknown, where = ""): readonly Step[] {
+  if (!Array.isArray(raw)) {
+    throw new DocumentInvalid(where ? `${where}chain must be a list of steps` : "'chain' must be a list of steps");
+  }
+  return Object.freeze(
+    raw.map((item: unknown, i: number) => {
+      if (!isObject(item)) throw new DocumentInvalid(`${where}chain[${i}] must be an object`);
+      const { provider, model, timeout_ms } = item;
+      if (typeof provider !== "string" || typeof model !== "string") {
+        throw new DocumentInvalid(`${where}chain[${i}]: provider and model must be strings`);
+      }
+      if (typeof timeout_ms !== "number" || !Number.isInteger(timeout_ms)) {
+        throw new DocumentInvalid(`${where}chain[${i}]: timeout_ms must be an integer`);
+      }
+      return step(provider, model, timeout_ms);
+    }),
+  );
+}
+
+function parseMarking(marking: unknown, label: string): Marking {
+  if (marking === undefined || marking === null) return NO_MARKING;
+  if (!isObject(marking) || typeof (marking["degraded"] ?? false) !== "boolean") {
+    throw new DocumentInvalid(`${label} must be an object with a boolean 'degraded'`);
+  }
+  return deepFreeze(structuredClone(marking)) as Marking;
+}
+
+function parseDefault(raw: unknown, registry: Registry | null): DefaultChain | null {
+  if (raw === undefined || raw === null) return null;
+  if (!isObject(raw)) {
+    throw new DocumentInvalid(`default.{preset, chain, marking}: an object is required, got ${typeName(raw)}`);
+  }
+  const preset = raw["preset"];
+  if (typeof preset !== "string" || !preset.trim()) throw new DocumentInvalid("default.preset must be a non-blank string");
+  const steps = parseSteps(raw["chain"], "default.");
+  try {
+    checkSteps(steps, registry);
+  } catch (error) {
+    const why = (error as Error).message;
+    throw new DocumentInvalid(why.startsWith("chain") ? `default.${why}` : `default.chain: ${why}`);
+  }
+  return Object.freeze({ preset, chain: steps, marking: parseMarking(raw["marking"], "default.marking") });
+}
+
+/** The document as the control plane serves it: the object it was parsed from, unchanged. */
+export function documentJson(document: ChainDocument): Record<string, unknown> {
+  if (document.received !== null) return structuredClone(document.received) as Record<string, unknown>;
+  return {
+    name: document.name,
+    version: document.version,
+    preset: document.preset,
+    is_default: document.is_default,
+    chain: document.chain.map((s) => ({ ...s })),
+    marking: { ...document.marking },
+    updated_by: document.updated_by,
+    reason: document.reason,
+    updated_at: document.updated_at,
+    expires_at: document.expires_at,
+    epoch: document.epoch,
+    default:
+      document.default === null
+        ? null
+        : { preset: document.default.preset, chain: document.default.chain.map((s) => ({ ...s })), marking: { ...document.default.marking } },
+  };
+}
+
+/** What replaces a pin from its expiry on: the chain's default, until the revert arrives. */
+export function expiredPin(pin: ChainDocument, defaultSteps: readonly Step[]): ChainDocument {
+  const fallback: DefaultChain = pin.default ?? { preset: "compiled-default", chain: defaultSteps, marking: NO_MARKING };
+  return Object.freeze({
+    ...pin,
+    preset: fallback.preset,
+    is_default: true,
+    chain: fallback.chain,
+    marking: fallback.marking,
+    updated_by: "chainclient",
+    reason:
+      `pin ${pin.preset} (v${pin.version}) expired at ${pin.expires_at}; serving the ` +
+      `default ${fallback.preset} until the control plane's revert arrives`,
+    expires_at: null,
+    expires_at_s: null,
+    signature: null,
+    received: null,
+  });
+}
+
+/** The ETag the control plane sends for `document`: `"7"`, or `"2.7"` once an epoch was raised. */
+export function entityTag(document: ChainDocument): string {
+  return document.epoch === 0 ? `"${document.version}"` : `"${document.epoch}.${document.version}"`;
+}
+
+/** `v7`, or `v7 (epoch 2)`, for log lines. */
+export function label(document: ChainDocument): string {
+  return document.epoch === 0 ? `v${document.version}` : `v${document.version} (epoch ${document.epoch})`;
+}

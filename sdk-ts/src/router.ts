@@ -1,0 +1,831 @@
+/**
+ * `Router`: routes one request along the live chain with the Python SDK's semantics (its
+ * README's failure table; the shared vectors run every row against both clients). One
+ * snapshot of the chain per request; admission before each attempt (the contract's
+ * capabilities and destinations, `allowFallback`, the provider's circuit breaker); one
+ * deadline; each failure classified once (`classify`); side effects never retried
+ * elsewhere after an unknown outcome; a receipt for every request.
+ *
+ * Streams (`stream()`) may fall back only before their commit point: once a chunk reached
+ * the caller, a break is `StreamInterrupted`, never a second answer.
+ */
+
+import { randomBytes } from "node:crypto";
+
+import { ChainDocument, Marking, Registry, Step, compiledDefault, stepName } from "./document.js";
+import {
+  AllProvidersFailed,
+  ContentPolicyRefusal,
+  ContentPolicyRejected,
+  DeadlineExceeded,
+  NoEligibleRoute,
+  OutcomeUnknown,
+  ProviderError,
+  ProviderTimeout,
+  ProviderUnavailable,
+  RequestRejected,
+  RoutingError,
+  StreamInterrupted,
+  VerificationFailed,
+} from "./errors.js";
+import { Answer, Attempt, CredentialAlert, DispatchState, Outcome, Receipt, RouteResult } from "./receipts.js";
+import { g, pyList, pyRepr } from "./wire.js";
+
+export const RETRYABLE_STATUSES: ReadonlySet<number> = new Set([429, 500, 502, 503, 504, 529]);
+export const REJECTING_STATUSES: ReadonlySet<number> = new Set([400, 422]);
+export const CREDENTIAL_STATUSES: ReadonlySet<number> = new Set([401, 403]);
+export const UNKNOWN_OUTCOME_STATUSES: ReadonlySet<number> = new Set([502, 504]);
+export const MAX_RETRY_AFTER_S = 600;
+
+export type Action = "served" | "next" | "stop_rejected" | "stop_content" | "stop_unknown" | "stop_unverified";
+
+/** One attempt, classified: its line in the receipt and what the walk does next. */
+export interface Verdict {
+  readonly outcome: Outcome;
+  readonly dispatch: DispatchState;
+  readonly action: Action;
+  readonly reason: string;
+  readonly status: number | null;
+  readonly error: string;
+  readonly countsAsFailure: boolean;
+  readonly retryAfterS: number | null;
+}
+
+function verdict(outcome: Outcome, dispatch: DispatchState, action: Action, reason: string, more: Partial<Verdict> = {}): Verdict {
+  return { outcome, dispatch, action, reason, status: null, error: "", countsAsFailure: true, retryAfterS: null, ...more };
+}
+
+const SERVED: Verdict = Object.freeze(verdict("ok", "dispatched_known", "served", "", { countsAsFailure: false }));
+
+/** Classify one provider call: what it threw (undefined when it returned `value`). */
+export function classify(
+  raised: unknown,
+  options: { value?: unknown; verify?: ((value: unknown) => boolean) | null; timeoutS: number; sideEffects: boolean; fallThroughOnContentPolicy: boolean },
+  threw = raised !== undefined,
+): Verdict {
+  if (!threw) return answered(options.value, options.verify ?? null, options.sideEffects);
+  const v = failed(raised, options.timeoutS, options.fallThroughOnContentPolicy);
+  if (v.dispatch !== "dispatched_unknown") return v;
+  if (options.sideEffects) {
+    return { ...v, action: "stop_unknown", reason: `${v.reason}; outcome unknown and the request has side effects: stopped` };
+  }
+  return { ...v, reason: `${v.reason}; outcome unknown, no side effects: safe to try the next step` };
+}
+
+function answered(value: unknown, verify: ((value: unknown) => boolean) | null, sideEffects: boolean): Verdict {
+  if (verify === null) return SERVED;
+  let error = "";
+  try {
+    if (verify(value)) return SERVED;
+    error = "verify() returned false";
+  } catch (e) {
+    error = `verify() raised ${(e as Error)?.name ?? "Error"}: ${(e as Error)?.message ?? String(e)}`;
+  }
+  if (sideEffects) {
+    return verdict("verify_failed", "dispatched_known", "stop_unverified", "the answer failed verify(); the provider acted and the request has side effects: stopped", { error });
+  }
+  return verdict("verify_failed", "dispatched_known", "next", "the answer failed verify()", { error });
+}
+
+function failed(raised: unknown, timeoutS: number, fallThroughOnContentPolicy: boolean): Verdict {
+  if (raised instanceof ProviderError) return providerError(raised);
+  const error = raised instanceof Error ? raised.message : String(raised);
+  if (raised instanceof ProviderTimeout) {
+    return verdict("timeout", raised.dispatched ? "dispatched_unknown" : "not_dispatched", "next", `timed out after ${g(timeoutS)}s`, { error });
+  }
+  if (raised instanceof ProviderUnavailable) {
+    return verdict("unavailable", "not_dispatched", "next", "provider unavailable (nothing was sent)", { error });
+  }
+  if (raised instanceof ContentPolicyRefusal) {
+    const [action, reason]: [Action, string] = fallThroughOnContentPolicy
+      ? ["next", "content-policy refusal (fall_through_on_content_policy=True)"]
+      : ["stop_content", "content-policy refusal; not tried elsewhere (fall_through_on_content_policy=False)"];
+    return verdict("refused", "dispatched_known", action, reason, { error, countsAsFailure: false });
+  }
+  const name = raised instanceof Error ? raised.name : typeof raised;
+  return verdict("error", "dispatched_unknown", "next", `unexpected ${name} from the transport`, { error: `${name}: ${error}` });
+}
+
+function providerError(raised: ProviderError): Verdict {
+  const status = raised.status;
+  const error = raised.message;
+  if (status === null) {
+    return verdict("failed", raised.dispatched ? "dispatched_unknown" : "not_dispatched", "next", "no HTTP status", { error });
+  }
+  let dispatch: DispatchState = "not_dispatched";
+  if (raised.dispatched) dispatch = UNKNOWN_OUTCOME_STATUSES.has(status) ? "dispatched_unknown" : "dispatched_known";
+  if (REJECTING_STATUSES.has(status)) {
+    return verdict("rejected", dispatch, "stop_rejected", `HTTP ${status}: the request itself was rejected; not tried elsewhere`, {
+      status,
+      error,
+      countsAsFailure: false,
+    });
+  }
+  let reason: string;
+  if (dispatch === "dispatched_unknown") reason = `HTTP ${status}: a gateway answered for an upstream that may have acted`;
+  else if (RETRYABLE_STATUSES.has(status)) reason = `HTTP ${status} is retryable`;
+  else if (CREDENTIAL_STATUSES.has(status)) reason = `HTTP ${status}: credentials rejected (credential alert raised)`;
+  else reason = `HTTP ${status} (unclassified: treated as a provider failure)`;
+  const retryAfterS = raised.retryAfterS;
+  if (retryAfterS !== null) reason += `; the provider asked to retry after ${g(retryAfterS)}s (breaker open until then)`;
+  return verdict("failed", dispatch, "next", reason, { status, error, retryAfterS });
+}
+
+// --- breakers ----------------------------------------------------------------------------
+
+export interface BreakerSettings {
+  failureThreshold: number;
+  windowS: number;
+  cooldownS: number;
+}
+
+export const DEFAULT_BREAKER: BreakerSettings = Object.freeze({ failureThreshold: 5, windowS: 60, cooldownS: 30 });
+export type BreakerState = "closed" | "open" | "half_open";
+
+/** One provider's breaker: counted failures within a window open it; after a cooldown one probe may try. */
+export class CircuitBreaker {
+  state: BreakerState = "closed";
+  private failures: number[] = [];
+  private openedAt = 0;
+  private cooldownS: number;
+  private probeInFlight = false;
+
+  constructor(
+    readonly provider: string,
+    readonly settings: BreakerSettings,
+  ) {
+    this.cooldownS = settings.cooldownS;
+  }
+
+  admit(now: number): string | null {
+    if (this.state === "closed") return null;
+    if (this.state === "open") {
+      const left = this.cooldownS - (now - this.openedAt);
+      if (left > 0) return `circuit breaker open (${left.toFixed(1)}s of cooldown left)`;
+      this.state = "half_open";
+      this.probeInFlight = false;
+    }
+    if (this.probeInFlight) return "circuit breaker half-open (a probe request is in flight)";
+    this.probeInFlight = true;
+    return null;
+  }
+
+  recordSuccess(): void {
+    if (this.state === "half_open") {
+      this.state = "closed";
+      this.probeInFlight = false;
+    }
+  }
+
+  /** Count a failure; true when this opened the breaker. */
+  recordFailure(now: number, retryAfterS: number | null): boolean {
+    if (retryAfterS !== null && retryAfterS > 0) {
+      const seconds = Math.min(retryAfterS, MAX_RETRY_AFTER_S);
+      if (this.state === "open" && this.openedAt + this.cooldownS >= now + seconds) return false;
+      const opened = this.state !== "open";
+      this.open(now, seconds);
+      return opened;
+    }
+    if (this.state === "half_open") {
+      this.open(now, this.settings.cooldownS);
+      return true;
+    }
+    if (this.state === "closed") {
+      this.failures.push(now);
+      const horizon = now - this.settings.windowS;
+      while (this.failures.length && this.failures[0] <= horizon) this.failures.shift();
+      if (this.failures.length >= this.settings.failureThreshold) {
+        this.open(now, this.settings.cooldownS);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  release(): void {
+    this.probeInFlight = false;
+  }
+
+  reset(): void {
+    this.state = "closed";
+    this.failures = [];
+    this.probeInFlight = false;
+  }
+
+  private open(now: number, cooldownS: number): void {
+    this.state = "open";
+    this.openedAt = now;
+    this.cooldownS = cooldownS;
+    this.failures = [];
+    this.probeInFlight = false;
+  }
+}
+
+// --- contracts ---------------------------------------------------------------------------
+
+/** What a request needs from whichever step serves it. */
+export interface Contract {
+  /** Capabilities the step's model must all have. */
+  requires?: Iterable<string>;
+  /** Where the request's data may go; undefined means anywhere. */
+  destinations?: Iterable<string> | null;
+  /** What the service calls this contract, shown in receipts. */
+  name?: string;
+}
+
+function contractIdentity(contract: Contract | undefined): string {
+  if (!contract) return "none";
+  const requires = [...new Set(contract.requires ?? [])].sort();
+  const terms = requires.length ? [`requires [${requires.join(", ")}]`] : [];
+  if (contract.destinations != null) terms.push(`destinations [${[...new Set(contract.destinations)].sort().join(", ")}]`);
+  const described = terms.join("; ") || "no terms";
+  if (contract.name) return `${pyRepr(contract.name)} (${described})`;
+  return terms.length ? `(${described})` : "none";
+}
+
+// --- the router --------------------------------------------------------------------------
+
+/** `transport(step, request, timeoutS)`: call the provider, throw a ProviderError & co. on failure. */
+export type Transport = (step: Step, request: any, timeoutS: number, signal: AbortSignal) => Promise<unknown>;
+
+/** A streaming transport: an async iterable of chunks; `content(chunk)` says how much text a chunk carries. */
+export type StreamTransport = (step: Step, request: any, timeoutS: number, signal: AbortSignal) => AsyncIterable<unknown>;
+
+export interface ChainSource {
+  current(): ChainDocument;
+  registry?: Registry;
+  record_served?(provider: string): void;
+  record_attempt?(attempt: Attempt): void;
+  record_breaker_opened?(provider: string): void;
+}
+
+export interface RouterOptions {
+  transports: Readonly<Record<string, Transport>>;
+  streamTransports?: Readonly<Record<string, StreamTransport>>;
+  registry?: Registry | null;
+  deadlineS?: number;
+  fallThroughOnContentPolicy?: boolean;
+  onAlert?: (alert: CredentialAlert) => void;
+  /** A monotonic clock in seconds (tests pass a fake one). */
+  clock?: () => number;
+  /** Per-provider circuit breakers; null turns them off. */
+  breaker?: Partial<BreakerSettings> | null;
+  logger?: { warn(message: string): void; error(message: string): void };
+}
+
+export interface RequestOptions {
+  contract?: Contract;
+  sideEffects?: boolean;
+  allowFallback?: boolean;
+  verify?: (value: any) => boolean;
+  deadlineS?: number;
+  taskId?: string;
+}
+
+export interface StreamOptions extends RequestOptions {
+  /** Chunks are held back until this many characters arrived: the commit point. */
+  commitAfterChars?: number;
+  firstChunkS?: number;
+  idleS?: number;
+  /** The text a chunk carries (default: the chunk itself if a string, else its `text` or `content`). */
+  content?: (chunk: unknown) => string;
+}
+
+export const REPORT_KEYS = [
+  "first_attempt_success",
+  "recovered_success",
+  "refusals",
+  "rejections",
+  "all_failed",
+  "deadline",
+  "unresolved",
+  "verify_failed",
+  "credential_alerts",
+  "skipped_no_transport",
+  "interrupted",
+] as const;
+export type ReportKey = (typeof REPORT_KEYS)[number];
+
+interface Walk {
+  taskId: string;
+  document: ChainDocument;
+  contract: Contract | undefined;
+  contractId: string;
+  requires: Set<string>;
+  destinations: Set<string> | null;
+  sideEffects: boolean;
+  allowFallback: boolean;
+  verify: ((value: unknown) => boolean) | null;
+  deadline: number;
+  budgetS: number;
+  cutByDeadline: boolean;
+  attempts: Attempt[];
+  refused: [Step, string][];
+}
+
+interface Turn {
+  step: Step;
+  timeoutS: number;
+  breaker: CircuitBreaker | null;
+  started: number;
+}
+
+const monotonic = () => performance.now() / 1000;
+
+export class Router {
+  private readonly source: () => ChainDocument;
+  private readonly hooks: ChainSource | null;
+  private readonly transports: Readonly<Record<string, Transport>>;
+  private readonly streamTransports: Readonly<Record<string, StreamTransport>>;
+  private readonly registry: Registry | null;
+  private readonly deadlineS: number;
+  private readonly fallThroughOnContentPolicy: boolean;
+  private readonly onAlert: ((alert: CredentialAlert) => void) | null;
+  private readonly now: () => number;
+  private readonly realClock: boolean;
+  private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly untransported = new Set<string>();
+  private readonly log: { warn(message: string): void; error(message: string): void };
+  private counts: Record<ReportKey, number> = Object.fromEntries(REPORT_KEYS.map((k) => [k, 0])) as Record<ReportKey, number>;
+
+  constructor(source: ChainSource | ChainDocument | readonly Step[], options: RouterOptions) {
+    if (Array.isArray(source)) {
+      if (source.length === 0) throw new TypeError("a chain given as a list must be a non-empty list of steps");
+      const document = compiledDefault("router", source as readonly Step[]);
+      this.source = () => document;
+      this.hooks = null;
+    } else if (typeof (source as ChainSource).current === "function") {
+      this.hooks = source as ChainSource;
+      this.source = () => (source as ChainSource).current();
+    } else if (source && typeof source === "object" && "chain" in source) {
+      const document = source as ChainDocument;
+      this.source = () => document;
+      this.hooks = null;
+    } else {
+      throw new TypeError("a router needs a ChainClient (anything with current()), a ChainDocument or a list of steps");
+    }
+    const deadlineS = options.deadlineS ?? 30;
+    if (!(deadlineS > 0)) throw new RangeError("deadlineS must be positive");
+    this.transports = { ...options.transports };
+    this.streamTransports = { ...(options.streamTransports ?? {}) };
+    for (const [name, call] of [...Object.entries(this.transports), ...Object.entries(this.streamTransports)]) {
+      if (typeof call !== "function") throw new TypeError(`transport for ${pyRepr(name)} must be a function`);
+    }
+    this.registry = options.registry ?? (this.hooks?.registry instanceof Registry ? this.hooks.registry : null);
+    this.deadlineS = deadlineS;
+    this.fallThroughOnContentPolicy = Boolean(options.fallThroughOnContentPolicy);
+    this.onAlert = options.onAlert ?? null;
+    this.now = options.clock ?? monotonic;
+    this.realClock = options.clock === undefined;
+    this.log = options.logger ?? { warn: (m) => console.warn(m), error: (m) => console.error(m) };
+    if (options.breaker !== null) {
+      const settings = { ...DEFAULT_BREAKER, ...(options.breaker ?? {}) };
+      if (!(settings.failureThreshold >= 1)) throw new RangeError("failureThreshold must be at least 1 (use breaker: null to disable)");
+      if (!(settings.windowS > 0 && settings.cooldownS > 0)) throw new RangeError("windowS and cooldownS must be positive");
+      for (const name of this.transported()) this.breakers.set(name, new CircuitBreaker(name, settings));
+    }
+    const known = new Set([...(this.registry?.names() ?? []), ...this.source().chain.map((s) => s.provider)]);
+    const missing = [...known].filter((name) => !this.transported().has(name)).sort();
+    if (missing.length) {
+      missing.forEach((name) => this.untransported.add(name));
+      this.log.warn(
+        `chainclient: no transport for provider(s) ${missing.join(", ")}: a chain step on them is skipped (transports given: ${[...this.transported()].sort().join(", ") || "none"})`,
+      );
+    }
+  }
+
+  /** Counts since start (or `resetReport()`) by how requests ended. */
+  report(): Record<ReportKey, number> {
+    return { ...this.counts };
+  }
+
+  resetReport(): void {
+    this.counts = Object.fromEntries(REPORT_KEYS.map((k) => [k, 0])) as Record<ReportKey, number>;
+  }
+
+  health(): { providers_without_transport: string[]; breakers: Record<string, BreakerState> } {
+    return {
+      providers_without_transport: [...this.untransported].sort(),
+      breakers: Object.fromEntries([...this.breakers].sort(([a], [b]) => (a < b ? -1 : 1)).map(([name, b]) => [name, b.state])),
+    };
+  }
+
+  breakerState(provider: string): BreakerState {
+    return this.breakers.get(provider)?.state ?? "closed";
+  }
+
+  resetBreakers(): void {
+    for (const breaker of this.breakers.values()) breaker.reset();
+  }
+
+  /** Route one request along the chain; resolves with the result or rejects with a RoutingError. */
+  async complete<T = unknown>(request: unknown, options: RequestOptions = {}): Promise<RouteResult<T>> {
+    const walk = this.begin(options);
+    for (let index = 0; index < walk.document.chain.length; index++) {
+      const turn = this.turn(walk, index, false);
+      if (turn === null) continue;
+      const controller = new AbortController();
+      let raised: unknown;
+      let threw = false;
+      let value: unknown;
+      try {
+        const call = this.transports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal);
+        // A transport that forgets its timeout cannot hold the request past its budget: the
+        // attempt is aborted and recorded as a timeout after dispatch (with a test's clock,
+        // time does not pass on its own, so nothing is enforced).
+        value = this.realClock ? await withBound(call, turn.timeoutS, controller, () => new ProviderTimeout(true, "the attempt ran out of its time")) : await call;
+      } catch (error) {
+        threw = true;
+        raised = error;
+      }
+      const result = this.settle(walk, turn, threw, raised, value);
+      if (result !== null) return result as RouteResult<T>;
+    }
+    throw this.ended(this.exhausted(walk));
+  }
+
+  /**
+   * Route one streamed request: an async iterable of the serving provider's chunks. Before
+   * the commit point a failure falls through as in `complete()`; after it, a break rejects
+   * the iteration with `StreamInterrupted`.
+   */
+  async *stream(request: unknown, options: StreamOptions = {}): AsyncGenerator<unknown, RouteResult<null>, undefined> {
+    const walk = this.begin(options);
+    const commitAfter = Math.max(1, options.commitAfterChars ?? 1);
+    const content = options.content ?? defaultContent;
+    for (let index = 0; index < walk.document.chain.length; index++) {
+      const turn = this.turn(walk, index, true, options.firstChunkS);
+      if (turn === null) continue;
+      const controller = new AbortController();
+      const held: unknown[] = [];
+      let chars = 0;
+      let delivered = 0;
+      let firstChunkS: number | null = null;
+      let iterator: AsyncIterator<unknown> | null = null;
+      const idleS = options.idleS ?? turn.step.timeout_ms / 1000;
+      try {
+        iterator = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal)[Symbol.asyncIterator]();
+        for (;;) {
+          const committed = delivered > 0;
+          const bound = committed ? Math.min(idleS, walk.deadline - this.now()) : turn.started + turn.timeoutS - this.now();
+          const next = await withBound(iterator.next(), bound, controller);
+          if (next.done) break;
+          if (firstChunkS === null && content(next.value).length > 0) firstChunkS = this.now() - turn.started;
+          if (!committed) {
+            held.push(next.value);
+            chars += content(next.value).length;
+            if (chars < commitAfter) continue;
+            turn.breaker?.recordSuccess();
+            for (const chunk of held.splice(0)) {
+              delivered += 1;
+              yield chunk;
+            }
+          } else {
+            delivered += 1;
+            yield next.value;
+          }
+        }
+        if (delivered === 0 && held.length) {
+          // Ended before the commit point with some content: what came is the answer.
+          for (const chunk of held.splice(0)) {
+            delivered += 1;
+            yield chunk;
+          }
+        }
+      } catch (error) {
+        controller.abort();
+        if (delivered > 0) throw this.broken(walk, turn, error, delivered, firstChunkS);
+        const result = this.settle(walk, turn, true, error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error, undefined, { chunks: 0, firstChunkS });
+        if (result !== null) return result as RouteResult<null>;
+        continue;
+      } finally {
+        if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
+      }
+      const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS });
+      if (result !== null) return result as RouteResult<null>;
+    }
+    throw this.ended(this.exhausted(walk));
+  }
+
+  // --- a request, step by step -------------------------------------------------------
+
+  private transported(): Set<string> {
+    return new Set([...Object.keys(this.transports), ...Object.keys(this.streamTransports)]);
+  }
+
+  private begin(options: RequestOptions): Walk {
+    if (options.deadlineS !== undefined && !(options.deadlineS > 0)) throw new RangeError("deadlineS must be positive");
+    const budgetS = options.deadlineS ?? this.deadlineS;
+    const contract = options.contract;
+    return {
+      taskId: options.taskId ?? randomBytes(16).toString("hex"),
+      document: this.source(),
+      contract,
+      contractId: contractIdentity(contract),
+      requires: new Set(contract?.requires ?? []),
+      destinations: contract?.destinations != null ? new Set(contract.destinations) : null,
+      sideEffects: Boolean(options.sideEffects),
+      allowFallback: options.allowFallback ?? true,
+      verify: options.verify ?? null,
+      deadline: this.now() + budgetS,
+      budgetS,
+      cutByDeadline: false,
+      attempts: [],
+      refused: [],
+    };
+  }
+
+  private turn(walk: Walk, index: number, streaming: boolean, firstChunkS?: number): Turn | null {
+    const s = walk.document.chain[index];
+    const breaker = this.breakers.get(s.provider) ?? null;
+    const why = this.refusal(walk, s, breaker, index > 0 && !walk.allowFallback, streaming);
+    if (why !== null) {
+      walk.refused.push([s, why]);
+      if (!this.transported().has(s.provider)) this.noTransport(s, walk.document);
+      return null;
+    }
+    const now = this.now();
+    const left = walk.deadline - now;
+    if (left <= 0) {
+      breaker?.release();
+      throw this.ended(this.outOfTime(walk, walk.document.chain.slice(index)));
+    }
+    const timeoutS = firstChunkS ?? s.timeout_ms / 1000;
+    return { step: s, timeoutS: timeoutS <= left ? timeoutS : left, breaker, started: now };
+  }
+
+  private refusal(walk: Walk, s: Step, breaker: CircuitBreaker | null, fallbackBarred: boolean, streaming: boolean): string | null {
+    let why = this.contractRefusal(walk, s);
+    if (why === null && streaming && !(s.provider in this.streamTransports)) {
+      why = "no stream transport for this provider (it can serve complete() only)";
+    } else if (why === null && !streaming && !(s.provider in this.transports)) {
+      why = "no transport for complete() for this provider (it can serve stream() only)";
+    }
+    if (why === null && fallbackBarred) why = "fallback not permitted (allow_fallback=False)";
+    if (why === null && breaker !== null) why = breaker.admit(this.now());
+    return why;
+  }
+
+  private contractRefusal(walk: Walk, s: Step): string | null {
+    if (!this.transported().has(s.provider)) return `no transport for provider ${pyRepr(s.provider)}`;
+    const registry = this.registry;
+    if (registry === null) {
+      return walk.requires.size || walk.destinations !== null ? "no registry to check the request's contract against" : null;
+    }
+    if (!registry.has(s.provider)) return `provider ${pyRepr(s.provider)} is not in the registry`;
+    if (!registry.hasModel(s.provider, s.model)) return `model ${pyRepr(s.model)} is not in the registry for ${pyRepr(s.provider)}`;
+    const capabilities = registry.capabilities(s.provider, s.model);
+    const missing = [...walk.requires].filter((c) => !capabilities.has(c)).sort();
+    if (missing.length) return `model lacks required capabilities ${pyList(missing)}`;
+    const destination = registry.destination(s.provider) as string;
+    if (walk.destinations !== null && !walk.destinations.has(destination)) {
+      return `destination ${pyRepr(destination)} is not allowed (allowed: ${pyList([...walk.destinations].sort())})`;
+    }
+    return null;
+  }
+
+  private settle(
+    walk: Walk,
+    turn: Turn,
+    threw: boolean,
+    raised: unknown,
+    value: unknown,
+    stream?: { chunks: number; firstChunkS: number | null },
+  ): RouteResult | null {
+    let modelId = "";
+    let tokens: [number | null, number | null] = [null, null];
+    if (value instanceof Answer) {
+      modelId = value.model_id;
+      tokens = [value.input_tokens, value.output_tokens];
+      value = value.value;
+    }
+    const v = classify(
+      raised,
+      { value, verify: stream ? null : walk.verify, timeoutS: turn.timeoutS, sideEffects: walk.sideEffects, fallThroughOnContentPolicy: this.fallThroughOnContentPolicy },
+      threw,
+    );
+    const attempt = this.record(walk, turn, v, modelId, tokens, stream);
+    if (v.action === "served") {
+      this.count(walk.attempts.length > 1 ? "recovered_success" : "first_attempt_success");
+      this.safely(() => this.hooks?.record_served?.(turn.step.provider), "record_served");
+      return new RouteResult(value, turn.step.provider, turn.step.model, walk.document.marking, this.receipt(walk));
+    }
+    if (v.action !== "next") throw this.ended(this.stopped(walk, v.action));
+    walk.cutByDeadline = attempt.outcome === "timeout" && (stream ? this.now() >= walk.deadline : turn.timeoutS < turn.step.timeout_ms / 1000);
+    return null;
+  }
+
+  private record(
+    walk: Walk,
+    turn: Turn,
+    v: Verdict,
+    modelId: string,
+    tokens: [number | null, number | null],
+    stream?: { chunks: number; firstChunkS: number | null },
+  ): Attempt {
+    const now = this.now();
+    const breaker = turn.breaker;
+    if (breaker !== null) {
+      if (v.countsAsFailure) {
+        if (breaker.recordFailure(now, v.retryAfterS)) {
+          this.log.warn(`chainclient: circuit breaker for ${turn.step.provider} opened; cooling down`);
+          this.safely(() => this.hooks?.record_breaker_opened?.(turn.step.provider), "record_breaker_opened");
+        }
+      } else {
+        breaker.recordSuccess();
+      }
+    }
+    const document = walk.document;
+    const attempt: Attempt = Object.freeze({
+      task_id: walk.taskId,
+      attempt_id: `${walk.taskId}-${walk.attempts.length + 1}`,
+      provider: turn.step.provider,
+      model: turn.step.model,
+      dispatch: v.dispatch,
+      outcome: v.outcome,
+      status: v.status,
+      elapsed_s: now - turn.started,
+      timeout_s: turn.timeoutS,
+      reason: v.reason,
+      error: v.error,
+      destination: this.registry?.destination(turn.step.provider) ?? "unknown",
+      model_id: modelId || stepName(turn.step),
+      contract: walk.contractId,
+      epoch: document.epoch,
+      version: document.version,
+      chunks: stream ? stream.chunks : null,
+      first_chunk_s: stream ? stream.firstChunkS : null,
+      input_tokens: tokens[0],
+      output_tokens: tokens[1],
+    });
+    walk.attempts.push(attempt);
+    this.safely(() => this.hooks?.record_attempt?.(attempt), "record_attempt");
+    if (v.status !== null && CREDENTIAL_STATUSES.has(v.status)) this.credentialAlert(attempt);
+    return attempt;
+  }
+
+  private broken(walk: Walk, turn: Turn, error: unknown, chunks: number, firstChunkS: number | null): RoutingError {
+    const why = error instanceof Error ? error.message : String(error);
+    const status = error instanceof ProviderError && !(error instanceof BoundPassed) ? error.status : null;
+    const v = verdict("interrupted", "dispatched_known", "stop_rejected", `stream interrupted after ${chunks} chunk(s) reached the caller; nothing else was tried`, {
+      status,
+      error: why,
+    });
+    const attempt = this.record(walk, turn, v, "", [null, null], { chunks, firstChunkS });
+    return this.ended(
+      new StreamInterrupted(
+        `${stepName(turn.step)} broke off its stream after ${chunks} chunk(s) had reached the caller (${why}); not a success, and no fallback (it would show a second answer)`,
+        this.receipt(walk),
+        chunks,
+        attempt.provider,
+        attempt.model,
+      ),
+    );
+  }
+
+  private receipt(walk: Walk): Receipt {
+    return new Receipt(walk.taskId, [...walk.attempts], [...walk.refused], walk.document.preset, walk.document.version, walk.document.epoch, walk.contractId);
+  }
+
+  private stopped(walk: Walk, action: Action): RoutingError {
+    const a = walk.attempts[walk.attempts.length - 1];
+    const s = `${a.provider}/${a.model}`;
+    if (action === "stop_unknown") {
+      return new OutcomeUnknown(
+        `outcome unknown at ${s} for a request with side effects (${a.error || a.outcome}); it may have acted, so nothing else was tried`,
+        this.receipt(walk),
+      );
+    }
+    if (action === "stop_unverified") {
+      return new VerificationFailed(
+        `${s} answered but the answer failed verify() (${a.error}); the request has side effects and the provider acted, so nothing else was tried`,
+        this.receipt(walk),
+      );
+    }
+    if (action === "stop_content") {
+      return new ContentPolicyRejected(`${s} refused the content on policy grounds (${a.error})`, this.receipt(walk), a.status);
+    }
+    return new RequestRejected(`${s} rejected the request (${a.error})`, this.receipt(walk), a.status);
+  }
+
+  private exhausted(walk: Walk): RoutingError {
+    if (walk.attempts.length === 0) {
+      return new NoEligibleRoute(
+        `no step of the chain is eligible for this request (${walk.refused.length} refused); nothing was attempted`,
+        this.receipt(walk),
+      );
+    }
+    if (walk.cutByDeadline) return this.outOfTime(walk, []);
+    const summary = walk.attempts.map((a) => `${a.provider}/${a.model} (${shortError(a)})`).join(", ");
+    return new AllProvidersFailed(`all providers failed: ${summary}`, this.receipt(walk));
+  }
+
+  private outOfTime(walk: Walk, notStarted: readonly Step[]): DeadlineExceeded {
+    const tried = walk.attempts.map((a) => `${a.provider}/${a.model} (${shortError(a)})`).join(", ") || "nothing";
+    const untried = notStarted.length ? `; not started: ${notStarted.map(stepName).join(", ")}` : "";
+    return new DeadlineExceeded(
+      `deadline of ${g(walk.budgetS)}s exceeded after ${walk.attempts.length} attempt(s): ${tried}${untried}`,
+      this.receipt(walk),
+      walk.budgetS,
+    );
+  }
+
+  private ended(error: RoutingError): RoutingError {
+    const key: ReportKey | null =
+      error instanceof StreamInterrupted
+        ? "interrupted"
+        : error instanceof OutcomeUnknown
+          ? "unresolved"
+          : error instanceof VerificationFailed
+            ? "verify_failed"
+            : error instanceof RequestRejected
+              ? "rejections"
+              : error instanceof NoEligibleRoute
+                ? "refusals"
+                : error instanceof DeadlineExceeded
+                  ? "deadline"
+                  : error instanceof AllProvidersFailed
+                    ? "all_failed"
+                    : null;
+    if (key !== null) this.count(key);
+    return error;
+  }
+
+  private noTransport(s: Step, document: ChainDocument): void {
+    this.count("skipped_no_transport");
+    if (this.untransported.has(s.provider)) return;
+    this.untransported.add(s.provider);
+    this.log.warn(`chainclient: chain ${document.name} v${document.version} routes to ${stepName(s)} but this router has no transport for ${pyRepr(s.provider)}: skipped`);
+  }
+
+  private credentialAlert(attempt: Attempt): void {
+    this.count("credential_alerts");
+    this.log.error(
+      `chainclient: ${attempt.provider} rejected our credentials (HTTP ${attempt.status}) on attempt ${attempt.attempt_id}; check this provider's API key`,
+    );
+    const alert: CredentialAlert = {
+      provider: attempt.provider,
+      model: attempt.model,
+      status: attempt.status ?? 0,
+      task_id: attempt.task_id,
+      attempt_id: attempt.attempt_id,
+      message: attempt.error,
+    };
+    this.safely(() => this.onAlert?.(alert), "onAlert");
+  }
+
+  private count(key: ReportKey): void {
+    this.counts[key] += 1;
+  }
+
+  private safely(call: () => void, what: string): void {
+    try {
+      call();
+    } catch (error) {
+      // Accounting and alert hooks must never cost a request its answer (nor its error).
+      this.log.error(`chainclient: ${what} threw: ${(error as Error)?.message ?? String(error)}`);
+    }
+  }
+}
+
+function shortError(a: Attempt): string {
+  if (a.status !== null) return `HTTP ${a.status}`;
+  return a.error ? `${a.outcome}: ${a.error}` : a.outcome;
+}
+
+function defaultContent(chunk: unknown): string {
+  if (typeof chunk === "string") return chunk;
+  if (chunk && typeof chunk === "object") {
+    const { text, content } = chunk as { text?: unknown; content?: unknown };
+    if (typeof text === "string") return text;
+    if (typeof content === "string") return content;
+  }
+  return "";
+}
+
+class BoundPassed extends Error {
+  override name = "BoundPassed";
+}
+
+/** `promise`, or a BoundPassed rejection once `seconds` pass (the attempt is aborted). */
+function withBound<T>(
+  promise: Promise<T>,
+  seconds: number,
+  controller: AbortController,
+  late: () => Error = () => new BoundPassed(`no chunk within ${g(seconds)}s`),
+): Promise<T> {
+  if (!(seconds > 0)) {
+    controller.abort();
+    promise.catch(() => undefined);
+    return Promise.reject(late());
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const passed = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort();
+      promise.catch(() => undefined);
+      reject(late());
+    }, seconds * 1000);
+  });
+  return Promise.race([promise, passed]).finally(() => clearTimeout(timer));
+}

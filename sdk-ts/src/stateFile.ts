@@ -1,0 +1,162 @@
+/**
+ * The last-known-good file `{stateDir}/{chain}.json`, in the Python SDK's format
+ * (`chainclient-state/2`: `{"format", "chain", "saved_at", "document", "digest"}`, the digest
+ * `sha256:<hex>` over the rest as canonical JSON). It never goes back: a save compares
+ * (epoch, version) with what the file holds, under a lock file shared by every process
+ * using the directory, and replaces the file atomically (temp file, fsync, rename).
+ */
+
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { mkdir, open, readFile, rename, rm, stat, unlink } from "node:fs/promises";
+import { join } from "node:path";
+
+import { TrustedKeys, UNSIGNED } from "./signatures.js";
+import { ChainDocument, DocumentInvalid, Registry, compareOrder, documentJson, parseDocument } from "./document.js";
+import { canonicalJson, pyRepr } from "./wire.js";
+
+export const STATE_FORMAT = "chainclient-state/2";
+const FORMAT_BEFORE_DIGESTS = "chainclient-state/1";
+export const DIGEST_MISMATCH = "digest mismatch: the file changed after it was saved (edited by hand?)";
+const UNSIGNED_ON_DISK =
+  "unsigned: its document carries no signature, and trusted_keys is set (saved before the control " +
+  "plane signed its documents, by chainclient 0.3 or earlier, which kept no signature, or edited?)";
+/** A lock file older than this was left by a process that died holding it. */
+const STALE_LOCK_MS = 10_000;
+const LOCK_WAIT_MS = 5_000;
+
+export interface Loaded {
+  readonly document: ChainDocument | null;
+  readonly refused: string | null;
+}
+
+function digestOf(payload: Record<string, unknown>): string {
+  const content: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(payload)) if (key !== "digest") content[key] = value;
+  return "sha256:" + createHash("sha256").update(canonicalJson(content), "ascii").digest("hex");
+}
+
+export class StateFile {
+  readonly path: string | null;
+
+  constructor(
+    stateDir: string | null,
+    private readonly chain: string,
+    private readonly registry: Registry,
+    private readonly trustedKeys: TrustedKeys | null,
+  ) {
+    this.path = stateDir === null ? null : join(stateDir, `${encodeURIComponent(chain)}.json`);
+  }
+
+  /** The document a previous run saved (read synchronously: before any network), or why the file was refused. */
+  load(): Loaded {
+    if (this.path === null) return { document: null, refused: null };
+    let text: string;
+    try {
+      text = readFileSync(this.path, "utf8");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { document: null, refused: null };
+      return { document: null, refused: `${(error as Error).name}: ${(error as Error).message}` };
+    }
+    try {
+      return { document: this.read(text), refused: null };
+    } catch (error) {
+      return { document: null, refused: error instanceof DocumentInvalid ? error.message : `not JSON (${(error as Error).message})` };
+    }
+  }
+
+  /**
+   * Write `document` unless the file holds it or a newer one already (then return that one).
+   * Throws when the save fails.
+   */
+  async save(document: ChainDocument): Promise<ChainDocument | null> {
+    const path = this.path;
+    if (path === null) return null;
+    const payload: Record<string, unknown> = {
+      format: STATE_FORMAT,
+      chain: this.chain,
+      saved_at: Date.now() / 1000,
+      document: documentJson(document),
+    };
+    payload["digest"] = digestOf(payload);
+    const data = JSON.stringify(payload);
+    const directory = join(path, "..");
+    await mkdir(directory, { recursive: true });
+    const release = await lock(path.replace(/\.json$/, ".lock"));
+    try {
+      let onDisk: ChainDocument | null = null;
+      try {
+        onDisk = this.read(await readFile(path, "utf8"));
+      } catch {
+        onDisk = null; // missing or unusable: load() refuses it as well
+      }
+      if (onDisk !== null && compareOrder(onDisk, document) >= 0) return onDisk;
+      const temporary = join(directory, `.${encodeURIComponent(this.chain)}.json.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
+      const handle = await open(temporary, "w", 0o644);
+      try {
+        await handle.writeFile(data, "utf8");
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      try {
+        await rename(temporary, path);
+      } catch (error) {
+        await rm(temporary, { force: true });
+        throw error;
+      }
+    } finally {
+      await release();
+    }
+    return null;
+  }
+
+  private read(text: string): ChainDocument {
+    const payload: unknown = JSON.parse(text);
+    if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
+      throw new DocumentInvalid(`not a ${STATE_FORMAT} file`);
+    }
+    const fields = payload as Record<string, unknown>;
+    if (fields["format"] !== STATE_FORMAT && fields["format"] !== FORMAT_BEFORE_DIGESTS) {
+      throw new DocumentInvalid(`not a ${STATE_FORMAT} file`);
+    }
+    if (fields["format"] === STATE_FORMAT) {
+      if (!("digest" in fields)) throw new DocumentInvalid(`no digest, which every ${STATE_FORMAT} file carries`);
+      if (fields["digest"] !== digestOf(fields)) throw new DocumentInvalid(DIGEST_MISMATCH);
+    }
+    if (fields["chain"] !== this.chain) {
+      throw new DocumentInvalid(`it belongs to chain ${typeof fields["chain"] === "string" ? pyRepr(fields["chain"]) : String(fields["chain"])}`);
+    }
+    const saved = fields["document"];
+    if (this.trustedKeys !== null && saved !== null && typeof saved === "object" && !Array.isArray(saved)) {
+      const refused = this.trustedKeys.refusal(saved as Record<string, unknown>);
+      if (refused !== null) throw new DocumentInvalid(refused.kind === UNSIGNED ? UNSIGNED_ON_DISK : `its document is refused: ${refused.why}`);
+    }
+    const document = parseDocument(saved, { registry: this.registry, source: "disk" });
+    if (document.name !== this.chain) throw new DocumentInvalid(`its document is for chain ${pyRepr(document.name)}`);
+    return document;
+  }
+}
+
+/** Take `path` as a lock file (created exclusively); a lock older than STALE_LOCK_MS is broken. */
+async function lock(path: string): Promise<() => Promise<void>> {
+  const giveUp = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      const handle = await open(path, "wx", 0o644);
+      await handle.close();
+      return async () => {
+        await unlink(path).catch(() => undefined);
+      };
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      const age = await stat(path).then((s) => Date.now() - s.mtimeMs, () => 0);
+      if (age > STALE_LOCK_MS || Date.now() > giveUp) {
+        await unlink(path).catch(() => undefined);
+        continue;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 10));
+    }
+  }
+}
+
