@@ -1,0 +1,217 @@
+"""The TypeScript client (sdk-ts/): its own suite, and its promises against the real control plane.
+
+- ``npm test`` in sdk-ts: the type check and build, the client contract's vectors
+  (sdk/tests/vectors/client_contract.json, which the Python SDK runs too: both must report the
+  same counts) and the signed-document vectors.
+- A system test: TypeScript clients (tests/ts_client/follow.mjs, three ChainClients sharing one
+  state directory) follow the production web process (granian, two workers) on a PostgreSQL
+  cluster of its own: a change reaches them by long poll and the fleet shows their identities;
+  the web process killed, they keep the pin and, once its expiry passes on their clock, serve
+  the chain's default themselves; restarted with the control plane still down, they start from
+  the file; after a database restore they keep the newer document and say they are ahead,
+  until ``raise_epoch``, whose document they then follow.
+
+Slow on purpose (about 25 s): real processes, a restore and an outage, each waited out by
+polling for the state the client must reach, never by sleeping a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from presets.registry import PROVIDERS
+from tests.conftest import needs
+from tests.servers import Stack, get, require_tools, running_stack, select, wait_for
+
+# One process builds sdk-ts (npm ci writes its node_modules) and starts the stack.
+pytestmark = pytest.mark.xdist_group("tests.test_typescript_client")
+
+ROOT = Path(__file__).resolve().parents[1]
+SDK_TS = ROOT / "sdk-ts"
+PROBE = Path(__file__).parent / "ts_client" / "follow.mjs"
+CONTRACT = json.loads((ROOT / "sdk" / "tests" / "vectors" / "client_contract.json").read_text(encoding="utf-8"))
+REGISTRY = {
+    name: {"destination": p.destination, "models": {model: sorted(caps) for model, caps in p.models.items()}}
+    for name, p in PROVIDERS.items()
+}
+COMPILED_DEFAULT = [{"provider": "self_hosted", "model": "8b", "timeout_ms": 10000}]
+
+
+def _npm() -> str:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        needs("the TypeScript client needs Node.js 20+ and npm (Debian's nodejs and npm)")
+    return str(npm)
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    """sdk-ts with its locked development packages installed (npm ci, once) and built."""
+    npm = _npm()
+    installed = SDK_TS / "node_modules" / ".package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < (SDK_TS / "package-lock.json").stat().st_mtime:
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=SDK_TS, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run([npm, "run", "build"], cwd=SDK_TS, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return SDK_TS
+
+
+def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -> None:
+    done = subprocess.run([_npm(), "test"], cwd=built, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    counts = re.search(r"client contract: (\d+) poller vectors, (\d+) router vectors passed", done.stdout)
+    assert counts is not None, done.stdout[-3000:]
+    # The Python SDK's suite runs each of these (sdk/tests/test_client_contract.py): the same count.
+    assert (int(counts[1]), int(counts[2])) == (len(CONTRACT["poller"]), len(CONTRACT["router"]))
+    assert re.search(r"ℹ fail 0", done.stdout), done.stdout[-3000:]
+
+
+def test_the_package_packs_with_its_build_and_declarations_only(built: Path) -> None:
+    done = subprocess.run(
+        [_npm(), "pack", "--dry-run", "--json", "--ignore-scripts"],
+        cwd=built,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    files = {entry["path"] for entry in json.loads(done.stdout)[0]["files"]}
+    assert {"package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/router.d.ts"} <= files
+    assert not {f for f in files if f.startswith(("src/", "test/", "node_modules/"))}
+    package = json.loads((built / "package.json").read_text())
+    assert (
+        package.get("dependencies", {}) == {} and package["type"] == "module" and package["engines"]["node"] == ">=20"
+    )
+
+
+# --- against the real control plane --------------------------------------------------------------
+
+
+class Probe:
+    """tests/ts_client/follow.mjs: three TypeScript ChainClients, driven line by line."""
+
+    def __init__(self, url: str, token: str, state_dir: Path) -> None:
+        self.process = subprocess.Popen(
+            ["node", str(PROBE), url, token, str(state_dir), "3", json.dumps(REGISTRY), json.dumps(COMPILED_DEFAULT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.first = self.read()
+
+    def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            assert self.process.stderr is not None
+            raise AssertionError(f"the TypeScript probe ended: {self.process.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def current(self) -> list[dict[str, Any]]:
+        return self.ask("status")["current"]
+
+    def all(self, **wanted: Any) -> bool:
+        return all(all(c[k] == v for k, v in wanted.items()) for c in self.current())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.ask("stop") == {"event": "stopped"}
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+                assert self.process.wait(10) == 0
+            finally:
+                if self.process.poll() is None:
+                    self.process.kill()
+                    self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def stack(built: Path) -> Iterator[Stack]:
+    require_tools("the TypeScript client's system test")
+    with running_stack("tsclient", workers=2) as stack:
+        yield stack
+
+
+def live(stack: Stack) -> dict[str, Any]:
+    status, _, body = get(stack, "/api/v1/chains/chat", token=stack.read_token)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_typescript_clients_follow_survive_an_outage_expire_a_pin_restart_from_the_file_and_a_restore(
+    stack: Stack, tmp_path: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    dump = stack.postgres.root / "ts-snapshot.dump"
+    before = live(stack)
+    probe = Probe(stack.url, stack.read_token, state_dir)
+    try:
+        # The compiled-in default first (no file yet), then the live document.
+        assert {c["source"] for c in probe.first["current"]} == {"default"}
+        assert wait_for(lambda: probe.all(version=before["version"], source="live"), 15)
+        stack.postgres.run("pg_dump", "-Fc", "-f", dump, "postgres")
+
+        # A change reaches every client by long poll, and the fleet lists them by identity.
+        status, _, body = select(stack, "chat", "pin_secondary", duration_minutes=60)
+        assert status == 200, body
+        pinned = json.loads(body)["version"]
+        assert wait_for(lambda: probe.all(version=pinned, preset="pin_secondary"), 10)
+
+        def fleet_lists_them() -> bool:
+            _, _, answer = get(stack, "/api/v1/chains/chat/instances", token=stack.read_token)
+            seen = {i["client"]: i["applied_version"] for i in json.loads(answer)["instances"]}
+            return all(seen.get(f"ts-system/ts-{n}") == pinned for n in range(3))
+
+        assert wait_for(fleet_lists_them, 15)
+
+        # The control plane goes away: the pin is kept; past its expiry the clients serve the
+        # chain's default on their own.
+        stack.kill_web()
+        assert wait_for(lambda: all(h["consecutive_failures"] >= 1 for h in probe.ask("status")["health"]), 15)
+        assert probe.all(version=pinned, preset="pin_secondary", source="live")
+        expired = probe.ask("advance 3601")
+        assert {(c["preset"], c["is_default"], c["version"]) for c in expired["current"]} == {("normal", True, pinned)}
+        assert all(h["expired_pin"] for h in expired["health"])
+    finally:
+        probe.stop()
+
+    # Restarted while the control plane is still down: the pin from the file, at once.
+    probe = Probe(stack.url, stack.read_token, state_dir)
+    try:
+        assert {(c["source"], c["version"], c["preset"]) for c in probe.first["current"]} == {
+            ("disk", pinned, "pin_secondary")
+        }
+
+        # The restore: the database goes back to before the pin. The clients keep the newer
+        # document and say they are ahead of the server, until the epoch is raised.
+        stack.postgres.run("pg_restore", "--clean", "--if-exists", "-d", "postgres", dump)
+        stack.start_web()
+        assert live(stack)["version"] == before["version"]
+        assert wait_for(lambda: all(h["ahead_of_server"] for h in probe.ask("status")["health"]), 15)
+        assert probe.all(version=pinned, preset="pin_secondary")
+        assert "epoch raised from 0 to" in stack.manage("raise_epoch", "--reason", "restored from the nightly backup")
+        epoch = live(stack)["epoch"]
+        assert epoch > 0
+        assert wait_for(lambda: probe.all(epoch=epoch, version=before["version"], preset=before["preset"]), 15)
+        assert not any(h["ahead_of_server"] for h in probe.ask("status")["health"])
+    finally:
+        probe.stop()
