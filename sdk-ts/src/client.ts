@@ -666,7 +666,15 @@ export class ChainClient {
     }
   }
 
-  /** Send what was served, refused and seen of provider health since the last accepted report. */
+  /**
+   * Send the pending usage report now (what was served, refused and seen of provider health
+   * since the last accepted one), within `timeoutS`; nothing is sent when there is nothing to
+   * say. A failed report keeps its counts for the next. The background loop and `stop()` call it.
+   */
+  async flushUsage(timeoutS = this.timeoutS): Promise<void> {
+    if (this.reportUsage) await this.report(AbortSignal.timeout(timeoutS * 1000));
+  }
+
   private async report(signal: AbortSignal): Promise<void> {
     const ahead = this.aheadOfServer(this.clock());
     const served = this.served;

@@ -29,6 +29,49 @@ const quiet = { debug() {}, info() {}, warn() {}, error() {} };
 const epochS = (text) => Date.parse(text) / 1000;
 const ran = { poller: 0, router: 0 };
 
+function attempt(spec) {
+  return {
+    task_id: "t",
+    attempt_id: "t-1",
+    provider: spec.provider,
+    model: spec.model,
+    dispatch: "dispatched_known",
+    outcome: spec.outcome,
+    status: spec.status,
+    elapsed_s: spec.elapsed_s,
+    timeout_s: 20,
+    reason: "",
+    error: "",
+    destination: "",
+    model_id: "",
+    contract: "none",
+    epoch: 0,
+    version: 0,
+    chunks: null,
+    first_chunk_s: spec.first_chunk_s ?? null,
+    input_tokens: null,
+    output_tokens: null,
+  };
+}
+
+function checkReport(expect, body) {
+  const wanted = expect.report;
+  if (wanted === null) {
+    assert.equal(body, null, "no report is sent with nothing to report");
+    return;
+  }
+  const ahead = { ...(body.ahead_of_server ?? {}) };
+  delete ahead.since;
+  const seen = {
+    ...body,
+    providers: Object.fromEntries(Object.entries(body.providers).map(([name, entry]) => [name, entry.requests])),
+    rejected: body.rejected.map((entry) => [entry.version, entry.reason]),
+    ahead_of_server: ahead,
+    health: body.health ?? null,
+  };
+  assert.deepEqual(Object.fromEntries(Object.keys(wanted).map((k) => [k, seen[k]])), wanted);
+}
+
 class PollerRun {
   constructor(vector, directory) {
     this.options = vector.options;
@@ -64,7 +107,24 @@ class PollerRun {
       writeFileSync(path, JSON.stringify(saved));
     }
     if (step.restart) this.client = this.build();
+    const recorded = step.record ?? {};
+    for (const provider of recorded.served ?? []) this.client.record_served(provider);
+    for (const spec of recorded.attempts ?? []) this.client.record_attempt(attempt(spec));
+    for (const provider of recorded.breaker_opened ?? []) this.client.record_breaker_opened(provider);
     let sent = {};
+    if (step.report) {
+      const answer = step.report;
+      let body = null;
+      this.answer = async (url, init) => {
+        sent = { method: init.method, path: new URL(url).pathname };
+        for (const [name, value] of Object.entries(init.headers)) sent[name.toLowerCase()] = value;
+        body = JSON.parse(init.body);
+        if (answer.error) throw new TypeError("fetch failed", { cause: Object.assign(new Error(answer.error), { code: "ECONNREFUSED" }) });
+        return new Response("{}", { status: answer.status, headers: answer.retry_after ? { "Retry-After": answer.retry_after } : {} });
+      };
+      await this.client.flushUsage();
+      checkReport(step.expect, body);
+    }
     if (step.answer) {
       const answer = step.answer;
       const fetch = async (url, init) => {

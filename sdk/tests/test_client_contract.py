@@ -27,6 +27,7 @@ import pytest
 from chainclient import (
     Answer,
     AsyncRouter,
+    Attempt,
     BreakerSettings,
     ChainClient,
     ContentPolicyRefusal,
@@ -101,6 +102,7 @@ class ScriptedConnection:
     def __init__(self, answer: dict[str, Any]) -> None:
         self.answer = answer
         self.sent: dict[str, str] = {}
+        self.body: Any = None
 
     def get(self, path: str, headers: dict[str, str], read_timeout: float) -> tuple[int, Message, bytes]:
         self.sent = {"path": path, **{name.lower(): value for name, value in headers.items()}}
@@ -111,6 +113,25 @@ class ScriptedConnection:
             message["ETag"] = self.answer["etag"]
         body = json.dumps(self.answer["document"]) if "document" in self.answer else self.answer.get("body", "")
         return self.answer["status"], message, body.encode("utf-8")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        read_timeout: float,
+        *,
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> tuple[int, Message, bytes]:
+        self.sent = {"method": method, "path": path, **{name.lower(): value for name, value in headers.items()}}
+        self.body = json.loads(body or b"null")
+        if "error" in self.answer:
+            raise ConnectionRefusedError(self.answer["error"])
+        message = Message()
+        if self.answer.get("retry_after"):
+            message["Retry-After"] = self.answer["retry_after"]
+        return self.answer["status"], message, b"{}"
 
     def close(self) -> None:
         pass
@@ -150,12 +171,41 @@ class PollerRun:
             path.write_text(json.dumps(saved), encoding="utf-8")
         if step.get("restart"):
             self.client = self.build()
+        recorded = step.get("record", {})
+        for provider in recorded.get("served", ()):
+            self.client.record_served(provider)
+        for attempt in recorded.get("attempts", ()):
+            self.client.record_attempt(_attempt(attempt))
+        for provider in recorded.get("breaker_opened", ()):
+            self.client.record_breaker_opened(provider)
         sent: dict[str, str] = {}
         if "answer" in step:
             connection = ScriptedConnection(step["answer"])
             self.client._poller._poll_once(threading.Event(), connection)  # type: ignore[arg-type]
             sent = connection.sent
+        if "report" in step:
+            connection = ScriptedConnection(step["report"])
+            self.client._usage._report(connection, 5.0, threading.Event())  # type: ignore[arg-type]
+            sent = connection.sent
+            self.check_report(step["expect"], connection.body)
         self.check(step["expect"], sent)
+
+    @staticmethod
+    def check_report(expect: dict[str, Any], body: Any) -> None:
+        wanted = expect.get("report", {})
+        if wanted is None:
+            assert body is None, "no report is sent with nothing to report"
+            return
+        seen = {
+            **body,
+            "providers": {name: entry["requests"] for name, entry in body["providers"].items()},
+            "rejected": [[entry["version"], entry["reason"]] for entry in body["rejected"]],
+            "ahead_of_server": {
+                key: value for key, value in (body.get("ahead_of_server") or {}).items() if key != "since"
+            },
+            "health": body.get("health"),
+        }
+        assert {key: seen[key] for key in wanted} == wanted
 
     def check(self, expect: dict[str, Any], sent: dict[str, str]) -> None:
         names = {
@@ -181,6 +231,23 @@ class PollerRun:
             "signature_key_id": health["signatures"]["key_id"],
         }
         assert {key: shown[key] for key in expect.get("health", {})} == expect.get("health", {})
+
+
+def _attempt(spec: dict[str, Any]) -> Attempt:
+    """An attempt as the router records it (only what the usage report counts matters)."""
+    return Attempt(
+        task_id="t",
+        attempt_id="t-1",
+        provider=spec["provider"],
+        model=spec["model"],
+        dispatch="dispatched_known",
+        outcome=spec["outcome"],
+        status=spec["status"],
+        elapsed_s=spec["elapsed_s"],
+        timeout_s=20.0,
+        reason="",
+        first_chunk_s=spec.get("first_chunk_s"),
+    )
 
 
 @pytest.mark.parametrize("vector", CONTRACT["poller"], ids=[v["name"] for v in CONTRACT["poller"]])
