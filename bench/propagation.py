@@ -24,8 +24,13 @@ applied (on a 2-core machine that is what bounds the tail).
 With ``--mode poll`` the clients poll every ``--poll-interval`` seconds instead, started
 evenly over one interval so their polls are out of phase, as a real fleet's are.
 
+With ``--client typescript`` the clients are the TypeScript client's (sdk-ts, built first with
+``npm ci && npm run build`` there): ``--processes`` Node processes (default 2) each run
+``bench/ts_clients.mjs``, a ChainClient per name on one event loop, answering the same commands
+as the Python client processes, one JSON line each way.
+
     python bench/propagation.py [--clients 1000] [--mode longpoll|poll] [--processes K]
-                                [--web-workers 2] [--poll-interval 2]
+                                [--web-workers 2] [--poll-interval 2] [--client python|typescript]
 
 Bars (DESIGN section 12): long polling, p99 <= 250 ms for 1,000 clients; plain polling,
 every client within poll interval + 1 s. Ends with one line of key=value figures.
@@ -39,6 +44,7 @@ import json
 import math
 import multiprocessing
 import os
+import queue
 import resource
 import statistics
 import subprocess
@@ -61,7 +67,7 @@ try:
 except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT / "sdk"))
 
-from sdk_current import example_client  # noqa: E402
+from sdk_current import DEFAULT, REGISTRY, example_client  # noqa: E402
 
 from chainclient import ChainDocument  # noqa: E402
 
@@ -130,6 +136,81 @@ def run_clients(
     for client in clients:
         client.stop(timeout=0.01)
     conn.send(("stopped", len(clients)))
+
+
+class NodeClients:
+    """A Node process of TypeScript ChainClients (bench/ts_clients.mjs), spoken to as a client
+    process's pipe is: ``send`` a command, ``poll`` for and ``recv`` its answer."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.process.pid
+        self.lines: queue.Queue[Any] = queue.Queue()
+        self.ready: list[Any] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(json.loads(line))
+
+    def send(self, message: tuple[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(list(message)) + "\n")
+        self.process.stdin.flush()
+
+    def poll(self, timeout: float) -> bool:
+        if not self.ready:
+            try:
+                self.ready.append(self.lines.get(timeout=timeout))
+            except queue.Empty:
+                return False
+        return True
+
+    def recv(self) -> Any:
+        answer = self.ready.pop() if self.ready else self.lines.get()
+        if isinstance(answer, dict):  # a version census: JSON keys are strings
+            return Counter({int(version): count for version, count in answer.items()})
+        return answer
+
+    def join(self, timeout: float) -> None:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+def start_node_clients(
+    names: list[str], base_url: str, token: str, mode: str, poll_interval: float, wait_s: float
+) -> NodeClients:
+    # The registry and compiled-in default the Python clients use (bench/sdk_current.py).
+    registry = {
+        name: {"destination": p.destination, "models": {m: sorted(c) for m, c in p.models.items()}}
+        for name in REGISTRY
+        for p in [REGISTRY[name]]
+    }
+    default = [step.to_json() for step in DEFAULT]
+    script = Path(__file__).resolve().parent / "ts_clients.mjs"
+    return NodeClients(
+        [
+            *os.environ.get("BENCH_NODE", "node").split(),  # e.g. "node --cpu-prof" to profile
+            str(script),
+            base_url,
+            token,
+            json.dumps(names),
+            mode,
+            str(poll_interval),
+            str(wait_s),
+            json.dumps(registry),
+            json.dumps(default),
+        ]
+    )
 
 
 # --- the bench -----------------------------------------------------------------------------
@@ -222,6 +303,9 @@ def main() -> None:
     )
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument(
+        "--client", choices=("python", "typescript"), default="python", help="which SDK's clients (default python)"
+    )
+    parser.add_argument(
         "--poll-interval", type=float, default=2.0, help="plain polling interval in seconds (--mode poll)"
     )
     parser.add_argument("--wait", type=float, default=30.0, help="long poll wait (s)")
@@ -246,7 +330,8 @@ def main() -> None:
     args = parser.parse_args()
 
     clients = args.clients
-    processes = args.processes or max(2, math.ceil(clients / 250))
+    default_processes = 2 if args.client == "typescript" else max(2, math.ceil(clients / 250))
+    processes = args.processes or default_processes
     processes = min(processes, clients)
     backlog = args.backlog or max(1024, min(somaxconn(), 2 * clients))
     backpressure = args.backpressure or clients + 256
@@ -281,6 +366,18 @@ def main() -> None:
             offsets = [spread * i / clients for i in range(clients)]
             started = time.monotonic()
             for index in range(processes):
+                if args.client == "typescript":
+                    node = start_node_clients(
+                        names[index::processes],
+                        base_url,
+                        read_token,
+                        args.mode,
+                        args.poll_interval if args.mode == "poll" else 60.0,
+                        args.wait,
+                    )
+                    children.append(node)
+                    pipes.append(node)  # type: ignore[arg-type]
+                    continue
                 parent_end, child_end = context.Pipe()
                 child = context.Process(
                     target=run_clients,
@@ -402,7 +499,7 @@ def main() -> None:
         met = missing == 0 and worst <= bar_ms
         print(f"bar: every client within poll interval + 1 s = {bar_ms:.0f} ms: {'met' if met else 'NOT met'}")
     print(
-        f"mode={args.mode} clients={clients} applied={len(delays)} p50_ms={p50:.0f} "
+        f"client={args.client} mode={args.mode} clients={clients} applied={len(delays)} p50_ms={p50:.0f} "
         f"p99_ms={p99:.0f} max_ms={worst:.0f} processes={processes} "
         f"web_workers={args.web_workers} select_ms={select_ms:.0f} bar_met={str(met).lower()}"
     )

@@ -27,6 +27,7 @@ import {
   parseDocument,
 } from "./document.js";
 import { HealthTally, healthBody } from "./health.js";
+import { Answer, Exchange, fetchExchange, nodeExchange } from "./http.js";
 import type { Attempt } from "./receipts.js";
 import { TrustedKeys } from "./signatures.js";
 import { StateFile } from "./stateFile.js";
@@ -136,6 +137,10 @@ interface Refusal {
 
 class Stopped extends Error {}
 
+class TimeoutError extends Error {
+  override name = "TimeoutError";
+}
+
 function positive(name: string, value: number): number {
   if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number of seconds`);
   return value;
@@ -200,7 +205,7 @@ export class ChainClient {
   private readonly onChange: ((document: ChainDocument) => void) | null;
   private readonly log: Logger;
   private readonly clock: () => number;
-  private readonly fetchImpl: typeof globalThis.fetch;
+  private readonly exchange: Exchange;
 
   private snapshot: Snapshot;
   private longPollOn: boolean;
@@ -280,7 +285,7 @@ export class ChainClient {
     this.onChange = options.onChange ?? null;
     this.log = options.logger ?? defaultLogger;
     this.clock = options.clock ?? (() => Date.now() / 1000);
-    this.fetchImpl = options.fetch ?? globalThis.fetch;
+    this.exchange = options.fetch ? fetchExchange(options.fetch) : nodeExchange();
     this.stateFile = new StateFile(options.stateDir ?? null, chain, options.registry, this.trustedKeys);
     if (this.stateFile.path === null) {
       this.log.info(`chain ${chain}: stateDir=null, so no last-known-good file is kept; a restart serves the compiled-in default until the first successful poll`);
@@ -391,6 +396,7 @@ export class ChainClient {
     if (this.reportUsage && Date.now() / 1000 >= this.reportNotBefore) {
       await this.report(AbortSignal.timeout(Math.max(1, timeoutS * 1000)));
     }
+    this.exchange.close?.();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -445,20 +451,17 @@ export class ChainClient {
     };
     if (this.token) headers["Authorization"] = `Bearer ${this.token}`;
     const started = performance.now();
-    let status: number;
-    let responseHeaders: Headers;
-    let body: string;
+    let answer: Answer;
     try {
-      const timeout = AbortSignal.timeout(readTimeout * 1000);
-      const response = await this.fetchImpl(url, { headers, signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
-      status = response.status;
-      responseHeaders = response.headers;
-      body = await response.text();
-      if (Buffer.byteLength(body) > MAX_DOCUMENT_BYTES) throw new Error(`response larger than ${MAX_DOCUMENT_BYTES} bytes`);
+      answer = await this.within(readTimeout, signal, (bounded) =>
+        this.exchange(url, { method: "GET", headers, signal: bounded, limit: MAX_DOCUMENT_BYTES }),
+      );
     } catch (error) {
       return signal?.aborted ? 0 : this.failed(describe(error));
     }
     if (signal?.aborted) return 0;
+    const { status, body } = answer;
+    const responseHeaders = { get: answer.header };
     if (status === 304) {
       this.succeeded();
       this.etag = responseHeaders.get("ETag") ?? this.etag;
@@ -494,6 +497,22 @@ export class ChainClient {
     return delay;
   }
 
+  /** `call` with a signal aborted by `signal` or after `seconds`: one timer, no signal per poll kept. */
+  private async within<T>(seconds: number, signal: AbortSignal | undefined, call: (bounded: AbortSignal) => Promise<T>): Promise<T> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new TimeoutError()), seconds * 1000);
+    const onAbort = () => controller.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      return await call(controller.signal);
+    } catch (error) {
+      throw controller.signal.reason instanceof TimeoutError ? controller.signal.reason : error;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
   private async apply(body: string, etag: string | null): Promise<{ changed: boolean; etag: string | null }> {
     let data: unknown;
     try {
@@ -509,7 +528,7 @@ export class ChainClient {
     }
     let document: ChainDocument;
     try {
-      document = parseDocument(data, { registry: this.registry, source: "live" });
+      document = parseDocument(data, { registry: this.registry, source: "live", adopt: true });
       if (document.name !== this.chain) throw new DocumentInvalid(`document is for chain ${pyRepr(document.name)}`);
     } catch (error) {
       if (!(error instanceof DocumentInvalid)) throw error;
@@ -702,16 +721,16 @@ export class ChainClient {
     if (this.token) headers["Authorization"] = `Bearer ${this.token}`;
     let error: string | null = null;
     try {
-      const response = await this.fetchImpl(`${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}/usage`, {
+      const response = await this.exchange(`${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}/usage`, {
         method: "POST",
         headers,
         body: JSON.stringify(body),
         signal,
+        limit: MAX_DOCUMENT_BYTES,
       });
-      const text = await response.text();
       if (response.status < 200 || response.status >= 300) {
-        error = `HTTP ${response.status}: ${errorMessage(text)}`;
-        const wait = response.status === 429 || response.status === 503 ? retryAfterSeconds(response.headers.get("Retry-After")) : null;
+        error = `HTTP ${response.status}: ${errorMessage(response.body)}`;
+        const wait = response.status === 429 || response.status === 503 ? retryAfterSeconds(response.header("Retry-After")) : null;
         if (wait !== null) {
           const capped = Math.min(wait, MAX_RETRY_AFTER_S);
           this.reportNotBefore = Date.now() / 1000 + capped * uniform(1.0, 1.1);

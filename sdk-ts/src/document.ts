@@ -225,8 +225,12 @@ export function compiledDefault(name: string, steps: readonly Step[]): ChainDocu
 }
 
 /** Parse and validate a document; throw DocumentInvalid naming the first problem. */
-export function parseDocument(data: unknown, options: { registry?: Registry | null; source?: Source } = {}): ChainDocument {
+export function parseDocument(
+  data: unknown,
+  options: { registry?: Registry | null; source?: Source; /** freeze `data` in place rather than copy it (it was just parsed) */ adopt?: boolean } = {},
+): ChainDocument {
   const registry = options.registry ?? null;
+  const keep = options.adopt ? <T>(value: T): T => deepFreeze(value) : <T>(value: T): T => deepFreeze(structuredClone(value));
   if (!isObject(data)) throw new DocumentInvalid(`document must be a JSON object, got ${typeName(data)}`);
   const text = (key: string): string => {
     const value = data[key];
@@ -251,12 +255,12 @@ export function parseDocument(data: unknown, options: { registry?: Registry | nu
   checkSteps(steps, registry);
   const name = text("name");
   const preset = text("preset");
-  const marking = parseMarking(data["marking"], "'marking'");
+  const marking = parseMarking(data["marking"], "'marking'", keep);
   const updatedBy = text("updated_by");
   const reason = text("reason");
   const updatedAt = optionalText("updated_at");
   const expiresAt = optionalText("expires_at");
-  const defaultChain = parseDefault(data["default"], registry);
+  const defaultChain = parseDefault(data["default"], registry, keep);
   let expiresAtS: number | null = null;
   if (expiresAt !== null) {
     try {
@@ -281,7 +285,7 @@ export function parseDocument(data: unknown, options: { registry?: Registry | nu
     source: options.source ?? "live",
     expires_at_s: expiresAtS,
     signature: signatureOf(data["signature"]),
-    received: deepFreeze(structuredClone(data)),
+    received: keep(data),
   });
 }
 
@@ -321,15 +325,17 @@ function parseSteps(raw: unknown, where = ""): readonly Step[] {
   );
 }
 
-function parseMarking(marking: unknown, label: string): Marking {
+type Keep = <T>(value: T) => T;
+
+function parseMarking(marking: unknown, label: string, keep: Keep): Marking {
   if (marking === undefined || marking === null) return NO_MARKING;
   if (!isObject(marking) || typeof (marking["degraded"] ?? false) !== "boolean") {
     throw new DocumentInvalid(`${label} must be an object with a boolean 'degraded'`);
   }
-  return deepFreeze(structuredClone(marking)) as Marking;
+  return keep(marking) as Marking;
 }
 
-function parseDefault(raw: unknown, registry: Registry | null): DefaultChain | null {
+function parseDefault(raw: unknown, registry: Registry | null, keep: Keep): DefaultChain | null {
   if (raw === undefined || raw === null) return null;
   if (!isObject(raw)) {
     throw new DocumentInvalid(`default.{preset, chain, marking}: an object is required, got ${typeName(raw)}`);
@@ -343,7 +349,7 @@ function parseDefault(raw: unknown, registry: Registry | null): DefaultChain | n
     const why = (error as Error).message;
     throw new DocumentInvalid(why.startsWith("chain") ? `default.${why}` : `default.chain: ${why}`);
   }
-  return Object.freeze({ preset, chain: steps, marking: parseMarking(raw["marking"], "default.marking") });
+  return Object.freeze({ preset, chain: steps, marking: parseMarking(raw["marking"], "default.marking", keep) });
 }
 
 /** The document as the control plane serves it: the object it was parsed from, unchanged. */

@@ -132,7 +132,7 @@ export class StateFile {
       const refused = this.trustedKeys.refusal(saved as Record<string, unknown>);
       if (refused !== null) throw new DocumentInvalid(refused.kind === UNSIGNED ? UNSIGNED_ON_DISK : `its document is refused: ${refused.why}`);
     }
-    const document = parseDocument(saved, { registry: this.registry, source: "disk" });
+    const document = parseDocument(saved, { registry: this.registry, source: "disk", adopt: true });
     if (document.name !== this.chain) throw new DocumentInvalid(`its document is for chain ${pyRepr(document.name)}`);
     return document;
   }
