@@ -74,6 +74,8 @@ BENCHMARKS = sdk_current.py router_overhead.py stream_overhead.py read_throughpu
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll
+	cd sdk-ts && npm ci --no-audit --no-fund && npm run build
+	$(PY) bench/propagation.py --client typescript
 
 # What the control plane and the SDK agree on is written once, in the SDK; the server keeps a
 # copy so that it never imports the SDK (tests/test_wire.py fails when the two differ).

@@ -215,3 +215,34 @@ def test_typescript_clients_follow_survive_an_outage_expire_a_pin_restart_from_t
         assert not any(h["ahead_of_server"] for h in probe.ask("status")["health"])
     finally:
         probe.stop()
+
+
+def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None:
+    """sdk-ts/src/wire.ts is the third copy of what clients and server agree on
+    (sdk/chainclient/wire.py; presets/wire.py is checked by tests/test_wire.py)."""
+    from chainclient import wire
+
+    script = (
+        "import * as w from './dist/wire.js';"
+        "const d={a:1,b:'\\u00e9',signature:{alg:'ed25519',key_id:'k',signed_at:'t',value:'v'}};"
+        "console.log(JSON.stringify({...w, signed: w.signedContent(d).toString('latin1')}))"
+    )
+    done = subprocess.run(["node", "--input-type=module", "-e", script], cwd=built, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    ts = json.loads(done.stdout)
+    for name in (
+        "CHAIN_MIN_STEPS",
+        "CHAIN_MAX_STEPS",
+        "STEP_MIN_TIMEOUT_MS",
+        "STEP_MAX_TIMEOUT_MS",
+        "MAX_WAIT_S",
+        "REPORT_MAX_STEPS",
+        "REPORT_MAX_PROVIDERS",
+        "SIGNATURE_ALGORITHM",
+    ):
+        assert ts[name] == getattr(wire, name), name
+    assert tuple(ts["OUTCOME_CLASSES"]) == wire.OUTCOME_CLASSES
+    assert tuple(ts["LATENCY_BOUNDS_MS"]) == wire.LATENCY_BOUNDS_MS
+    assert ts["SIGNATURE_CONTEXT"].encode() == wire.SIGNATURE_CONTEXT
+    document = {"a": 1, "b": "\u00e9", "signature": {"alg": "ed25519", "key_id": "k", "signed_at": "t", "value": "v"}}
+    assert ts["signed"].encode("latin1") == wire.signed_content(document)

@@ -681,7 +681,7 @@ export class ChainClient {
       } catch {
         return;
       }
-      await this.report(AbortSignal.any([signal, AbortSignal.timeout(this.timeoutS * 1000)]));
+      await this.within(this.timeoutS, signal, (bounded) => this.report(bounded));
     }
   }
 
