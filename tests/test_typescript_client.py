@@ -18,9 +18,13 @@ polling for the state the client must reach, never by sleeping a guessed time.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,23 @@ REGISTRY = {
 COMPILED_DEFAULT = [{"provider": "self_hosted", "model": "8b", "timeout_ms": 10000}]
 
 
+def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``argv`` to its end, or killed with every process it started (npm runs node, which runs
+    a process per test file) once ``timeout`` passes: a hung test must fail, not hang the suite."""
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"{' '.join(argv)} did not end within {timeout:g} s:\n{stdout[-6000:]}{stderr[-3000:]}"
+        ) from expired
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def _npm() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
@@ -58,17 +79,15 @@ def built() -> Path:
     npm = _npm()
     installed = SDK_TS / "node_modules" / ".package-lock.json"
     if not installed.exists() or installed.stat().st_mtime < (SDK_TS / "package-lock.json").stat().st_mtime:
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"], cwd=SDK_TS, capture_output=True, text=True, timeout=300
-        )
+        done = run([npm, "ci", "--no-audit", "--no-fund"], SDK_TS)
         assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run([npm, "run", "build"], cwd=SDK_TS, capture_output=True, text=True, timeout=300)
+    done = run([npm, "run", "build"], SDK_TS)
     assert done.returncode == 0, done.stdout + done.stderr
     return SDK_TS
 
 
 def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -> None:
-    done = subprocess.run([_npm(), "test"], cwd=built, capture_output=True, text=True, timeout=300)
+    done = run([_npm(), "test"], built)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     counts = re.search(r"client contract: (\d+) poller vectors, (\d+) router vectors passed", done.stdout)
     assert counts is not None, done.stdout[-3000:]
@@ -78,13 +97,7 @@ def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -
 
 
 def test_the_package_packs_with_its_build_and_declarations_only(built: Path) -> None:
-    done = subprocess.run(
-        [_npm(), "pack", "--dry-run", "--json", "--ignore-scripts"],
-        cwd=built,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run([_npm(), "pack", "--dry-run", "--json", "--ignore-scripts"], built)
     assert done.returncode == 0, done.stderr
     files = {entry["path"] for entry in json.loads(done.stdout)[0]["files"]}
     assert {"package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/router.d.ts"} <= files
@@ -109,11 +122,23 @@ class Probe:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read_lines, daemon=True).start()
         self.first = self.read()
 
-    def read(self) -> dict[str, Any]:
+    def _read_lines(self) -> None:
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put("")
+
+    def read(self, timeout: float = 30) -> dict[str, Any]:
+        """The probe's next answer; a probe that hangs fails the test instead of hanging it."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.process.kill()
+            raise AssertionError(f"the TypeScript probe did not answer within {timeout:g} s") from None
         if not line:
             assert self.process.stderr is not None
             raise AssertionError(f"the TypeScript probe ended: {self.process.stderr.read()[-3000:]}")

@@ -1,0 +1,153 @@
+// ChainClient over real HTTP (node:http, its default): a local scripted control plane.
+// Long polls, stop() in the middle of one, Retry-After, usage reports from the background loop,
+// and one state file shared by two clients never going back.
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+
+import { ChainClient, Registry, step } from "../dist/index.js";
+
+const registry = new Registry({
+  vendor_a: { destination: "vendor_a-us", models: { large: ["text"] } },
+  vendor_b: { destination: "vendor_b-eu", models: { large: ["text"] } },
+});
+const defaults = [step("vendor_a", "large", 20000)];
+const quiet = { debug() {}, info() {}, warn() {}, error() {} };
+const waitUntil = async (condition, seconds = 5) => {
+  const deadline = Date.now() + seconds * 1000;
+  while (Date.now() < deadline) {
+    if (condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return condition();
+};
+
+function doc(version, preset = "normal", chain = [{ provider: "vendor_a", model: "large", timeout_ms: 20000 }]) {
+  return {
+    name: "chat", epoch: 0, version, preset, is_default: preset === "normal", chain,
+    marking: { degraded: false, note: "" }, updated_by: "alice", reason: `v${version}`,
+    updated_at: "2026-12-05T05:00:00Z", expires_at: null, default: null,
+  };
+}
+
+// A control plane: GETs are held (?wait=) until the version changes; POST usage recorded.
+const plane = { version: 1, waiting: [], requests: [], reports: [], usageStatus: 202, retryAfter: null };
+let server;
+let url;
+before(async () => {
+  server = createServer((request, response) => {
+    let body = "";
+    request.on("data", (chunk) => (body += chunk));
+    request.on("end", () => {
+      plane.requests.push({ method: request.method, url: request.url, headers: request.headers });
+      if (request.method === "POST") {
+        plane.reports.push(JSON.parse(body));
+        const headers = plane.retryAfter ? { "Retry-After": plane.retryAfter } : {};
+        response.writeHead(plane.usageStatus, headers).end("{}");
+        return;
+      }
+      const answer = () => {
+        const tag = `"${plane.version}"`;
+        if (request.headers["if-none-match"] === tag) response.writeHead(304, { ETag: tag }).end();
+        else response.writeHead(200, { ETag: tag, "Content-Type": "application/json" }).end(JSON.stringify(doc(plane.version, plane.version % 2 ? "normal" : "pin_secondary")));
+      };
+      if (request.url.includes("wait=") && request.headers["if-none-match"] === `"${plane.version}"`) {
+        plane.waiting.push(answer);
+        response.on("close", () => (plane.waiting = plane.waiting.filter((w) => w !== answer)));
+      } else answer();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  url = `http://127.0.0.1:${server.address().port}`;
+});
+after(() => {
+  server.closeAllConnections();
+  server.close();
+});
+
+function change() {
+  plane.version += 1;
+  const waiting = plane.waiting.splice(0);
+  waiting.forEach((answer) => answer());
+}
+
+test("a long-polling client applies a change as soon as it is made, and stop() ends a held poll at once", async () => {
+  const seen = [];
+  const client = new ChainClient(url, {
+    chain: "chat", token: "tok", registry, default: defaults, pollInterval: 60, waitS: 30, logger: quiet,
+    service: "svc", instance: "i-1", onChange: (d) => seen.push(d.version),
+  }).start();
+  try {
+    assert.ok(await waitUntil(() => client.current().version === plane.version));
+    assert.ok(await waitUntil(() => plane.waiting.length === 1), "the poll is held");
+    const held = plane.requests.at(-1);
+    assert.equal(held.headers["x-chain-client"], "svc/i-1");
+    assert.equal(held.headers["authorization"], "Bearer tok");
+    assert.match(held.url, /\?wait=30$/);
+    change();
+    // A 60 s poll interval: only the long poll can bring it this soon.
+    assert.ok(await waitUntil(() => client.current().version === plane.version, 2));
+    assert.deepEqual(seen, [plane.version - 1, plane.version]);
+    assert.ok(await waitUntil(() => plane.waiting.length === 1), "asks again after the change");
+    const started = performance.now();
+    await client.stop();
+    assert.ok(performance.now() - started < 1000, "stop() does not wait for the held poll");
+    assert.equal(client.health().running, false);
+  } finally {
+    await client.stop();
+  }
+});
+
+test("usage reports go out from the background loop; one refused with Retry-After keeps its counts for the next", async () => {
+  plane.reports = [];
+  plane.usageStatus = 429;
+  plane.retryAfter = "0.2";
+  const client = new ChainClient(url, {
+    chain: "chat", token: "tok", registry, default: defaults, longPoll: false, pollInterval: 60, usageInterval: 0.1, logger: quiet,
+  }).start();
+  try {
+    client.record_served("vendor_a");
+    assert.ok(await waitUntil(() => client.health().usage_report_failures >= 1));
+    assert.equal(client.health().unreported_requests, 1, "kept for the next report");
+    plane.usageStatus = 202;
+    client.record_served("vendor_a");
+    assert.ok(await waitUntil(() => client.health().usage_report_failures === 0, 5));
+    assert.deepEqual(plane.reports.at(-1).providers.vendor_a.requests, 2);
+    assert.equal(client.health().unreported_requests, 0);
+  } finally {
+    await client.stop();
+    plane.retryAfter = null;
+  }
+});
+
+test("two clients sharing a state directory never move the file back", async () => {
+  const directory = mkdtempSync(join(tmpdir(), "chainclient-shared-"));
+  try {
+    const options = { chain: "chat", token: "tok", registry, default: defaults, stateDir: directory, logger: quiet };
+    const newer = new ChainClient(url, { ...options, fetch: async () => new Response(JSON.stringify(doc(9)), { status: 200 }) });
+    const older = new ChainClient(url, { ...options, fetch: async () => new Response(JSON.stringify(doc(8)), { status: 200 }) });
+    await Promise.all([newer.pollOnce(), older.pollOnce()]);
+    const saved = JSON.parse(readFileSync(join(directory, "chat.json"), "utf8"));
+    assert.equal(saved.format, "chainclient-state/2");
+    assert.equal(saved.document.version, 9);
+    assert.match(saved.digest, /^sha256:[0-9a-f]{64}$/);
+    const restarted = new ChainClient(url, options);
+    assert.deepEqual([restarted.current().source, restarted.current().version], ["disk", 9]);
+  } finally {
+    rmSync(directory, { recursive: true, force: true });
+  }
+});
+
+test("bad options are refused at construction, saying what to fix", () => {
+  const base = { chain: "chat", token: "tok", registry, default: defaults };
+  assert.throws(() => new ChainClient(url, { ...base, token: "" }), /token is required/);
+  assert.throws(() => new ChainClient(url, { ...base, pollInterval: 0 }), /pollInterval must be a positive number/);
+  assert.throws(() => new ChainClient(url, { ...base, waitS: 61 }), /waitS must be within 0..60/);
+  assert.throws(() => new ChainClient(url, { ...base, default: [step("vendor_x", "large", 20000)] }), /chain\[0\]: unknown provider 'vendor_x'/);
+  assert.throws(() => new ChainClient(url, { ...base, published: true }), /published: true needs trustedKeys/);
+  assert.throws(() => new ChainClient(url, { ...base, service: "a\nb" }), /service must be a string usable in an HTTP header/);
+  assert.throws(() => new ChainClient("ftp://x", base), /baseUrl must be http/);
+});
