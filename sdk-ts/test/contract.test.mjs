@@ -92,6 +92,7 @@ class PollerRun {
       instance: CONTRACT.instance,
       aheadAfterS: this.options.ahead_after_s ?? 30,
       trustedKeys: this.options.trusted_keys ?? null,
+      published: this.options.published ?? false,
       logger: quiet,
       clock: () => this.now,
       fetch: (url, init) => this.answer(url, init),
@@ -133,11 +134,15 @@ class PollerRun {
         for (const [name, value] of Object.entries(init.headers)) sent[name.toLowerCase()] = value;
         if (answer.error) throw new TypeError("fetch failed", { cause: Object.assign(new Error(answer.error), { code: "ECONNREFUSED" }) });
         const body = answer.document !== undefined ? JSON.stringify(answer.document) : (answer.body ?? "");
-        const headers = answer.etag ? { ETag: answer.etag } : {};
+        const headers = { ...(answer.etag ? { ETag: answer.etag } : {}), ...(answer.retry_after ? { "Retry-After": answer.retry_after } : {}) };
         return new Response(answer.status === 304 ? null : body, { status: answer.status, headers });
       };
       this.answer = fetch;
-      await this.client.pollOnce();
+      const delay = await this.client.pollOnce();
+      if (step.expect.next_s) {
+        const [low, high] = step.expect.next_s;
+        assert.ok(low - 1e-9 <= delay && delay <= high + 1e-9, `next poll in ${delay} s, not within [${low}, ${high}]`);
+      }
     }
     this.check(step.expect, sent);
   }

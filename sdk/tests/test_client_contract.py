@@ -88,6 +88,9 @@ def test_the_vectors_cover_every_row_of_the_failure_table_and_every_poller_promi
         "ETag",
         "long poll",
         "only documents signed by a trusted key are applied",
+        "jitter and backoff",
+        "published documents",
+        "usage and health reports are sent and never lost",
     } <= promises
     names = [vector["name"] for vector in CONTRACT["poller"] + CONTRACT["router"]]
     assert len(names) == len(set(names)), "vector names are unique"
@@ -111,6 +114,8 @@ class ScriptedConnection:
         message = Message()
         if self.answer.get("etag"):
             message["ETag"] = self.answer["etag"]
+        if self.answer.get("retry_after"):
+            message["Retry-After"] = self.answer["retry_after"]
         body = json.dumps(self.answer["document"]) if "document" in self.answer else self.answer.get("body", "")
         return self.answer["status"], message, body.encode("utf-8")
 
@@ -157,6 +162,7 @@ class PollerRun:
             instance=CONTRACT["instance"],
             ahead_after_s=self.options.get("ahead_after_s", 30),
             trusted_keys=self.options.get("trusted_keys"),
+            published=self.options.get("published", False),
         )
         client._clock = lambda: self.now
         return client
@@ -181,8 +187,11 @@ class PollerRun:
         sent: dict[str, str] = {}
         if "answer" in step:
             connection = ScriptedConnection(step["answer"])
-            self.client._poller._poll_once(threading.Event(), connection)  # type: ignore[arg-type]
+            delay = self.client._poller._poll_once(threading.Event(), connection)  # type: ignore[arg-type]
             sent = connection.sent
+            if "next_s" in step["expect"]:
+                low, high = step["expect"]["next_s"]
+                assert low - 1e-9 <= delay <= high + 1e-9, ("next poll in", delay, step["expect"]["next_s"])
         if "report" in step:
             connection = ScriptedConnection(step["report"])
             self.client._usage._report(connection, 5.0, threading.Event())  # type: ignore[arg-type]
