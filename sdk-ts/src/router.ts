@@ -445,11 +445,16 @@ export class Router {
   }
 
   /**
-   * Route one streamed request: an async iterable of the serving provider's chunks. Before
-   * the commit point a failure falls through as in `complete()`; after it, a break rejects
-   * the iteration with `StreamInterrupted`.
+   * Route one streamed request: `for await (const chunk of router.stream(request))` yields the
+   * serving provider's chunks. Before the commit point a failure falls through as in
+   * `complete()`; after it, a break rejects the iteration with `StreamInterrupted`. Once the
+   * stream is complete, `.result` (the provider, the receipt) says who served it.
    */
-  async *stream(request: unknown, options: StreamOptions = {}): AsyncGenerator<unknown, RouteResult<null>, undefined> {
+  stream(request: unknown, options: StreamOptions = {}): RouteStream {
+    return new RouteStream(this.streaming(request, options));
+  }
+
+  private async *streaming(request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
     const walk = this.begin(options);
     const commitAfter = Math.max(1, options.commitAfterChars ?? 1);
     const content = options.content ?? defaultContent;
@@ -462,6 +467,7 @@ export class Router {
       let delivered = 0;
       let firstChunkS: number | null = null;
       let iterator: AsyncIterator<unknown> | null = null;
+      let finished = false;
       const idleS = options.idleS ?? turn.step.timeout_ms / 1000;
       try {
         iterator = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal)[Symbol.asyncIterator]();
@@ -492,7 +498,9 @@ export class Router {
             yield chunk;
           }
         }
+        finished = true;
       } catch (error) {
+        finished = true;
         controller.abort();
         if (delivered > 0) throw this.broken(walk, turn, error, delivered, firstChunkS);
         const result = this.settle(walk, turn, true, error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error, undefined, { chunks: 0, firstChunkS });
@@ -500,6 +508,9 @@ export class Router {
         continue;
       } finally {
         if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
+        // The caller left the stream early (a break, return()): the provider's stream is
+        // closed, and the attempt counts as served.
+        if (!finished && delivered > 0) this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS });
       }
       const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS });
       if (result !== null) return result as RouteResult<null>;
@@ -785,6 +796,40 @@ export class Router {
       // Accounting and alert hooks must never cost a request its answer (nor its error).
       this.log.error(`chainclient: ${what} threw: ${(error as Error)?.message ?? String(error)}`);
     }
+  }
+}
+
+/** A routed stream: its chunks, then (`result`) who served it, with the receipt. */
+export class RouteStream implements AsyncIterable<unknown> {
+  /** Set once the stream is complete: the provider that served it and the receipt. */
+  result: RouteResult<null> | null = null;
+
+  constructor(private readonly chunks: AsyncGenerator<unknown, RouteResult<null>, undefined>) {}
+
+  get provider(): string | null {
+    return this.result?.provider ?? null;
+  }
+
+  get receipt(): Receipt | null {
+    return this.result?.receipt ?? null;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<unknown> {
+    return {
+      next: async () => {
+        const next = await this.chunks.next();
+        if (next.done) {
+          this.result = next.value;
+          return { done: true, value: undefined };
+        }
+        return next;
+      },
+      // Leaving a for-await early closes the provider's stream; the attempt counts as served.
+      return: async () => {
+        await this.chunks.return(undefined as never);
+        return { done: true, value: undefined };
+      },
+    };
   }
 }
 

@@ -29,19 +29,10 @@ function router(streamTransports, options = {}) {
   return new Router(chain, { transports: {}, streamTransports, registry, logger: quiet, ...options });
 }
 
-async function collect(iterable) {
+async function collect(stream) {
   const seen = [];
-  let result;
-  const iterator = iterable[Symbol.asyncIterator]();
-  for (;;) {
-    const next = await iterator.next();
-    if (next.done) {
-      result = next.value;
-      break;
-    }
-    seen.push(next.value);
-  }
-  return { seen, result };
+  for await (const chunk of stream) seen.push(chunk);
+  return { seen, result: stream.result };
 }
 
 test("a stream that fails before its first chunk falls back to the next step", async () => {
@@ -51,6 +42,22 @@ test("a stream that fails before its first chunk falls back to the next step", a
   assert.equal(result.provider, "vendor_b");
   assert.deepEqual(result.receipt.attempts.map((a) => [a.provider, a.outcome, a.chunks]), [["vendor_a", "failed", 0], ["vendor_b", "ok", 2]]);
   assert.deepEqual(r.report().recovered_success, 1);
+});
+
+test("leaving a stream early closes the provider's stream, and the attempt counts as served", async () => {
+  let closed = false;
+  const endless = async function* () {
+    try {
+      for (let i = 0; ; i++) yield `chunk ${i} `;
+    } finally {
+      closed = true;
+    }
+  };
+  const r = router({ vendor_a: endless, vendor_b: chunks(["no"]) });
+  const stream = r.stream({});
+  for await (const chunk of stream) if (chunk === "chunk 2 ") break;
+  assert.equal(closed, true);
+  assert.equal(r.report().first_attempt_success, 1);
 });
 
 test("chunks without content are held until the first content, then handed over together", async () => {
