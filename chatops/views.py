@@ -161,9 +161,30 @@ def _submitted(payload: dict[str, Any]) -> HttpResponse:
                 since=selection.updated_at,
             )
         )
-    else:  # opened from the command: say it where the command was typed
-        slack.respond(str(metadata.get("response_url") or ""), {"response_type": "in_channel", "text": text})
+    else:  # opened from the command: say it in the channel it was typed in, followed as a button's is
+        _post_and_follow(metadata, text, action.chain, selection)
     return HttpResponse(status=200)
+
+
+def _post_and_follow(metadata: dict[str, Any], text: str, chain: str, selection: Any) -> None:
+    """Post a slash command's outcome in its channel (the bot's message, so the worker can update it
+    with the fleet's progress); where the bot may not post there, answer through the command's
+    response_url, without the follow-up."""
+    channel = str(metadata.get("channel_id") or "")
+    posted = slack.call("chat.postMessage", {"channel": channel, "text": text}) if channel else {}
+    if not posted.get("ts"):
+        slack.respond(str(metadata.get("response_url") or ""), {"response_type": "in_channel", "text": text})
+        return
+    slack.queue_follow(
+        slack.Followed(
+            channel=str(posted.get("channel") or channel),
+            ts=str(posted["ts"]),
+            text=text,
+            chain=chain,
+            version=selection.version,
+            since=selection.updated_at,
+        )
+    )
 
 
 def _errors(text: str) -> JsonResponse:
@@ -200,7 +221,10 @@ def commands(request: HttpRequest) -> HttpResponse:
             _acting(team, user)
             selection = reviews.live(action.chain)
             action = Action(**{**action.to_value(), "version": selection.version})
-            metadata = {"response_url": request.POST.get("response_url", "")}
+            metadata = {
+                "response_url": request.POST.get("response_url", ""),
+                "channel_id": request.POST.get("channel_id", ""),
+            }
             view = reviews.modal(action, selection, metadata=metadata)
         elif verb == "help":
             return _say(USAGE)

@@ -44,13 +44,20 @@ class FakeSlack:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.users: dict[str, dict[str, Any]] = {}
+        self.bot_channels = {"C1"}  # where the app's bot is a member (may post)
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                fake.calls.append((urlsplit(self.path).path.rsplit("/", 1)[1], json.loads(body)))
-                self.answer({"ok": True})
+                method, sent = urlsplit(self.path).path.rsplit("/", 1)[1], json.loads(body)
+                fake.calls.append((method, sent))
+                if method == "chat.postMessage" and sent.get("channel") in fake.bot_channels:
+                    self.answer({"ok": True, "channel": sent["channel"], "ts": "1700000009.000900"})
+                elif method == "chat.postMessage":
+                    self.answer({"ok": False, "error": "not_in_channel"})
+                else:
+                    self.answer({"ok": True})
 
             def do_GET(self) -> None:  # noqa: N802
                 url = urlsplit(self.path)
@@ -370,9 +377,31 @@ def test_slash_pin_opens_the_same_review_and_submitting_it_pins(fake, linked) ->
     selection = live()
     assert (selection.updated_by, selection.reason) == ("slack:alice", "INC-9")
     assert timedelta(minutes=59) < selection.expires_at - timezone.now() <= timedelta(minutes=60)
+    # Said in the channel the command was typed in, by the bot: that message is followed.
+    [posted] = fake.of("chat.postMessage")
+    assert posted["channel"] == "C1" and posted["text"].startswith(":white_check_mark: alice pinned pin_secondary")
     assert command("pin chat").json()["text"] == "Name the preset to pin: `/chains pin chat <preset> [minutes]`."
     assert command("pin chat nope").json()["text"] == "nope is not one of chat's reviewed presets."
     assert "needs the oncall role" in command("revert chat", user=BOB).json()["text"]
+
+
+def test_a_slash_change_is_followed_in_its_channel_or_said_through_response_url_where_the_bot_cannot_post(
+    fake, linked, monkeypatch
+) -> None:
+    queued: list[slack.Followed] = []
+    monkeypatch.setattr(slack, "queue_follow", queued.append)  # the broker's side is the worker test's
+    command("pin chat pin_secondary 60")
+    submit(fake.of("views.open")[-1]["view"], "INC-9")
+    [followed] = queued
+    assert (followed.channel, followed.ts, followed.chain, followed.version) == ("C1", "1700000009.000900", "chat", 2)
+    assert slack.follow(followed) is None  # no instance polls chat here: said at once
+    assert fake.of("chat.update")[-1]["text"].endswith(":satellite: no instance polls chat now")
+
+    fake.bot_channels.clear()  # the bot is not in the channel: the command's response_url answers
+    command("revert chat")
+    submit(fake.of("views.open")[-1]["view"], "INC-9 fixed")
+    assert len(queued) == 1 and live().version == 3
+    assert fake.of("chat.postMessage")[-1]["channel"] == "C1"
 
 
 # --- the fleet's progress ------------------------------------------------------------------------------------
