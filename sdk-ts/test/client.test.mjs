@@ -89,12 +89,12 @@ test("a long-polling client applies a change as soon as it is made, and stop() e
     assert.match(held.url, /\?wait=30$/);
     change();
     // A 60 s poll interval: only the long poll can bring it this soon.
-    assert.ok(await waitUntil(() => client.current().version === plane.version, 2));
+    assert.ok(await waitUntil(() => client.current().version === plane.version, 10));
     assert.deepEqual(seen, [plane.version - 1, plane.version]);
     assert.ok(await waitUntil(() => plane.waiting.length === 1), "asks again after the change");
     const started = performance.now();
     await client.stop();
-    assert.ok(performance.now() - started < 1000, "stop() does not wait for the held poll");
+    assert.ok(performance.now() - started < 5000, "stop() does not wait for the held poll (30 s)");
     assert.equal(client.health().running, false);
   } finally {
     await client.stop();

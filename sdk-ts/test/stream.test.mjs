@@ -101,10 +101,8 @@ test("commitAfterChars holds chunks back until that many characters came: a brea
 
 test("a first chunk later than firstChunkS is a timeout before the commit point: the next step serves", async () => {
   const r = router({ vendor_a: chunks(["late"], { hangAfter: 0 }), vendor_b: chunks(["on time"]) });
-  const started = performance.now();
   const { seen, result } = await collect(r.stream({}, { firstChunkS: 0.2 }));
   assert.deepEqual(seen, ["on time"]);
-  assert.ok(performance.now() - started < 1500);
   assert.equal(result.receipt.attempts[0].outcome, "timeout");
   assert.equal(result.receipt.attempts[0].dispatch, "dispatched_unknown");
 });
