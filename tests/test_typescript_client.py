@@ -108,6 +108,45 @@ def test_the_package_packs_with_its_build_and_declarations_only(built: Path) -> 
     )
 
 
+CONSUMER = """
+import { ChainClient, Registry, Router, step, type ChainDocument, type RouteResult } from "chainclient";
+
+const registry = new Registry({ vendor_a: { destination: "vendor_a-us", models: { large: ["text"] } } });
+const client = new ChainClient("http://127.0.0.1:9", {
+  chain: "chat", token: "cpt_x", registry, default: [step("vendor_a", "large", 20000)], stateDir: null,
+});
+const document: ChainDocument = client.current();
+const router = new Router(client, { transports: { vendor_a: async (s) => `answer from ${s.provider}` } });
+const result: RouteResult<string> = await router.complete<string>("hello");
+console.log(JSON.stringify({ source: document.source, version: document.version, served: result.value }));
+"""
+
+
+def test_a_service_installs_the_packed_tarball_and_type_checks_and_runs_against_it(built: Path, tmp_path: Path) -> None:
+    """npm pack, then a TypeScript service of its own: npm install of the tarball (no other
+    package comes with it), tsc --noEmit strict against its declarations, node runs it."""
+    done = run([_npm(), "pack", "--pack-destination", str(tmp_path)], built)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [tarball] = tmp_path.glob("chainclient-*.tgz")
+    service = tmp_path / "service"
+    service.mkdir()
+    (service / "package.json").write_text(json.dumps({"name": "service", "private": True, "type": "module"}))
+    done = run([_npm(), "install", "--no-audit", "--no-fund", "--offline", str(tarball)], service)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (service / "node_modules").iterdir() if not p.name.startswith(".")) == ["chainclient"]
+    (service / "main.ts").write_text(CONSUMER)
+    tsc = built / "node_modules" / "typescript" / "bin" / "tsc"
+    options = ["--strict", "--noEmit", "--module", "nodenext", "--target", "es2022", "--types", "node"]
+    options += ["--typeRoots", str(built / "node_modules" / "@types")]
+    done = run(["node", str(tsc), *options, "main.ts"], service)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run(["node", str(tsc), *options[2:], "--outDir", "out", "main.ts"], service)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run(["node", "out/main.js"], service, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"source": "default", "version": 0, "served": "answer from vendor_a"}
+
+
 # --- against the real control plane --------------------------------------------------------------
 
 
