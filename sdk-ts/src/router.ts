@@ -12,7 +12,7 @@
 
 import { randomBytes } from "node:crypto";
 
-import { ChainDocument, Marking, Registry, Step, compiledDefault, stepName } from "./document.js";
+import { ChainDocument, Registry, Step, compiledDefault, stepName } from "./document.js";
 import {
   AllProvidersFailed,
   ContentPolicyRefusal,

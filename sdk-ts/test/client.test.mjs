@@ -151,3 +151,9 @@ test("bad options are refused at construction, saying what to fix", () => {
   assert.throws(() => new ChainClient(url, { ...base, service: "a\nb" }), /service must be a string usable in an HTTP header/);
   assert.throws(() => new ChainClient("ftp://x", base), /baseUrl must be http/);
 });
+
+test("the User-Agent's version is the package's", async () => {
+  const { VERSION } = await import("../dist/index.js");
+  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+  assert.equal(VERSION, pkg.version);
+});
