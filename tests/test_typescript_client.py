@@ -70,6 +70,9 @@ def _npm() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         needs("the TypeScript client needs Node.js 20+ and npm (Debian's nodejs and npm)")
+    version = subprocess.run([str(node), "--version"], capture_output=True, text=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0] or 0) < 20:
+        needs(f"the TypeScript client needs Node.js 20+ (package.json engines); this machine has {version}")
     return str(npm)
 
 

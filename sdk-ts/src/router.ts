@@ -345,6 +345,8 @@ export class Router {
   private readonly realClock: boolean;
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly untransported = new Set<string>();
+  /** Every provider with a transport of either kind (fixed at construction, read per attempt). */
+  private readonly transported: ReadonlySet<string>;
   private readonly log: { warn(message: string): void; error(message: string): void };
   private counts: Record<ReportKey, number> = Object.fromEntries(REPORT_KEYS.map((k) => [k, 0])) as Record<ReportKey, number>;
 
@@ -371,6 +373,7 @@ export class Router {
     for (const [name, call] of [...Object.entries(this.transports), ...Object.entries(this.streamTransports)]) {
       if (typeof call !== "function") throw new TypeError(`transport for ${pyRepr(name)} must be a function`);
     }
+    this.transported = new Set([...Object.keys(this.transports), ...Object.keys(this.streamTransports)]);
     this.registry = options.registry ?? (this.hooks?.registry instanceof Registry ? this.hooks.registry : null);
     this.deadlineS = deadlineS;
     this.fallThroughOnContentPolicy = Boolean(options.fallThroughOnContentPolicy);
@@ -382,14 +385,14 @@ export class Router {
       const settings = { ...DEFAULT_BREAKER, ...(options.breaker ?? {}) };
       if (!(settings.failureThreshold >= 1)) throw new RangeError("failureThreshold must be at least 1 (use breaker: null to disable)");
       if (!(settings.windowS > 0 && settings.cooldownS > 0)) throw new RangeError("windowS and cooldownS must be positive");
-      for (const name of this.transported()) this.breakers.set(name, new CircuitBreaker(name, settings));
+      for (const name of this.transported) this.breakers.set(name, new CircuitBreaker(name, settings));
     }
     const known = new Set([...(this.registry?.names() ?? []), ...this.source().chain.map((s) => s.provider)]);
-    const missing = [...known].filter((name) => !this.transported().has(name)).sort();
+    const missing = [...known].filter((name) => !this.transported.has(name)).sort();
     if (missing.length) {
       missing.forEach((name) => this.untransported.add(name));
       this.log.warn(
-        `chainclient: no transport for provider(s) ${missing.join(", ")}: a chain step on them is skipped (transports given: ${[...this.transported()].sort().join(", ") || "none"})`,
+        `chainclient: no transport for provider(s) ${missing.join(", ")}: a chain step on them is skipped (transports given: ${[...this.transported].sort().join(", ") || "none"})`,
       );
     }
   }
@@ -520,10 +523,6 @@ export class Router {
 
   // --- a request, step by step -------------------------------------------------------
 
-  private transported(): Set<string> {
-    return new Set([...Object.keys(this.transports), ...Object.keys(this.streamTransports)]);
-  }
-
   private begin(options: RequestOptions): Walk {
     if (options.deadlineS !== undefined && !(options.deadlineS > 0)) throw new RangeError("deadlineS must be positive");
     const budgetS = options.deadlineS ?? this.deadlineS;
@@ -552,7 +551,7 @@ export class Router {
     const why = this.refusal(walk, s, breaker, index > 0 && !walk.allowFallback, streaming);
     if (why !== null) {
       walk.refused.push([s, why]);
-      if (!this.transported().has(s.provider)) this.noTransport(s, walk.document);
+      if (!this.transported.has(s.provider)) this.noTransport(s, walk.document);
       return null;
     }
     const now = this.now();
@@ -578,7 +577,7 @@ export class Router {
   }
 
   private contractRefusal(walk: Walk, s: Step): string | null {
-    if (!this.transported().has(s.provider)) return `no transport for provider ${pyRepr(s.provider)}`;
+    if (!this.transported.has(s.provider)) return `no transport for provider ${pyRepr(s.provider)}`;
     const registry = this.registry;
     if (registry === null) {
       return walk.requires.size || walk.destinations !== null ? "no registry to check the request's contract against" : null;
