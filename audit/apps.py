@@ -9,8 +9,9 @@ class AuditConfig(AppConfig):
 
     def ready(self) -> None:
         # Wiring, not logic: every pin the expiry sweep reverts is reported as an alert, every
-        # change is told to the notifiers that take changes, and a planned pin suspended or
-        # missed is an alert (resolved when the plan is settled).
+        # change is told to the notifiers that take changes, a planned pin suspended or
+        # missed is an alert (resolved when the plan is settled), and so is a document the
+        # publisher found at a target and replaced because it was not the control plane's.
         from presets import events
 
         events.pin_expired.connect(_report_expired_pin, dispatch_uid="audit.report_expired_pin")
@@ -18,6 +19,7 @@ class AuditConfig(AppConfig):
         events.plan_suspended.connect(_report_suspended_plan, dispatch_uid="audit.report_suspended_plan")
         events.plan_missed.connect(_report_missed_plan, dispatch_uid="audit.report_missed_plan")
         events.plan_settled.connect(_resolve_plan_alert, dispatch_uid="audit.resolve_plan_alert")
+        events.publish_replaced.connect(_report_publish_replaced, dispatch_uid="audit.report_publish_replaced")
 
 
 def _report_expired_pin(sender: Any, *, selection: Any, now: Any, **_: Any) -> None:
@@ -51,3 +53,9 @@ def _resolve_plan_alert(sender: Any, *, plan: Any, now: Any, resolution: str, **
     from audit.plan_alerts import resolve_plan_alert
 
     resolve_plan_alert(plan=plan, now=now, resolution=resolution)
+
+
+def _report_publish_replaced(sender: Any, *, replaced: Any, **_: Any) -> None:
+    from audit.publish_alerts import alert_publish_replaced
+
+    alert_publish_replaced(replaced=replaced)

@@ -20,6 +20,7 @@ from django.db.models import Count, F, Max, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from audit import evidence
 from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Selection
@@ -119,6 +120,13 @@ class FleetStatus(TypedDict):
             "GET /api/v1/chains/{name}/instances (empty with ?detail=0: from the first)"
         ),
     ]
+    capped_tokens: Annotated[
+        list[str],
+        Help(
+            "tokens whose instance rows on this chain were pruned at FLEET_MAX_INSTANCES_PER_TOKEN within "
+            "FLEET_INSTANCE_TTL_MINUTES: the counts from them are partial (the oldest were dropped)"
+        ),
+    ]
 
 
 class FleetSummary(FleetStatus):
@@ -171,6 +179,7 @@ def fleet_statuses(
     else:
         counted = refusals.values("chain", "version").annotate(n=Count("pk")).values_list("chain", "version", "n")
         rejected_counts = {chain: n for chain, version, n in counted if (chain, version) in live_pairs}
+    capped = evidence.capped_tokens([s.chain.name for s in selections], now=now)
     statuses: dict[int, FleetStatus] = {}
     for selection in selections:
         chain, version, changed_at = selection.chain_id, selection.version, selection.updated_at
@@ -193,6 +202,7 @@ def fleet_statuses(
             "detail": page.instances if page else [],
             # With detail=0 every live instance is still to be read: from the start.
             "detail_after": page.after if page else ("" if instances else None),
+            "capped_tokens": capped.get(selection.chain.name, []),
         }
     return statuses
 
@@ -349,5 +359,12 @@ def fleet_summary(fleet: FleetStatus) -> str:
         line += (
             f"; {fleet['ahead']} instance{'s' if fleet['ahead'] != 1 else ''} ahead of the "
             "server: restored database? run manage.py raise_epoch"
+        )
+    if fleet["capped_tokens"]:
+        capped = fleet["capped_tokens"]
+        line += (
+            f"; token{'s' if len(capped) != 1 else ''} {', '.join(capped)} reached the cap of "
+            f"{settings.FLEET_MAX_INSTANCES_PER_TOKEN} instances (FLEET_MAX_INSTANCES_PER_TOKEN): the oldest are "
+            "pruned, so these counts are partial"
         )
     return line

@@ -5,6 +5,14 @@ Recording them must cost the hot path nothing, so a read only notes them in memo
 (``FleetRecorder.seen``); a flush writes an instance at most once a minute unless its version
 changed, in which case it is written at the next flush with the time the new version was
 first seen (that time is how the dashboard knows how fast a change reached the fleet).
+
+Any service may make up instance names, so each row names the token whose read (or relay's
+fleet report) first recorded it, and a token's rows are capped at FLEET_MAX_INSTANCES_PER_TOKEN:
+after a flush that wrote instances this process had not written before, each of their tokens'
+rows past the cap are pruned, the oldest (by last seen) first, and counted per chain
+(``evidence.count_refused``), which fleet status shows as the token having reached its cap.
+A row keeps the token that first recorded it: a made-up name that is another service's
+instance refreshes that row but never moves it under the flooding token's cap, to be pruned.
 """
 
 from __future__ import annotations
@@ -14,15 +22,22 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from audit.models import MAX_CLIENT_LENGTH, FleetInstance
-from presets.models import Chain
+from audit import evidence
+from audit.models import MAX_CLIENT_LENGTH, FleetInstance, RefusedReason
+from presets.models import Chain, ServiceToken
 
 log = logging.getLogger(__name__)
 
 WRITE_EVERY = timedelta(minutes=1)
+# What a process remembers writing, at most: past it, it forgets (the next read of each
+# instance is written again). Bounds its memory against floods of made-up names.
+WRITTEN_MAX = 200_000
+# Rows deleted per statement when a token's rows are pruned to its cap.
+PRUNE_BATCH = 1_000
 
 
 @dataclass
@@ -30,6 +45,7 @@ class _Seen:
     version: int
     version_seen_at: datetime
     last_seen_at: datetime
+    token: int | None = None
 
 
 def parse_identity(client: str | None, version: str | None) -> tuple[str, int] | None:
@@ -53,8 +69,11 @@ class FleetRecorder:
         self._pending: dict[tuple[str, str], _Seen] = {}
         self._written: dict[tuple[str, str], tuple[int, datetime]] = {}
 
-    def seen(self, chain: str, client: str, version: int, at: datetime | None = None) -> None:
-        """Note a read (no I/O). Cheap enough for every request on the hot path."""
+    def seen(
+        self, chain: str, client: str, version: int, at: datetime | None = None, *, token: int | None = None
+    ) -> None:
+        """Note a read made with ``token`` (its id; None: a session's) (no I/O). Cheap enough
+        for every request on the hot path."""
         at = at or timezone.now()
         key = (chain, client)
         with self._lock:
@@ -65,7 +84,7 @@ class FleetRecorder:
             if pending is not None and pending.version == version:
                 pending.last_seen_at = at
             else:
-                self._pending[key] = _Seen(version, at, at)
+                self._pending[key] = _Seen(version, at, at, token)
 
     def forget(self) -> None:
         """Drop what this process noted and remembers writing, so the next read of every
@@ -79,9 +98,15 @@ class FleetRecorder:
         return bool(self._pending)
 
     def flush(self) -> int:
-        """Write the noted reads; returns how many instances were written."""
+        """Write the noted reads, then prune the rows of the tokens that recorded instances
+        new to this process past their cap; returns how many instances were written."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            # Instances this process has not written lately may be new rows: their tokens'
+            # caps are checked after the write (those it rewrites add no row).
+            growing = {
+                seen.token for key, seen in pending.items() if seen.token is not None and key not in self._written
+            }
         if not pending:
             return 0
         chains = dict(Chain.objects.filter(name__in={c for c, _ in pending}).values_list("name", "id"))
@@ -101,9 +126,47 @@ class FleetRecorder:
                 except DatabaseError as exc:
                     log.warning("fleet status: dropped instance %r: %s", row[1], exc)
         with self._lock:
+            if len(self._written) + len(pending) > WRITTEN_MAX:
+                self._written.clear()
             for key, seen in pending.items():
                 self._written[key] = (seen.version, seen.last_seen_at)
+        if growing:
+            prune_to_cap(growing)
         return written
+
+
+def prune_to_cap(tokens: set[int], *, now: datetime | None = None) -> int:
+    """Delete each token's instance rows past FLEET_MAX_INSTANCES_PER_TOKEN, the least recently
+    seen first, and count them per chain under the token's name; returns how many."""
+    cap = settings.FLEET_MAX_INSTANCES_PER_TOKEN
+    pruned = 0
+    for token in sorted(tokens):
+        rows = FleetInstance.objects.filter(token_id=token).order_by("-last_seen_at", "-id")
+        doomed = list(rows.values_list("pk", "chain_id")[cap:])
+        if not doomed:
+            continue
+        by_chain: dict[int, int] = {}
+        for start in range(0, len(doomed), PRUNE_BATCH):
+            batch = doomed[start : start + PRUNE_BATCH]
+            # The instance's provider evidence and reporter rows go with it (a cascade).
+            FleetInstance.objects.filter(pk__in=[pk for pk, _ in batch]).delete()
+            for _, chain in batch:
+                by_chain[chain] = by_chain.get(chain, 0) + 1
+        name = ServiceToken.objects.filter(pk=token).values_list("name", flat=True).first() or f"#{token}"
+        chains = dict(Chain.objects.filter(pk__in=by_chain).values_list("pk", "name"))
+        for chain, count in by_chain.items():
+            evidence.count_refused(
+                token=name, reason=RefusedReason.INSTANCES_PRUNED, chain=chains.get(chain, ""), count=count, now=now
+            )
+        log.warning(
+            "fleet status: token %s has more than %d instance rows (FLEET_MAX_INSTANCES_PER_TOKEN): pruned the "
+            "%d least recently seen",
+            name,
+            cap,
+            len(doomed),
+        )
+        pruned += len(doomed)
+    return pruned
 
 
 def _upsert(rows: list[tuple[int, str, _Seen]]) -> None:
@@ -113,19 +176,20 @@ def _upsert(rows: list[tuple[int, str, _Seen]]) -> None:
     PostgreSQL and SQLite both read ``excluded`` and the old row this way."""
     table = connection.ops.quote_name(FleetInstance._meta.db_table)
     sql = (
-        f"INSERT INTO {table} (chain_id, client, applied_version, version_seen_at, first_seen_at, last_seen_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (chain_id, client) DO UPDATE SET "
+        f"INSERT INTO {table} (chain_id, client, applied_version, version_seen_at, first_seen_at, last_seen_at, "
+        "token_id) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (chain_id, client) DO UPDATE SET "
         f"version_seen_at = CASE WHEN {table}.applied_version = excluded.applied_version "
         f"THEN {table}.version_seen_at ELSE excluded.version_seen_at END, "
         "applied_version = excluded.applied_version, "
         f"last_seen_at = CASE WHEN excluded.last_seen_at > {table}.last_seen_at "
-        f"THEN excluded.last_seen_at ELSE {table}.last_seen_at END"
+        f"THEN excluded.last_seen_at ELSE {table}.last_seen_at END, "
+        f"token_id = COALESCE({table}.token_id, excluded.token_id)"
     )
     adapt = connection.ops.adapt_datetimefield_value
     params = []
     for chain_id, client, seen in rows:
         first = adapt(seen.version_seen_at)
-        params.append((chain_id, client, seen.version, first, first, adapt(seen.last_seen_at)))
+        params.append((chain_id, client, seen.version, first, first, adapt(seen.last_seen_at), seen.token))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.executemany(sql, params)
 

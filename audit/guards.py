@@ -13,6 +13,9 @@ For each guard still watching:
   It is *worse* when its error rate is GUARD_ERROR_MARGIN_PERCENT points above the baseline's,
   or its p95 latency GUARD_LATENCY_MARGIN_PERCENT % above it, on at least GUARD_MIN_ATTEMPTS
   attempts from GUARD_MIN_INSTANCES instances (thin evidence is never worse);
+- the now's evidence must come with EVIDENCE_MIN_TOKENS distinct tokens, or one marked sole
+  evidence (``audit.evidence``): short of that the guard holds, and its ``evidence`` says why
+  (one token's made-up instances cannot move a pin);
 - worse without a break for GUARD_SUSTAINED_SECONDS → the selection the pin replaced is
   restored (``presets.guards.restore``, actor ``system:guard``, the evidence in its reason),
   a ``guard_restored`` alert is raised and the notifiers are told. Once per pin.
@@ -30,6 +33,7 @@ from django.utils import timezone
 
 from audit import provider_health
 from audit.alerts import raise_alert
+from audit.evidence import weigh_tokens
 from audit.models import AlertKind, ProviderEvidence, ProviderHealthMinute
 from presets import guards
 from presets.documents import format_duration, format_time
@@ -44,6 +48,8 @@ class Figures:
     errors: int
     p95_ms: int | None
     instances: int
+    tokens: tuple[str, ...] = ()
+    """The tokens the reports came with."""
 
     @property
     def error_rate(self) -> float | None:
@@ -60,11 +66,12 @@ class Figures:
             "error_rate": self.error_rate,
             "p95_ms": self.p95_ms,
             "instances": self.instances,
+            "tokens": list(self.tokens),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Figures:
-        return cls(data["attempts"], data["errors"], data["p95_ms"], data["instances"])
+        return cls(data["attempts"], data["errors"], data["p95_ms"], data["instances"], tuple(data.get("tokens", ())))
 
     def words(self) -> str:
         rate = "no" if self.error_rate is None else f"{self.error_rate * 100:.1f} %"
@@ -80,7 +87,7 @@ def head_figures(chain_id: int, head: dict[str, str], *, first: datetime, last: 
         )
     )
     window = provider_health.window_of(rows)
-    instances = (
+    reporters = set(
         ProviderEvidence.objects.filter(
             instance__chain_id=chain_id,
             provider=head["provider"],
@@ -88,11 +95,13 @@ def head_figures(chain_id: int, head: dict[str, str], *, first: datetime, last: 
             minute__gte=first,
             minute__lte=last,
         )
-        .values("instance_id")
+        .order_by()
+        .values_list("instance_id", "token")
         .distinct()
-        .count()
     )
-    return Figures(window["attempts"], window["errors"], window["p95_ms"], instances)
+    instances = len({instance for instance, _ in reporters})
+    tokens = tuple(sorted({token for _, token in reporters}))
+    return Figures(window["attempts"], window["errors"], window["p95_ms"], instances, tokens)
 
 
 @dataclass
@@ -143,7 +152,22 @@ def _check(guard: PinGuard, *, now: datetime, sweep: GuardSweep) -> None:
     if worse is None:
         if guard.worse_since is not None:
             guards.note(guard.pk, worse_since=None)
+        if guard.evidence:
+            guards.note(guard.pk, evidence={})
         return
+    tokens = weigh_tokens(current.tokens)
+    held = tokens.why_not()
+    if held is not None:
+        # Worse by the figures, but on too few tokens' word: the guard says so and holds, and
+        # the sustained span starts only once enough tokens agree.
+        guards.note(
+            guard.pk,
+            worse_since=None,
+            evidence={"current": current.as_json(), **tokens.as_json(), "held": f"the guard does not act: {held}"},
+        )
+        return
+    if guard.evidence.get("held"):
+        guards.note(guard.pk, evidence={})
     since = guard.worse_since or now
     if guard.worse_since is None:
         guards.note(guard.pk, worse_since=now)
@@ -151,9 +175,15 @@ def _check(guard: PinGuard, *, now: datetime, sweep: GuardSweep) -> None:
         return
     reason = (
         f"guard: {guard.head_text} did worse than {guard.old_head_text} did before the pin, for "
-        f"{format_duration(now - since)}: {worse}. Now {current.words()}; before the pin {baseline.words()}."
+        f"{format_duration(now - since)}: {worse}. Now {current.words()}; before the pin {baseline.words()}; "
+        f"{tokens.words()}."
     )
-    evidence = {"baseline": baseline.as_json(), "current": current.as_json(), "worse_since": format_time(since)}
+    evidence = {
+        "baseline": baseline.as_json(),
+        "current": current.as_json(),
+        "worse_since": format_time(since),
+        **tokens.as_json(),
+    }
     with transaction.atomic():
         restored = guards.restore(guard=guard.pk, reason=reason, evidence=evidence)
         if restored is None:

@@ -32,6 +32,7 @@ SEVERITY: dict[str, str] = {
     AlertKind.PLAN_SUSPENDED: "warning",
     AlertKind.PLAN_MISSED: "info",
     AlertKind.GUARD_RESTORED: "info",
+    AlertKind.PUBLISH_FORGED: "critical",
 }
 # PagerDuty refuses a summary longer than this.
 SUMMARY_MAX = 1024
@@ -120,6 +121,8 @@ def title_of(alert: Alert) -> str:
         return f"{alert.chain.name}: planned pin {details.get('preset')} was missed"
     if alert.kind == AlertKind.GUARD_RESTORED:
         return f"{alert.chain.name}: the guard undid pin {details.get('preset')}, restored {details.get('restored')}"
+    if alert.kind == AlertKind.PUBLISH_FORGED:
+        return f"{alert.chain.name}: {alert.subject} held a document the control plane did not make; replaced"
     return f"{alert.kind} on {alert.chain.name}"
 
 

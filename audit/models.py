@@ -14,6 +14,10 @@ sweeps racing can never raise it twice:
   ``subject`` names the step (``vendor_a/large``) or the provider (``vendor_a``), and
   ``version`` is the chain's version when it was raised. At most one is open per (kind,
   chain, subject); it resolves itself when the condition ends, and a later one is new.
+- ``publish_forged`` (``audit.publish_alerts``): a publishing target held a document that was
+  not the control plane's, and it was replaced. ``subject`` names the target, ``version`` is the
+  chain's version (the control plane's record) when it was found. An event, raised at every
+  replacement: each is a write by someone else.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from django.db import models
 from django.utils import timezone
 
 from presets.documents import format_duration, format_time
-from presets.models import Chain
+from presets.models import Chain, ServiceToken
 from presets.wire import LATENCY_BOUNDS_MS
 
 
@@ -38,18 +42,24 @@ class AlertKind(models.TextChoices):
     PLAN_SUSPENDED = "plan_suspended"
     PLAN_MISSED = "plan_missed"
     GUARD_RESTORED = "guard_restored"
+    PUBLISH_FORGED = "publish_forged"
 
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
 PROVIDER_ALERTS = (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS)
 # A planned pin's alerts: ``subject`` is "plan #<id>"; one open per plan.
 PLAN_ALERTS = (AlertKind.PLAN_SUSPENDED, AlertKind.PLAN_MISSED)
-# Alerts kept once while one is open for (kind, chain, subject).
-SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS
+# A publishing target's alert: ``subject`` is the target ("directory /srv/chains", "s3://...").
+PUBLISH_ALERTS = (AlertKind.PUBLISH_FORGED,)
+# Alerts kept once while one is open for (kind, chain, subject); an event among them is never
+# open (it is raised resolved), so each one raised is new.
+SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS + PUBLISH_ALERTS
 # Alerts that report something that happened rather than a condition: raised already
 # resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
 # and PagerDuty is not paged for them.
-EVENT_KINDS = frozenset({AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED, AlertKind.GUARD_RESTORED})
+EVENT_KINDS = frozenset(
+    {AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED, AlertKind.GUARD_RESTORED, AlertKind.PUBLISH_FORGED}
+)
 
 
 class DeliveryState(models.TextChoices):
@@ -231,6 +241,12 @@ class FleetInstance(models.Model):
     version_seen_at = models.DateTimeField(help_text="when this instance was first seen on it")
     first_seen_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
+    # The token whose read (or relay's fleet report) first recorded the instance: its row
+    # counts against that token's FLEET_MAX_INSTANCES_PER_TOKEN (``audit.fleet_recorder``).
+    # Null: recorded before tokens were (or a session's read, or the token was deleted).
+    token = models.ForeignKey(
+        ServiceToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
 
     class Meta:
         ordering = ["chain", "client"]
@@ -239,10 +255,46 @@ class FleetInstance(models.Model):
             # The live instances (seen within FLEET_INSTANCE_TTL_MINUTES): rows of instances
             # long gone stay in the table, and fleet status must not read them.
             models.Index(fields=["chain", "last_seen_at"], name="fleet_instance_live"),
+            # A token's rows, newest first: the cap keeps the newest and prunes the rest.
+            models.Index(fields=["token", "last_seen_at"], name="fleet_instance_token"),
         ]
 
     def __str__(self) -> str:
         return f"{self.client} on {self.chain.name} v{self.applied_version}"
+
+
+class RefusedReason(models.TextChoices):
+    """Why some of a token's evidence was not kept."""
+
+    INSTANCES_PRUNED = "instances_pruned"
+    """Instance rows pruned (oldest first) past the token's FLEET_MAX_INSTANCES_PER_TOKEN."""
+    SEEN_NOT_RELAY = "seen_not_relay"
+    """A fleet report (``POST /api/v1/fleet/seen``) from a token whose purpose is not relay."""
+    SEEN_TOO_MANY = "seen_too_many"
+    """A fleet report past FLEET_SEEN_PER_TOKEN_PER_MINUTE."""
+    REPORTS_NOT_ALLOWED = "reports_not_allowed"
+    """A usage report from a token that may not send them."""
+    REPORTS_TOO_MANY = "reports_too_many"
+    """A usage report past one of the USAGE_REPORTS_PER_*_PER_MINUTE limits."""
+
+
+class RefusedEvidence(models.Model):
+    """How much of one token's evidence was refused or pruned, and when last
+    (``audit.evidence.count_refused``): what /metrics counts per token, and (pruned instance
+    rows, per chain) which tokens fleet status says reached their cap."""
+
+    token = models.CharField(max_length=100, help_text="the token's name")
+    chain = models.CharField(max_length=100, blank=True, help_text="pruned instance rows: their chain")
+    reason = models.CharField(max_length=20, choices=RefusedReason.choices)
+    count = models.PositiveBigIntegerField(default=0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["token", "chain", "reason"], name="refused_evidence_unique")]
+        indexes = [models.Index(fields=["reason", "chain", "last_at"], name="refused_evidence_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.token} {self.reason} {self.chain}: {self.count}"
 
 
 class ProviderUsage(models.Model):

@@ -6,7 +6,11 @@ Usage reports are evidence, never authority: each alert needs PROVIDER_ALERT_MIN
 distinct instances that read the chain within FLEET_INSTANCE_TTL_MINUTES and see the
 condition, one instance's counts weigh at most as much as the median instance's, and the alert
 names the tokens its evidence came with: one report, one instance or any number of names that
-never read the chain cannot page anyone, and whoever could is named.
+never read the chain cannot page anyone, and whoever could is named. Since any service may make
+up instances, the evidence must also come with EVIDENCE_MIN_TOKENS distinct tokens, or one
+marked sole evidence (``audit.evidence``): one token's made-up fleet cannot page anyone either;
+such an alert is held, and the chain's health (``GET /api/v1/chains/{name}/health``,
+``held_alerts``) says why.
 
 Each is raised once while its condition lasts (one open per chain and subject) and resolves
 itself when the condition ends, with a resolution that says how. ``sweep`` runs after usage
@@ -85,7 +89,7 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
                     "instances": len(step.instances),
                     "failing_instances": len(witnesses),
                     "clients": witnesses[:20],
-                    "tokens": step.tokens,
+                    **evidence.tokens[AlertKind.PROVIDER_FAILING, chain_name, subject].as_json(),
                 },
                 now=now,
             )
@@ -103,7 +107,7 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
                     "provider": provider,
                     "instances": len(seen.clients),
                     "clients": seen.clients[:20],
-                    "tokens": seen.tokens,
+                    **evidence.tokens[AlertKind.PROVIDER_CREDENTIALS, chain_name, provider].as_json(),
                 },
                 now=now,
             )
@@ -126,12 +130,14 @@ def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:
             alert.resolution = (
                 f"{alert.subject} is below {settings.PROVIDER_FAILING_ERROR_PERCENT} % errors over the last "
                 f"{minutes} min, had fewer than {settings.PROVIDER_FAILING_MIN_ATTEMPTS} attempts to judge, or "
-                f"fewer than {settings.PROVIDER_ALERT_MIN_INSTANCES} instances polling the chain see it failing"
+                f"fewer than {settings.PROVIDER_ALERT_MIN_INSTANCES} instances polling the chain see it failing, "
+                f"or its evidence came from fewer than {settings.EVIDENCE_MIN_TOKENS} tokens"
             )
         else:
             alert.resolution = (
                 f"fewer than {provider_health.credential_instances_needed()} instances polling the chain saw "
-                f"{alert.subject} reject their credentials in the last {minutes} min"
+                f"{alert.subject} reject their credentials in the last {minutes} min, or with fewer than "
+                f"{settings.EVIDENCE_MIN_TOKENS} tokens"
             )
         alert.resolved_at = now
         alert.save(update_fields=["resolution", "resolved_at"])

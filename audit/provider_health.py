@@ -14,7 +14,10 @@ reports health (``audit.usage`` drops the rest), and each of its reports is also
 per instance and minute with the token it came with, as the *evidence* the provider alerts
 weigh (``alert_evidence``): an alert needs PROVIDER_ALERT_MIN_INSTANCES instances that see the
 condition, and one instance's counts weigh at most as much as the median instance's, so no
-single report or instance, and no name that never read the chain, can raise one.
+single report or instance, and no name that never read the chain, can raise one. Any service
+may make up instances, so an alert also needs its evidence from EVIDENCE_MIN_TOKENS distinct
+tokens, or one marked sole evidence (``audit.evidence``); short of that it is *held*, and the
+chain's health says why.
 
 An attempt is an *error* of the provider when it says something about the provider: server
 errors, rate limits, timeouts, unknown outcomes, rejected credentials, failed connections,
@@ -39,6 +42,7 @@ from django.db.models import Sum
 from django.db.models.query import RawQuerySet
 from django.utils import timezone
 
+from audit.evidence import TokenEvidence, weigh_tokens
 from audit.models import (
     ERROR_CLASSES,
     FIRST_CHUNK_FIELDS,
@@ -670,12 +674,35 @@ def _tokens(names: list[str]) -> str:
     return f"token{'' if len(names) == 1 else 's'} {', '.join(names)}"
 
 
+class HeldAlert(TypedDict):
+    """A provider alert whose condition holds by its instances but not by its tokens: not
+    raised (it would page), and why."""
+
+    kind: Annotated[str, Help("provider_failing or provider_credentials")]
+    subject: Annotated[str, Help("the step (provider/model) or the provider")]
+    tokens: Annotated[list[str], Help("the tokens its evidence came with")]
+    why: Annotated[str, Help("why it is not raised, in plain words")]
+
+
 @dataclass(frozen=True)
 class AlertEvidence:
     failing: list[StepEvidence]
     """The steps ``provider_failing`` is raised for, worst first."""
     credentials: list[CredentialEvidence]
     """The providers ``provider_credentials`` is raised for."""
+    tokens: dict[tuple[str, str, str], TokenEvidence]
+    """The tokens of each raised alert's evidence, by (kind, chain, subject)."""
+    held: dict[str, list[HeldAlert]]
+    """By chain: the alerts whose instances are enough but whose tokens are not."""
+
+
+def _held(kind: str, subject: str, tokens: TokenEvidence) -> HeldAlert:
+    return {
+        "kind": kind,
+        "subject": subject,
+        "tokens": list(tokens.tokens),
+        "why": f"{kind} on {subject} not raised: {tokens.why_not()}",
+    }
 
 
 def credential_instances_needed() -> int:
@@ -707,22 +734,37 @@ def alert_evidence(*, now: datetime | None = None) -> AlertEvidence:
             InstanceEvidence(client, frozenset(tokens), served, dict(zip(ERROR_CLASSES, errors, strict=True)))
         )
     every = [StepEvidence(chain, provider, model, tuple(found)) for (chain, provider, model), found in steps.items()]
-    failing = sorted(
+    weighed: dict[tuple[str, str, str], TokenEvidence] = {}
+    held: dict[str, list[HeldAlert]] = defaultdict(list)
+    failing = []
+    for step in sorted(
         (step for step in every if step.alerting),
         key=lambda step: (-step.error_rate, step.chain, step.provider, step.model),
-    )
+    ):
+        agreeing = weigh_tokens(step.tokens)
+        if agreeing.enough:
+            failing.append(step)
+            weighed["provider_failing", step.chain, step.subject] = agreeing
+        else:
+            held[step.chain].append(_held("provider_failing", step.subject, agreeing))
     rejected: dict[tuple[str, str], dict[str, frozenset[str]]] = defaultdict(dict)
     for step in every:
         for evidence in step.instances:
             if evidence.errors.get("credentials"):
                 seen = rejected[step.chain, step.provider]
                 seen[evidence.client] = seen.get(evidence.client, frozenset()) | evidence.tokens
-    credentials = [
-        CredentialEvidence(chain, provider, sorted(seen), sorted(set().union(*seen.values())))
-        for (chain, provider), seen in sorted(rejected.items())
-        if len(seen) >= credential_instances_needed()
-    ]
-    return AlertEvidence(failing=failing, credentials=credentials)
+    credentials = []
+    for (chain, provider), seen in sorted(rejected.items()):
+        if len(seen) < credential_instances_needed():
+            continue
+        found = CredentialEvidence(chain, provider, sorted(seen), sorted(set().union(*seen.values())))
+        agreeing = weigh_tokens(found.tokens)
+        if agreeing.enough:
+            credentials.append(found)
+            weighed["provider_credentials", chain, provider] = agreeing
+        else:
+            held[chain].append(_held("provider_credentials", provider, agreeing))
+    return AlertEvidence(failing=failing, credentials=credentials, tokens=weighed, held=dict(held))
 
 
 @dataclass(frozen=True)

@@ -201,30 +201,51 @@ def known_instance(*, chain: Chain, client: str, now: datetime) -> int | None:
 
 def admit(*, chain: Chain, token: ServiceToken, instance: int | None, now: datetime) -> Refused | None:
     """Count one report under its instance, its token and its chain for the current minute, or
-    refuse it (counted under none) when one of them has had its limit.
-
-    The counts are rows in the database, not in the web process: the production server runs
-    several worker processes (and hosts), and the product promises everything but Celery works
-    without Redis. One statement: an upsert of the three rows that adds one only where the
-    limit is not reached (the conditional ``ON CONFLICT ... DO UPDATE ... WHERE``); a row it
-    leaves alone is not returned, and then the transaction is rolled back, so a refused report
-    counts nowhere. Rows are upserted in key order, so two reports never wait on each other's
-    rows in opposite orders. An instance fleet status does not know cannot be told apart from
-    any name made up on the spot: those share one instance limit per token and chain."""
-    window = provider_health.minute_of(now)
+    refuse it (counted under none) when one of them has had its limit (``count_within``).
+    An instance fleet status does not know cannot be told apart from any name made up on the
+    spot: those share one instance limit per token and chain."""
     keys = {
         f"instance:{instance}" if instance is not None else f"unknown:{chain.pk}:{token.pk}": "instance",
         f"token:{token.pk}": "token",
         f"chain:{chain.pk}": "chain",
     }
     allowed = {limit: getattr(settings, _LIMITS[limit][0]) for limit in keys.values()}
+    over = count_within({key: allowed[limit] for key, limit in keys.items()}, now=now)
+    if over is None:
+        return None
+    limit = min((keys[key] for key in over.keys), key=list(_LIMITS).index)
+    return Refused(limit=limit, allowed=allowed[limit], retry_after=over.retry_after)
+
+
+@dataclass(frozen=True)
+class Over:
+    """Keys that had their limit this minute (nothing was counted), and the seconds until the
+    minute ends."""
+
+    keys: frozenset[str]
+    retry_after: int
+
+
+def count_within(allowed: Mapping[str, int], *, now: datetime) -> Over | None:
+    """Count one under each key (``ReportWindow``) for the current minute, or under none when
+    one of them has had its ``allowed``: the per-minute limits usage reports and relays' fleet
+    reports (``audit.fleet_seen``) share.
+
+    The counts are rows in the database, not in the web process: the production server runs
+    several worker processes (and hosts), and the product promises everything but Celery works
+    without Redis. One statement: an upsert of the rows that adds one only where the limit is
+    not reached (the conditional ``ON CONFLICT ... DO UPDATE ... WHERE``); a row it leaves
+    alone is not returned, and then the transaction is rolled back, so a refused call counts
+    nowhere. Rows are upserted in key order, so two calls never wait on each other's rows in
+    opposite orders."""
+    window = provider_health.minute_of(now)
     quote = connection.ops.quote_name
     table = quote(ReportWindow._meta.db_table)
     key, start, reports, limit = (quote(name) for name in ("key", "window_start", "reports", "allowed"))
     newer = f"EXCLUDED.{start} > {table}.{start}"
     sql = (
         f"INSERT INTO {table} ({key}, {start}, {reports}, {limit}) VALUES "
-        + ", ".join(["(%s, %s, 1, %s)"] * len(keys))
+        + ", ".join(["(%s, %s, 1, %s)"] * len(allowed))
         + f" ON CONFLICT ({key}) DO UPDATE SET "
         f"{reports} = CASE WHEN {newer} THEN 1 ELSE {table}.{reports} + 1 END, "
         f"{start} = CASE WHEN {newer} THEN EXCLUDED.{start} ELSE {table}.{start} END, "
@@ -233,16 +254,15 @@ def admit(*, chain: Chain, token: ServiceToken, instance: int | None, now: datet
         f"RETURNING {key}"
     )
     stamp = connection.ops.adapt_datetimefield_value(window)
-    params = [value for name in sorted(keys) for value in (name, stamp, allowed[keys[name]])]
+    params = [value for name in sorted(allowed) for value in (name, stamp, allowed[name])]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         counted = {name for (name,) in cursor.fetchall()}
-        if len(counted) == len(keys):
+        if len(counted) == len(allowed):
             return None
         transaction.set_rollback(True)
-    over = min((keys[name] for name in keys if name not in counted), key=list(_LIMITS).index)
     ends = window + timedelta(minutes=1)
-    return Refused(limit=over, allowed=allowed[over], retry_after=max(1, math.ceil((ends - now).total_seconds())))
+    return Over(keys=frozenset(allowed.keys() - counted), retry_after=max(1, math.ceil((ends - now).total_seconds())))
 
 
 def _bounded_refusals(refusals: Sequence[Refusal], *, live_version: int, dropped: Dropped) -> list[Refusal]:

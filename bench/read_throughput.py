@@ -14,6 +14,7 @@ first measured against.
 
     python bench/read_throughput.py [--duration 5] [--rounds 3] [--connections 32] [--admin-url postgres://...]
     python bench/read_throughput.py --cpu-per-worker 0.35
+    python bench/read_throughput.py --client   # reads that name their SDK instance, as SDKs' do
 
 ``--cpu-per-worker``: each server runs in a CPU cgroup of its own allowed that many cores per
 worker (1 worker 0.35 cores, 2 workers 0.7), so the server, not the machine, is what limits
@@ -131,9 +132,9 @@ def set_up(env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "manage.py", "sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
 
 
-def create_token(env: dict[str, str], name: str, scope: str) -> str:
-    """A new service token's secret."""
-    command = [sys.executable, "manage.py", "create_token", name, "--scope", scope]
+def create_token(env: dict[str, str], name: str, purpose: str) -> str:
+    """A new service token's secret; ``purpose``: read, write or relay."""
+    command = [sys.executable, "manage.py", "create_token", name, "--purpose", purpose]
     return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -310,6 +311,11 @@ def main() -> None:
         help="run each server in a CPU cgroup allowed this many cores per worker (needs root)",
     )
     parser.add_argument(
+        "--client",
+        action="store_true",
+        help="send an SDK instance's X-Chain-Client and X-Chain-Applied-Version (fleet status notes it)",
+    )
+    parser.add_argument(
         "--admin-url",
         default="postgres://postgres@127.0.0.1:5432/postgres",
         help="a PostgreSQL URL allowed to create and drop the scratch database",
@@ -325,6 +331,9 @@ def main() -> None:
 def run(args: argparse.Namespace, plane: ScratchPlane) -> None:
     env = plane.env
     auth = {"Authorization": f"Bearer {plane.token('read')}"}
+    if args.client:
+        # As every SDK instance reads: the read front notes who read what for fleet status.
+        auth.update({"X-Chain-Client": "bench/instance-1", "X-Chain-Applied-Version": "1"})
     figures: dict[str, float | int | str] = {}
     rps: dict[tuple[str, int, str], list[float]] = {}
     p99: dict[tuple[str, int, str], list[float]] = {}

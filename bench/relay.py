@@ -28,7 +28,12 @@ on its port (``ss``), every one of them a long poll sent at connect.
 
     python bench/relay.py [--duration 4] [--rounds 5] [--connections 32]
                           [--clients 5000] [--rounds-long-polls 2] [--wait 55]
-                          [--only reads|long-polls] [--admin-url postgres://...]
+                          [--only reads|long-polls|in-process] [--no-verify]
+                          [--admin-url postgres://...]
+
+The control plane signs (a key made and activated first) and both relays verify every document
+with its keys (RELAY_TRUSTED_KEYS); ``--no-verify``: neither, as before. ``--only in-process``:
+the relay's plain read alone (``Relay.__call__``, no server), best of 9 rounds of 20,000.
 
 Bars (the relay's issue): the relay's read throughput >= 0.9x the control plane's read front
 on the same box (the median of the rounds' pairs, 200s and 304s); <= 20 KB per held poll on
@@ -73,6 +78,7 @@ from long_polls import (  # noqa: E402
 )
 from propagation import NotifyListener  # noqa: E402
 from read_throughput import (  # noqa: E402
+    ROOT,
     ScratchPlane,
     bench_env,
     cpu_seconds,
@@ -114,8 +120,11 @@ def relay_command(port: int, workers: int) -> str:
     return f"{shlex.quote(sys.executable)} -m relay --host 127.0.0.1 --port {port} --workers {workers}"
 
 
-def start_relay(name: str, upstream: str, token: str, workers: int, workdir: Path) -> RelayServer:
-    """Relay ``name`` following ``upstream`` with ``token``, serving ``chat`` from every worker."""
+def start_relay(
+    name: str, upstream: str, token: str, workers: int, workdir: Path, trusted: dict[str, str] | None = None
+) -> RelayServer:
+    """Relay ``name`` following ``upstream`` with ``token``, serving ``chat`` from every worker;
+    verifying every document with ``trusted`` (RELAY_TRUSTED_KEYS) when given."""
     port = free_port()
     directory = workdir / name
     directory.mkdir()
@@ -126,6 +135,7 @@ def start_relay(name: str, upstream: str, token: str, workers: int, workdir: Pat
         RELAY_CACHE_DIR=str(directory / "cache"),
         RELAY_NAME=name,
         RELAY_LOG_LEVEL="WARNING",
+        **({"RELAY_TRUSTED_KEYS": json.dumps(trusted)} if trusted else {}),
     )
     env.pop("DATABASE_URL", None)  # a relay has none
     relay = RelayServer(command=relay_command(port, workers), port=port, env=env, log=workdir / f"{name}.log")
@@ -166,7 +176,79 @@ def pids_of(server: Server) -> list[int]:
     return [server.process.pid, *server.workers]
 
 
+def signing_key(env: dict[str, str]) -> dict[str, str]:
+    """A signing key made and activated on the scratch control plane (before its web process
+    starts: it signs with it from the first read); the public keys relays verify with."""
+    manage = [sys.executable, "manage.py", "signing_keys"]
+    subprocess.run([*manage, "create", "--activate"], cwd=ROOT, env=env, check=True, capture_output=True)
+    public = subprocess.run(
+        [*manage, "public", "--format", "json"], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
+    return dict(json.loads(public.stdout))
+
+
 # --- 1. reads ------------------------------------------------------------------------------
+
+
+def in_process_reads(rounds: int = 9, reads: int = 20_000) -> dict[str, float]:
+    """The relay's plain read alone: ``Relay.__call__`` with a fake ``send`` (no server, no
+    socket), a held chain, a token checked within its cache time; 200s, then 304s with
+    ``If-None-Match``; the best of ``rounds`` rounds of ``reads``, in microseconds a read. The
+    machine's noise (other work on its cores) shows far less here than under wrk."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))  # the relay package, not this script (bench/ is first on the path)
+    from relay import disk
+    from relay.app import Relay
+    from relay.config import from_env
+
+    cache = Path(tempfile.mkdtemp(prefix="bench-relay-"))
+    relay = Relay(
+        from_env({"RELAY_UPSTREAM": "http://127.0.0.1:9", "RELAY_TOKEN": "cpt_x", "RELAY_CACHE_DIR": str(cache)})
+    )
+    chain = [{"provider": "vendor_a", "model": "large", "timeout_ms": 20000}] * 3
+    body = json.dumps({"name": POLLED_CHAIN, "epoch": 0, "version": 7, "expires_at": None, "chain": chain}).encode()
+    relay.documents.put(disk.entry_of(body))
+    relay._fresh[b"Bearer cpt_x"] = time.monotonic() + 1e6  # noqa: SLF001 - a token checked just now
+    headers = [(b"host", b"relay"), (b"authorization", b"Bearer cpt_x"), (b"user-agent", b"wrk")]
+    path = f"/api/v1/chains/{POLLED_CHAIN}"
+    scopes = {
+        "200": {"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": headers},
+        "304": {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "query_string": b"",
+            "headers": [*headers, (b"if-none-match", b'"7"')],
+        },
+    }
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request"}
+
+    async def run(scope: dict[str, Any]) -> None:
+        for _ in range(reads):
+            await relay(scope, receive, send)
+
+    loop = asyncio.new_event_loop()
+    best = {kind: math.inf for kind in scopes}
+    try:
+        for _ in range(rounds):
+            for kind, scope in scopes.items():
+                began = time.perf_counter()
+                loop.run_until_complete(run(scope))
+                best[kind] = min(best[kind], (time.perf_counter() - began) / reads * 1e6)
+    finally:
+        loop.close()
+        shutil.rmtree(cache, ignore_errors=True)
+    print(
+        f"relay plain read in-process ({rounds} rounds of {reads:,}, best): "
+        f"200 {best['200']:.3f} us, 304 {best['304']:.3f} us"
+    )
+    return {"call200_us": round(best["200"], 3), "call304_us": round(best["304"], 3)}
 
 
 def compare_reads(args: argparse.Namespace, front: Server, relay: Server, token: str, workers: int) -> dict[str, Any]:
@@ -309,7 +391,7 @@ def long_polls_through_relays(
     workers: int,
     workdir: Path,
 ) -> dict[str, Any]:
-    relay_b = start_relay("relay-b", relay_a.base_url, tokens["relay-b"], workers, workdir)
+    relay_b = start_relay("relay-b", relay_a.base_url, tokens["relay-b"], workers, workdir, args.trusted)
     listener = None
     try:
         print(
@@ -398,7 +480,16 @@ def main() -> None:
         "--settle-timeout", type=float, default=15.0, help="seconds after the last connect to wait for all held"
     )
     parser.add_argument("--poll-interval", type=float, default=10.0, help="a 304 answered at once: asked again after")
-    parser.add_argument("--only", choices=["reads", "long-polls"], help="measure one of the two")
+    parser.add_argument(
+        "--only",
+        choices=["reads", "long-polls", "in-process"],
+        help="measure one of the two (in-process: the relay's plain read, Relay.__call__ alone, no server)",
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="relays without RELAY_TRUSTED_KEYS (and a control plane that signs nothing), as before verification",
+    )
     parser.add_argument(
         "--admin-url",
         default="postgres://postgres@127.0.0.1:5432/postgres",
@@ -407,6 +498,10 @@ def main() -> None:
     # bench/long_polls.py's run_round writes on another chain while the polls are held: not here.
     parser.set_defaults(selects=0, select_timeout=10.0)
     args = parser.parse_args()
+    if args.only == "in-process":
+        figures = in_process_reads()
+        print(" ".join(f"{key}={value}" for key, value in figures.items()))
+        return
     if args.only != "long-polls" and shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
     if args.only != "reads":
@@ -427,7 +522,9 @@ def main() -> None:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(Path(env["VAR_DIR"]) / "prometheus")
         tokens = {"read": plane.token("read"), "write": plane.token("write")}
         for name in ("relay-a", "relay-b"):
-            tokens[name] = create_token(env, f"bench-{name}", "read")
+            tokens[name] = create_token(env, f"bench-{name}", "relay")
+        args.trusted = None if args.no_verify else signing_key(env)
+        figures["verified"] = str(args.trusted is not None).lower()
         # Forked before any thread (the LISTEN connection's) starts.
         fleet = None
         if args.only != "reads":
@@ -441,7 +538,7 @@ def main() -> None:
         try:
             print(f"control plane: {command}")
             control_plane.start(workers)
-            relay_a = start_relay("relay-a", control_plane.base_url, tokens["relay-a"], workers, workdir)
+            relay_a = start_relay("relay-a", control_plane.base_url, tokens["relay-a"], workers, workdir, args.trusted)
             print(f"relay A: {relay_a.command}")
             figures["workers"] = workers
             if args.only != "long-polls":

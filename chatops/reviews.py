@@ -153,7 +153,8 @@ def modal(action: Action, selection: Selection, *, metadata: dict[str, Any]) -> 
 
 def apply(action: Action, *, user: User, reason: str) -> Selection:
     """Make ``action`` as ``user`` from Slack (actor ``slack:<username>``), at the version it was
-    reviewed against; Refused in Slack's words when the service refuses it."""
+    reviewed against; Refused in Slack's words when the service refuses it (a stale version,
+    a preset retired or gone, the chain gone since the review opened)."""
     actor = f"slack:{user.get_username()}"
     who: dict[str, Any] = {"actor": actor, "reason": reason, "expected_version": action.version}
     try:
@@ -177,6 +178,8 @@ def apply(action: Action, *, user: User, reason: str) -> Selection:
         raise Refused(stale(action, live(action.chain))) from None
     except InvalidInput as error:
         raise Refused(f"Nothing was changed: {error.field_message}") from None
+    except NotFound:  # the chain was deleted since the review opened
+        raise Refused(f"There is no chain named {action.chain} any more, so nothing was changed.") from None
 
 
 def outcome(action: Action, selection: Selection, *, user: User, reason: str) -> str:

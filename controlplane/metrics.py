@@ -3,8 +3,9 @@
 Two kinds of figures, kept apart on purpose:
 
 - Facts about chains (active version, pinned or not, pin age, changes by action, expiries,
-  alerts by kind, provider health over the last 5 minutes) are read from the database at
-  scrape time by ``ChainCollector``. The
+  alerts by kind, documents the publisher replaced at its targets (from their alerts),
+  provider health over the last 5 minutes) are read from the database at scrape time by
+  ``ChainCollector``. The
   database is shared, so any web process answers the scrape exactly; nothing is counted in
   memory that a restart or a second process could lose or double.
 - What one process saw (chain reads by status, long polls waiting, request durations by
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -29,7 +30,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from audit import provider_health
-from audit.models import Alert
+from audit.models import Alert, AlertKind, RefusedEvidence
 from controlplane import pool_metrics
 from presets.models import Action, Selection
 from presets.selectors import pin_age
@@ -92,7 +93,47 @@ class ChainCollector(Collector):
         ):
             open_alerts.add_metric([row["kind"]], row["n"])
         yield from (alerts, open_alerts)
+        yield _publish_replaced()
         yield from _provider_health(now)
+        yield _refused_evidence()
+
+
+def _publish_replaced() -> Metric:
+    """Documents the publisher found at a target and replaced because they were not the control
+    plane's: one ``publish_forged`` alert each (a ``manage.py publish`` or a worker on another
+    host counts here too, which no per-process counter would)."""
+    replaced = CounterMetricFamily(
+        "controlplane_publish_replaced",
+        "Documents a publishing target held that were not the control plane's, replaced, by chain, target and "
+        "reason (unsigned, malformed, untrusted_key, bad_signature, not_a_document, beyond_record)",
+        labels=["chain", "target", "reason"],
+    )
+    rows = (
+        Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED)
+        .values("chain__name", "subject", "details__reason")
+        .annotate(n=Count("id"))
+        .order_by("chain__name", "subject", "details__reason")
+    )
+    for row in rows:
+        replaced.add_metric([row["chain__name"], row["subject"], str(row["details__reason"] or "")], row["n"])
+    return replaced
+
+
+def _refused_evidence() -> Metric:
+    """What each token's evidence lost: instance rows pruned at its cap, fleet reports and
+    usage reports refused (``audit.evidence.count_refused``), counted in the database so that
+    every process's count is in any scrape."""
+    refused = CounterMetricFamily(
+        "controlplane_evidence_refused",
+        "Evidence not kept, by token and reason: instances_pruned (rows past FLEET_MAX_INSTANCES_PER_TOKEN), "
+        "seen_not_relay, seen_too_many (POST /api/v1/fleet/seen refused), reports_not_allowed, reports_too_many "
+        "(usage reports refused)",
+        labels=["token", "reason"],
+    )
+    rows = RefusedEvidence.objects.values("token", "reason").annotate(n=Sum("count")).order_by("token", "reason")
+    for row in rows:
+        refused.add_metric([row["token"], row["reason"]], row["n"])
+    return refused
 
 
 def _provider_health(now: datetime) -> Iterator[Metric]:

@@ -434,6 +434,48 @@ PIN_ALERT_AFTER_MINUTES = env_int("PIN_ALERT_AFTER_MINUTES", 60, minimum=1)
 # After a new signing key is activated, the key it replaces stays listed as trusted (manage.py
 # signing_keys public) this long: services trusting both accept documents signed by either.
 SIGNING_KEY_OVERLAP_HOURS = env_int("SIGNING_KEY_OVERLAP_HOURS", 168, minimum=1, maximum=24 * 366)
+# The signing keys' private halves are sealed (AES-GCM) with a key kept outside the database
+# (presets/key_sealing.py): SIGNING_KEYS_SECRET, or the file SIGNING_KEYS_SECRET_FILE names
+# (a container secret), or when neither is set a key derived from SECRET_KEY. Earlier secrets
+# (an old SIGNING_KEYS_SECRET or an old SECRET_KEY) listed in SIGNING_KEYS_SECRET_FALLBACKS
+# still open keys sealed with them, until `manage.py signing_keys reseal` seals them anew.
+SIGNING_KEYS_SECRET_MIN_LENGTH = 32
+_SIGNING_SECRET_GENERATE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def _signing_keys_secret(name: str, value: str) -> str:
+    if len(value) < SIGNING_KEYS_SECRET_MIN_LENGTH:
+        raise ImproperlyConfigured(
+            f"{name} is too short ({len(value)} characters, fewer than {SIGNING_KEYS_SECRET_MIN_LENGTH}): "
+            f"set it to the output of {_SIGNING_SECRET_GENERATE}"
+        )
+    return value
+
+
+SIGNING_KEYS_SECRET = env_str("SIGNING_KEYS_SECRET", "").strip()
+SIGNING_KEYS_SECRET_FILE = env_str("SIGNING_KEYS_SECRET_FILE", "").strip()
+if SIGNING_KEYS_SECRET and SIGNING_KEYS_SECRET_FILE:
+    raise ImproperlyConfigured("SIGNING_KEYS_SECRET and SIGNING_KEYS_SECRET_FILE are both set: keep one")
+if SIGNING_KEYS_SECRET:
+    SIGNING_KEYS_SECRET = _signing_keys_secret("SIGNING_KEYS_SECRET", SIGNING_KEYS_SECRET)
+elif SIGNING_KEYS_SECRET_FILE:
+    try:
+        SIGNING_KEYS_SECRET = Path(SIGNING_KEYS_SECRET_FILE).read_text().strip()
+    except OSError as _exc:
+        raise ImproperlyConfigured(
+            f"SIGNING_KEYS_SECRET_FILE={SIGNING_KEYS_SECRET_FILE!r} cannot be read ({_exc.strerror or _exc})"
+        ) from None
+    except UnicodeDecodeError:
+        raise ImproperlyConfigured(
+            f"SIGNING_KEYS_SECRET_FILE={SIGNING_KEYS_SECRET_FILE!r} is not text: write the secret in it, one line"
+        ) from None
+    SIGNING_KEYS_SECRET = _signing_keys_secret(
+        f"the secret in SIGNING_KEYS_SECRET_FILE={SIGNING_KEYS_SECRET_FILE!r}", SIGNING_KEYS_SECRET
+    )
+SIGNING_KEYS_SECRET_FALLBACKS = [
+    _signing_keys_secret("an entry of SIGNING_KEYS_SECRET_FALLBACKS", _old)
+    for _old in env_list("SIGNING_KEYS_SECRET_FALLBACKS", [])
+]
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 ALERT_EMAILS = env_list("ALERT_EMAILS", [])
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://localhost:8000")
@@ -491,6 +533,17 @@ GUARD_MIN_INSTANCES = env_int("GUARD_MIN_INSTANCES", PROVIDER_ALERT_MIN_INSTANCE
 USAGE_REPORTS_PER_INSTANCE_PER_MINUTE = env_int("USAGE_REPORTS_PER_INSTANCE_PER_MINUTE", 6, minimum=1, maximum=600)
 USAGE_REPORTS_PER_TOKEN_PER_MINUTE = env_int("USAGE_REPORTS_PER_TOKEN_PER_MINUTE", 1200, minimum=1, maximum=10**6)
 USAGE_REPORTS_PER_CHAIN_PER_MINUTE = env_int("USAGE_REPORTS_PER_CHAIN_PER_MINUTE", 3000, minimum=1, maximum=10**6)
+# Fleet evidence is bounded by who sends it (audit/fleet_recorder.py, audit/fleet_seen.py,
+# audit/evidence.py). Instance rows one token may make: past it the oldest (by last seen) are
+# pruned and fleet status says the token reached its cap. Sized above the largest real service
+# (or relay) a token stands for.
+FLEET_MAX_INSTANCES_PER_TOKEN = env_int("FLEET_MAX_INSTANCES_PER_TOKEN", 20_000, minimum=1, maximum=10**7)
+# POST /api/v1/fleet/seen calls a relay token may make a minute (a relay sends one a second,
+# more in batches of 1,000 behind a large fleet); past it 429 with Retry-After.
+FLEET_SEEN_PER_TOKEN_PER_MINUTE = env_int("FLEET_SEEN_PER_TOKEN_PER_MINUTE", 600, minimum=1, maximum=10**6)
+# A page-level alert (provider_failing, provider_credentials) or a guard's restore needs its
+# evidence from this many distinct service tokens, or from one marked sole evidence.
+EVIDENCE_MIN_TOKENS = env_int("EVIDENCE_MIN_TOKENS", 2, minimum=1, maximum=100)
 for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
     if _url and not _url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")

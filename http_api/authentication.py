@@ -49,7 +49,7 @@ class ServiceTokenAuthentication(authentication.BaseAuthentication):
 
 
 class CanRead(permissions.BasePermission):
-    """A service token (either scope), or a person signed in with a role that reads
+    """A service token (any purpose: read, write, relay), or a person signed in with a role that reads
     (``roles.can_view``). Someone signed in without one is refused (403), not asked to sign in."""
 
     message = f"reading needs the {VIEWER_GROUP} role: ask an admin for it, or send a service token"

@@ -25,7 +25,7 @@ from http_api.schema import WRITE_ERRORS, DocumentSerializer, errors, serializer
 from presets import services
 from presets.documents import etag
 from presets.history import HistoryEntry, history_entries
-from presets.models import PRESET_NAME_MAX, Selection, current_epoch
+from presets.models import PRESET_NAME_MAX, Selection, ServiceToken, current_epoch
 from presets.roles import actor_of
 from presets.signing import sign
 from read_path.counters import count_read
@@ -98,7 +98,8 @@ class ChainDetailView(CountedReadView):
         selection = services.revert_expired_and_read(chain=name)
         identity = parse_identity(request.headers.get("X-Chain-Client"), request.headers.get("X-Chain-Applied-Version"))
         if identity is not None:
-            recorder.seen(name, *identity)
+            token = request.auth if isinstance(request.auth, ServiceToken) else None
+            recorder.seen(name, *identity, token=token.pk if token is not None else None)
             recorder.flush()
         epoch = current_epoch()
         if minimum is not None and (epoch, selection.version) < minimum:

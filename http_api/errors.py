@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from http_api.parsers import BodyRejected
 from presets.exceptions import ServiceError
+from presets.key_sealing import SealedKeyError
 from read_path.http import error_body
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             error_body(503, "the control plane's database is unavailable; retry shortly"),
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, SealedKeyError):
+        # Never a document unsigned in place of a signed one: this process is not ready (/readyz).
+        log.error("cannot sign chain documents: %s", exc)
+        return Response(
+            error_body(503, "this control plane process cannot open its signing key; /readyz says why"),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "5"},
         )
     if isinstance(exc, RequestDataTooBig):
         return Response(

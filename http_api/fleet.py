@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import fleet, provider_alerts, provider_health
+from audit import evidence, fleet, fleet_seen, provider_alerts, provider_health
 from audit import usage as usage_reports
-from audit.fleet_recorder import parse_identity, recorder
-from audit.models import MAX_CLIENT_LENGTH
+from audit.fleet_recorder import recorder
+from audit.models import MAX_CLIENT_LENGTH, RefusedReason
 from http_api.authentication import TokenPrincipal
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from http_api.schema import errors, serializer_for
@@ -265,6 +265,14 @@ class UsageView(APIView):
         principal = request.user
         if not isinstance(principal, TokenPrincipal):  # SentWithAToken let nothing else through
             raise exceptions.PermissionDenied(SentWithAToken.message)
+        token = principal.token
+        if not token.reports:
+            evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_NOT_ALLOWED)
+            raise exceptions.PermissionDenied(
+                f"token {token.name!r} may not send usage reports (purpose {token.purpose}: a relay forwards each "
+                "service's report with the service's own token); send them with the service's token, one made "
+                "with manage.py create_token NAME (without --no-reports)"
+            )
         taken = usage_reports.take_report(
             chain=selection.chain,
             live_version=selection.version,
@@ -272,6 +280,7 @@ class UsageView(APIView):
             report=_usage_report(serializer.validated_data),
         )
         if isinstance(taken, usage_reports.Refused):
+            evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_TOO_MANY)
             details = {"limit": taken.limit, "allowed_per_minute": taken.allowed, "retry_after": taken.retry_after}
             return Response(
                 error_body(429, taken.message, details), status=429, headers={"Retry-After": str(taken.retry_after)}
@@ -290,10 +299,13 @@ class FleetSeenView(APIView):
     """The service instances a relay has seen read each chain (their X-Chain-Client and
     X-Chain-Applied-Version headers), sent on once a second: fleet status counts the instances
     behind relays as it counts those reading the control plane itself. What is not a valid
-    identity is dropped and counted, as on a read."""
+    identity is dropped and counted, as on a read. Only from a relay's token (purpose
+    ``relay``), at most FLEET_SEEN_PER_TOKEN_PER_MINUTE calls a minute per token
+    (``audit.fleet_seen``); the instances count against the relay token's
+    FLEET_MAX_INSTANCES_PER_TOKEN."""
 
     permission_classes = [SentWithAToken]
-    MAX_INSTANCES = 10_000
+    MAX_INSTANCES = fleet_seen.MAX_INSTANCES
 
     class SeenSerializer(serializers.Serializer):
         chain = StrictCharField(max_length=100)
@@ -301,7 +313,7 @@ class FleetSeenView(APIView):
         applied_version = StrictCharField(max_length=10)
 
     class InputSerializer(serializers.Serializer):
-        instances = serializers.ListField(max_length=10_000)
+        instances = serializers.ListField(max_length=fleet_seen.MAX_INSTANCES)
 
     @extend_schema(
         operation_id="fleet_seen",
@@ -313,26 +325,35 @@ class FleetSeenView(APIView):
                 "FleetSeenAccepted",
                 {"accepted": serializers.IntegerField(), "dropped": serializers.IntegerField()},
             ),
-            **errors(400, 401, 403),
+            **errors(400, 401, 403, 429),
         },
     )
     def post(self, request: Request) -> Response:
+        principal = request.user
+        if not isinstance(principal, TokenPrincipal):  # SentWithAToken let nothing else through
+            raise exceptions.PermissionDenied(SentWithAToken.message)
+        refusal = fleet_seen.purpose_refusal(principal.token)
+        if refusal is not None:
+            raise exceptions.PermissionDenied(refusal)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        accepted = dropped = 0
-        for item in serializer.validated_data["instances"]:
-            seen = self.SeenSerializer(data=item)
-            identity = (
-                parse_identity(seen.validated_data["client"], seen.validated_data["applied_version"])
-                if seen.is_valid()
-                else None
+        taken = fleet_seen.take_seen(
+            token=principal.token, instances=[self._identity(item) for item in serializer.validated_data["instances"]]
+        )
+        if isinstance(taken, fleet_seen.SeenRefused):
+            details = {"allowed_per_minute": taken.allowed, "retry_after": taken.retry_after}
+            return Response(
+                error_body(429, taken.message, details), status=429, headers={"Retry-After": str(taken.retry_after)}
             )
-            if identity is None:
-                dropped += 1
-                continue
-            recorder.seen(seen.validated_data["chain"], *identity)
-            accepted += 1
-        return Response({"accepted": accepted, "dropped": dropped}, status=202)
+        return Response({"accepted": taken.accepted, "dropped": taken.dropped}, status=202)
+
+    def _identity(self, item: Any) -> tuple[str, str | None, str | None]:
+        """(chain, client, applied version) of one item; an item of the wrong shape has none."""
+        seen = self.SeenSerializer(data=item)
+        if not seen.is_valid():
+            return ("", None, None)
+        data = seen.validated_data
+        return (data["chain"], data["client"], data["applied_version"])
 
 
 def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:
@@ -366,6 +387,7 @@ class ChainHealthView(APIView):
     """How each provider and model of a chain is doing, from the fleet's usage reports."""
 
     OutputSerializer = serializer_for(provider_health.StepHealth, "StepHealthSerializer")
+    HeldSerializer = serializer_for(provider_health.HeldAlert, "HeldAlertSerializer")
 
     @extend_schema(
         operation_id="chains_health",
@@ -386,6 +408,11 @@ class ChainHealthView(APIView):
                         many=True,
                         help_text="The live chain's steps in order, then other steps reported in the last hour.",
                     ),
+                    "held_alerts": HeldSerializer(
+                        many=True,
+                        help_text="Provider alerts whose instances are enough but whose evidence came from fewer "
+                        "than EVIDENCE_MIN_TOKENS tokens (none marked sole evidence): not raised, and why.",
+                    ),
                 },
             ),
             **errors(401, 404, 503),
@@ -402,5 +429,6 @@ class ChainHealthView(APIView):
                 "live": [f"{provider}/{model}" for provider, model in live],
                 "error_classes": list(provider_health.ERROR_CLASSES),
                 "steps": steps,
+                "held_alerts": provider_health.alert_evidence().held.get(selection.chain.name, []),
             }
         )

@@ -53,6 +53,9 @@ GuardFiguresSerializer = extend_schema_serializer(component_name="GuardFigures")
             "error_rate": serializers.FloatField(allow_null=True, help_text="errors / attempts; null without attempts"),
             "p95_ms": serializers.IntegerField(allow_null=True),
             "instances": serializers.IntegerField(help_text="reporting instances"),
+            "tokens": serializers.ListField(
+                child=serializers.CharField(), required=False, help_text="the tokens their reports came with"
+            ),
         },
     )
 )
@@ -60,11 +63,24 @@ GuardFiguresSerializer = extend_schema_serializer(component_name="GuardFigures")
 
 @extend_schema_serializer(component_name="GuardEvidence")
 class GuardEvidenceSerializer(serializers.Serializer):
-    """What the guard acted on: empty until it acts."""
+    """What the guard acted on, or (``held``) why it does not act on a pin's head doing worse:
+    empty until either."""
 
     baseline = GuardFiguresSerializer(required=False, help_text="the old head before the pin")
-    current = GuardFiguresSerializer(required=False, help_text="the pin's head when it acted")
+    current = GuardFiguresSerializer(required=False, help_text="the pin's head when it acted (or held)")
     worse_since = serializers.DateTimeField(required=False)
+    tokens = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="the tokens the current evidence came with"
+    )
+    token_count = serializers.IntegerField(required=False, help_text="how many distinct tokens")
+    sole_evidence = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="those of them marked sole evidence"
+    )
+    held = serializers.CharField(
+        required=False,
+        help_text="the head does worse but the guard does not act: its evidence came from fewer than "
+        "EVIDENCE_MIN_TOKENS tokens and none is marked sole evidence",
+    )
 
 
 @extend_schema_serializer(component_name="Guard")

@@ -45,6 +45,7 @@ ACTION_WORDS = {
     AccessAction.KEY_CREATED: "signing key created",
     AccessAction.KEY_ACTIVATED: "signing key now signs",
     AccessAction.KEY_RETIRED: "signing key retired",
+    AccessAction.KEY_RESEALED: "signing key resealed with a new secret",
 }
 
 

@@ -68,15 +68,24 @@ class ServiceTokenForm(forms.ModelForm):
 @admin.register(ServiceToken)
 class ServiceTokenAdmin(admin.ModelAdmin):
     form = ServiceTokenForm
-    list_display = ["name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "name",
+        "purpose",
+        "reports",
+        "sole_evidence",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     readonly_fields = ["created_at", "last_used_at", "revoked_at"]
-    fields = ["name", "scope", "expires_at", "created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "purpose", "reports", "sole_evidence", "expires_at", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # A token's name, scope and expiry are fixed once issued (make a new token instead),
-        # and it is revoked with the action, which records who revoked it.
-        return self.readonly_fields + (["name", "scope", "expires_at"] if obj else [])
+        # A token's name, purpose, flags and expiry are fixed once issued (make a new token
+        # instead), and it is revoked with the action, which records who revoked it.
+        return self.readonly_fields + (["name", "purpose", "reports", "sole_evidence", "expires_at"] if obj else [])
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # revoke instead: the name stays attributable in the history
@@ -85,7 +94,12 @@ class ServiceTokenAdmin(admin.ModelAdmin):
         if change:
             return  # nothing of an issued token is editable here
         issued = service_tokens.create_token(
-            name=obj.name, scope=obj.scope, expires_at=obj.expires_at, actor=current_actor()
+            name=obj.name,
+            purpose=obj.purpose,
+            reports=obj.reports,
+            sole_evidence=obj.sole_evidence,
+            expires_at=obj.expires_at,
+            actor=current_actor(),
         )
         obj.pk, obj.token_hash, obj.created_at = issued.token.pk, issued.token.token_hash, issued.token.created_at
         messages.warning(request, f"Token {obj.name!r} created. Copy it now, it is not shown again: {issued.raw}")

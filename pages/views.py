@@ -1183,6 +1183,10 @@ def _alerts_context() -> dict[str, Any]:
         "alert_texts": alert_texts(alerts, now=now),
         "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
         "changes_notified": changes_notified(),
+        # Provider alerts not raised because their evidence came from too few tokens, and why.
+        "held": [
+            (chain, held) for chain, alerts in provider_health.alert_evidence(now=now).held.items() for held in alerts
+        ],
     }
 
 

@@ -6,6 +6,7 @@ Each is sent inside its change's transaction, so what a receiver writes or sends
 ``audit.alerts`` reports every expired pin; ``audit.notifications`` tells the notifiers
 (webhook, Slack, PagerDuty, email) about every change; ``presets.publishing`` publishes every
 chain's document anew after a change or a key's activation (connected in ``PresetsConfig``).
+``publish_replaced`` is the one sent outside any change: by the publisher, after its write.
 """
 
 from __future__ import annotations
@@ -36,3 +37,10 @@ plan_missed = Signal()
 # A suspended plan was settled (started anyway, changed, cancelled or missed): ``plan``,
 # ``now``, ``resolution`` (what happened, for its alert).
 plan_settled = Signal()
+
+# The publisher found, at a target, a document that was not the control plane's (it does not
+# verify with the trusted keys, or claims an (epoch, version) beyond the chain's record) and
+# replaced it with the chain's current one (``presets.publishing``); sent after the write, in
+# no transaction. Argument: ``replaced`` (``publishing.Replaced``: the target, what it held,
+# why it did not count, the record, what replaced it; ``str()`` says it in one line).
+publish_replaced = Signal()

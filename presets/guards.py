@@ -86,10 +86,12 @@ def describe(guard: PinGuard, *, now: datetime | None = None) -> str:
     """The guard in one line, as the card and the CLI say it."""
     now = now or timezone.now()
     if guard.state == GuardState.WATCHING:
-        return (
+        line = (
             f"guarded until {format_time(guard.bake_until)}: restores v{guard.previous_version} "
             f"{guard.previous_preset.name} if {guard.head_text} does clearly worse than {guard.old_head_text} did"
         )
+        held = (guard.evidence or {}).get("held")  # worse by the figures, on too few tokens' word
+        return f"{line}; {held}" if held else line
     return f"guard {guard.state}: {guard.state_reason}"
 
 

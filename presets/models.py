@@ -384,8 +384,20 @@ class PinGuard(models.Model):
 
 
 class TokenScope(models.TextChoices):
+    """What a token may change (``--scope``, kept for compatibility): a token's purpose says more."""
+
     READ = "read"
     WRITE = "write"
+
+
+class TokenPurpose(models.TextChoices):
+    """What a token is for: ``read`` (a service reading its chains), ``write`` (reads and changes
+    selections), ``relay`` (a relay: reads like a read token and may send fleet reports,
+    ``POST /api/v1/fleet/seen``)."""
+
+    READ = "read"
+    WRITE = "write"
+    RELAY = "relay"
 
 
 TOKEN_PREFIX = "cpt_"
@@ -407,7 +419,15 @@ class ServiceToken(models.Model):
     """A named API credential for a service or script; only its hash is stored."""
 
     name = models.SlugField(max_length=100, unique=True)
-    scope = models.CharField(max_length=5, choices=TokenScope.choices, default=TokenScope.READ)
+    purpose = models.CharField(max_length=10, choices=TokenPurpose.choices, default=TokenPurpose.READ)
+    # Usage reports are evidence: only a token that may send them does (a relay forwards each
+    # service's report with the service's own token, so its own sends none).
+    reports = models.BooleanField(default=True, help_text="may send usage reports (a relay's token: no)")
+    # Marked by an operator: this token's evidence alone may page someone or move a guard (a
+    # service that is the only one reading its chain); otherwise EVIDENCE_MIN_TOKENS tokens must agree.
+    sole_evidence = models.BooleanField(
+        default=False, help_text="its evidence alone may raise a page-level alert or move a guard"
+    )
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -421,7 +441,17 @@ class ServiceToken(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.scope})"
+        return f"{self.name} ({self.purpose})"
+
+    @property
+    def scope(self) -> str:
+        """What the token may change, as before purposes: ``write``, else ``read``. Setting it
+        (``ServiceToken(scope="write")``) sets the purpose."""
+        return TokenScope.WRITE if self.purpose == TokenPurpose.WRITE else TokenScope.READ
+
+    @scope.setter
+    def scope(self, value: str) -> None:
+        self.purpose = value
 
     @property
     def actor(self) -> str:
@@ -435,7 +465,12 @@ class ServiceToken(models.Model):
     @property
     def can_write(self) -> bool:
         """Whether the token may change selections."""
-        return self.scope == TokenScope.WRITE
+        return self.purpose == TokenPurpose.WRITE
+
+    @property
+    def may_relay(self) -> bool:
+        """Whether the token may send a relay's fleet reports (``POST /api/v1/fleet/seen``)."""
+        return self.purpose == TokenPurpose.RELAY
 
     def issue(self) -> str:
         """Set a fresh random secret on this token and return it (shown once, stored hashed)."""
@@ -528,6 +563,7 @@ class AccessAction(models.TextChoices):
     KEY_CREATED = "key_created"
     KEY_ACTIVATED = "key_activated"
     KEY_RETIRED = "key_retired"
+    KEY_RESEALED = "key_resealed"
 
 
 class AccessChange(models.Model):
@@ -613,15 +649,18 @@ class SigningKey(models.Model):
     One key signs at a time: the one activated last and not retired. Services trust keys by
     their public half (``manage.py signing_keys public``); a key created but not yet activated
     is listed there already, so services can trust it before it signs anything, and the key
-    it replaces stays listed until ``retires_at`` (the overlap). The private half lives in the
-    database every process of the control plane reads: the signature protects what happens to
-    a document after the control plane (relays, caches, static hosts, proxies, a service's
-    state file), not a database in the wrong hands, which could change the chain anyway."""
+    it replaces stays listed until ``retires_at`` (the overlap). The private half is stored
+    sealed (AES-GCM, ``presets/key_sealing.py``) with a key the database never holds
+    (``SIGNING_KEYS_SECRET``, or one derived from ``SECRET_KEY``): a dump of the database alone
+    cannot sign documents services trust."""
 
     key_id = models.CharField(max_length=40, unique=True)
-    # Both halves raw, base64url without padding: 32 bytes each.
+    # Raw, base64url without padding: 32 bytes.
     public_key = models.CharField(max_length=64)
-    private_key = models.CharField(max_length=64)
+    # The raw private half sealed for this key id (nonce, ciphertext and tag; base64url), and
+    # the fingerprint of the sealing key (``presets.key_sealing``).
+    sealed_private_key = models.TextField()
+    sealed_with = models.CharField(max_length=16)
     created_at = models.DateTimeField(default=timezone.now)
     activated_at = models.DateTimeField(null=True, blank=True)
     retires_at = models.DateTimeField(null=True, blank=True)

@@ -23,10 +23,19 @@
   too), and S3's write is conditional (``If-Match`` the ETag read, ``If-None-Match: *`` when
   there was none), so it fails if another publisher wrote in between; the publisher then reads
   again and decides again.
+- **Evidence**: what a target holds counts only if it is the control plane's (``Evidence``, one
+  rule for both targets): its signature verifies with the control plane's trusted keys (when it
+  has any; without keys documents go out unsigned and only the order applies), and its (epoch,
+  version) is not beyond the chain's own record in the database. Anything else was written by
+  someone else: it is replaced by the chain's current document whatever it claims, and reported
+  (``Replaced``: an ERROR log line, ``events.publish_replaced``, from which audit raises the
+  ``publish_forged`` alert that ``/metrics`` counts as ``controlplane_publish_replaced_total``;
+  ``manage.py publish`` exits 1 naming it).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Iterable, Sequence
@@ -39,10 +48,19 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from presets import document_files, services
-from presets.document_files import MAX_DOCUMENT_BYTES, Publication
+from presets import document_files, events, services, signing
+from presets.document_files import MAX_DOCUMENT_BYTES, NotADocument, Publication
+from presets.document_signatures import (
+    BAD_SIGNATURE,
+    MALFORMED,
+    NOT_A_DOCUMENT,
+    UNSIGNED,
+    UNTRUSTED_KEY,
+    PublicKeys,
+    Refusal,
+)
 from presets.documents import encode_document
-from presets.models import Chain, current_epoch
+from presets.models import Chain, Selection, current_epoch
 from presets.signing import signer_now
 
 log = logging.getLogger(__name__)
@@ -62,14 +80,168 @@ CONFLICT_ROUNDS = 5
 QUEUE_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
+# Why a document a target held did not count (``Replaced.reason``, the metric's label): one of
+# ``document_signatures.KINDS`` (it does not verify), or this: it claims an (epoch, version)
+# beyond the control plane's own record of the chain, which the control plane never made.
+BEYOND_RECORD = "beyond_record"
+
+
+def _order_words(order: tuple[int, int]) -> str:
+    epoch, version = order
+    return f"v{version} (epoch {epoch})" if epoch else f"v{version}"
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """A document a target held that did not count (``Evidence.doubt``), replaced by the
+    chain's current one: what was found, why it did not count, and what replaced it."""
+
+    target: str
+    reason: str  # a refusal kind (document_signatures.KINDS) or BEYOND_RECORD
+    found: str  # what the target held, in words ("v99999", "an object that is no chain document")
+    why: str  # why it did not count, in words
+    held: Publication | None  # None: no chain document at all
+    record: tuple[int, int]  # the control plane's (epoch, version) of the chain when judged
+    publication: Publication  # what replaced it
+
+    def __str__(self) -> str:
+        replaced_with = _order_words(self.publication.order)
+        return f"{self.publication.name}: {self.target} held {self.found}{self.why}; replaced with {replaced_with}"
+
+    def to_details(self) -> dict[str, Any]:
+        """The facts, as an alert keeps them."""
+        held = self.held
+        return {
+            "target": self.target,
+            "reason": self.reason,
+            "found": None
+            if held is None
+            else {"epoch": held.epoch, "version": held.version, "key_id": held.key_id, "signed_at": held.signed_at},
+            "record": {"epoch": self.record[0], "version": self.record[1]},
+            "replaced_with": {
+                "epoch": self.publication.epoch,
+                "version": self.publication.version,
+                "key_id": self.publication.key_id,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a document a target holds must show to count (DESIGN §15, "Evidence"): a signature
+    that verifies with one of the control plane's trusted keys, when it has any (``keys``), and
+    an (epoch, version) the control plane made: not beyond its record of the chain. The one rule
+    of both targets; a document that fails it is replaced whatever it claims."""
+
+    keys: PublicKeys | None  # None: the control plane has no key, documents go out unsigned
+
+    @classmethod
+    def now(cls) -> Evidence:
+        """The rule with the keys the control plane trusts now (``signing.trusted_keys``)."""
+        trusted = signing.trusted_keys()
+        if not trusted:
+            return cls(None)
+        return cls(PublicKeys({key.key_id: signing.decode(key.public_key) for key in trusted}))
+
+    def doubt(self, body: bytes, *, publication: Publication, target: str) -> Replaced | None:
+        """Why what ``target`` holds (``body``, its exact bytes) does not count against
+        ``publication`` (the chain's current document), or None when it counts."""
+        try:
+            held: Publication | None = Publication.of(body)
+        except NotADocument:
+            held = None
+        refusal = None if self.keys is None else self.keys.refusal_of_body(body)
+        if held is None:
+            if refusal is None:
+                return None  # nothing to believe: replaced as any non-document is
+            thing = "an object" if target.startswith("s3://") else "a file"
+            return Replaced(
+                target=target,
+                reason=NOT_A_DOCUMENT,
+                found=f"{thing} that is no chain document",
+                why=f" ({refusal.why})",
+                held=None,
+                record=publication.order,
+                publication=publication,
+            )
+        if held.name != publication.name:
+            return Replaced(
+                target=target,
+                reason=NOT_A_DOCUMENT,
+                found=f"chain {held.name}'s {_order_words(held.order)}",
+                why=f" at the path of chain {publication.name}",
+                held=held,
+                record=publication.order,
+                publication=publication,
+            )
+        if refusal is not None and refusal.kind == UNSIGNED and _says_the_same(held, publication):
+            refusal = None  # published before the control plane had a key: the same words, unsigned
+        beyond: tuple[int, int] | None = None
+        if held.order > publication.order:
+            # Read again now: another publisher may have published a change made since
+            # ``publication`` was read; only beyond what the database holds now is never made.
+            record = record_of(publication.name)
+            if record is not None and held.order > record:
+                beyond = record
+        if refusal is None and beyond is None:
+            return None
+        why = "" if refusal is None else f" ({_refusal_words(refusal, held)})"
+        if beyond is not None:
+            why += f", which the control plane never made (it is at {_order_words(beyond)})"
+            if refusal is None and self.keys is not None:
+                why += (
+                    ", yet signed by a trusted key: the database was restored without `manage.py raise_epoch`, "
+                    "or a signing key is in other hands"
+                )
+        return Replaced(
+            target=target,
+            reason=BEYOND_RECORD if refusal is None else refusal.kind,
+            found=_order_words(held.order),
+            why=why,
+            held=held,
+            record=beyond or publication.order,
+            publication=publication,
+        )
+
+
+def _refusal_words(refusal: Refusal, held: Publication) -> str:
+    if refusal.kind == UNSIGNED:
+        return "unsigned, while the control plane signs every document"
+    if refusal.kind == UNTRUSTED_KEY:
+        return f"signed by key {held.key_id!r}, none of the control plane's trusted keys"
+    if refusal.kind == BAD_SIGNATURE:
+        return f"its signature does not verify with key {held.key_id!r}: changed after it was signed"
+    assert refusal.kind == MALFORMED
+    return refusal.why
+
+
+def _says_the_same(held: Publication, publication: Publication) -> bool:
+    """Whether ``held`` is ``publication`` but for its signature."""
+    if held.order != publication.order:
+        return False
+    unsigned, current = json.loads(held.body), json.loads(publication.body)
+    unsigned.pop("signature", None)
+    current.pop("signature", None)
+    return bool(unsigned == current)
+
+
+def record_of(chain: str) -> tuple[int, int] | None:
+    """The control plane's own record of ``chain``: the (epoch, version) it serves now, read
+    from the database (None: no such chain)."""
+    version = Selection.objects.filter(chain__name=chain).values_list("version", flat=True).first()
+    return None if version is None else (current_epoch(), version)
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """What one target did with one document: wrote it, or kept what it holds."""
+    """What one target did with one document: wrote it, or kept what it holds; ``replaced``
+    when what it held did not count (someone else wrote it)."""
 
     target: str
     publication: Publication
     held: Publication | None
     written: bool
+    replaced: Replaced | None = None
 
     def __str__(self) -> str:
         if self.written:
@@ -108,9 +280,10 @@ class Target(Protocol):
     @property
     def name(self) -> str: ...
 
-    def publish(self, publication: Publication) -> Outcome:
-        """Write ``publication`` unless what the target holds is as new (``replaces``);
-        raises TargetUnavailable."""
+    def publish(self, publication: Publication, *, evidence: Evidence | None = None) -> Outcome:
+        """Write ``publication`` unless what the target holds counts (``evidence``, the rule
+        with the trusted keys now by default) and is as new (``replaces``); raises
+        TargetUnavailable."""
         ...
 
     def held(self, chain: str) -> Publication | None:
@@ -136,17 +309,27 @@ class DirectoryTarget:
     def path(self, chain: str) -> Path:
         return self.root / CHAINS_PATH / chain
 
-    def publish(self, publication: Publication) -> Outcome:
+    def publish(self, publication: Publication, *, evidence: Evidence | None = None) -> Outcome:
         if not self.root.is_dir():
             raise TargetUnavailable(
                 f"{self.root} is not a directory: create it (the directory the web server serves) or fix "
                 "PUBLISH_DIRECTORY"
             )
+        rule = evidence or Evidence.now()
+        doubts: list[Replaced] = []
+
+        def counts(body: bytes) -> bool:  # judged under the chain's lock, with the file's bytes
+            doubt = rule.doubt(body, publication=publication, target=self.name)
+            if doubt is None:
+                return True
+            doubts.append(doubt)
+            return False
+
         try:
-            written, held = document_files.keep(self.root / CHAINS_PATH, publication)
+            written, held = document_files.keep(self.root / CHAINS_PATH, publication, counts=counts)
         except OSError as exc:
             raise TargetUnavailable(f"{exc.filename or self.root}: {exc.strerror or exc}") from exc
-        return Outcome(self.name, publication, held, written=written)
+        return Outcome(self.name, publication, held, written=written, replaced=doubts[-1] if doubts else None)
 
     def held(self, chain: str) -> Publication | None:
         return document_files.read_held(self.path(chain))
@@ -178,14 +361,16 @@ class S3Target:
     def key(self, chain: str) -> str:
         return "/".join(part for part in (self.prefix, CHAINS_PATH, chain) if part)
 
-    def publish(self, publication: Publication) -> Outcome:
+    def publish(self, publication: Publication, *, evidence: Evidence | None = None) -> Outcome:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        rule = evidence or Evidence.now()
         key = self.key(publication.name)
         client = _s3_client(self.endpoint_url, self.region, self.timeout)
         for _ in range(CONFLICT_ROUNDS):
-            held, etag = self._read(key)
-            if not publication.replaces(held):
+            held, etag, body = self._read(key)
+            doubt = None if body is None else rule.doubt(body, publication=publication, target=self.name)
+            if doubt is None and not publication.replaces(held):
                 return Outcome(self.name, publication, held, written=False)
             condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
             try:
@@ -204,14 +389,14 @@ class S3Target:
                 raise TargetUnavailable(_client_error(exc, self.bucket)) from None
             except BotoCoreError as exc:
                 raise TargetUnavailable(_one_line(exc)) from None
-            return Outcome(self.name, publication, held, written=True)
+            return Outcome(self.name, publication, held, written=True, replaced=doubt)
         raise TargetUnavailable(f"{key} changed under each of {CONFLICT_ROUNDS} writes; trying again later")
 
     def held(self, chain: str) -> Publication | None:
         return self._read(self.key(chain))[0]
 
-    def _read(self, key: str) -> tuple[Publication | None, str | None]:
-        """What the object holds and its ETag; (None, None) when there is none."""
+    def _read(self, key: str) -> tuple[Publication | None, str | None, bytes | None]:
+        """What the object holds, its ETag and its bytes; (None, None, None) when there is none."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         client = _s3_client(self.endpoint_url, self.region, self.timeout)
@@ -220,11 +405,11 @@ class S3Target:
             body = answer["Body"].read(MAX_DOCUMENT_BYTES + 1)
         except ClientError as exc:
             if _error_code(exc) in ("NoSuchKey", "404"):
-                return None, None
+                return None, None, None
             raise TargetUnavailable(_client_error(exc, self.bucket)) from None
         except BotoCoreError as exc:
             raise TargetUnavailable(_one_line(exc)) from None
-        return document_files.held_in(body, where=f"s3://{self.bucket}/{key}"), answer["ETag"]
+        return document_files.held_in(body, where=f"s3://{self.bucket}/{key}"), answer["ETag"], body
 
 
 @cache
@@ -312,7 +497,9 @@ def current_publication(chain: str) -> Publication:
 
 def publish_document(publication: Publication, *, to: Sequence[Target] | None = None) -> list[Outcome]:
     """Offer ``publication`` to every target (the settings' unless ``to``); each writes it only if
-    it is newer than what it holds. Raises PublishFailed after trying them all if any failed."""
+    it is newer than what it holds, or what it holds does not count (``Evidence``): that is
+    reported (``report_replaced``). Raises PublishFailed after trying them all if any failed."""
+    evidence = Evidence.now()
     outcomes: list[Outcome] = []
     failures: list[tuple[str, str]] = []
     chosen = targets() if to is None else to
@@ -324,16 +511,34 @@ def publish_document(publication: Publication, *, to: Sequence[Target] | None = 
         )
     for target in chosen:
         try:
-            outcome = target.publish(publication)
+            outcome = target.publish(publication, evidence=evidence)
         except TargetUnavailable as exc:
             log.warning("publishing: %s not published to %s: %s", publication, target.name, exc)
             failures.append((target.name, str(exc)))
             continue
         outcomes.append(outcome)
         log.log(logging.INFO if outcome.written else logging.DEBUG, "publishing: %s", outcome)
+        if outcome.replaced is not None:
+            report_replaced(outcome.replaced)
     if failures:
         raise PublishFailed(publication, failures=failures, outcomes=outcomes)
     return outcomes
+
+
+def report_replaced(replaced: Replaced) -> None:
+    """Say that a target held a document that was not the control plane's, now replaced: an
+    ERROR line, and ``events.publish_replaced`` (audit raises the ``publish_forged`` alert,
+    which ``/metrics`` counts). A receiver that fails is logged; the publish stands."""
+    log.error("publishing: %s", replaced)
+    for receiver, result in events.publish_replaced.send_robust(sender=Publication, replaced=replaced):
+        if isinstance(result, Exception):
+            log.error(
+                "publishing: %s could not be reported by %s (%s: %s)",
+                replaced,
+                getattr(receiver, "__qualname__", receiver),
+                result.__class__.__name__,
+                result,
+            )
 
 
 def publish_chain(*, chain: str, to: Sequence[Target] | None = None) -> list[Outcome]:
@@ -352,6 +557,11 @@ class Report:
     @property
     def written(self) -> int:
         return sum(outcome.written for outcome in self.outcomes)
+
+    @property
+    def replaced(self) -> list[Replaced]:
+        """What targets held that was not the control plane's, each replaced."""
+        return [outcome.replaced for outcome in self.outcomes if outcome.replaced is not None]
 
 
 def publish_chains(*, chains: Iterable[str] | None = None, to: Sequence[Target] | None = None) -> Report:

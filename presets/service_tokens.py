@@ -1,7 +1,10 @@
 """Issuing and revoking service tokens, each recorded in the access history with its actor.
 
 The commands (``create_token``, ``revoke_token``) and the admin call these; a token's secret
-is returned once, at creation, and only its hash is stored.
+is returned once, at creation, and only its hash is stored. A token has a purpose (``read``,
+``write``, ``relay``), says whether it may send usage reports (by default yes, but not a
+relay's: a relay forwards each service's report with the service's own token) and whether its
+evidence alone is enough to page someone or move a guard (``sole_evidence``, off by default).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from presets.access_history import record_access_change
 from presets.documents import format_time
 from presets.exceptions import InvalidInput, NotFound
 from presets.expiry import has_passed
-from presets.models import AccessAction, ServiceToken, TokenScope
+from presets.models import AccessAction, ServiceToken, TokenPurpose, TokenScope
 
 # A token for a service is meant to live for a while; a longer one is a mistake in the units.
 TOKEN_MAX_DAYS = 3660
@@ -45,28 +48,53 @@ def expiry_refusal(expires_at: datetime | None, *, now: datetime) -> InvalidInpu
     return None
 
 
-def create_token(*, name: str, scope: str, actor: str, expires_at: datetime | None = None) -> IssuedToken:
-    """Issue a token NAME with ``scope``, working until ``expires_at`` (None: until revoked)."""
+def create_token(
+    *,
+    name: str,
+    actor: str,
+    purpose: str | None = None,
+    scope: str | None = None,
+    reports: bool | None = None,
+    sole_evidence: bool = False,
+    expires_at: datetime | None = None,
+) -> IssuedToken:
+    """Issue a token NAME for ``purpose`` (``scope``, read or write, is the older name of the
+    read and write purposes; default read), working until ``expires_at`` (None: until
+    revoked). ``reports``: whether it may send usage reports (None: yes unless it is a relay's)."""
     try:
         validate_slug(name)
     except ValidationError:
         raise InvalidInput("name", f"{name!r}: token names are slugs (letters, digits, - and _)") from None
-    if scope not in TokenScope.values:
+    if scope is not None and scope not in TokenScope.values:
         raise InvalidInput("scope", f"{scope!r} is not a scope: one of {', '.join(TokenScope.values)}")
+    if purpose is not None and purpose not in TokenPurpose.values:
+        raise InvalidInput("purpose", f"{purpose!r} is not a purpose: one of {', '.join(TokenPurpose.values)}")
+    if purpose is not None and scope is not None and purpose != scope:
+        raise InvalidInput("scope", f"scope {scope} and purpose {purpose} disagree: give the purpose alone")
+    purpose = purpose or scope or TokenPurpose.READ
+    if reports is None:
+        reports = purpose != TokenPurpose.RELAY
     refusal = expiry_refusal(expires_at, now=timezone.now())
     if refusal is not None:
         raise refusal
     with transaction.atomic():
         if ServiceToken.objects.filter(name=name).exists():
             raise InvalidInput("name", f"a token named {name!r} exists; pick another name (revoked names stay taken)")
-        token = ServiceToken(name=name, scope=scope, expires_at=expires_at)
+        token = ServiceToken(
+            name=name, purpose=purpose, reports=reports, sole_evidence=sole_evidence, expires_at=expires_at
+        )
         raw = token.issue()
         token.save()
         record_access_change(
             actor=actor,
             action=AccessAction.TOKEN_CREATED,
             subject=name,
-            details={"scope": scope, "expires_at": format_time(expires_at)},
+            details={
+                "purpose": purpose,
+                "reports": reports,
+                "sole_evidence": sole_evidence,
+                "expires_at": format_time(expires_at),
+            },
         )
     return IssuedToken(token=token, raw=raw)
 
@@ -82,6 +110,6 @@ def revoke_token(*, name: str, actor: str) -> ServiceToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
         record_access_change(
-            actor=actor, action=AccessAction.TOKEN_REVOKED, subject=name, details={"scope": token.scope}
+            actor=actor, action=AccessAction.TOKEN_REVOKED, subject=name, details={"purpose": token.purpose}
         )
     return token

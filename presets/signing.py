@@ -16,6 +16,14 @@ the read path's and API's own reads. Each process keeps the signing key for
 ``SIGNER_CACHE_S`` before it reads it again, so an activated key signs everywhere within
 that (the read path then signs its held documents again). Without any key, documents go
 out unsigned, as before keys existed.
+
+Private keys are stored sealed (``presets/key_sealing.py``). A process that cannot open the
+key that signs (another ``SIGNING_KEYS_SECRET`` than the one it was sealed with) never sends
+a document unsigned in its place: signing raises ``SealedKeyError`` (the API answers 503,
+a change is refused with nothing written, the read front keeps what it holds) and
+``/readyz`` answers 503 with the same words, so the process is taken out of rotation and the
+deploy stops there. ``reseal_keys`` (``manage.py signing_keys reseal``) seals every key with
+this process's secret, after a rotation of ``SIGNING_KEYS_SECRET`` or ``SECRET_KEY``.
 """
 
 from __future__ import annotations
@@ -35,11 +43,12 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from presets import events
+from presets import events, key_sealing
 from presets.access_history import record_access_change
 from presets.documents import ChainDocument, SignatureDocument, format_instant, format_time
 from presets.exceptions import InvalidInput, NotFound
 from presets.expiry import has_passed
+from presets.key_sealing import SealedKeyError
 from presets.models import AccessAction, SigningKey
 from presets.wire import SIGNATURE_ALGORITHM, signed_content
 
@@ -76,27 +85,65 @@ class Signer:
 
 
 _lock = threading.Lock()
-_cached: tuple[float, Signer | None] | None = None
+_cached: tuple[float, Signer | SealedKeyError | None] | None = None
 
 
 def current_signer() -> Signer | None:
     """The key that signs now (None when there is none), read from the database at most every
-    ``SIGNER_CACHE_S`` by each process."""
+    ``SIGNER_CACHE_S`` by each process. Raises SealedKeyError (kept as long) when this process
+    cannot open it: never None in its place, which would send documents unsigned."""
     global _cached
     cached = _cached
-    if cached is not None and time.monotonic() - cached[0] < SIGNER_CACHE_S:
-        return cached[1]
-    signer = signer_now()
-    with _lock:
-        _cached = (time.monotonic(), signer)
-    return signer
+    if cached is None or time.monotonic() - cached[0] >= SIGNER_CACHE_S:
+        try:
+            found: Signer | SealedKeyError | None = signer_now()
+        except SealedKeyError as exc:
+            found = exc
+        with _lock:
+            _cached = cached = (time.monotonic(), found)
+    if isinstance(cached[1], SealedKeyError):
+        raise cached[1]
+    return cached[1]
 
 
 def signer_now() -> Signer | None:
     """The key that signs, read from the database now, not from this process's cache: for work
-    that must sign with a key activated by another process a moment ago (publishing)."""
+    that must sign with a key activated by another process a moment ago (publishing). Raises
+    SealedKeyError when this process cannot open it."""
     key = signing_key()
-    return None if key is None else Signer(key.key_id, Ed25519PrivateKey.from_private_bytes(decode(key.private_key)))
+    return None if key is None else Signer(key.key_id, private_key_of(key))
+
+
+def private_key_of(key: SigningKey) -> Ed25519PrivateKey:
+    """``key``'s private half, opened; raises SealedKeyError when this process cannot open it
+    or it is not the private half of the key's public one."""
+    raw = key_sealing.unseal(key.sealed_private_key, sealed_with=key.sealed_with, key_id=key.key_id)
+    try:
+        private = Ed25519PrivateKey.from_private_bytes(raw)
+    except ValueError:
+        private = None
+    if private is None or encode(_public_bytes(private)) != key.public_key:
+        raise SealedKeyError(f"signing key {key.key_id}'s sealed private half does not match its public key")
+    return private
+
+
+def signing_problem() -> str | None:
+    """Why this process cannot sign now (for /readyz), or None when it can (or has no key)."""
+    try:
+        current_signer()
+    except SealedKeyError as exc:
+        return str(exc)
+    return None
+
+
+def _public_bytes(private: Ed25519PrivateKey) -> bytes:
+    return private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _private_bytes(private: Ed25519PrivateKey) -> bytes:
+    return private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
 
 
 def forget_signer(*_: Any, **__: Any) -> None:
@@ -112,7 +159,8 @@ post_delete.connect(forget_signer, sender=SigningKey, dispatch_uid="presets.sign
 
 
 def sign(document: ChainDocument) -> ChainDocument:
-    """``document`` signed by the current key, or as it is when there is no key."""
+    """``document`` signed by the current key, or as it is when there is no key; raises
+    SealedKeyError when there is one this process cannot open."""
     signer = current_signer()
     return document if signer is None else signer.sign(document)
 
@@ -162,17 +210,15 @@ def create_key(*, actor: str, activate: bool = False) -> SigningKey:
     until they do)."""
     now = timezone.now()
     private = Ed25519PrivateKey.generate()
-    public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    key_id = _new_key_id(now)
+    sealed, sealed_with = key_sealing.seal(_private_bytes(private), key_id=key_id)
     with transaction.atomic():
         keys = list(SigningKey.objects.select_for_update().order_by("id"))
         key = SigningKey.objects.create(
-            key_id=_new_key_id(now),
-            public_key=encode(public),
-            private_key=encode(
-                private.private_bytes(
-                    serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-                )
-            ),
+            key_id=key_id,
+            public_key=encode(_public_bytes(private)),
+            sealed_private_key=sealed,
+            sealed_with=sealed_with,
             created_at=now,
         )
         record_access_change(
@@ -216,6 +262,55 @@ def retire_key(*, key_id: str, actor: str) -> SigningKey:
         key.save(update_fields=["retires_at"])
         record_access_change(actor=actor, action=AccessAction.KEY_RETIRED, subject=key.key_id)
     return key
+
+
+@dataclass(frozen=True)
+class Resealed:
+    """What ``reseal_keys`` did to one key."""
+
+    key: SigningKey
+    # The secret it was sealed with, in words (``key_sealing.describe``), and whether it was
+    # sealed anew.
+    was: str
+    resealed: bool
+
+
+def reseal_keys(*, actor: str) -> list[Resealed]:
+    """Seal every key with this process's sealing key (``SIGNING_KEYS_SECRET``, or the one
+    derived from ``SECRET_KEY``), opening each with the key it was sealed with (the current
+    one, a ``SIGNING_KEYS_SECRET_FALLBACKS`` entry, or ``SECRET_KEY``'s). All or nothing: a
+    key still trusted that does not open raises SealedKeyError and nothing changes; a retired
+    one that does not open is left as it is (it signs nothing again). Each key sealed anew is
+    recorded in the access history."""
+    now = timezone.now()
+    current = key_sealing.sealing_key()
+    done: list[Resealed] = []
+    with transaction.atomic():
+        for key in SigningKey.objects.select_for_update().order_by("id"):
+            was = key_sealing.describe(key.sealed_with)
+            if key.sealed_with == current.fingerprint:
+                done.append(Resealed(key, was, resealed=False))
+                continue
+            try:
+                private = private_key_of(key)
+            except SealedKeyError:
+                if key.retires_at is not None and has_passed(key.retires_at, now):
+                    done.append(Resealed(key, was, resealed=False))
+                    continue
+                raise
+            previous = key.sealed_with
+            key.sealed_private_key, key.sealed_with = key_sealing.seal(
+                _private_bytes(private), key_id=key.key_id, with_key=current
+            )
+            key.save(update_fields=["sealed_private_key", "sealed_with"])
+            record_access_change(
+                actor=actor,
+                action=AccessAction.KEY_RESEALED,
+                subject=key.key_id,
+                details={"sealed_with": previous, "resealed_with": current.fingerprint},
+            )
+            done.append(Resealed(key, was, resealed=True))
+    return done
 
 
 def _find(keys: list[SigningKey], key_id: str) -> SigningKey:

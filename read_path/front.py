@@ -209,7 +209,7 @@ class ReadFront:
                     ):
                         tokens.used.add(token.pk)
                         if client is not None:  # an SDK instance: fleet status
-                            self._note_identity(entry.name, client, applied)
+                            self._note_identity(entry.name, client, applied, token.pk)
                         if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
                             request_id = new_request_id_bytes()
                         if tag is not None and (
@@ -308,7 +308,8 @@ class ReadFront:
         if not valid:
             await _error(send, 401, TOKEN_REFUSED, auth=True)
             return
-        self.snapshot.tokens.remember(header, raw)  # the next read of this header is plain
+        tokens = self.snapshot.tokens
+        tokens.remember(header, raw)  # the next read of this header is plain
         if not name:
             try:
                 await self._expire_due(time.time())
@@ -346,7 +347,13 @@ class ReadFront:
         # Fleet status records the instance as its request arrives: a held long poll returns
         # only at the next change, and the version it reports is the one it runs now.
         if b"x-chain-client" in headers:
-            self._note_identity(name, headers[b"x-chain-client"], headers.get(b"x-chain-applied-version", b""))
+            live = tokens.live(raw)
+            self._note_identity(
+                name,
+                headers[b"x-chain-client"],
+                headers.get(b"x-chain-applied-version", b""),
+                live.pk if live is not None else None,
+            )
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if wait and matches(if_none_match, entry.etag) and self._may_hold():
@@ -370,12 +377,13 @@ class ReadFront:
         else:
             await _respond(send, 200, entry.body, entry.etag_header)
 
-    def _note_identity(self, name: str, client: bytes, applied_version: bytes) -> None:
-        """Note for fleet status the instance a read of chain ``name`` identifies itself as
-        (its X-Chain-Client and X-Chain-Applied-Version headers), if it does so validly."""
+    def _note_identity(self, name: str, client: bytes, applied_version: bytes, token: int | None) -> None:
+        """Note for fleet status the instance a read of chain ``name`` with ``token`` (its id)
+        identifies itself as (its X-Chain-Client and X-Chain-Applied-Version headers), if it
+        does so validly: its row counts against that token's cap."""
         identity = parse_identity(client.decode("latin-1"), applied_version.decode("latin-1"))
         if identity is not None:
-            self.fleet.seen(name, *identity)
+            self.fleet.seen(name, *identity, token=token)
 
     def _may_hold(self) -> bool:
         """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is

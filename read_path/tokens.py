@@ -113,6 +113,10 @@ class TokenSet:
         self.used.add(token.pk)
         return True
 
+    def live(self, raw: str) -> LiveToken | None:
+        """``raw``'s live token if this process holds it (no lookup, no clock)."""
+        return self._live.get(self._digests.get(raw) or hash_token(raw))
+
     def remember(self, header: bytes, raw: str) -> None:
         """Let ``by_header`` find ``raw``'s token by its Authorization header, once it is
         known live (``known`` or ``is_valid``)."""

@@ -15,6 +15,13 @@ Stale: a chain is stale while its follower cannot reach the upstream, while it s
 loaded from disk and has not confirmed, or while its upstream says it is stale itself (the
 ``X-Chain-Stale`` header, seconds since the control plane last confirmed the document). Its
 reads then carry ``X-Chain-Stale``, and ``/healthz`` lists it.
+
+Degraded: with the control plane's public keys set (``relay.evidence``), every document from
+upstream is verified before it is kept, served or passed on. One that does not verify is
+refused (counted by kind, logged once per reason), never replaces the last good one, and marks
+its chain degraded until the upstream sends one that verifies: its reads carry
+``X-Chain-Degraded: <kind>``, ``/healthz`` says ``degraded`` with the reason, and the follower
+waits (backing off) before it asks again.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import logging
 import math
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from presets.document_signatures import KINDS, NOT_A_DOCUMENT, Refusal
 from presets.exceptions import InvalidInput
 from read_path.held import Entry, HeldDocuments, departure, read_query
 from read_path.http import (
@@ -45,6 +53,7 @@ from read_path.http import (
 from read_path.request_ids import ACCEPTED_ID_BYTES, new_request_id_bytes
 from relay import disk
 from relay.config import RelayConfig
+from relay.evidence import Degradation, TrustedKeys
 from relay.upstream import Upstream, UpstreamDown
 
 log = logging.getLogger("relay")
@@ -78,6 +87,10 @@ _JSON = (b"content-type", b"application/json")
 _EXPIRED = "this chain's pin has expired and the relay has not yet received its revert from its upstream; retry shortly"
 _CANNOT_CHECK = "the relay cannot reach its upstream to check this token; retry shortly"
 _NOTHING_YET = "the relay has not yet reached its upstream and has nothing on disk; retry shortly"
+_REFUSED_ONLY = (
+    "the relay refused what its upstream sent for this chain ({kind}: not a document the control plane "
+    "signed) and holds no earlier one that verifies; see the relay's /healthz"
+)
 _NOT_HERE = (
     "a relay serves the chain reads (GET /api/v1/chains[/{name}]), usage reports and /healthz only: "
     "make changes on the control plane"
@@ -94,6 +107,18 @@ class Documents(HeldDocuments):
         # Per chain, how many times it turned stale: a long poll held across a turn is answered
         # then (a 304 saying so), so that a relay behind this one learns it at once.
         self.turns: dict[str, int] = {}
+        # The chains whose upstream sent what the relay refused, since the last it believed.
+        self.degraded: dict[str, Degradation] = {}
+        # The chains whose reads carry a mark (stale or degraded): the plain reads of
+        # ``Relay.__call__`` answer the others, in one lookup.
+        self.marked: set[str] = set()
+
+    def remark(self, name: str) -> None:
+        """Bring ``marked`` up to date for chain ``name`` (after ``stale`` or ``degraded`` changed)."""
+        if name in self.stale or name in self.degraded:
+            self.marked.add(name)
+        else:
+            self.marked.discard(name)
 
     def mark(self, name: str, *, stale: bool) -> None:
         if (name in self.stale) == stale:
@@ -103,10 +128,34 @@ class Documents(HeldDocuments):
             # poll interval before asking again (a relay behind this one, stale itself, polls
             # briefly and learns it within STALE_POLL_S).
             self.stale.discard(name)
+            self.remark(name)
             return
         self.stale.add(name)
+        self.remark(name)
         self.turns[name] = self.turns.get(name, 0) + 1
         self.wake(name)
+
+    def degrade(self, name: str, refusal: Refusal) -> bool:
+        """Mark chain ``name`` degraded by ``refusal``; whether its reason is new (to be logged)."""
+        degradation = self.degraded.get(name)
+        if degradation is None:
+            degradation = self.degraded[name] = Degradation(refusal.kind, refusal.why)
+            self.remark(name)
+        return degradation.refuse(refusal)
+
+    def believed(self, name: str) -> Degradation | None:
+        """The upstream sent a document of chain ``name`` that verifies: no longer degraded;
+        the degradation it ends, if any."""
+        degradation = self.degraded.pop(name, None)
+        if degradation is not None:
+            self.remark(name)
+        return degradation
+
+    def forget(self, name: str) -> None:
+        self.drop(name)
+        self.stale.discard(name)
+        self.degraded.pop(name, None)
+        self.remark(name)
 
     def put(self, entry: Entry) -> bool:
         """Serve ``entry`` if it is newer than what is held (``disk.newer``); whether it is."""
@@ -115,11 +164,18 @@ class Documents(HeldDocuments):
         self.hold(entry)
         return True
 
-    def stale_header(self, name: str, now: float) -> tuple[bytes, bytes] | None:
-        if name not in self.stale:
-            return None
-        age = max(0.0, now - self.confirmed_at.get(name, 0.0))
-        return (STALE_HEADER, f"{age:.0f}".encode())
+    def marks(self, name: str, now: float) -> list[tuple[bytes, bytes]]:
+        """The headers a read of chain ``name`` carries: ``X-Chain-Stale``, ``X-Chain-Degraded``."""
+        if name not in self.marked:
+            return []
+        marks = []
+        if name in self.stale:
+            age = max(0.0, now - self.confirmed_at.get(name, 0.0))
+            marks.append((STALE_HEADER, f"{age:.0f}".encode()))
+        degradation = self.degraded.get(name)
+        if degradation is not None:
+            marks.append(degradation.header)
+        return marks
 
 
 class TokenChecks:
@@ -207,6 +263,13 @@ class Relay:
         self._unknown: dict[str, float] = {}
         self.upstream_reachable = False
         self.upstream_error = "not contacted yet"
+        self.trust = TrustedKeys(config.trusted_keys, config.trusted_keys_file)
+        # Documents from upstream refused, by kind (``presets.document_signatures.KINDS``).
+        self.refused: Counter[str] = Counter()
+        # Per chain, the ETag the upstream gave the document last refused: the next long poll
+        # waits on it, so that an upstream that holds the refused document is not asked again
+        # and again (a genuine next version is taken however its version compares with it).
+        self._refused_tags: dict[str, str] = {}
         self._following: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._started: asyncio.Task[None] | None = None
@@ -220,9 +283,15 @@ class Relay:
         await asyncio.shield(self._started)
 
     async def _start(self) -> None:
-        for entry in disk.kept_documents(self.config.documents_dir):
+        if self.trust.on:
+            log.info("relay: verifying every document from the upstream with keys %s", ", ".join(self.trust.key_ids))
+        else:
+            log.warning("relay: verification %s", self.trust.described()["verification"])
+        refusal = self.trust.refusal if self.trust.on else None
+        for entry in disk.kept_documents(self.config.documents_dir, refusal=refusal):
             self.documents.put(entry)
             self.documents.stale.add(entry.name)  # until the upstream confirms it
+            self.documents.remark(entry.name)
             self.documents.confirmed_at[entry.name] = _mtime(self.config.documents_dir / entry.name)
         if self.documents.entries:
             log.info("relay: serving %d chains from disk until the upstream confirms them", len(self.documents.entries))
@@ -253,45 +322,99 @@ class Relay:
             self._following[name] = asyncio.ensure_future(self._follow(name))
 
     async def _follow(self, name: str) -> None:
-        """One long poll at a time for chain ``name``, for as long as it exists upstream."""
+        """One long poll at a time for chain ``name``, for as long as it exists upstream.
+
+        After a 200 that changed nothing (refused, or not newer than what is held), it waits
+        before asking again, backing off as when the upstream is down: asked the same at once,
+        the upstream would answer the same at once, as fast as it can."""
         backoff = 0.5
         while True:
             held = self.documents.entries.get(name)
+            refused = self._refused_tags.get(name)
             try:
                 # While stale, shorter polls: a relay upstream answers a poll when it turns fresh,
                 # but not one that arrives just after it did.
                 wait = STALE_POLL_S if name in self.documents.stale else self.config.upstream_wait_s
-                answer = await self.upstream.chain(name, held=held.etag if held else None, wait=wait)
+                answer = await self.upstream.chain(name, held=refused or (held.etag if held else None), wait=wait)
             except UpstreamDown as exc:
                 self._unreachable(name, str(exc))
             else:
-                if answer.status in (200, 304):
-                    self._confirmed(name, answer.headers.get("x-chain-stale"))
-                    if answer.status == 200:
-                        self._take(answer.body, answer.headers.get("etag"))
+                if answer.status == 304:
+                    if not refused:  # the upstream holds what this relay holds
+                        self._confirmed(name, answer.headers.get("x-chain-stale"))
+                        self._believed(name)
+                    else:  # the upstream still holds the document refused
+                        self.upstream_reachable, self.upstream_error = True, ""
                     backoff = 0.5
                     continue
-                if answer.status == 404:
+                if answer.status == 200:
+                    taken = self._take(name, answer.body, answer.headers.get("etag"))
+                    if taken is None:
+                        self._refused_tags[name] = answer.headers.get("etag") or ""
+                        self.upstream_reachable, self.upstream_error = True, ""
+                    else:
+                        self._confirmed(name, answer.headers.get("x-chain-stale"))
+                        if taken or refused:  # held it, or asked with another ETag than the next
+                            backoff = 0.5
+                            continue
+                elif answer.status == 404:
                     log.info("relay: chain %s no longer exists upstream; no longer served", name)
                     self._forget(name)
                     return
-                self._unreachable(name, f"the upstream answered {answer.status}" + _refusal(answer.body))
+                else:
+                    self._unreachable(name, f"the upstream answered {answer.status}" + _refusal(answer.body))
             await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311 - jitter, not a secret
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
-    def _take(self, body: bytes, tag: str | None) -> Entry | None:
-        try:
-            entry = disk.entry_of(body, tag=tag)
-        except disk.NotADocument as exc:
-            log.warning("relay: the upstream sent %s; ignored", exc)
-            return None
-        if self.documents.put(entry):
+    def _take(self, name: str, body: bytes, tag: str | None) -> bool | None:
+        """Hold what the upstream sent for chain ``name`` if it verifies and is newer than what
+        is held (the last good document: never a refused one): True when held, False when
+        believed but not newer, None when refused."""
+        refusal = self.trust.refusal(body)
+        entry = None
+        if refusal is None:
             try:
-                disk.keep_document(self.config.documents_dir, entry)
-            except OSError as exc:
-                log.warning("relay: cannot keep chain %s on disk (%s); serving it from memory", entry.name, exc)
+                # Verified, it is tagged as the control plane tags it: the upstream's ETag is not signed.
+                entry = disk.entry_of(body, tag=None if self.trust.on else tag)
+            except disk.NotADocument as exc:
+                refusal = Refusal(NOT_A_DOCUMENT, str(exc))
+            else:
+                if entry.name != name:
+                    refusal = Refusal(NOT_A_DOCUMENT, f"the document of chain {entry.name!r}, asked for {name!r}")
+        if refusal is not None or entry is None:
+            self._refuse(name, refusal or Refusal(NOT_A_DOCUMENT, "no document"))
+            return None
+        self._believed(name)
         self.loaded = True
-        return entry
+        if not self.documents.put(entry):
+            return False
+        try:
+            disk.keep_document(self.config.documents_dir, entry, counts=self.trust.counts if self.trust.on else None)
+        except OSError as exc:
+            log.warning("relay: cannot keep chain %s on disk (%s); serving it from memory", entry.name, exc)
+        return True
+
+    def _refuse(self, name: str, refusal: Refusal) -> None:
+        self.refused[refusal.kind] += 1
+        if self.documents.degrade(name, refusal):
+            held = self.documents.entries.get(name)
+            log.warning(
+                "relay: chain %s: refused what the upstream sent (%s: %s); %s",
+                name,
+                refusal.kind,
+                refusal,
+                f"still serving v{held.version}, the last that verified" if held else "it serves none",
+            )
+
+    def _believed(self, name: str) -> None:
+        self._refused_tags.pop(name, None)
+        ended = self.documents.believed(name)
+        if ended is not None:
+            log.warning(
+                "relay: chain %s: the upstream sends documents that verify again (%d refused); no longer degraded",
+                name,
+                ended.refused,
+            )
 
     def _confirmed(self, name: str, upstream_stale: str | None) -> None:
         now = time.time()
@@ -316,8 +439,8 @@ class Relay:
         self.documents.mark(name, stale=True)
 
     def _forget(self, name: str) -> None:
-        self.documents.drop(name)
-        self.documents.stale.discard(name)
+        self.documents.forget(name)
+        self._refused_tags.pop(name, None)
         self._following.pop(name, None)
         with contextlib.suppress(OSError):
             disk.forget_document(self.config.documents_dir, name)
@@ -328,8 +451,8 @@ class Relay:
             await asyncio.sleep(self.config.relist_s)
 
     async def _relist(self) -> None:
-        """Follow the chains the upstream lists: new ones, gone ones, and a version signed
-        again by another key (the long poll does not answer that: same ETag)."""
+        """Follow the chains the upstream lists: new ones, gone ones, a version signed again by
+        another key (the long poll does not answer that: same ETag), and degraded ones."""
         try:
             answer = await self.upstream.chains()
         except UpstreamDown as exc:
@@ -349,7 +472,10 @@ class Relay:
         for name, item in names.items():
             held = self.documents.entries.get(name)
             key = (item.get("signature") or {}).get("key_id")
-            if held is None or (held.order == (item.get("epoch", 0), item.get("version")) and held.key_id != key):
+            resigned = held is not None and held.order == (item.get("epoch", 0), item.get("version"))
+            # A degraded chain is asked again each time too: once its keys are right (a rotation
+            # added to RELAY_TRUSTED_KEYS_FILE), what it refused is taken by then at the latest.
+            if held is None or (resigned and held.key_id != key) or name in self.documents.degraded:
                 await self._fetch(name)
             self._follow_chain(name)
         for name in set(self._following) - set(names):
@@ -367,8 +493,9 @@ class Relay:
             return None
         if answer.status != 200:
             return None
+        if self._take(name, answer.body, answer.headers.get("etag")) is None:
+            return None
         self._confirmed(name, answer.headers.get("x-chain-stale"))
-        self._take(answer.body, answer.headers.get("etag"))
         return self.documents.entries.get(name)
 
     # --- reports upstream ------------------------------------------------------------------
@@ -452,7 +579,7 @@ class Relay:
         # lookups; everything else goes through ``_read`` and the rest.
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
             entry = self.documents.by_path.get(scope["path"])
-            if entry is not None and entry.name not in self.documents.stale:
+            if entry is not None and entry.name not in self.documents.marked:
                 header = tag = client = request_id = None
                 applied = b""
                 for key, value in scope["headers"]:
@@ -526,18 +653,23 @@ class Relay:
     def health(self) -> dict[str, Any]:
         now = time.time()
         stale = sorted(self.documents.stale)
+        degraded = self.documents.degraded
         return {
-            "status": "ok" if self.upstream_reachable and not stale else "stale",
+            "status": "degraded" if degraded else "ok" if self.upstream_reachable and not stale else "stale",
             "relay": self.config.name,
             "upstream": self.config.upstream,
             "upstream_reachable": self.upstream_reachable,
             "upstream_error": self.upstream_error,
+            **self.trust.described(),
+            "degraded_chains": {name: degraded[name].described(now) for name in sorted(degraded)},
+            "refused": {kind: self.refused[kind] for kind in KINDS},
             "chains": {
                 name: {
                     "version": entry.version,
                     "epoch": entry.epoch,
                     "key_id": entry.key_id,
                     "stale": name in self.documents.stale,
+                    "degraded": degraded[name].kind if name in degraded else None,
                     "confirmed_seconds_ago": round(now - self.documents.confirmed_at.get(name, now), 1),
                 }
                 for name, entry in sorted(self.documents.entries.items())
@@ -573,6 +705,11 @@ class Relay:
         self, scope: Scope, receive: Receive, send: Send, name: str, headers: dict[bytes, bytes], request_id: bytes
     ) -> None:
         if not await self._authorized(send, headers, request_id, name or None):
+            return
+        degradation = self.documents.degraded.get(name)
+        if degradation is not None and name not in self.documents.entries:
+            message = _REFUSED_ONLY.format(kind=degradation.kind)
+            await _error(send, 503, message, request_id, details={"chain": name}, extra=[degradation.header])
             return
         if not self.loaded:
             await _error(send, 503, _NOTHING_YET, request_id)
@@ -627,8 +764,7 @@ class Relay:
             if entry.is_expired(time.time()):
                 await _error(send, 503, _EXPIRED, request_id)
                 return
-        stale = self.documents.stale_header(name, time.time())
-        extra = [stale] if stale else []
+        extra = self.documents.marks(name, time.time())
         if matches(if_none_match, entry.etag):
             await _respond(send, 304, b"", request_id, entry.etag_header, extra)
         else:
@@ -784,8 +920,9 @@ async def _error(
     *,
     auth: bool = False,
     details: dict[str, Any] | None = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    extra = [(b"www-authenticate", b"Bearer")] if auth else []
+    extra = [*(extra or []), *([(b"www-authenticate", b"Bearer")] if auth else [])]
     if status == 503:
         extra.append((b"retry-after", b"1"))
     await _respond(send, status, json.dumps(error_body(status, message, details)).encode(), request_id, extra=extra)

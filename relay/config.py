@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from presets.document_signatures import PublicKeys
+
 
 class ConfigError(Exception):
     """A setting is missing or wrong; the message says which and how to fix it."""
@@ -24,6 +26,10 @@ class RelayConfig:
     upstream_wait_s: int = 55
     relist_s: float = 30.0
     report_queue_max: int = 10_000
+    # The control plane's public keys every document from upstream must verify with (None:
+    # verification off), and the file they were read from, read again when it changes.
+    trusted_keys: PublicKeys | None = None
+    trusted_keys_file: Path | None = None
 
     @property
     def documents_dir(self) -> Path:
@@ -42,6 +48,33 @@ def _int(environ: Mapping[str, str], name: str, default: int, minimum: int, maxi
     if not minimum <= value <= maximum:
         raise ConfigError(f"{name} must be within {minimum}..{maximum}, got {value}")
     return value
+
+
+def trusted_keys_in(path: Path) -> PublicKeys:
+    """The keys in ``path`` (``RELAY_TRUSTED_KEYS_FILE``); ValueError saying what is wrong."""
+    where = f"RELAY_TRUSTED_KEYS_FILE {str(path)!r}"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read: {exc.strerror}") from None
+    return PublicKeys.parse_json(text, where=where)
+
+
+def _trusted_keys(environ: Mapping[str, str]) -> tuple[PublicKeys | None, Path | None]:
+    # The keys come from the operator, never from the upstream: they are what the upstream's
+    # documents are checked against.
+    text = environ.get("RELAY_TRUSTED_KEYS", "").strip()
+    file = environ.get("RELAY_TRUSTED_KEYS_FILE", "").strip()
+    if text and file:
+        raise ConfigError("set RELAY_TRUSTED_KEYS or RELAY_TRUSTED_KEYS_FILE, not both")
+    try:
+        if file:
+            return trusted_keys_in(Path(file)), Path(file)
+        if text:
+            return PublicKeys.parse_json(text, where="RELAY_TRUSTED_KEYS"), None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return None, None
 
 
 def from_env(environ: Mapping[str, str] = os.environ) -> RelayConfig:
@@ -65,6 +98,7 @@ def from_env(environ: Mapping[str, str] = os.environ) -> RelayConfig:
             "set RELAY_TOKEN (or RELAY_TOKEN_FILE) to a service token of the upstream: "
             "manage.py create_token relay-<region> on the control plane"
         )
+    trusted_keys, trusted_keys_file = _trusted_keys(environ)
     return RelayConfig(
         upstream=upstream,
         token=token,
@@ -74,4 +108,6 @@ def from_env(environ: Mapping[str, str] = os.environ) -> RelayConfig:
         upstream_wait_s=_int(environ, "RELAY_UPSTREAM_WAIT_SECONDS", 55, 1, 60),
         relist_s=_int(environ, "RELAY_RELIST_SECONDS", 30, 1, 3600),
         report_queue_max=_int(environ, "RELAY_REPORT_QUEUE", 10_000, 100, 1_000_000),
+        trusted_keys=trusted_keys,
+        trusted_keys_file=trusted_keys_file,
     )

@@ -4,7 +4,8 @@
   signature covers it), at ``<cache>/api/v1/chains/<name>``: the layout of the read API, so
   the directory could be served as it is. A document only replaces an older one, by the
   publisher's rule and lock (``presets/document_files.py``), whichever of the relay's worker
-  processes writes it.
+  processes writes it. With verification on, a file whose signature does not verify is never
+  loaded, and counts as absent when the next document is written.
 - The tokens its upstream said were valid (SHA-256 digests, never the tokens) and when.
 """
 
@@ -13,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from presets import document_files
 from presets.document_files import NotADocument, Publication
+from presets.document_signatures import Refusal
 from presets.documents import etag
 from read_path.held import Entry, make_entry
 
@@ -50,9 +53,11 @@ def newer(entry: Entry, than: Entry | None) -> bool:
     return than is None or Publication.of(entry.body).replaces(Publication.of(than.body))
 
 
-def keep_document(directory: Path, entry: Entry) -> bool:
-    """Write the entry's document unless the one on disk is newer; whether it was written."""
-    return document_files.keep(directory, Publication.of(entry.body))[0]
+def keep_document(directory: Path, entry: Entry, *, counts: Callable[[bytes], bool] | None = None) -> bool:
+    """Write the entry's document unless the one on disk is newer; whether it was written. With
+    ``counts`` (whether a document verifies), one on disk that does not is replaced whatever
+    version it claims."""
+    return document_files.keep(directory, Publication.of(entry.body), counts=counts)[0]
 
 
 def forget_document(directory: Path, name: str) -> None:
@@ -60,8 +65,10 @@ def forget_document(directory: Path, name: str) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
-def kept_documents(directory: Path) -> list[Entry]:
-    """Every document kept in ``directory``; an unreadable file is skipped and said."""
+def kept_documents(directory: Path, *, refusal: Callable[[bytes], Refusal | None] | None = None) -> list[Entry]:
+    """Every document kept in ``directory``; an unreadable file is skipped and said, and so is
+    one ``refusal`` (the signature check) refuses: it stays on disk, unused, until the next
+    document of its chain replaces it (``keep_document`` with ``counts``)."""
     entries: list[Entry] = []
     if not directory.is_dir():
         return entries
@@ -69,11 +76,23 @@ def kept_documents(directory: Path) -> list[Entry]:
         if path.name.startswith("."):
             continue
         try:
-            entry = entry_of(path.read_bytes())
+            body = path.read_bytes()
+            entry = entry_of(body)
         except (OSError, NotADocument):
             entry = None
         if entry is None or entry.name != path.name:
             log.warning("relay cache: %s is not a chain document; skipped", path)
+            continue
+        refused = refusal(body) if refusal is not None else None
+        if refused is not None:
+            log.warning(
+                "relay cache: %s (v%d) does not verify (%s: %s); discarded: not served, and replaced by "
+                "the next document from the upstream",
+                path,
+                entry.version,
+                refused.kind,
+                refused,
+            )
             continue
         entries.append(entry)
     return entries

@@ -90,8 +90,10 @@ def bob(db: Any) -> User:
     return user
 
 
-def make_token(name: str, scope: str) -> str:
-    token = ServiceToken(name=name, scope=scope)
+def make_token(name: str, scope: str, **flags: Any) -> str:
+    """A token's secret; ``scope`` is its purpose (read, write or relay), ``flags`` its
+    ``reports`` and ``sole_evidence``."""
+    token = ServiceToken(name=name, purpose=scope, **flags)
     raw = token.issue()
     token.save()
     return raw
@@ -99,7 +101,14 @@ def make_token(name: str, scope: str) -> str:
 
 @pytest.fixture
 def read_token(db: Any) -> str:
-    return make_token("reader", "read")
+    # The suite's one service, the only one reading its chains: its evidence alone may raise a
+    # provider alert or move a guard (tests/test_fleet_evidence.py has services that are not).
+    return make_token("reader", "read", sole_evidence=True)
+
+
+@pytest.fixture
+def relay_token(db: Any) -> str:
+    return make_token("relay-eu", "relay", reports=False)
 
 
 @pytest.fixture
@@ -130,6 +139,11 @@ def reader(read_token: str) -> Client:
 @pytest.fixture
 def writer(write_token: str) -> Client:
     return Client(headers={"Authorization": f"Bearer {write_token}"})
+
+
+@pytest.fixture
+def relay(relay_token: str) -> Client:
+    return Client(headers={"Authorization": f"Bearer {relay_token}"})
 
 
 @pytest.fixture

@@ -221,6 +221,7 @@ class Stack:
     url: str = ""
     read_token: str = ""
     write_token: str = ""
+    relay_token: str = ""
     session: str = ""
     web: subprocess.Popen[bytes] | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -238,13 +239,20 @@ class Stack:
         return done.stdout
 
     def set_up(self, prefix: str) -> None:
-        """On a migrated database: the example presets synced, a read and a write token, and
-        a signed-in on-call session (user oncall, password oncall-pass-123). The commands run
-        in one process (each its own would start Django four times)."""
+        """On a migrated database: the example presets synced, a read, a write and a relay
+        token, and a signed-in on-call session (user oncall, password oncall-pass-123). The
+        commands run in one process (each its own would start Django five times)."""
         output = self.manage("shell", "-c", set_up_script(prefix))
-        _, reader, writer, session = output.split(f"{SET_UP_PART}\n")[-4:]
+        _, reader, writer, relay, session = output.split(f"{SET_UP_PART}\n")[-5:]
         self.read_token, self.write_token = token_in(reader), token_in(writer)
+        self.relay_token = token_in(relay)
         self.session = session.strip().splitlines()[-1]
+
+    def public_keys(self) -> dict[str, str]:
+        """The keys a relay or a service trusts (``signing_keys public --format json``); {}
+        while the control plane has none."""
+        keys = json.loads(self.manage("signing_keys", "public", "--format", "json") or "{}")
+        return {str(key_id): str(key) for key_id, key in keys.items()}
 
     def start_web(self) -> None:
         port = int(self.url.rsplit(":", 1)[1]) if self.url else free_port()
@@ -278,13 +286,16 @@ class Stack:
 @dataclass
 class RelayProcess:
     """A relay (``python -m relay``) following ``upstream`` with ``token``, its documents kept
-    under ``cache_dir``; started by ``start`` on a port of its own, kept across restarts."""
+    under ``cache_dir``; started by ``start`` on a port of its own, kept across restarts. With
+    ``trusted_keys`` (the control plane's, ``Stack.public_keys()``) it verifies every document
+    (``RELAY_TRUSTED_KEYS``); without, it runs as a relay with no keys set does."""
 
     upstream: str
     token: str
     cache_dir: Path
     workers: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    trusted_keys: dict[str, str] | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -300,6 +311,7 @@ class RelayProcess:
             "RELAY_CACHE_DIR": str(self.cache_dir),
             "RELAY_NAME": f"relay-{self.port}",
             "RELAY_LOG_LEVEL": "WARNING",
+            **({"RELAY_TRUSTED_KEYS": json.dumps(self.trusted_keys)} if self.trusted_keys else {}),
             **self.env,
         }
         with open(self.cache_dir.parent / f"relay-{self.port}.log", "ab") as log:
@@ -463,8 +475,10 @@ def set_up_script(prefix: str) -> str:
     ``SET_UP_PART`` line."""
     commands = [
         'call_command("sync_presets")',
-        f'call_command("create_token", "{prefix}-reader")',
+        # The stack's one service, the only one reading its chains (as conftest's reader).
+        f'call_command("create_token", "{prefix}-reader", "--sole-evidence")',
         f'call_command("create_token", "{prefix}-writer", "--scope", "write")',
+        f'call_command("create_token", "{prefix}-relay", "--purpose", "relay")',
         f"exec({SIGN_IN_ONCALL!r})",
     ]
     return "from django.core.management import call_command\n" + "".join(

@@ -100,7 +100,9 @@ def test_an_admin_adding_a_person_and_a_token_is_recorded_as_that_admin(admin_cl
         {"username": "dana", "usable_password": "true", "password1": "dana-pass-12345", "password2": "dana-pass-12345"},
     )
     assert response.status_code == 302, response.content[:2000]
-    response = admin_client.post("/admin/presets/servicetoken/add/", {"name": "etl", "scope": "write"})
+    response = admin_client.post(
+        "/admin/presets/servicetoken/add/", {"name": "etl", "purpose": "write", "reports": "on"}
+    )
     assert response.status_code == 302
     token = ServiceToken.objects.get(name="etl")
     response = admin_client.post(
@@ -110,8 +112,13 @@ def test_an_admin_adding_a_person_and_a_token_is_recorded_as_that_admin(admin_cl
     assert admin_client.post(f"/admin/auth/user/{bob.pk}/delete/", {"post": "yes"}).status_code == 302
     assert recorded(pk__gt=mark) == [
         ("root", "user_created", "dana", PLAIN),
-        ("root", "token_created", "etl", {"scope": "write", "expires_at": None}),
-        ("root", "token_revoked", "etl", {"scope": "write"}),
+        (
+            "root",
+            "token_created",
+            "etl",
+            {"purpose": "write", "reports": True, "sole_evidence": False, "expires_at": None},
+        ),
+        ("root", "token_revoked", "etl", {"purpose": "write"}),
         ("root", "user_deleted", "bob", {"roles": ["viewer"], **PLAIN}),
     ]
 
@@ -119,7 +126,7 @@ def test_an_admin_adding_a_person_and_a_token_is_recorded_as_that_admin(admin_cl
 def test_the_admin_refuses_a_token_expiry_in_the_past(admin_client: Client) -> None:
     response = admin_client.post(
         "/admin/presets/servicetoken/add/",
-        {"name": "etl", "scope": "read", "expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"},
+        {"name": "etl", "purpose": "read", "expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"},
     )
     assert response.status_code == 200
     assert b"is not in the future" in response.content

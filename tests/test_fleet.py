@@ -490,25 +490,26 @@ def test_an_open_page_refreshes_its_fleet_line_from_the_counts_alone(open_page: 
 # --- a relay's fleet report -------------------------------------------------------------------
 
 
-def test_a_relays_fleet_report_counts_the_instances_behind_it(reader: Client) -> None:
-    """POST /api/v1/fleet/seen (what a relay sends once a second): each valid identity is noted
-    as a read would note it; what is not one is dropped and counted, nothing else refused."""
+def test_a_relays_fleet_report_counts_the_instances_behind_it(relay: Client, reader: Client) -> None:
+    """POST /api/v1/fleet/seen (what a relay sends once a second, with its relay token): each
+    valid identity is noted as a read would note it; what is not one is dropped and counted,
+    nothing else refused."""
     instances = [
         {"chain": "chat", "client": "behind-relay/pod-1", "applied_version": "1"},
         {"chain": "chat", "client": "no-slash", "applied_version": "1"},  # not an identity
         {"chain": "chat", "client": "behind-relay/pod-2", "applied_version": "x"},  # not a version
         {"chain": "chat", "client": 7},  # not even the shape
     ]
-    answer = reader.post("/api/v1/fleet/seen", {"instances": instances}, content_type="application/json")
+    answer = relay.post("/api/v1/fleet/seen", {"instances": instances}, content_type="application/json")
     assert answer.status_code == 202, answer.content
     assert answer.json() == {"accepted": 1, "dropped": 3}
     assert reader.get("/api/v1/fleet").status_code == 200  # flushes this process's reads
     assert list(FleetInstance.objects.values_list("client", "applied_version")) == [("behind-relay/pod-1", 1)]
 
 
-def test_a_fleet_report_needs_a_service_token_and_its_shape(reader: Client, alice: Any) -> None:
-    assert reader.post("/api/v1/fleet/seen", {"seen": []}, content_type="application/json").status_code == 400
-    assert reader.post("/api/v1/fleet/seen", "[]", content_type="application/json").status_code == 400
+def test_a_fleet_report_needs_a_service_token_and_its_shape(relay: Client, alice: Any) -> None:
+    assert relay.post("/api/v1/fleet/seen", {"seen": []}, content_type="application/json").status_code == 400
+    assert relay.post("/api/v1/fleet/seen", "[]", content_type="application/json").status_code == 400
     session = Client()
     session.force_login(alice)
     answer = session.post("/api/v1/fleet/seen", {"instances": []}, content_type="application/json")

@@ -53,11 +53,11 @@ def report(
     bucket = next((i for i, bound in enumerate(LATENCY_BOUNDS_MS) if latency_ms <= bound), len(LATENCY_BOUNDS_MS))
     histogram = tuple(served if i == bucket else 0 for i in range(len(LATENCY_BOUNDS_MS) + 1))
     chain = Chain.objects.get(name="chat")
-    for instance in instances:
+    for n, instance in enumerate(instances):
         record_health(
             chain=chain,
             instance=instance,
-            token="svc-token",
+            token=f"svc-{n % 2}",  # two services: enough tokens (EVIDENCE_MIN_TOKENS) to act on
             steps=[
                 StepReport(head[0], head[1], {"served": served, "server_error": errors}, histogram),
             ],

@@ -8,17 +8,27 @@ signed anew) and a raised epoch; a task that runs late publishes what is current
 version that queued it; an older document offered to a publisher, or written by a second
 publisher at the same moment, never replaces a newer one; a publish is retried until the target
 is back; what is written is the exact signed bytes, as application/json.
+
+The evidence (README, "Evidence"): what a target holds counts only if it verifies with the
+control plane's trusted keys and is not beyond the chain's own record; anything else is replaced
+and reported (the command's exit status and stderr, the worker's log, the ``publish_forged``
+alert, ``controlplane_publish_replaced_total``). And a publisher killed at any point leaves no
+temporary file a static host serves (nginx with the README's own example config), and never a
+half-written document.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,17 +38,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
+from django.test import Client
 
+from audit.models import Alert, AlertKind
 from chainclient import ChainClient, Provider, Registry, Step
 from controlplane.celery import app
 from presets import document_files, publishing, services, signing
+from presets.document_files import Publication
+from presets.document_signatures import PublicKeys
 from presets.documents import encode_document
 from presets.models import SigningKey
 from presets.registry import PROVIDERS
 from tests.conftest import needs
+from tests.metrics_text import value as sample
 from tests.servers import free_port, wait_for
 from tests.settings_env import load_settings
 from tests.test_celery_worker import Workers
@@ -630,3 +646,481 @@ def test_publishing_settings_are_taken_and_the_beat_publishes_only_when_set(monk
     }
     app.loader.import_default_modules()
     assert {"presets.tasks.publish_chains", publishing.PUBLISH_TASK} <= set(app.tasks)
+
+
+# --- evidence: what a target holds counts only if the control plane made it ------------------------
+
+CHAINS = publishing.CHAINS_PATH
+REPLACED = "controlplane_publish_replaced_total"
+
+
+# --- what an intruder writes ---------------------------------------------------------------------
+
+
+def forge(genuine: bytes, how: str) -> bytes:
+    """A document as someone other than the control plane would write it over ``genuine``."""
+    if how == "not_a_document":
+        return b"<html><body>hacked</body></html>"
+    document = json.loads(genuine)
+    if how.startswith("future_"):
+        document["version"] = 99999
+    if how in ("unsigned", "future_unsigned"):
+        document.pop("signature")
+        document["updated_by"] = "mallory"
+    elif how in ("bad_signature", "future_bad_signature"):
+        document["updated_by"] = "mallory"  # the control plane's signature kept, over other words
+    elif how == "untrusted_key":
+        document.pop("signature")
+        document = signing.Signer("mallory-1", Ed25519PrivateKey.generate()).sign(document)
+    elif how == "future_signed":
+        # Only a stolen key (or a database restored without raise_epoch) makes this.
+        document.pop("signature")
+        signer = signing.signer_now()
+        assert signer is not None
+        document = signer.sign(document)
+    return encode_document(document)
+
+
+# (how, the reason reported, what the report says after "held ") for the control plane at v2.
+FORGERIES = [
+    ("unsigned", "unsigned", "v2 (unsigned, while the control plane signs every document)"),
+    (
+        "bad_signature",
+        "bad_signature",
+        "v2 (its signature does not verify with key {key}: changed after it was signed)",
+    ),
+    ("untrusted_key", "untrusted_key", "v2 (signed by key 'mallory-1', none of the control plane's trusted keys)"),
+    (
+        "future_unsigned",
+        "unsigned",
+        "v99999 (unsigned, while the control plane signs every document), which the control plane never "
+        "made (it is at v2)",
+    ),
+    (
+        "future_bad_signature",
+        "bad_signature",
+        "v99999 (its signature does not verify with key {key}: changed after it was signed), which the "
+        "control plane never made (it is at v2)",
+    ),
+    (
+        "future_signed",
+        "beyond_record",
+        "v99999, which the control plane never made (it is at v2), yet signed by a trusted key: the database "
+        "was restored without `manage.py raise_epoch`, or a signing key is in other hands",
+    ),
+    ("not_a_document", "not_a_document", "{thing} that is no chain document (not JSON ("),
+]
+
+
+def write_over(targets: list[Any], moto: Moto, body: bytes) -> None:
+    """Write ``body`` as chat's document at both targets, as an intruder would: past the
+    publisher's lock and conditions."""
+    directory, bucket = targets
+    directory.path("chat").write_bytes(body)
+    moto.client().put_object(Bucket=bucket.bucket, Key=bucket.key("chat"), Body=body)
+
+
+def verified(body: bytes, keys: dict[str, str]) -> Publication:
+    """The publication of ``body``, which must verify with ``keys``."""
+    refusal = PublicKeys.parse(keys, where="test").refusal_of_body(body)
+    assert refusal is None, refusal
+    return Publication.of(body)
+
+
+def scrape() -> str:
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("how", "reason", "found"), FORGERIES, ids=[how for how, _, _ in FORGERIES])
+def test_a_forged_document_at_either_target_is_replaced_and_reported(
+    keys: dict[str, str], moto: Moto, site: Path, publish_to: Any, how: str, reason: str, found: str
+) -> None:
+    """Whatever it claims (a version the control plane never made, signed or not), a document
+    that does not verify or is beyond the chain's record is replaced by the current one at both
+    targets; ``manage.py publish`` names each on stderr and fails; each is a ``publish_forged``
+    alert (an event, with the target as subject) and counted by reason in /metrics. The next
+    publish finds them clean and says nothing."""
+    bucket_name = f"forged-{how.replace('_', '-')}"  # one each: the parametrized names share a prefix
+    moto.bucket(bucket_name)
+    targets, _ = publish_to(directory=site, bucket=bucket_name, endpoint=moto.url)
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-9")
+    call_command("publish", "--chain", "chat", stdout=StringIO())
+    genuine = targets[0].held("chat")
+    write_over(targets, moto, forge(genuine.body, how))
+
+    err = StringIO()
+    with pytest.raises(CommandError, match=r"2 document\(s\) at the targets were not the control plane's"):
+        call_command("publish", "--chain", "chat", stdout=StringIO(), stderr=err)
+
+    names = [f"directory {site}", f"s3://{bucket_name}/{PREFIX}"]
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    for line, name, thing in zip(lines, names, ("a file", "an object"), strict=True):
+        said = found.format(key=repr(genuine.key_id), thing=thing)
+        assert line.startswith(f"chat: {name} held {said}"), line
+        assert line.endswith("; replaced with v2"), line
+    for target in targets:
+        now = verified(target.held("chat").body, keys)
+        assert (now.order, now.key_id) == ((0, 2), genuine.key_id)
+
+    alerts = list(Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED).order_by("id"))
+    assert [(a.subject, a.version, a.details["reason"], a.is_event, a.is_open) for a in alerts] == [
+        (name, 2, reason, True, False) for name in names
+    ]
+    assert [a.message for a in alerts] == lines
+    metrics = scrape()
+    for name in names:
+        assert sample(metrics, REPLACED, {"chain": "chat", "target": name, "reason": reason}) == 1.0
+
+    out = StringIO()
+    call_command("publish", "--chain", "chat", stdout=out)  # clean now: no error, no new alert
+    assert "already holds it" in out.getvalue()
+    assert Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED).count() == 2
+
+
+@pytest.mark.postgres
+def test_without_any_key_only_the_record_counts(
+    transactional_db: Any, synced: None, site: Path, publish_to: Any
+) -> None:
+    """Without a signing key documents go out unsigned, and an unsigned document at the target
+    counts as it always did, unless it claims a version the control plane never made: that is
+    replaced and reported (reason ``beyond_record``, without a word about keys)."""
+    [directory], _ = publish_to(directory=site, bucket=None, endpoint="")
+    call_command("publish", "--chain", "chat", stdout=StringIO())
+    genuine = directory.held("chat")
+    assert genuine.key_id is None
+    other_words = json.loads(genuine.body) | {"updated_by": "someone"}
+    directory.path("chat").write_bytes(encode_document(other_words))
+    out = StringIO()
+    call_command("publish", "--chain", "chat", stdout=out)  # the same version, unsigned: as before
+    assert "already holds it (unsigned)" in out.getvalue()
+
+    directory.path("chat").write_bytes(encode_document(other_words | {"version": 99999}))
+    err = StringIO()
+    with pytest.raises(CommandError, match="someone else writes there"):
+        call_command("publish", "--chain", "chat", stdout=StringIO(), stderr=err)
+    assert err.getvalue() == (
+        f"chat: directory {site} held v99999, which the control plane never made (it is at v1); replaced with v1\n"
+    )
+    assert directory.held("chat").body == genuine.body
+    [alert] = Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED)
+    assert alert.details["reason"] == publishing.BEYOND_RECORD
+
+
+@pytest.mark.postgres
+def test_a_document_published_before_the_first_key_is_signed_anew_without_a_report(
+    transactional_db: Any, synced: None, site: Path, publish_to: Any
+) -> None:
+    """Published unsigned before the control plane had a key, the same document is no forgery
+    once a key exists: the first key's activation signs it anew, and nothing is reported."""
+    [directory], _ = publish_to(directory=site, bucket=None, endpoint="")
+    call_command("publish", "--chain", "chat", stdout=StringIO())
+    assert directory.held("chat").key_id is None
+    signing.create_key(actor="test")
+    out = StringIO()
+    call_command("publish", "--chain", "chat", stdout=out)
+    assert out.getvalue() == f"chat v1: published to directory {site}\n"
+    assert directory.held("chat").key_id is not None
+    assert not Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED).exists()
+
+
+@pytest.mark.postgres
+def test_a_genuine_newer_document_another_publisher_wrote_is_kept_without_a_report(
+    keys: dict[str, str], site: Path, publish_to: Any
+) -> None:
+    """A publisher holding v1 finds v2 there, newer than what it read: the record is read again
+    (another publisher published a change made since), v2 is within it, so it counts and stays."""
+    [directory], _ = publish_to(directory=site, bucket=None, endpoint="")
+    v1 = publishing.current_publication("chat")
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="INC-9")
+    assert not publishing.publish_chain(chain="chat")[0].replaced
+    [outcome] = publishing.publish_document(v1)
+    assert (outcome.written, outcome.replaced, outcome.held and outcome.held.version) == (False, None, 2)
+    assert not Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED).exists()
+
+
+# --- through the worker and the command, to SDKs polling nginx and the bucket ---------------------
+
+
+@pytest.mark.postgres
+def test_services_get_the_genuine_change_after_forged_future_versions_are_replaced(
+    keys: dict[str, str],
+    nginx: Nginx,
+    moto: Moto,
+    site: Path,
+    bucket_name: str,
+    publish_to: Any,
+    worker: Any,
+    subprocess_env: dict[str, str],
+) -> None:
+    """Forged v99999s at both targets (refused by the SDKs, which keep v1) no longer hold
+    services back: the worker's publish of the next change replaces them (logged at ERROR, the
+    task succeeds, an alert each) and the SDKs polling nginx and the bucket get the change. Forged
+    again, ``manage.py publish`` replaces them, says so on stderr and exits 1; the metric counts
+    all four by reason."""
+    bucket_url = moto.bucket(bucket_name)
+    targets, env = publish_to(directory=site, bucket=bucket_name, endpoint=moto.url)
+    call_command("publish", "--chain", "chat", stdout=StringIO())
+    genuine = targets[0].held("chat").body
+    log = worker(**env)
+    names = [f"directory {site}", f"s3://{bucket_name}/{PREFIX}"]
+
+    with clients(f"{nginx.url}/{site.name}", bucket_url, trusted=keys) as followers:
+        assert wait_for(lambda: all(order(c) == (0, 1) for c in followers), 10)
+        write_over(targets, moto, forge(genuine, "future_unsigned"))
+        assert wait_for(lambda: all(c.health()["rejected"] > 0 for c in followers), 10)
+        assert all(order(c) == (0, 1) for c in followers)
+
+        worker.manage("select_preset", "chat", "pin_secondary", "--reason", "INC-9 vendor_a 5xx", env=env)
+        assert wait_for(lambda: all(order(c) == (0, 2) for c in followers), 30), _tail(log)
+        assert wait_for(lambda: _tasks_done(log) == 1, 10), _tail(log)
+        text = log.read_text()
+        for name in names:
+            assert f"chat: {name} held v99999 (unsigned" in text
+        assert wait_for(lambda: Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED).count() == 2, 10)
+
+        write_over(targets, moto, forge(targets[0].held("chat").body, "future_bad_signature"))
+        done = subprocess.run(
+            [sys.executable, "manage.py", "publish", "--chain", "chat"],
+            cwd=settings.BASE_DIR,
+            env=subprocess_env | env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = [line for line in done.stderr.splitlines() if line.startswith("chat: ")]
+        assert [line.split(" held ")[0] for line in said] == [f"chat: {name}" for name in names], done.stderr
+        assert all(" held v99999 (its signature does not verify" in line for line in said), said
+        assert "someone else writes there" in done.stderr
+
+        services.select_preset(chain="chat", preset="drop_vendor_b", actor="alice", reason="INC-9 vendor_b too")
+        call_command("publish", "--chain", "chat", stdout=StringIO())
+        assert wait_for(lambda: all(order(c) == (0, 3) for c in followers), 10)
+        assert all(c.current().preset == "drop_vendor_b" for c in followers)
+
+    metrics = scrape()
+    for name in names:
+        labels = {"chain": "chat", "target": name}
+        assert sample(metrics, REPLACED, labels | {"reason": "unsigned"}) == 1.0
+        assert sample(metrics, REPLACED, labels | {"reason": "bad_signature"}) == 1.0
+    assert sample(metrics, "controlplane_alerts_total", {"kind": "publish_forged"}) == 4.0
+
+
+# --- a publisher killed at any point ---------------------------------------------------------------
+
+# Run as its own process: keep each document given in order (as DirectoryTarget does), killed by
+# the test after a random delay, or by itself at one point of ``write_whole``: mid-write (half the
+# bytes out), before the link (the file complete, nameless), before the rename (linked under its
+# hidden temporary name). ``named`` writes as where O_TMPFILE is missing. Django-free, so it starts
+# in a few tens of milliseconds.
+WRITER = """
+import os, signal, sys
+from pathlib import Path
+from presets import document_files
+from presets.document_files import Publication
+
+directory, point, named = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "named"
+bodies = [Path(name).read_bytes() for name in sys.argv[4:]]
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if named:
+    document_files._unnamed = lambda directory: None
+if point == "write":
+    real_write = os.write
+    def half_then_die(handle, data):
+        real_write(handle, bytes(data[: len(data) // 2]))
+        die()
+    os.write = half_then_die
+elif point == "link":
+    os.link = die
+elif point == "rename":
+    os.replace = die
+print("ready", flush=True)
+for body in bodies:
+    document_files.keep(directory, Publication.of(body))
+print("done", flush=True)
+"""
+RANDOM_KILLS = 25
+INJECTED = [("write", "unnamed"), ("link", "unnamed"), ("rename", "unnamed"), ("write", "named"), ("rename", "named")]
+
+
+class ReadmeNginx:
+    """nginx with the README's example server block as written (only its port and root
+    changed), so what the README tells people to deploy is what is checked."""
+
+    def __init__(self, root: Path, run: Path) -> None:
+        readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+        section = readme[readme.index("## Publishing to a static host or object store") :]
+        block = re.search(r"```nginx\n(.*?)```", section, re.S)
+        assert block is not None, "the README's publishing section has no nginx example"
+        server = block.group(1)
+        assert "listen 80;" in server and "root /srv/chains;" in server, server
+        server = server.replace("listen 80;", f"listen 127.0.0.1:{(port := free_port())};")
+        server = server.replace("root /srv/chains;", f"root {root};")
+        self.url = f"http://127.0.0.1:{port}"
+        temp = " ".join(
+            f"{kind}_temp_path {run}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (run / "nginx.conf").write_text(
+            f"daemon off; pid {run}/nginx.pid; error_log {run}/error.log warn; worker_processes 1;\n"
+            f"events {{ worker_connections 64; }}\n"
+            f"http {{ access_log {run}/access.log; {temp}\n{server}\n}}\n"
+        )
+        self.process = subprocess.Popen(
+            [NGINX, "-p", str(run), "-c", str(run / "nginx.conf"), "-e", str(run / "error.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if not wait_for(lambda: _answers(self.url), 10):
+            self.stop()
+            raise AssertionError("nginx did not start: " + _tail(run / "error.log"))
+
+    def stop(self) -> None:
+        _stop(self.process)
+
+
+@pytest.mark.postgres
+def test_a_publisher_killed_at_any_point_leaves_nothing_served_but_whole_verified_documents(
+    keys: dict[str, str], served: Path, site: Path, publish_to: Any, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A writer is SIGKILLed 25 times after a random delay and once at each point of a write
+    (mid-write, before the link, before the rename; also where O_TMPFILE is missing). After
+    every kill, nginx with the README's config serves only whole documents that verify, and
+    denies every hidden file (the locks, a temporary one left between link and rename, a
+    half-written one where there is no O_TMPFILE). With O_TMPFILE a kill before the link leaves
+    no file at all; the next publish (a real ``manage.py publish``) removes what is left.
+
+    Its time (about 10 s on a busy 2-core machine): 60 changes made and signed, to have
+    versions to write (a few seconds); 30 short-lived Python processes that import no Django
+    (tens of milliseconds each to start), each killed within 30 ms of starting a dozen writes;
+    one ``manage.py publish`` (Django's start, a second or two). Fewer kills would miss the
+    rare moments (between link and rename); more add nothing the injected ones do not."""
+    if not Path(NGINX).exists():
+        needs("the publishing tests need nginx (apt-get install nginx)")
+    publish_to(directory=site, bucket=None, endpoint="")
+    bodies: list[Path] = []
+    for n in range(60):
+        preset = ("pin_secondary", "drop_vendor_b")[n % 2]
+        services.select_preset(chain="chat", preset=preset, actor="alice", reason=f"INC-9 change {n}")
+        path = tmp_path / f"v{n + 2}.json"
+        path.write_bytes(publishing.current_publication("chat").body)
+        bodies.append(path)
+    run = served / f".nginx-{site.name}"
+    run.mkdir()
+    server = ReadmeNginx(site, run)
+    chains = site / CHAINS
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+
+    def held_version() -> int:
+        held = document_files.read_held(chains / "chat")
+        return 1 if held is None else held.version
+
+    def kill_once(point: str, mode: str) -> None:
+        # A dozen writes of a few milliseconds each: most kills land among them.
+        pending = [path for path in bodies if int(path.stem[1:]) > held_version()][:12]
+        if not pending:  # every version written: start again from an empty directory
+            (chains / "chat").unlink()
+            pending = bodies[:12]
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(chains), point, mode, *map(str, pending)],
+            cwd=settings.BASE_DIR,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "ready\n", writer.communicate(timeout=10)
+        if point == "random":
+            time.sleep(rng.uniform(0, 0.03))  # the kill's moment, not a wait for a condition
+            writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        if point != "random":
+            assert writer.returncode == -signal.SIGKILL, writer.communicate()
+
+    def check(after: str) -> list[str]:
+        """What is served is whole and verified; what is hidden is denied. The hidden temporary names."""
+        names = sorted(os.listdir(chains)) if chains.is_dir() else []
+        shown = [name for name in names if not name.startswith(".")]
+        assert shown in ([], ["chat"]), (after, names)
+        for name in shown:
+            status, headers, body = fetch(f"{server.url}/{CHAINS}/{name}")
+            assert (status, headers["content-type"]) == (200, "application/json"), (after, status)
+            assert body == (chains / name).read_bytes()
+            verified(body, keys)
+        temporary = [name for name in names if name.startswith(".") and name != ".chat.lock"]
+        assert all(document_files.is_temporary_of(name, "chat") for name in temporary), (after, names)
+        for name in [n for n in names if n.startswith(".")]:
+            assert fetch(f"{server.url}/{CHAINS}/{name}")[0] == 403, (after, name)
+        return temporary
+
+    try:
+        for point, mode in INJECTED:
+            kill_once(point, mode)
+            left = check(f"killed at {point} ({mode})")
+            if mode == "unnamed" and point in ("write", "link"):
+                assert left == [], f"a nameless file got a name: {left}"
+            if point == "rename" or mode == "named":
+                assert len(left) == 1, left  # a hidden name between link and rename (or while written)
+        for kill in range(RANDOM_KILLS):
+            kill_once("random", "unnamed")
+            check(f"random kill {kill} (seed {seed})")
+    finally:
+        server.stop()
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "publish", "--chain", "chat"],
+        cwd=settings.BASE_DIR,
+        env=subprocess_env | {"PUBLISH_DIRECTORY": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [name for name in os.listdir(chains) if name.endswith(".tmp")] == []
+    assert verified((chains / "chat").read_bytes(), keys).version == 61
+
+
+# --- leftovers --------------------------------------------------------------------------------------
+
+
+def test_the_next_keep_removes_leftovers_of_its_chain_and_old_ones_once_abandoned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the chain's lock, its temporary files (no writer of it can be between link and
+    rename) go; another chain's stay (its writer may be); the nameless ones of older publishers
+    (``.xxxxxxxx.tmp``) go once older than ``OLD_TEMPORARY_AGE_S``."""
+    document = encode_document({"name": "chat", "epoch": 0, "version": 3})  # type: ignore[typeddict-item]
+    mine = document_files.temporary_name("chat")
+    others = document_files.temporary_name("chat-eu")
+    old = ".k2j4h_1x.tmp"
+    for name in (mine, others, old):
+        (tmp_path / name).write_bytes(b"{")
+    assert document_files.keep(tmp_path, Publication.of(document))[0]
+    assert sorted(os.listdir(tmp_path)) == sorted([".chat.lock", "chat", others, old])
+    monkeypatch.setattr(document_files, "OLD_TEMPORARY_AGE_S", 0.0)
+    assert not document_files.keep(tmp_path, Publication.of(document))[0]
+    assert sorted(os.listdir(tmp_path)) == sorted([".chat.lock", "chat", others])
+
+
+def test_without_o_tmpfile_the_file_is_written_under_its_hidden_name_and_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where O_TMPFILE is missing, the file is written under a hidden temporary name and renamed
+    the same: whole, 0644, and nothing left beside it."""
+    monkeypatch.setattr(document_files, "_unnamed", lambda directory: None)
+    old = os.umask(0o077)
+    try:
+        document_files.write_whole(tmp_path / "chat", b'{"a": 1}')
+    finally:
+        os.umask(old)
+    assert os.listdir(tmp_path) == ["chat"]
+    assert (tmp_path / "chat").read_bytes() == b'{"a": 1}'
+    assert (tmp_path / "chat").stat().st_mode & 0o777 == 0o644

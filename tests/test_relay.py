@@ -66,10 +66,10 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
         stack.kill_web()  # the web process reads the new key at start: no 5 s wait for it
         stack.start_web()
         fast = {"RELAY_TOKEN_CACHE_SECONDS": str(TOKEN_CACHE_S), "RELAY_RELIST_SECONDS": "2"}
-        a = RelayProcess(stack.url, stack.read_token, root / "a" / "cache", env=fast)
+        a = RelayProcess(stack.url, stack.relay_token, root / "a" / "cache", env=fast, trusted_keys=trusted)
         (root / "a").mkdir()
         a.start()
-        b = RelayProcess(a.url, stack.read_token, root / "b" / "cache", env=fast)
+        b = RelayProcess(a.url, stack.relay_token, root / "b" / "cache", env=fast, trusted_keys=trusted)
         (root / "b").mkdir()
         b.start()
         try:

@@ -1,16 +1,23 @@
 """The relay's parts that need no server: its settings' errors, the order in which documents on
-disk replace one another, and the token verdicts its worker processes share."""
+disk replace one another, the token verdicts its worker processes share, and what it believes
+(its trusted keys, a kept document that does not verify, a degraded chain's reasons)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from presets.document_signatures import BAD_SIGNATURE, UNTRUSTED_KEY, PublicKeys, Refusal
+from presets.wire import SIGNATURE_ALGORITHM, signed_content
 from relay import disk
 from relay.config import ConfigError, from_env
+from relay.evidence import Degradation, TrustedKeys
 
 
 def document(version: int, *, epoch: int = 0, signed_at: str = "2026-12-04T10:00:00.000Z", key: str = "k1") -> bytes:
@@ -104,3 +111,82 @@ def test_token_verdicts_merge_across_workers_and_the_latest_wins(tmp_path: Path)
     tokens.merge({a: (True, 150.0)})  # a late, older verdict does not bring it back
     assert tokens.load() == {b: 100.0}
     assert "cpt_" not in (tmp_path / "tokens.json").read_text()  # digests, never the tokens
+
+
+# --- evidence: what a relay believes ---------------------------------------------------------
+
+
+def signed(version: int, private: Ed25519PrivateKey, *, key_id: str = "cp-1", name: str = "chat") -> bytes:
+    """A chain document signed as the control plane signs it (``wire.signed_content``)."""
+    signature = {"alg": SIGNATURE_ALGORITHM, "key_id": key_id, "signed_at": "2026-12-06T10:00:00.000Z"}
+    document = {"name": name, "epoch": 0, "version": version, "expires_at": None, "signature": signature}
+    value = private.sign(signed_content(document))
+    signature["value"] = base64.urlsafe_b64encode(value).rstrip(b"=").decode()
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def public(private: Ed25519PrivateKey) -> str:
+    raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize(
+    ("environ", "says"),
+    [
+        ({"RELAY_TRUSTED_KEYS": "{"}, "RELAY_TRUSTED_KEYS: not JSON"),
+        ({"RELAY_TRUSTED_KEYS": "{}"}, "RELAY_TRUSTED_KEYS: no key given"),
+        ({"RELAY_TRUSTED_KEYS": '{"cp-1": "short"}'}, "RELAY_TRUSTED_KEYS: key 'cp-1' is not an Ed25519 public key"),
+        ({"RELAY_TRUSTED_KEYS_FILE": "/nonexistent/keys.json"}, "RELAY_TRUSTED_KEYS_FILE '/nonexistent/keys.json'"),
+        ({"RELAY_TRUSTED_KEYS": '{"a": "b"}', "RELAY_TRUSTED_KEYS_FILE": "/k"}, "not both"),
+    ],
+    ids=["not-json", "empty", "short-key", "missing-file", "both"],
+)
+def test_a_wrong_key_setting_stops_the_relay_saying_what_is_wrong(environ: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        from_env({"RELAY_UPSTREAM": "https://cp.example", "RELAY_TOKEN": "t", **environ})
+
+
+def test_a_keys_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    first, second = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps({"cp-1": public(first)}))
+    config = from_env(
+        {"RELAY_UPSTREAM": "https://cp.example", "RELAY_TOKEN": "t", "RELAY_TRUSTED_KEYS_FILE": str(keys_file)}
+    )
+    trust = TrustedKeys(config.trusted_keys, config.trusted_keys_file)
+    assert trust.refusal(signed(5, first)) is None
+    refusal = trust.refusal(signed(6, second, key_id="cp-2"))
+    assert refusal is not None and refusal.kind == UNTRUSTED_KEY
+    keys_file.write_text(json.dumps({"cp-1": public(first), "cp-2": public(second)}))  # the rotation
+    assert trust.refusal(signed(6, second, key_id="cp-2")) is None
+    keys_file.write_text("{half a file")  # a mistake: the keys before stay, and it is said
+    assert trust.refusal(signed(7, second, key_id="cp-2")) is None
+    assert "not JSON" in trust.described()["trusted_keys_error"]
+
+
+def test_without_keys_the_relay_says_verification_is_off() -> None:
+    trust = TrustedKeys(None)
+    assert trust.refusal(b"anything") is None
+    assert trust.described()["verification"].startswith("off: no RELAY_TRUSTED_KEYS")
+
+
+def test_a_kept_document_that_does_not_verify_is_not_loaded_and_does_not_block_the_next(tmp_path: Path) -> None:
+    genuine_key, intruder = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    trust = TrustedKeys(PublicKeys.parse({"cp-1": public(genuine_key)}, where="test"))
+    (tmp_path / "chat").write_bytes(signed(99999, intruder))  # a forged, higher version
+    assert disk.kept_documents(tmp_path) != []  # without keys it would be served
+    assert disk.kept_documents(tmp_path, refusal=trust.refusal) == []
+    genuine = disk.entry_of(signed(6, genuine_key))
+    assert not disk.keep_document(tmp_path, genuine)  # the publisher's rule alone: "older"
+    assert disk.keep_document(tmp_path, genuine, counts=trust.counts)
+    assert (tmp_path / "chat").read_bytes() == genuine.body
+    assert [entry.version for entry in disk.kept_documents(tmp_path, refusal=trust.refusal)] == [6]
+
+
+def test_a_degraded_chain_says_its_latest_reason_and_logs_each_reason_once() -> None:
+    degradation = Degradation(UNTRUSTED_KEY, "first")
+    assert degradation.refuse(Refusal(UNTRUSTED_KEY, "signed by key 'x'"))
+    assert not degradation.refuse(Refusal(UNTRUSTED_KEY, "signed by key 'x'"))
+    assert degradation.refuse(Refusal(BAD_SIGNATURE, "does not verify"))
+    assert degradation.header == (b"x-chain-degraded", b"bad_signature")
+    assert degradation.refused == 3

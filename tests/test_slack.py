@@ -516,3 +516,91 @@ def test_a_signed_payload_of_the_wrong_shape_is_a_400_and_changes_nothing(fake, 
     assert answer.status_code == 400
     assert answer["Content-Type"].startswith("text/plain")
     assert live().version == 1
+
+
+# --- what went away between the modal opening and its submission ------------------------------------
+
+
+def _delete_chain(name: str) -> None:
+    """The chain gone from the database, with everything that points at it."""
+    from presets.models import Preset
+
+    Selection.objects.filter(chain__name=name).delete()
+    Chain.objects.filter(name=name).update(default_preset=None)
+    Preset.objects.filter(chain__name=name).delete()
+    Chain.objects.filter(name=name).delete()
+
+
+def _opened(fake: FakeSlack, action: actions.Action) -> dict[str, Any]:
+    press(fake, action)
+    return fake.of("views.open")[-1]["view"]
+
+
+def _refused(answer: Any) -> str:
+    """The submission's refusal: Slack's errors shape on a 200 (the modal stays open)."""
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["response_action"] == "errors"
+    return body["errors"]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["pin", "extend", "revert"])
+def test_a_modal_submitted_for_a_chain_deleted_meanwhile_is_refused_in_the_modal(fake, linked, kind) -> None:
+    version = 1 if kind == "pin" else pinned().version
+    preset = "drop_vendor_b" if kind == "pin" else ""
+    action = actions.Action(kind, "chat", version, preset=preset, minutes=0 if kind == "revert" else 60, at=now_at())
+    view = _opened(fake, action)
+    _delete_chain("chat")
+    text = _refused(submit(view))
+    assert text.startswith("There is no chain named chat")
+    assert not Chain.objects.filter(name="chat").exists()
+    assert fake.of("chat.update") == [] and fake.of("chat.postMessage") == []
+    # A button or a command for it now answers in Slack's words too, and opens nothing.
+    press(fake, action)
+    assert fake.of("1")[-1]["text"].startswith("There is no chain named chat")
+    answer = command(f"{kind} chat drop_vendor_b" if kind == "pin" else f"{kind} chat")
+    assert answer.status_code == 200 and answer.json()["text"].startswith("There is no chain named chat")
+    assert command("status chat").json()["text"].startswith("There is no chain named chat")
+    assert len(fake.of("views.open")) == 1
+
+
+@pytest.mark.parametrize("gone", ["retired", "deleted"])
+def test_a_modal_submitted_for_a_preset_gone_meanwhile_is_refused_in_the_modal(fake, linked, gone) -> None:
+    from presets.models import Preset
+
+    action = actions.Action("pin", "chat", 1, preset="drop_vendor_b", minutes=60, at=now_at())
+    view = _opened(fake, action)
+    presets = Preset.objects.filter(chain__name="chat", name="drop_vendor_b")
+    if gone == "retired":
+        presets.update(retired_at=timezone.now())
+    else:
+        presets.delete()
+    text = _refused(submit(view))
+    state = "is retired" if gone == "retired" else "does not exist"
+    assert text.startswith(f"Nothing was changed: 'drop_vendor_b' {state} on chat: use one of ")
+    assert (live().version, live().preset.name) == (1, "normal")
+    assert fake.of("chat.update") == []
+    press(fake, action)
+    assert fake.of("1")[-1]["text"] == "drop_vendor_b is not one of chat's reviewed presets."
+    assert command("pin chat drop_vendor_b").json()["text"] == "drop_vendor_b is not one of chat's reviewed presets."
+    assert len(fake.of("views.open")) == 1
+
+
+@pytest.mark.parametrize("gone", ["deleted", "deactivated"])
+def test_a_modal_submitted_by_a_user_gone_meanwhile_is_refused_in_the_modal(fake, linked, alice, gone) -> None:
+    action = actions.Action("pin", "chat", 1, preset="pin_secondary", minutes=60, at=now_at())
+    view = _opened(fake, action)
+    if gone == "deleted":
+        alice.delete()
+    else:
+        alice.is_active = False
+        alice.save(update_fields=["is_active"])
+    text = _refused(submit(view))
+    assert text.startswith("Your Slack account is not linked to a control-plane user, so nothing was changed.")
+    assert live().version == 1
+    assert fake.of("chat.update") == []
+    press(fake, action)
+    assert fake.of("1")[-1]["text"].startswith("Your Slack account is not linked")
+    assert command("pin chat pin_secondary").json()["text"].startswith("Your Slack account is not linked")
+    assert command("status chat").json()["text"].startswith("Your Slack account is not linked")
+    assert len(fake.of("views.open")) == 1

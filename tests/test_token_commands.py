@@ -106,21 +106,26 @@ def test_list_tokens_shows_each_tokens_state_and_never_its_secret() -> None:
     checkout = next(token for token in listing if token["name"] == "checkout")
     assert checkout == {
         "name": "checkout",
+        "purpose": "write",
         "scope": "write",
         "state": "active",
         "created_at": "2030-01-01T12:00:00Z",
         "expires_at": None,
         "last_used_at": "2030-01-01T12:00:00Z",
         "revoked_at": None,
+        "reports": True,
+        "sole_evidence": False,
     }
     assert text.splitlines()[0].split() == [
         "name",
-        "scope",
+        "purpose",
         "state",
         "created_at",
         "expires_at",
         "last_used_at",
         "revoked_at",
+        "reports",
+        "sole_evidence",
     ]
     assert text.splitlines()[3].split()[:5] == [
         "trial",
@@ -141,8 +146,13 @@ def test_revoke_token_refuses_it_at_once_and_is_recorded_with_its_actor() -> Non
     assert read_chat(raw) == 401
     rows = list(AccessChange.objects.order_by("id").values_list("actor", "action", "subject", "details"))
     assert rows == [
-        (ME, "token_created", "checkout", {"scope": "write", "expires_at": None}),
-        ("cli:incident-bot", "token_revoked", "checkout", {"scope": "write"}),
+        (
+            ME,
+            "token_created",
+            "checkout",
+            {"purpose": "write", "reports": True, "sole_evidence": False, "expires_at": None},
+        ),
+        ("cli:incident-bot", "token_revoked", "checkout", {"purpose": "write"}),
     ]
     with pytest.raises(CommandError, match="^NAME: token 'checkout' was already revoked at "):
         call_command("revoke_token", "checkout")

@@ -74,7 +74,7 @@ def test_the_admin_shows_chains_presets_and_selections_read_only(staff_client: C
 
 
 def test_the_admin_creates_a_token_and_shows_it_once(staff_client: Client) -> None:
-    response = staff_client.post("/admin/presets/servicetoken/add/", {"name": "etl", "scope": "read"}, follow=True)
+    response = staff_client.post("/admin/presets/servicetoken/add/", {"name": "etl", "purpose": "read"}, follow=True)
     assert response.status_code == 200
     token = ServiceToken.objects.get(name="etl")
     shown = [str(m) for m in response.context["messages"]]

@@ -17,7 +17,10 @@ from presets.exceptions import NotFound
 @shared_task(bind=True, name=publishing.PUBLISH_TASK, max_retries=None)
 def publish_chain(self: Any, chain: str) -> int:
     """Publish the chain's current document to every target (queued when a change commits);
-    retry with backoff while one fails. Returns how many targets were written."""
+    retry with backoff while one fails. A target that held a document the control plane did not
+    make gets the current one, and the service reports it (ERROR log, ``publish_forged`` alert,
+    ``controlplane_publish_replaced_total``): the task succeeds. Returns how many targets were
+    written."""
     try:
         outcomes = publishing.publish_chain(chain=chain)
     except NotFound:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,18 +12,37 @@ from django.utils import timezone
 from commands.operations import actor_from, add_actor_argument, run, time_option, whole_number
 from presets import service_tokens
 from presets.documents import format_time
-from presets.models import TokenScope
+from presets.models import TokenPurpose, TokenScope
 
 
 class Command(BaseCommand):
     help = (
-        "Create an API token NAME with scope read (default) or write, working until revoked or "
-        "until --expires-in DAYS / --expires-at ISO; prints the token once."
+        "Create an API token NAME for --purpose read (default), write or relay, working until revoked "
+        "or until --expires-in DAYS / --expires-at ISO; prints the token once."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="who uses it, e.g. checkout-service")
-        parser.add_argument("--scope", choices=TokenScope.values, default=TokenScope.READ)
+        parser.add_argument(
+            "--purpose",
+            choices=TokenPurpose.values,
+            default=None,
+            help="read: a service; write: also changes selections; relay: a relay (may send fleet reports)",
+        )
+        parser.add_argument(
+            "--scope", choices=TokenScope.values, default=None, help="the older name of --purpose read|write"
+        )
+        parser.add_argument(
+            "--reports",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="whether it may send usage reports (default: yes, but not a relay's: it forwards the services')",
+        )
+        parser.add_argument(
+            "--sole-evidence",
+            action="store_true",
+            help="its evidence alone may raise a page-level alert or move a guard (the one service reading its chains)",
+        )
         parser.add_argument("--expires-in", default=None, metavar="DAYS", help="the token stops working DAYS from now")
         parser.add_argument("--expires-at", default=None, metavar="ISO", help="the token stops working at this time")
         add_actor_argument(parser)
@@ -41,10 +61,22 @@ class Command(BaseCommand):
         actor = actor_from(options)
         issued = run(
             lambda: service_tokens.create_token(
-                name=options["name"], scope=options["scope"], actor=actor, expires_at=expires_at
+                name=options["name"],
+                purpose=options["purpose"],
+                scope=options["scope"],
+                reports=options["reports"],
+                sole_evidence=options["sole_evidence"],
+                actor=actor,
+                expires_at=expires_at,
             ),
-            names=names,
+            names={**names, "purpose": "--purpose", "scope": "--scope"},
         )
+        token = issued.token
         until = f", expiring at {format_time(expires_at)}" if expires_at is not None else ""
-        self.stderr.write(f"created {options['scope']} token {options['name']!r}{until}; it is shown only this once:")
+        flags = ("" if token.reports else ", sends no usage reports") + (
+            ", sole evidence" if token.sole_evidence else ""
+        )
+        self.stderr.write(
+            f"created {token.purpose} token {options['name']!r}{flags}{until}; it is shown only this once:"
+        )
         self.stdout.write(issued.raw)

@@ -25,4 +25,4 @@ class Command(BaseCommand):
         actor = actor_from(options)
         token = run(lambda: service_tokens.revoke_token(name=options["name"], actor=actor))
         assert token.revoked_at is not None
-        self.stdout.write(f"revoked token {token.name!r} ({token.scope}) at {format_time(token.revoked_at)}")
+        self.stdout.write(f"revoked token {token.name!r} ({token.purpose}) at {format_time(token.revoked_at)}")

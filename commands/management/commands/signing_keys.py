@@ -1,16 +1,16 @@
-"""The keys chain documents are signed with: create, activate, retire, list, and print the
-public keys services should trust (each change recorded in the access history)."""
+"""The keys chain documents are signed with: create, activate, retire, list, reseal, and print
+the public keys services should trust (each change recorded in the access history)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from commands.operations import actor_from, add_actor_argument, run
-from presets import signing
+from presets import key_sealing, signing
 from presets.documents import format_time
 from presets.models import SigningKey
 
@@ -19,7 +19,8 @@ class Command(BaseCommand):
     help = (
         "Signing keys of the chain documents. Rotation without a gap: create (a later key waits), "
         "give services the keys from 'public', activate the new key, and the old one stays "
-        "trusted for SIGNING_KEY_OVERLAP_HOURS."
+        "trusted for SIGNING_KEY_OVERLAP_HOURS. Private keys are sealed with SIGNING_KEYS_SECRET (or a key "
+        "derived from SECRET_KEY); after changing it, 'reseal' seals them with the new one."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,7 +38,13 @@ class Command(BaseCommand):
         retire = actions.add_parser("retire", help="stop listing KEY_ID as trusted now")
         retire.add_argument("key_id")
         add_actor_argument(retire)
-        actions.add_parser("list", help="every key and its state")
+        actions.add_parser("list", help="every key, its state, and where its private half is kept")
+        reseal = actions.add_parser(
+            "reseal",
+            help="seal every private key with this process's SIGNING_KEYS_SECRET (or SECRET_KEY's key), "
+            "opening each with the secret it was sealed with (list old ones in SIGNING_KEYS_SECRET_FALLBACKS)",
+        )
+        add_actor_argument(reseal)
         public = actions.add_parser("public", help="the public keys services should trust now, by key id")
         public.add_argument(
             "--format",
@@ -63,6 +70,22 @@ class Command(BaseCommand):
             actor = actor_from(options)
             key = run(lambda: signing.create_key(actor=actor, activate=options["activate"]))
             self._done(f"created signing key {key.key_id}", key)
+        elif action == "reseal":
+            actor = actor_from(options)
+            try:
+                done = signing.reseal_keys(actor=actor)
+            except key_sealing.SealedKeyError as exc:
+                raise CommandError(f"nothing resealed: {exc}") from None
+            current = key_sealing.sealing_key()
+            for item in done:
+                if item.resealed:
+                    self.stdout.write(f"{item.key.key_id}: resealed with {current} (was {item.was})")
+                elif item.key.sealed_with == current.fingerprint:
+                    self.stdout.write(f"{item.key.key_id}: already sealed with {current}")
+                else:
+                    self.stdout.write(f"{item.key.key_id}: retired, left sealed with {item.was}")
+            if not done:
+                self.stdout.write("no signing key yet: nothing to reseal")
         elif action == "activate":
             actor = actor_from(options)
             key = run(lambda: signing.activate_key(key_id=options["key_id"], actor=actor), names={"key_id": "KEY_ID"})
@@ -92,4 +115,7 @@ class Command(BaseCommand):
             return
         for key in keys:
             state = signing.state_of(key, now=now, signing=signing_key)
-            self.stdout.write(f"{key.key_id}  created {format_time(key.created_at)}  {state}  {key.public_key}")
+            where = key_sealing.where_sealed(key.sealed_with)
+            self.stdout.write(
+                f"{key.key_id}  created {format_time(key.created_at)}  {state}  {key.public_key}  {where}"
+            )
