@@ -27,6 +27,7 @@ from read_path.front import ReadFront
 from read_path.worker_threads import in_worker_thread
 from tests.conftest import make_token
 from tests.health_reports import report, step
+from tests.test_guards import fleet  # the same made-up fleet, polling since an hour before T0
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -286,21 +287,6 @@ OLD, NEW = ("vendor_a", "large"), ("vendor_b", "large")
 def clock() -> Iterator[Any]:
     with time_machine.travel(T0 - timedelta(minutes=10), tick=False) as traveller:
         yield traveller
-
-
-def fleet(count: int) -> list[int]:
-    chain = Chain.objects.get(name="chat")
-    return [
-        FleetInstance.objects.create(
-            chain=chain,
-            client=f"svc/i{n}",
-            applied_version=1,
-            version_seen_at=T0 - timedelta(hours=1),
-            first_seen_at=T0 - timedelta(hours=1),
-            last_seen_at=T0,
-        ).pk
-        for n in range(count)
-    ]
 
 
 def reports(instances: list[int], tokens: list[str], head: tuple[str, str], *, at: datetime, errors: int) -> None:

@@ -74,32 +74,28 @@ class Nginx:
     """nginx in the foreground on a loopback port, serving ``root`` as a static host would (its
     own ETags, 304 on If-None-Match, ``?wait=`` ignored), with its pid, logs and temporary
     files in ``run``; workers as nginx's unprivileged user when run as root, so the published
-    files must be readable by others."""
+    files must be readable by others. ``server``: the server block, with ``{port}`` and
+    ``{root}`` to fill (by default, the whole root served as JSON)."""
 
-    def __init__(self, root: Path, run: Path) -> None:
+    SERVER = """
+        server {{
+            listen 127.0.0.1:{port};
+            root {root};
+            default_type application/json;
+            add_header Cache-Control no-cache;
+        }}
+    """
+
+    def __init__(self, root: Path, run: Path, server: str = SERVER) -> None:
         self.root, self.run, self.port = root, run, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         temp = " ".join(
             f"{kind}_temp_path {run}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         )
         (run / "nginx.conf").write_text(
-            f"""
-            daemon off;
-            pid {run}/nginx.pid;
-            error_log {run}/error.log warn;
-            worker_processes 1;
-            events {{ worker_connections 64; }}
-            http {{
-                access_log {run}/access.log;
-                {temp}
-                default_type application/json;
-                server {{
-                    listen 127.0.0.1:{self.port};
-                    root {root};
-                    add_header Cache-Control no-cache;
-                }}
-            }}
-            """
+            f"daemon off; pid {run}/nginx.pid; error_log {run}/error.log warn; worker_processes 1;\n"
+            f"events {{ worker_connections 64; }}\n"
+            f"http {{ access_log {run}/access.log; {temp}\n{server.format(port=self.port, root=root)}\n}}\n"
         )
         self.process = subprocess.Popen(
             [NGINX, "-p", str(run), "-c", str(run / "nginx.conf"), "-e", str(run / "error.log")],
@@ -950,40 +946,18 @@ RANDOM_KILLS = 25
 INJECTED = [("write", "unnamed"), ("link", "unnamed"), ("rename", "unnamed"), ("write", "named"), ("rename", "named")]
 
 
-class ReadmeNginx:
+def readme_nginx(root: Path, run: Path) -> Nginx:
     """nginx with the README's example server block as written (only its port and root
     changed), so what the README tells people to deploy is what is checked."""
-
-    def __init__(self, root: Path, run: Path) -> None:
-        readme = (Path(settings.BASE_DIR) / "README.md").read_text()
-        section = readme[readme.index("## Publishing to a static host or object store") :]
-        block = re.search(r"```nginx\n(.*?)```", section, re.S)
-        assert block is not None, "the README's publishing section has no nginx example"
-        server = block.group(1)
-        assert "listen 80;" in server and "root /srv/chains;" in server, server
-        server = server.replace("listen 80;", f"listen 127.0.0.1:{(port := free_port())};")
-        server = server.replace("root /srv/chains;", f"root {root};")
-        self.url = f"http://127.0.0.1:{port}"
-        temp = " ".join(
-            f"{kind}_temp_path {run}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        (run / "nginx.conf").write_text(
-            f"daemon off; pid {run}/nginx.pid; error_log {run}/error.log warn; worker_processes 1;\n"
-            f"events {{ worker_connections 64; }}\n"
-            f"http {{ access_log {run}/access.log; {temp}\n{server}\n}}\n"
-        )
-        self.process = subprocess.Popen(
-            [NGINX, "-p", str(run), "-c", str(run / "nginx.conf"), "-e", str(run / "error.log")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        if not wait_for(lambda: _answers(self.url), 10):
-            self.stop()
-            raise AssertionError("nginx did not start: " + _tail(run / "error.log"))
-
-    def stop(self) -> None:
-        _stop(self.process)
+    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    section = readme[readme.index("## Publishing to a static host or object store") :]
+    block = re.search(r"```nginx\n(.*?)```", section, re.S)
+    assert block is not None, "the README's publishing section has no nginx example"
+    server = block.group(1)
+    assert "listen 80;" in server and "root /srv/chains;" in server, server
+    server = server.replace("{", "{{").replace("}", "}}")
+    server = server.replace("listen 80;", "listen 127.0.0.1:{port};").replace("root /srv/chains;", "root {root};")
+    return Nginx(root, run, server)
 
 
 @pytest.mark.postgres
@@ -1014,7 +988,7 @@ def test_a_publisher_killed_at_any_point_leaves_nothing_served_but_whole_verifie
         bodies.append(path)
     run = served / f".nginx-{site.name}"
     run.mkdir()
-    server = ReadmeNginx(site, run)
+    server = readme_nginx(site, run)
     chains = site / CHAINS
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
