@@ -85,7 +85,10 @@ class Watched:
         return [[at for name, at in served if name == preset][nth] for served in self.served]
 
     def all_serve(self, preset: str, timeout: float) -> bool:
-        return wait_for(lambda: all(c.current().preset == preset for c in self.clients), timeout)
+        """Whether every instance serves ``preset`` within ``timeout``, as the watcher has
+        recorded it (not only as ``current()`` says: the watcher samples every 20 ms, and what
+        it recorded is what the test then checks)."""
+        return wait_for(lambda: all(served and served[-1][0] == preset for served in self.served), timeout)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ polling for the state the client must reach, never by sleeping a guessed time.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -78,14 +79,21 @@ def _npm() -> str:
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    """sdk-ts with its locked development packages installed (npm ci, once) and built."""
+    """sdk-ts with its locked development packages installed (npm ci) and built.
+
+    npm ci runs every time the fixture does (about 2 s from npm's cache), not once per
+    checkout: the suite reorders tests (pytest-django's database order), so this module's
+    tests may build more than once in a run, and a node_modules left incomplete by anything
+    (an interrupted install) must not fail a later build. Under a lock every process of the
+    suite shares, so no two installs or builds of sdk-ts overlap."""
     npm = _npm()
-    installed = SDK_TS / "node_modules" / ".package-lock.json"
-    if not installed.exists() or installed.stat().st_mtime < (SDK_TS / "package-lock.json").stat().st_mtime:
+    (ROOT / "var").mkdir(exist_ok=True)
+    with open(ROOT / "var" / "sdk-ts.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         done = run([npm, "ci", "--no-audit", "--no-fund"], SDK_TS)
         assert done.returncode == 0, done.stdout + done.stderr
-    done = run([npm, "run", "build"], SDK_TS)
-    assert done.returncode == 0, done.stdout + done.stderr
+        done = run([npm, "run", "build"], SDK_TS)
+        assert done.returncode == 0, done.stdout + done.stderr
     return SDK_TS
 
 
