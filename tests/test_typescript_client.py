@@ -18,6 +18,7 @@ polling for the state the client must reach, never by sleeping a guessed time.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import queue
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,28 +79,41 @@ def _npm() -> str:
     return str(npm)
 
 
-@pytest.fixture(scope="module")
-def built() -> Path:
-    """sdk-ts with its locked development packages installed (npm ci) and built.
-
-    npm ci runs every time the fixture does (about 2 s from npm's cache), not once per
-    checkout: the suite reorders tests (pytest-django's database order), so this module's
-    tests may build more than once in a run, and a node_modules left incomplete by anything
-    (an interrupted install) must not fail a later build. Under a lock every process of the
-    suite shares, so no two installs or builds of sdk-ts overlap."""
-    npm = _npm()
+@contextmanager
+def sdk_ts_alone() -> Iterator[None]:
+    """Hold sdk-ts for one npm run that writes to it (an install, or a build: ``npm test`` and
+    ``npm pack`` compile into dist/ first), against every other process of the suite."""
     (ROOT / "var").mkdir(exist_ok=True)
     with open(ROOT / "var" / "sdk-ts.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = run([npm, "ci", "--no-audit", "--no-fund"], SDK_TS)
-        assert done.returncode == 0, done.stdout + done.stderr
+        yield
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    """sdk-ts with its locked development packages installed (npm ci) and built, once per
+    checkout and package-lock.json, built again each time (the sources may have changed).
+
+    Under a lock every process of the suite shares: this module's tests may run in more than
+    one process, and an ``npm ci`` in one (which empties node_modules first) while another
+    builds or type-checks makes the other find half a TypeScript. The first process installs,
+    then leaves a mark naming the lock file's digest; the others wait for it and use that."""
+    npm = _npm()
+    lock_digest = hashlib.sha256((SDK_TS / "package-lock.json").read_bytes()).hexdigest()
+    mark = SDK_TS / "node_modules" / ".built-for"
+    with sdk_ts_alone():
+        if not mark.exists() or mark.read_text() != lock_digest:
+            done = run([npm, "ci", "--no-audit", "--no-fund"], SDK_TS)
+            assert done.returncode == 0, done.stdout + done.stderr
+            mark.write_text(lock_digest)
         done = run([npm, "run", "build"], SDK_TS)
         assert done.returncode == 0, done.stdout + done.stderr
     return SDK_TS
 
 
 def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -> None:
-    done = run([_npm(), "test"], built)
+    with sdk_ts_alone():
+        done = run([_npm(), "test"], built)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     counts = re.search(r"client contract: (\d+) poller vectors, (\d+) router vectors passed", done.stdout)
     assert counts is not None, done.stdout[-3000:]
@@ -136,7 +151,8 @@ console.log(JSON.stringify({ source: document.source, version: document.version,
 def test_a_service_installs_the_packed_tarball_and_type_checks_and_runs_against_it(built: Path, tmp_path: Path) -> None:
     """npm pack, then a TypeScript service of its own: npm install of the tarball (no other
     package comes with it), tsc --noEmit strict against its declarations, node runs it."""
-    done = run([_npm(), "pack", "--pack-destination", str(tmp_path)], built)
+    with sdk_ts_alone():
+        done = run([_npm(), "pack", "--pack-destination", str(tmp_path)], built)
     assert done.returncode == 0, done.stdout + done.stderr
     [tarball] = tmp_path.glob("chainclient-*.tgz")
     service = tmp_path / "service"
