@@ -29,9 +29,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from audit import provider_health
+from audit import evidence, provider_health
 from audit.fleet_recorder import recorder
-from audit.models import FleetInstance, ProviderUsage, RejectedVersion, ReportWindow
+from audit.models import FleetInstance, ProviderUsage, RefusedReason, RejectedVersion, ReportWindow
 from presets.documents import format_time
 from presets.models import Chain, ServiceToken
 from presets.providers import get_registry
@@ -146,6 +146,18 @@ class Refused:
         )
 
 
+def reports_refusal(token: ServiceToken) -> str | None:
+    """Why ``token`` may not send usage reports (counted), or None when it may."""
+    if token.reports:
+        return None
+    evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_NOT_ALLOWED)
+    return (
+        f"token {token.name!r} may not send usage reports (purpose {token.purpose}: a relay forwards each "
+        "service's report with the service's own token); send them with the service's token, one made "
+        "with manage.py create_token NAME (without --no-reports)"
+    )
+
+
 def take_report(
     *, chain: Chain, live_version: int, token: ServiceToken, report: UsageReport, now: datetime | None = None
 ) -> Taken | Refused:
@@ -155,6 +167,7 @@ def take_report(
     instance = known_instance(chain=chain, client=report.client, now=now)
     refused = admit(chain=chain, token=token, instance=instance, now=now)
     if refused is not None:
+        evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_TOO_MANY, now=now)
         return refused
     dropped = Dropped()
     registry = get_registry()

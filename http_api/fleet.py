@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import evidence, fleet, fleet_seen, provider_alerts, provider_health
+from audit import fleet, fleet_seen, provider_alerts, provider_health
 from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
-from audit.models import MAX_CLIENT_LENGTH, RefusedReason
+from audit.models import MAX_CLIENT_LENGTH
 from http_api.authentication import TokenPrincipal
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from http_api.schema import errors, serializer_for
@@ -265,14 +265,9 @@ class UsageView(APIView):
         principal = request.user
         if not isinstance(principal, TokenPrincipal):  # SentWithAToken let nothing else through
             raise exceptions.PermissionDenied(SentWithAToken.message)
-        token = principal.token
-        if not token.reports:
-            evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_NOT_ALLOWED)
-            raise exceptions.PermissionDenied(
-                f"token {token.name!r} may not send usage reports (purpose {token.purpose}: a relay forwards each "
-                "service's report with the service's own token); send them with the service's token, one made "
-                "with manage.py create_token NAME (without --no-reports)"
-            )
+        refusal = usage_reports.reports_refusal(principal.token)
+        if refusal is not None:
+            raise exceptions.PermissionDenied(refusal)
         taken = usage_reports.take_report(
             chain=selection.chain,
             live_version=selection.version,
@@ -280,7 +275,6 @@ class UsageView(APIView):
             report=_usage_report(serializer.validated_data),
         )
         if isinstance(taken, usage_reports.Refused):
-            evidence.count_refused(token=token.name, reason=RefusedReason.REPORTS_TOO_MANY)
             details = {"limit": taken.limit, "allowed_per_minute": taken.allowed, "retry_after": taken.retry_after}
             return Response(
                 error_body(429, taken.message, details), status=429, headers={"Retry-After": str(taken.retry_after)}

@@ -246,6 +246,10 @@ def log_of(relay: RelayProcess) -> str:
     ids=["version-raised-to-99999", "steps-changed", "signature-stripped", "signed-by-an-unknown-key"],
 )
 def test_a_tampered_document_is_refused_and_the_last_good_one_kept_served(relays: Relays, how: str, kind: str) -> None:
+    """Each case takes about 8 s of wall clock, on purpose: WATCHED_S (4 s) of paced reads to
+    count how often relay B asks the proxy (a rate cannot be counted in less time), then the
+    genuine change, which relay B takes after its backoff (up to BACKOFF_MAX_S) because the
+    tampering proxy answers at once instead of holding the poll."""
     token = relays.stack.read_token
     version = relays.change()
     assert wait_for(lambda: serves(relays.b, token, version) and serves(relays.c, token, version), 20)
