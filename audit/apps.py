@@ -11,7 +11,8 @@ class AuditConfig(AppConfig):
         # Wiring, not logic: every pin the expiry sweep reverts is reported as an alert, every
         # change is told to the notifiers that take changes, a planned pin suspended or
         # missed is an alert (resolved when the plan is settled), and so is a document the
-        # publisher found at a target and replaced because it was not the control plane's.
+        # publisher found at a target and replaced because it was not the control plane's; and
+        # how every failover drill ended (its verdict).
         from presets import events
 
         events.pin_expired.connect(_report_expired_pin, dispatch_uid="audit.report_expired_pin")
@@ -20,6 +21,7 @@ class AuditConfig(AppConfig):
         events.plan_missed.connect(_report_missed_plan, dispatch_uid="audit.report_missed_plan")
         events.plan_settled.connect(_resolve_plan_alert, dispatch_uid="audit.resolve_plan_alert")
         events.publish_replaced.connect(_report_publish_replaced, dispatch_uid="audit.report_publish_replaced")
+        events.drill_ended.connect(_report_drill_ended, dispatch_uid="audit.report_drill_ended")
 
 
 def _report_expired_pin(sender: Any, *, selection: Any, now: Any, **_: Any) -> None:
@@ -59,3 +61,9 @@ def _report_publish_replaced(sender: Any, *, replaced: Any, **_: Any) -> None:
     from audit.publish_alerts import alert_publish_replaced
 
     alert_publish_replaced(replaced=replaced)
+
+
+def _report_drill_ended(sender: Any, *, drill: Any, now: Any, **_: Any) -> None:
+    from audit.drills import alert_drill_ended
+
+    alert_drill_ended(drill=drill, now=now)

@@ -30,7 +30,7 @@ from django.db import models
 from django.utils import timezone
 
 from presets.documents import format_duration, format_time
-from presets.models import Chain, ServiceToken
+from presets.models import Chain, Drill, ServiceToken
 from presets.wire import LATENCY_BOUNDS_MS
 
 
@@ -43,6 +43,8 @@ class AlertKind(models.TextChoices):
     PLAN_MISSED = "plan_missed"
     GUARD_RESTORED = "guard_restored"
     PUBLISH_FORGED = "publish_forged"
+    DRILL_FAILED = "drill_failed"  # a failover drill failed or was aborted (``audit.drills``)
+    DRILL_PASSED = "drill_passed"  # a failover drill passed: its summary, told like an alert
 
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
@@ -51,14 +53,23 @@ PROVIDER_ALERTS = (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS)
 PLAN_ALERTS = (AlertKind.PLAN_SUSPENDED, AlertKind.PLAN_MISSED)
 # A publishing target's alert: ``subject`` is the target ("directory /srv/chains", "s3://...").
 PUBLISH_ALERTS = (AlertKind.PUBLISH_FORGED,)
+# A drill's alerts: ``subject`` is "drill <id>"; one per drill (each is an event).
+DRILL_ALERTS = (AlertKind.DRILL_FAILED, AlertKind.DRILL_PASSED)
 # Alerts kept once while one is open for (kind, chain, subject); an event among them is never
 # open (it is raised resolved), so each one raised is new.
-SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS + PUBLISH_ALERTS
+SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS + PUBLISH_ALERTS + DRILL_ALERTS
 # Alerts that report something that happened rather than a condition: raised already
 # resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
 # and PagerDuty is not paged for them.
 EVENT_KINDS = frozenset(
-    {AlertKind.PIN_EXPIRED, AlertKind.PLAN_MISSED, AlertKind.GUARD_RESTORED, AlertKind.PUBLISH_FORGED}
+    {
+        AlertKind.PIN_EXPIRED,
+        AlertKind.PLAN_MISSED,
+        AlertKind.GUARD_RESTORED,
+        AlertKind.PUBLISH_FORGED,
+        AlertKind.DRILL_FAILED,
+        AlertKind.DRILL_PASSED,
+    }
 )
 
 
@@ -471,3 +482,56 @@ class ReportWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.reports} of {self.allowed} at {format_time(self.window_start)}"
+
+
+# --- failover drills (``audit.drills``: what the fleet reported of each) -------------------
+
+
+class DrillInstance(models.Model):
+    """What one instance reported of one drill: the sums of its usage reports' ``drill``
+    sections, taken only from an instance fleet status knows (bounded like its health)."""
+
+    drill = models.ForeignKey(Drill, on_delete=models.CASCADE, related_name="instances")
+    client = models.CharField(max_length=MAX_CLIENT_LENGTH)
+    token = models.CharField(max_length=100, help_text="the name of the token its reports came with")
+    requests = models.PositiveBigIntegerField(default=0)
+    drilled = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+    deadline = models.PositiveBigIntegerField(default=0)
+    refusals = models.PositiveBigIntegerField(default=0)
+    fallback_attempts = models.PositiveBigIntegerField(default=0)
+    fallback_failures = models.PositiveBigIntegerField(default=0)
+    # Drilled requests by the 1-based step that served them ("2": 81).
+    ended_on = models.JSONField(default=dict)
+    # Whole-request latency histograms over LATENCY_BOUNDS_MS (+1): drilled, and the others.
+    latency_drilled = models.JSONField(default=list)
+    latency_other = models.JSONField(default=list)
+    first_report_at = models.DateTimeField()
+    last_report_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["drill", "client"]
+        constraints = [models.UniqueConstraint(fields=["drill", "client"], name="drill_instance_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.client} in drill {self.drill_id}"
+
+
+class DrillMinute(models.Model):
+    """The whole fleet's counts of one drill in one minute: the report page's plots."""
+
+    drill = models.ForeignKey(Drill, on_delete=models.CASCADE, related_name="minutes_reported")
+    minute = models.DateTimeField()
+    requests = models.PositiveBigIntegerField(default=0)
+    drilled = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+    ended_on = models.JSONField(default=dict)
+    latency_drilled = models.JSONField(default=list)
+    latency_other = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["drill", "minute"]
+        constraints = [models.UniqueConstraint(fields=["drill", "minute"], name="drill_minute_unique")]
+
+    def __str__(self) -> str:
+        return f"drill {self.drill_id} at {self.minute:%H:%M}"

@@ -422,10 +422,10 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
         errors=errors,
         error_rate=errors / attempts if attempts else None,
         outcomes={name: count for name, count in outcomes.items() if count},
-        p50_ms=_percentile(histogram, 0.50),
-        p95_ms=_percentile(histogram, 0.95),
-        first_chunk_p50_ms=_percentile(first_chunk, 0.50),
-        first_chunk_p95_ms=_percentile(first_chunk, 0.95),
+        p50_ms=percentile(histogram, 0.50),
+        p95_ms=percentile(histogram, 0.95),
+        first_chunk_p50_ms=percentile(first_chunk, 0.50),
+        first_chunk_p95_ms=percentile(first_chunk, 0.95),
         breaker_openings=sum(row.breaker_openings for row in openings),
     )
 
@@ -438,7 +438,7 @@ def _rate(row: ProviderHealthMinute | None) -> float | None:
     return errors / attempts if attempts else None
 
 
-def _percentile(histogram: list[int], share: float) -> int | None:
+def percentile(histogram: list[int], share: float) -> int | None:
     """The upper bound of the bucket holding the ``share`` quantile (the last bucket, above
     the highest bound, reads as that bound)."""
     total = sum(histogram)

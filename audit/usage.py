@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from audit import evidence, provider_health
+from audit import drills, evidence, provider_health
 from audit.fleet_recorder import recorder
 from audit.models import FleetInstance, ProviderUsage, RefusedReason, RejectedVersion, ReportWindow
 from presets.documents import format_time
@@ -85,6 +85,7 @@ class UsageReport:
     rejected: Sequence[Refusal] = ()
     health: Health | None = None
     ahead: Ahead | None = None
+    drill: drills.Section | None = None
 
 
 @dataclass
@@ -103,6 +104,9 @@ class Dropped:
     """Refusals of versions the chain never had, or past the newest ``MAX_REJECTIONS``."""
     health: int = 0
     """1: the health section, from an instance that has not read the chain lately."""
+    drill: int = 0
+    """1: the drill section, of a drill not the chain's, unknown or long ended, or from an
+    instance that has not read the chain lately."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -189,6 +193,18 @@ def take_report(
                 breaker_openings=openings,
                 now=now,
             )
+        section = report.drill
+        if section is not None and (
+            instance is None
+            or not drills.record(chain=chain, token=token.name, client=report.client, section=section, now=now)
+        ):
+            dropped.drill, section = 1, None
+    if section is not None:
+        # Stored: judging the stop conditions must not fail the report (it would be resent).
+        try:
+            drills.check_stop(drill=section.id, now=now)
+        except Exception:
+            log.exception("drill %d: checking the stop conditions after a usage report failed", section.id)
     if report.ahead is not None:
         note_ahead(chain=chain, client=report.client, **asdict(report.ahead))
     if any(dropped.as_dict().values()):

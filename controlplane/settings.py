@@ -525,14 +525,19 @@ GUARD_MIN_ATTEMPTS = env_int("GUARD_MIN_ATTEMPTS", 20, minimum=1)
 GUARD_MIN_INSTANCES = env_int("GUARD_MIN_INSTANCES", PROVIDER_ALERT_MIN_INSTANCES, minimum=1, maximum=10_000)
 # Usage reports accepted per minute, counted in the database (every web process shares them);
 # past one, 429 with Retry-After (the SDK waits, keeping its counts). Per instance: the SDK
-# reports once a minute by default, so 6 leaves room for a 10-second usage_interval and
-# restarts; instances fleet status does not know (never polled the chain) share one such
+# reports once a minute by default, and every DRILL_REPORT_INTERVAL_S (10 s) while it takes part
+# in a failover drill, so 8 leaves room for that, a 10-second usage_interval and restarts;
+# instances fleet status does not know (never polled the chain) share one such
 # limit per token and chain, so made-up names buy nothing. Per token and per chain: size them
 # above the fleet's reports a minute (instances x 60 / usage_interval). The chain's bounds the
 # storage reports add to a chain each minute, whatever the fleet claims.
-USAGE_REPORTS_PER_INSTANCE_PER_MINUTE = env_int("USAGE_REPORTS_PER_INSTANCE_PER_MINUTE", 6, minimum=1, maximum=600)
+USAGE_REPORTS_PER_INSTANCE_PER_MINUTE = env_int("USAGE_REPORTS_PER_INSTANCE_PER_MINUTE", 8, minimum=1, maximum=600)
 USAGE_REPORTS_PER_TOKEN_PER_MINUTE = env_int("USAGE_REPORTS_PER_TOKEN_PER_MINUTE", 1200, minimum=1, maximum=10**6)
 USAGE_REPORTS_PER_CHAIN_PER_MINUTE = env_int("USAGE_REPORTS_PER_CHAIN_PER_MINUTE", 3000, minimum=1, maximum=10**6)
+# Failover drills: a drill is judged this long after its window closed (the fleet reports
+# within DRILL_REPORT_INTERVAL_S of the end), and its report lists at most this many instances.
+DRILL_JUDGE_AFTER_SECONDS = env_int("DRILL_JUDGE_AFTER_SECONDS", 15, minimum=1, maximum=600)
+DRILL_REPORT_MAX_INSTANCES = env_int("DRILL_REPORT_MAX_INSTANCES", 500, minimum=1, maximum=100_000)
 # Fleet evidence is bounded by who sends it (audit/fleet_recorder.py, audit/fleet_seen.py,
 # audit/evidence.py). Instance rows one token may make: past it the oldest (by last seen) are
 # pruned and fleet status says the token reached its cap. Sized above the largest real service
@@ -744,6 +749,11 @@ CELERY_BEAT_SCHEDULE = {
     "alert-providers": {
         "task": "audit.tasks.alert_providers",
         "schedule": float(env_int("PROVIDER_ALERTS_EVERY_SECONDS", 15, minimum=1)),
+    },
+    # Failover drills start, end and are judged within this (presets/drills.py, audit/drills.py).
+    "run-drills": {
+        "task": "audit.tasks.run_drills",
+        "schedule": float(env_int("RUN_DRILLS_EVERY_SECONDS", 5, minimum=1, maximum=15)),
     },
     "prune-provider-health": {
         "task": "audit.tasks.prune_provider_health",

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import fleet, fleet_seen, provider_alerts, provider_health
+from audit import drills, fleet, fleet_seen, provider_alerts, provider_health
 from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
@@ -20,10 +20,12 @@ from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerFi
 from http_api.schema import errors, serializer_for
 from presets import services
 from presets.exceptions import InvalidInput
-from presets.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROVIDERS, REPORT_MAX_STEPS
+from presets.wire import CHAIN_MAX_STEPS, LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROVIDERS, REPORT_MAX_STEPS
 from read_path.http import error_body
 
 log = logging.getLogger(__name__)
+
+BUCKETS = len(LATENCY_BOUNDS_MS) + 1
 
 
 class FleetView(APIView):
@@ -183,6 +185,40 @@ class HealthSerializer(serializers.Serializer):
         return value
 
 
+class DrillLatencySerializer(serializers.Serializer):
+    drilled = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=10**12), max_length=BUCKETS)
+    other = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=10**12), max_length=BUCKETS)
+
+
+class DrillSectionSerializer(serializers.Serializer):
+    """What the instance routed during a failover drill it takes part in (chainclient 0.9.0),
+    since its last report: ``audit.drills`` adds it to the drill's report."""
+
+    id = StrictIntegerField(min_value=1, max_value=2**31 - 1)
+    requests = StrictIntegerField(min_value=0, max_value=10**12)
+    drilled = StrictIntegerField(min_value=0, max_value=10**12)
+    ended_on = serializers.DictField(
+        child=StrictIntegerField(min_value=0, max_value=10**12), required=False, default=dict
+    )
+    failed = StrictIntegerField(min_value=0, max_value=10**12)
+    deadline = StrictIntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    refusals = StrictIntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    fallback_attempts = StrictIntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    fallback_failures = StrictIntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    latency_ms = DrillLatencySerializer(required=False)
+
+    def validate_ended_on(self, value: dict[str, int]) -> dict[str, int]:
+        steps = {str(n) for n in range(1, CHAIN_MAX_STEPS + 1)}
+        if not set(value) <= steps:
+            raise serializers.ValidationError(f"keys are the 1-based steps that served: {', '.join(sorted(steps))}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["drilled"] > attrs["requests"] or attrs["failed"] > attrs["drilled"]:
+            raise serializers.ValidationError("drilled is at most requests, and failed at most drilled")
+        return attrs
+
+
 class SentWithAToken(permissions.BasePermission):
     """Usage reports are a service's evidence: a service token sends them, never a session."""
 
@@ -218,6 +254,7 @@ class UsageView(APIView):
         providers = serializers.DictField(required=False, default=dict)
         rejected = serializers.ListField(required=False, default=list, max_length=100)
         health = HealthSerializer(required=False)
+        drill = DrillSectionSerializer(required=False, allow_null=True)
 
         def validate_providers(self, value: dict[str, Any]) -> dict[str, Any]:
             if len(value) > REPORT_MAX_PROVIDERS:
@@ -251,7 +288,8 @@ class UsageView(APIView):
                         "outcome_classes and breaker_openings the registry does not know, rejections of "
                         f"versions the chain never had or past the newest {usage_reports.MAX_REJECTIONS}, "
                         "health (1: from an instance that has not read the chain within "
-                        "FLEET_INSTANCE_TTL_MINUTES)",
+                        "FLEET_INSTANCE_TTL_MINUTES), drill (1: a drill section not kept: another chain's, "
+                        "an unknown drill or one long ended, or from such an instance)",
                     ),
                 },
             ),
@@ -374,6 +412,20 @@ def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:
             breaker_openings=health["breaker_openings"],
         ),
         ahead=usage_reports.Ahead(**ahead) if ahead else None,
+        drill=_drill_section(data.get("drill")),
+    )
+
+
+def _drill_section(data: dict[str, Any] | None) -> drills.Section | None:
+    if not data:
+        return None
+    latency = data.get("latency_ms") or {}
+    return drills.Section(
+        id=data["id"],
+        **{name: data[name] for name in drills.COUNTS},
+        ended_on=data["ended_on"],
+        latency_drilled=tuple(latency.get("drilled", ())),
+        latency_other=tuple(latency.get("other", ())),
     )
 
 

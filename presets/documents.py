@@ -62,6 +62,28 @@ class SignatureDocument(TypedDict):
     ]
 
 
+class DrillDocument(TypedDict):
+    """A failover drill while it runs (``presets.drills``): the SDK fails ``share_bp`` of the
+    requests that reach ``hop`` with ``fault``, before dispatch, from ``starts_at`` to ``ends_at``."""
+
+    id: int
+    hop: Annotated[int, Help("1-based step of chain; never the last one")]
+    fault: Annotated[
+        str,
+        Help("server_error, rate_limited, timeout, first_chunk_late, stream_cut_before_first_chunk or invalid_answer"),
+    ]
+    share_bp: Annotated[int, Help("the share of requests drilled, in hundredths of a percent (1000: 10 %)")]
+    services: Annotated[
+        list[str],
+        Help(
+            "empty: every service; else sha256 hex of 'chainclient-drill/1', the id and the sha256 hex of a "
+            "drilled service's token, newline-separated"
+        ),
+    ]
+    starts_at: Instant
+    ends_at: Annotated[Instant, Help("clients stop injecting at this instant on their own")]
+
+
 class ChainDocument(TypedDict):
     """The chain document: what the SDK applies. Field names are public contract."""
 
@@ -77,6 +99,7 @@ class ChainDocument(TypedDict):
     updated_at: Instant
     expires_at: Annotated[Instant | None, Help("millisecond precision; the pin is not served from this instant on")]
     default: Annotated[DefaultChainDocument | None, Help("what the chain falls back to at expires_at")]
+    drill: NotRequired[Annotated[DrillDocument, Help("present while a failover drill runs on the chain")]]
     signature: NotRequired[
         Annotated[SignatureDocument, Help("present once the control plane has a signing key; verify before use")]
     ]

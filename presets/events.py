@@ -44,3 +44,9 @@ plan_settled = Signal()
 # no transaction. Argument: ``replaced`` (``publishing.Replaced``: the target, what it held,
 # why it did not count, the record, what replaced it; ``str()`` says it in one line).
 publish_replaced = Signal()
+
+# A failover drill ended (``presets.drills``: its window closed and it was judged, it was
+# aborted by a person or a stop condition, or a change took it out of the document), in the
+# transaction that ended it. Arguments: ``drill`` (its ``verdict`` and ``reasons`` say how),
+# ``now``. Sent once per drill, when its verdict is final.
+drill_ended = Signal()

@@ -20,7 +20,7 @@ from django.db import connection, models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, format_instant
+from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, DrillDocument, format_instant
 from presets.expiry import has_passed
 
 
@@ -157,6 +157,7 @@ class Action(models.TextChoices):
     RESTORE = "restore"
     EXPIRE = "expire"
     SYNC = "sync"
+    DRILL = "drill"  # a failover drill started or ended: same preset, steps and expiry
 
 
 class Selection(models.Model):
@@ -176,6 +177,10 @@ class Selection(models.Model):
     previous_preset = models.ForeignKey(Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     previous_steps = models.JSONField(null=True, blank=True)
     previous_expires_at = models.DateTimeField(null=True, blank=True)
+    # The failover drill the chain's document carries (``presets.drills``), while it runs.
+    drill = models.ForeignKey(
+        "Drill", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     history = HistoricalRecords(history_manager=HistoryManager)
     # The epoch a change of this selection was made under (``epoch_held``, read by
     # ``services._lock`` or ``_apply``): its document carries that one, not a later read.
@@ -220,7 +225,7 @@ class Selection(models.Model):
         default = self.chain.default_preset
         if epoch is None:
             epoch = current_epoch() if self.change_epoch is None else self.change_epoch
-        return {
+        document: ChainDocument = {
             "name": self.chain.name,
             "epoch": epoch,
             "version": self.version,
@@ -240,6 +245,9 @@ class Selection(models.Model):
             if default is not None
             else None,
         }
+        if self.drill_id is not None and self.drill is not None:
+            document["drill"] = self.drill.to_document()
+        return document
 
 
 def lock_selection(selection_id: int) -> Selection:
@@ -328,6 +336,97 @@ class PlanEvent(models.Model):
     class Meta:
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["chain", "at"], name="plan_event_chain_at")]
+
+
+class DrillState(models.TextChoices):
+    PLANNED = "planned"  # waiting for its start
+    RUNNING = "running"  # in the chain's document: clients inject its faults
+    ENDED = "ended"  # its window is over, or it was aborted: no longer in the document
+
+
+class Verdict(models.TextChoices):
+    PLANNED = "planned"
+    RUNNING = "running"  # running, or ended and waiting for the fleet's last reports
+    PASSED = "passed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+# Verdicts of a drill that has been judged: what ``last_drill`` and the alerts speak of.
+JUDGED_VERDICTS = (Verdict.PASSED, Verdict.FAILED, Verdict.ABORTED)
+
+
+class Drill(models.Model):
+    """A failover drill (``presets.drills``): a share of the chain's live requests fails on
+    purpose at one hop, in the SDK and before dispatch, from ``starts_at`` to ``ends_at``;
+    the fleet's reports (``audit.drills``) give its verdict."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="drills")
+    hop = models.PositiveSmallIntegerField()
+    fault = models.CharField(max_length=40)
+    share_bp = models.PositiveIntegerField()
+    # Token names ([]: every service), and their digests as the document carries them.
+    services = models.JSONField(default=list, blank=True)
+    service_digests = models.JSONField(default=list, blank=True)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField()
+    state = models.CharField(max_length=10, choices=DrillState.choices, default=DrillState.PLANNED)
+    verdict = models.CharField(max_length=10, choices=Verdict.choices, default=Verdict.PLANNED)
+    # The verdict's reasons, or why it waits, was refused its start or was aborted.
+    reasons = models.JSONField(default=list, blank=True)
+    # Stop conditions: abort once more drilled requests than this failed for the caller or
+    # missed their deadline, or the fallback hop failed more than this share (basis points)
+    # of at least ``DRILL_MIN_FALLBACK_ATTEMPTS`` attempts.
+    max_failed = models.PositiveIntegerField(default=0)
+    max_fallback_error_bp = models.PositiveIntegerField(default=1000)
+    # What ran: the preset live and the version whose document first carried the drill.
+    preset = models.ForeignKey(Preset, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    steps = models.JSONField(default=list, blank=True)
+    started_version = models.PositiveIntegerField(null=True, blank=True)
+    ended_version = models.PositiveIntegerField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=150, blank=True)
+    judged_at = models.DateTimeField(null=True, blank=True)
+    # A recurring drill plans its next one this many days after its start.
+    repeat_days = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-starts_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "starts_at"], name="drill_state_start"),
+            models.Index(fields=["chain", "starts_at"], name="drill_chain_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"drill {self.pk} on {self.chain.name}: hop {self.hop} {self.fault} {self.share_bp / 100:g}%"
+
+    @property
+    def share(self) -> float:
+        """The share of requests drilled, in percent."""
+        return self.share_bp / 100
+
+    @property
+    def minutes(self) -> int:
+        return round((self.ends_at - self.starts_at).total_seconds() / 60)
+
+    @property
+    def is_judged(self) -> bool:
+        return self.verdict in JUDGED_VERDICTS
+
+    def to_document(self) -> DrillDocument:
+        """The ``drill`` field of the chain's document while it runs."""
+        return {
+            "id": self.pk,
+            "hop": self.hop,
+            "fault": self.fault,
+            "share_bp": self.share_bp,
+            "services": list(self.service_digests),
+            "starts_at": format_instant(self.starts_at),
+            "ends_at": format_instant(self.ends_at),
+        }
 
 
 class GuardState(models.TextChoices):

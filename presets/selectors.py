@@ -23,7 +23,7 @@ from presets.models import Action, Chain, Preset, Selection
 
 def selections() -> QuerySet[Selection]:
     """Every chain's selection with its chain, default and preset loaded, by chain name."""
-    return Selection.objects.select_related("chain", "chain__default_preset", "preset").order_by("chain__name")
+    return Selection.objects.select_related("chain", "chain__default_preset", "preset", "drill").order_by("chain__name")
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,13 @@ from presets.models import (
     EPOCH_ROW,
     Action,
     Chain,
+    Drill,
+    DrillState,
     Epoch,
     PinGuard,
     Preset,
     Selection,
+    Verdict,
     epoch_held,
     expiry_passed,
     lock_selection,
@@ -302,6 +305,34 @@ def restore_refusal(
     return None
 
 
+@contextmanager
+def locked(chain: str) -> Iterator[Selection]:
+    """The chain's selection locked as every change locks it (one transaction), for
+    ``presets.drills``, which decides under the lock whether its change is made."""
+    with _changing(chain, None) as selection:
+        yield selection
+
+
+def carry_drill(selection: Selection, *, drill: Drill | None, actor: str, reason: str, now: datetime) -> Selection:
+    """A new version that serves what ``selection`` serves (preset, steps, marking, expiry),
+    its document carrying ``drill`` (None: no drill): a drill's start or end, made by
+    ``presets.drills`` inside ``locked``."""
+    if len(reason) > REASON_MAX:
+        reason = reason[: REASON_MAX - 1] + "…"
+    return _apply(
+        selection,
+        preset=selection.preset,
+        action=Action.DRILL,
+        actor=actor,
+        reason=reason,
+        expires_at=selection.expires_at,
+        now=now,
+        steps=selection.steps,
+        marking=selection.marking,
+        drill=drill,
+    )
+
+
 def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = None) -> int:
     """Revert every pin whose expiry has passed to its chain's default, raising a
     ``pin_expired`` alert for each in the same transaction. Returns how many.
@@ -539,9 +570,16 @@ def _apply(
     now: datetime,
     steps: list[dict[str, Any]] | None = None,
     marking: dict[str, Any] | None = None,
+    drill: Drill | None = None,
 ) -> Selection:
-    """Write one new version, recording the value it replaces (one history row)."""
+    """Write one new version, recording the value it replaces (one history row).
+
+    ``drill``: the failover drill the new version's document carries (``presets.drills``
+    starts and ends one with ``Action.DRILL``). Any other change takes a running drill out of
+    the document and ends it as aborted, in the same transaction: a drill never runs while
+    the chain is pinned, and it drills the steps it was started on, no others."""
     before = f"v{selection.version} {selection.preset.name}"
+    interrupted = selection.drill_id if action != Action.DRILL else None
     selection.previous_version = selection.version
     selection.previous_preset = selection.preset
     selection.previous_steps = selection.steps
@@ -555,10 +593,13 @@ def _apply(
     selection.updated_at = now
     selection.expires_at = expires_at
     selection.action = action
+    selection.drill = drill
     with statements.together():  # one round trip under the lock (presets/statements.py)
         statements.update_row(selection)
         statements.insert_row(_history_row(selection))
         _announce(selection)
+    if interrupted is not None:
+        _interrupt_drill(interrupted, selection, now=now)
     log.info(
         "chain %s: %s -> v%d %s (%s by %s): %s",
         selection.chain.name,
@@ -570,6 +611,26 @@ def _apply(
         reason,
     )
     return selection
+
+
+def _interrupt_drill(drill_id: int, selection: Selection, *, now: datetime) -> None:
+    """End the drill a change other than a drill's took out of the chain's document."""
+    why = (
+        f"aborted: v{selection.version} ({selection.action} of {selection.preset.name} by {selection.updated_by}) "
+        "took the drill out of the chain's document: a drill runs only on the chain it was started on, never "
+        "while it is pinned"
+    )
+    changed = Drill.objects.filter(pk=drill_id, state=DrillState.RUNNING).update(
+        state=DrillState.ENDED,
+        verdict=Verdict.ABORTED,
+        reasons=[why],
+        ended_at=now,
+        ended_by=selection.updated_by,
+        ended_version=selection.version,
+        judged_at=now,
+    )
+    if changed:
+        events.drill_ended.send(sender=Drill, drill=Drill.objects.select_related("chain").get(pk=drill_id), now=now)
 
 
 def _history_row(selection: Selection) -> models.Model:

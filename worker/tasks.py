@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery, guards, provider_alerts, provider_health, slack
+from audit import alerts, delivery, drills, guards, provider_alerts, provider_health, slack
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -73,3 +73,13 @@ def follow_slack_convergence(**body: Any) -> None:
     again = slack.follow(slack.followed_from(body))
     if again is not None:
         follow_slack_convergence.apply_async((), body, countdown=again)
+
+
+@shared_task(name="audit.tasks.run_drills")
+def run_drills() -> dict[str, list[int]]:
+    """Start the planned failover drills whose time has come (or record why they wait), end
+    the ones whose window closed and judge them, then queue deliveries that are due (beat:
+    every RUN_DRILLS_EVERY_SECONDS, 5 s)."""
+    sweep = drills.run_drills()
+    delivery.queue_due_deliveries()
+    return {"started": sweep.started, "waiting": sweep.waiting, "ended": sweep.ended, "missed": sweep.missed}

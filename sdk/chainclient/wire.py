@@ -8,6 +8,7 @@ the SDK. Standard library only: plain constants, and the one function both sides
 compute alike (the bytes a document's signature covers).
 """
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -70,3 +71,39 @@ def signed_content(document: Mapping[str, Any]) -> bytes:
     content = {**document, "signature": covered}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return SIGNATURE_CONTEXT + canonical.encode("ascii")
+
+
+DRILL_FAULTS = (
+    "server_error",
+    "rate_limited",
+    "timeout",
+    "first_chunk_late",
+    "stream_cut_before_first_chunk",
+    "invalid_answer",
+)
+"""The faults a failover drill injects (the chain document's ``drill.fault``), in this order."""
+
+DRILL_SHARE_MIN_BP = 10
+DRILL_SHARE_MAX_BP = 2500
+"""The bounds of a drill's ``share_bp``: the share of requests drilled, in basis points
+(hundredths of a percent): 0.1 % to 25 %."""
+
+DRILL_MAX_MINUTES = 60
+"""The longest drill window, in minutes."""
+
+DRILL_REPORT_INTERVAL_S = 10
+"""While a client takes part in a drill it reports at least this often (its usage report's
+``drill`` section), and once within this after the drill's end. Ten seconds: the stop
+conditions act within seconds of a failing fallback, and an instance stays within its
+usage reports' limit per minute."""
+
+DRILL_SERVICE_CONTEXT = b"chainclient-drill/1\n"
+"""Prefixed to what a drilled service's digest covers (``drill_service_digest``)."""
+
+
+def drill_service_digest(drill_id: int, token_sha256_hex: str) -> str:
+    """How a drill names a service it drills without naming its token: the SHA-256 (hex) of
+    ``DRILL_SERVICE_CONTEXT``, the drill's id, a newline and the SHA-256 (hex) of the
+    service's token (the control plane's stored hash; a client hashes its own token)."""
+    content = DRILL_SERVICE_CONTEXT + f"{drill_id}\n{token_sha256_hex}".encode("ascii")
+    return hashlib.sha256(content).hexdigest()
