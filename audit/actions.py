@@ -87,11 +87,11 @@ class Action:
 
 
 def for_alert(alert: Alert) -> list[Action]:
-    """What to do about an alert raised: for a failing provider, pin the preset that was
-    healthiest when it was raised (``remember_suggestion``); for a pin left on, extend it or
+    """What to do about an alert raised: for a failing provider or a failed drill, pin the
+    preset that was healthiest when it was raised (``remember_suggestion``); for a pin left on, extend it or
     revert it. Nothing for an event or a condition a change cannot fix."""
     chain, at = alert.chain.name, int(alert.created_at.timestamp())
-    if alert.kind in (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS):
+    if alert.kind in (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS, AlertKind.DRILL_FAILED):
         suggested = alert.details.get("suggested")
         if not suggested:
             return []
@@ -122,6 +122,8 @@ def pinned_actions(chain: str, version: int, *, at: int, why: str) -> list[Actio
 
 
 def provider_reason(alert: Alert) -> str:
+    if alert.kind == AlertKind.DRILL_FAILED:
+        return f"{alert.subject} on {alert.chain.name} {alert.details.get('verdict')}"
     if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
         return f"{alert.subject} rejects the fleet's credentials on {alert.chain.name}"
     return f"{alert.subject} failing on {alert.chain.name}"

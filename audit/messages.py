@@ -33,6 +33,8 @@ SEVERITY: dict[str, str] = {
     AlertKind.PLAN_MISSED: "info",
     AlertKind.GUARD_RESTORED: "info",
     AlertKind.PUBLISH_FORGED: "critical",
+    AlertKind.DRILL_FAILED: "warning",
+    AlertKind.DRILL_PASSED: "info",
 }
 # PagerDuty refuses a summary longer than this.
 SUMMARY_MAX = 1024
@@ -123,6 +125,8 @@ def title_of(alert: Alert) -> str:
         return f"{alert.chain.name}: the guard undid pin {details.get('preset')}, restored {details.get('restored')}"
     if alert.kind == AlertKind.PUBLISH_FORGED:
         return f"{alert.chain.name}: {alert.subject} held a document the control plane did not make; replaced"
+    if alert.kind in (AlertKind.DRILL_FAILED, AlertKind.DRILL_PASSED):
+        return f"{alert.chain.name}: {alert.subject} {details.get('verdict')} (report: {details.get('url')})"
     return f"{alert.kind} on {alert.chain.name}"
 
 

@@ -422,6 +422,7 @@ def test_steps_providers_and_classes_the_registry_does_not_know_are_dropped_and_
             "breaker_openings": 1,
             "rejections": 0,
             "health": 0,
+            "drill": 0,
         },
     }
     assert steps["vendor_a/large"]["recent"]["outcomes"] == {"served": 3, "server_error": 1}

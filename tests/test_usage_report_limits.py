@@ -274,6 +274,20 @@ def maximal_report(client: str, version: int) -> dict[str, Any]:
             "steps": [step(p, m, outcomes, latency(b2=10**9, b8=10**9)) for p, m in [*known, *made_up]],
             "breaker_openings": dict.fromkeys(providers, 3),
         },
+        # A drill section naming a drill of this chain that may not exist: never kept from an
+        # instance fleet status does not know, nor for a drill that is not the chain's.
+        "drill": {
+            "id": 2**31 - 1,
+            "requests": 10**12,
+            "drilled": 10**12,
+            "ended_on": {"2": 10**12},
+            "failed": 10**12,
+            "deadline": 10**12,
+            "refusals": 10**12,
+            "fallback_attempts": 10**12,
+            "fallback_failures": 10**12,
+            "latency_ms": {"drilled": [10**12] * (len(BOUNDS) + 1), "other": [10**12] * (len(BOUNDS) + 1)},
+        },
     }
 
 
@@ -317,6 +331,7 @@ def test_a_flood_of_maximal_reports_from_one_token_gets_429s_and_adds_little(rea
         "breaker_openings": 0,
         "rejections": 100 - MAX_REJECTIONS,
         "health": 1,
+        "drill": 1,
     }
     assert grown <= accepted * PER_REPORT_BYTES, f"{grown / accepted / KB:.1f} KB a report"
     assert RejectedVersion.objects.filter(client__startswith="flood/").count() == accepted * MAX_REJECTIONS
