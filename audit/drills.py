@@ -320,13 +320,13 @@ class LastDrill(TypedDict):
     verdict: str
 
 
-class DrillReport(TypedDict):
-    """A drill and what the fleet reported of it (``GET /api/v1/drills/<id>``)."""
+class DrillSummary(TypedDict):
+    """A drill without the fleet's figures, as a chain's list gives it: its report (what each
+    instance reported, the timeline) is ``GET /api/v1/drills/<id>``."""
 
     id: int
     chain: str
     hop: int
-    step: str
     fault: str
     share: float
     services: list[str]
@@ -344,14 +344,59 @@ class DrillReport(TypedDict):
     verdict: str
     reasons: list[str]
     repeat_days: int | None
-    stop: dict[str, float]
     description: str
-    totals: dict[str, Any]
+    url: str
+
+
+class DrillTotals(Totals):
+    """The whole fleet's figures of a drill."""
+
+    drilled_pct: float | None
+    ended_on: dict[str, int]
+    latency_ms: dict[str, Latency]
+    instances_taking_part: int
+    instances_not_taking_part: int
+    instances_not_polled: int
+
+
+class DrillReport(DrillSummary):
+    """A drill and what the fleet reported of it (``GET /api/v1/drills/<id>``)."""
+
+    step: str
+    stop: dict[str, float]
+    totals: DrillTotals
     instances: list[InstanceReport]
     not_taking_part: list[FleetMember]
     not_polled: list[FleetMember]
     timeline: list[MinuteReport]
-    url: str
+
+
+def summary(drill: Drill) -> DrillSummary:
+    """``drill`` as a chain's list gives it: the report's fields read from its row alone."""
+    return DrillSummary(
+        id=drill.pk,
+        chain=drill.chain.name,
+        hop=drill.hop,
+        fault=drill.fault,
+        share=drill.share,
+        services=list(drill.services),
+        starts_at=format_time(drill.starts_at),
+        ends_at=format_time(drill.ends_at),
+        minutes=drill.minutes,
+        reason=drill.reason,
+        created_by=drill.created_by,
+        preset=drill.preset.name if drill.preset else None,
+        version=drill.started_version,
+        ended_version=drill.ended_version,
+        ended_at=format_time(drill.ended_at),
+        ended_by=drill.ended_by,
+        state=drill.state,
+        verdict=drill.verdict,
+        reasons=list(drill.reasons),
+        repeat_days=drill.repeat_days,
+        description=chain_drills.describe(drill),
+        url=drill_url(drill),
+    )
 
 
 def latency(drilled: list[int], other: list[int]) -> dict[str, Latency]:
@@ -437,43 +482,22 @@ def report(drill: Drill) -> DrillReport:
         for m in DrillMinute.objects.filter(drill=drill).order_by("minute")
     ]
     return DrillReport(
-        id=drill.pk,
-        chain=drill.chain.name,
-        hop=drill.hop,
+        **summary(drill),
         step=f"{step.get('provider')}/{step.get('model')}" if step else "",
-        fault=drill.fault,
-        share=drill.share,
-        services=list(drill.services),
-        starts_at=format_time(drill.starts_at),
-        ends_at=format_time(drill.ends_at),
-        minutes=drill.minutes,
-        reason=drill.reason,
-        created_by=drill.created_by,
-        preset=drill.preset.name if drill.preset else None,
-        version=drill.started_version,
-        ended_version=drill.ended_version,
-        ended_at=format_time(drill.ended_at),
-        ended_by=drill.ended_by,
-        state=drill.state,
-        verdict=drill.verdict,
-        reasons=list(drill.reasons),
-        repeat_days=drill.repeat_days,
         stop={"max_failed": drill.max_failed, "max_fallback_error_pct": drill.max_fallback_error_bp / 100},
-        description=chain_drills.describe(drill),
-        totals={
+        totals=DrillTotals(
             **counted,
-            "drilled_pct": _pct(counted["drilled"], counted["requests"]),
-            "ended_on": dict(sorted(ended_on.items())),
-            "latency_ms": latency(drilled_hist, other_hist),
-            "instances_taking_part": len(rows),
-            "instances_not_taking_part": len(fleet["not_taking_part"]),
-            "instances_not_polled": len(fleet["not_polled"]),
-        },
+            drilled_pct=_pct(counted["drilled"], counted["requests"]),
+            ended_on=dict(sorted(ended_on.items())),
+            latency_ms=latency(drilled_hist, other_hist),
+            instances_taking_part=len(rows),
+            instances_not_taking_part=len(fleet["not_taking_part"]),
+            instances_not_polled=len(fleet["not_polled"]),
+        ),
         instances=instances,
         not_taking_part=fleet["not_taking_part"],
         not_polled=fleet["not_polled"],
         timeline=timeline,
-        url=drill_url(drill),
     )
 
 

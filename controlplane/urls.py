@@ -15,6 +15,7 @@ from controlplane.database_outage import database_unavailable
 from http_api import access as access_api
 from http_api import alerts as alerts_api
 from http_api import chains as chains_api
+from http_api import drills as drills_api
 from http_api import fleet as fleet_api
 from http_api import guards as guards_api
 from http_api import history as history_api
@@ -32,6 +33,7 @@ api_v1 = [
     path("chains/<slug:name>/select", chains_api.SelectView.as_view(), name="api-select"),
     path("chains/<slug:name>/revert", chains_api.RevertView.as_view(), name="api-revert"),
     path("chains/<slug:name>/extend", chains_api.ExtendView.as_view(), name="api-extend"),
+    path("chains/<slug:name>/presets", chains_api.ChainPresetsView.as_view(), name="api-chain-presets"),
     path("chains/<slug:name>/history", chains_api.HistoryView.as_view(), name="api-history"),
     path("chains/<slug:name>/history/<int:version>/restore", chains_api.RestoreView.as_view(), name="api-restore"),
     path("alerts", alerts_api.AlertsView.as_view(), name="api-alerts"),
@@ -48,6 +50,9 @@ api_v1 = [
     path("chains/<slug:name>/plans/<int:plan>/start", plans_api.PlanStartView.as_view(), name="api-plan-start"),
     path("chains/<slug:name>/guard", guards_api.ChainGuardView.as_view(), name="api-chain-guard"),
     path("chains/<slug:name>/guard/off", guards_api.GuardOffView.as_view(), name="api-guard-off"),
+    path("chains/<slug:name>/drills", drills_api.ChainDrillsView.as_view(), name="api-chain-drills"),
+    path("drills/<int:drill>", drills_api.DrillView.as_view(), name="api-drill"),
+    path("drills/<int:drill>/abort", drills_api.DrillAbortView.as_view(), name="api-drill-abort"),
     path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
     path("access-history", access_api.AccessHistoryView.as_view(), name="api-access-history"),
 ]
@@ -88,6 +93,10 @@ urlpatterns = [
     path("chains/<slug:name>/plans/<int:plan>/start", web.plan_start, name="chain-plan-start"),
     # Switching the live pin's guard off: one POST too (it serves nothing new), then the chain page.
     path("chains/<slug:name>/guard/off", web.guard_off, name="chain-guard-off"),
+    # Failover drills: started or planned, aborted or cancelled in one POST each; a drill's report.
+    path("chains/<slug:name>/drills", web.drill_start, name="chain-drill"),
+    path("chains/<slug:name>/drills/<int:drill>/abort", web.drill_abort, name="chain-drill-abort"),
+    path("drills/<int:drill>/", web.drill_page, name="drill"),
     path("chains/<slug:name>/history/", web_history.chain_history, name="chain-history"),
     path("chains/<slug:name>/history/<int:version>/restore", web.restore, name="chain-restore"),
     path("history/", web_history.all_history, name="history"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit import drills
 from audit.fleet_recorder import parse_identity, recorder
 from http_api.authentication import CanWrite
 from http_api.fields import (
@@ -22,8 +23,8 @@ from http_api.fields import (
     int_param,
 )
 from http_api.schema import WRITE_ERRORS, DocumentSerializer, errors, serializer_for
-from presets import services
-from presets.documents import etag
+from presets import selectors, services
+from presets.documents import NO_MARKING, Help, MarkingDocument, StepDocument, etag
 from presets.history import HistoryEntry, history_entries
 from presets.models import PRESET_NAME_MAX, Selection, ServiceToken, current_epoch
 from presets.roles import actor_of
@@ -108,6 +109,69 @@ class ChainDetailView(CountedReadView):
         if matches(request.headers.get("If-None-Match"), tag):
             return Response(status=304, headers={"ETag": tag, "Cache-Control": "no-cache"})
         return document_response(selection, epoch=epoch)
+
+
+class PresetEntry(TypedDict):
+    """A reviewed preset of a chain, as the chain API lists it (not in the chain document)."""
+
+    name: str
+    description: str
+    chain: list[StepDocument]
+    marking: MarkingDocument
+    is_default: bool
+    is_live: Annotated[bool, Help("the chain serves it now (its default included)")]
+    last_drill: Annotated[
+        drills.LastDrill | None,
+        Help(
+            "its last judged failover drill (passed, failed or aborted once running): id, its start (at), the "
+            "version whose document first carried it, the verdict; null if never drilled"
+        ),
+    ]
+
+
+class ChainPresetsView(APIView):
+    """A chain's reviewed presets, each with its last drill: what the chain document (the SDK's
+    input, signed) does not carry."""
+
+    OutputSerializer = serializer_for(PresetEntry)
+
+    @extend_schema(
+        operation_id="chains_presets",
+        description="The chain's reviewed presets (retired ones left out), its default first, then by name, "
+        "each with its last failover drill.",
+        responses={
+            200: inline_serializer(
+                "ChainPresets",
+                {
+                    "chain": serializers.CharField(),
+                    "version": serializers.IntegerField(help_text="the chain's live version"),
+                    "presets": OutputSerializer(many=True),
+                },
+            ),
+            **errors(400, 401, 403, 404, 503),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        selection = services.revert_expired_and_read(chain=name)  # 404 for an unknown chain
+        chain = selection.chain
+        last = drills.last_drills(chain)
+        presets = sorted(
+            selectors.active_presets(chain=chain.pk).values(),
+            key=lambda preset: (preset.pk != chain.default_preset_id, preset.name),
+        )
+        entries = [
+            PresetEntry(
+                name=preset.name,
+                description=preset.description,
+                chain=preset.steps,
+                marking=preset.marking or NO_MARKING.copy(),
+                is_default=preset.pk == chain.default_preset_id,
+                is_live=preset.pk == selection.preset_id,
+                last_drill=last.get(preset.name),
+            )
+            for preset in presets
+        ]
+        return Response({"chain": chain.name, "version": selection.version, "presets": entries})
 
 
 class HistoryView(APIView):

@@ -29,6 +29,15 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictFloatField(serializers.FloatField):
+    """A JSON number, whole or not: "10" as a string, or true, is refused, not guessed."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictBooleanField(serializers.BooleanField):
     """JSON true or false only: "yes", 1 or "false" as a string are refused, not guessed."""
 

@@ -59,6 +59,9 @@ def _field_for(
         return serializer_for(hint)(**kwargs)
     if hint in (Instant, Time):
         return serializers.DateTimeField(**kwargs)
+    if hint is Any:
+        # A value the domain leaves open (a drill report's ``totals``): any JSON.
+        return serializers.JSONField(**kwargs)
     if hint is str:
         return serializers.CharField(allow_blank=True, **kwargs)
     simple = {int: serializers.IntegerField, bool: serializers.BooleanField, float: serializers.FloatField}

@@ -15,7 +15,8 @@ from django.conf import settings
 from audit.change_risks import HealthMap, health_class, reported_health
 from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
-from presets.models import Action, PlanEvent, PlannedPin, PlanState, Preset, Selection
+from presets.drills import FAULT_WORDS
+from presets.models import Action, Drill, DrillState, PlanEvent, PlannedPin, PlanState, Preset, Selection, Verdict
 from presets.selectors import PinStart
 from presets.services import REASON_MAX
 from presets.step_changes import ChainChange, compare_steps
@@ -265,6 +266,7 @@ class PresetChoice:
     change: ChainChange
     warning: str | None = None  # e.g. its head has not served a request lately
     steps: list[StepRow] = field(default_factory=list)  # its steps, with their health
+    last_drill: dict[str, Any] | None = None  # its last judged drill (``audit.drills.last_drills``)
 
     @property
     def name(self) -> str:
@@ -285,8 +287,10 @@ def preset_choices(
     warn: Callable[[list[dict[str, Any]]], str | None] | None = None,
     *,
     health: HealthMap | None = None,
+    last_drills: dict[str, Any] | None = None,
 ) -> list[PresetChoice]:
-    """The presets one can pin (the default is reached with "Revert to default")."""
+    """The presets one can pin (the default is reached with "Revert to default"); with
+    ``last_drills`` (by preset name), each one's last drill."""
     return [
         PresetChoice(
             preset=p,
@@ -294,6 +298,7 @@ def preset_choices(
             change=compare_steps(selection.steps, p.steps),
             warning=warn(p.steps) if warn and p.pk != selection.preset_id else None,
             steps=step_rows(p.steps, health),
+            last_drill=(last_drills or {}).get(p.name),
         )
         for p in presets
         if not p.is_default
@@ -363,3 +368,64 @@ def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[st
     if (preset.marking or {}).get("degraded"):
         words += f" {preset.name} is marked degraded" + (f": {note}" if note else ".")
     return words, ""
+
+
+# --- failover drills ---------------------------------------------------------------------------
+
+
+def fault_words(fault: str) -> str:
+    """A drill's fault as its form offers it: "Server error (HTTP 500)"."""
+    words = re.sub(r"^an? ", "", FAULT_WORDS.get(fault, fault))
+    return words[:1].upper() + words[1:]
+
+
+def fault_choices() -> list[tuple[str, str]]:
+    """The faults a drill injects, in the wire's order, in words."""
+    return [(fault, fault_words(fault)) for fault in FAULT_WORDS]
+
+
+def hop_choices(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The hops a drill may fail: every step but the last (something must serve instead),
+    each with its provider and model and the one that would serve in its place."""
+    return [
+        (str(hop), f"Hop {hop}: {step_label(steps[hop - 1])} (then {step_label(steps[hop])})")
+        for hop in range(1, len(steps))
+    ]
+
+
+# A drill's state in words, as its badge says it: planned, running, ended and waiting for the
+# fleet's last reports (``judging``), then its verdict.
+DRILL_STATUS_WORDS = {
+    "planned": "Planned",
+    "running": "Running",
+    "judging": "Ended: being judged",
+    Verdict.PASSED: "Passed",
+    Verdict.FAILED: "Failed",
+    Verdict.ABORTED: "Aborted",
+}
+
+
+def drill_status(drill: Drill) -> str:
+    """``planned``, ``running``, ``judging`` (its window closed, the fleet's last reports are
+    awaited) or its verdict."""
+    if drill.state == DrillState.PLANNED:
+        return "planned"
+    if drill.state == DrillState.RUNNING:
+        return "running"
+    return "judging" if not drill.is_judged else str(drill.verdict)
+
+
+@dataclass(frozen=True)
+class DrillItem:
+    """A drill as the chain page lists it: its one line, its state, the fleet's counts while it
+    runs (``audit.drills.report``) and, for someone on call, the form that aborts it."""
+
+    drill: Drill
+    summary: str
+    status: str
+    report: dict[str, Any] | None = None
+    abort_form: Any = None
+
+    @property
+    def status_words(self) -> str:
+        return DRILL_STATUS_WORDS.get(self.status, self.status)

@@ -296,18 +296,11 @@ class WallTimeField(forms.Field):
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 
-class PlanForm(ReasonForm):
-    """Plan a pin of one of the chain's reviewed presets, from a start to an end given on the
-    clock of ``zone``: UTC, or the browser's own zone (which the script offers). The form
-    turns them into instants; every rule about the window is the service's
-    (``presets.plans``)."""
+class WallClockForm(ReasonForm):
+    """A form whose times (``time_fields``) are typed on the clock of ``zone``: UTC, or the
+    browser's own zone (which the script offers). It turns them into instants; every rule
+    about them is the service's."""
 
-    preset = forms.SlugField(
-        max_length=PRESET_NAME_MAX,
-        label="Preset",
-        widget=forms.Select,
-        error_messages={"required": "choose one of the presets"},
-    )
     zone = forms.CharField(
         required=False,
         max_length=ZONE_NAME_MAX,
@@ -315,23 +308,16 @@ class PlanForm(ReasonForm):
         widget=forms.Select,
         help_text="The clock the start and the end are read on: UTC, or this browser's time zone.",
     )
-    starts_at = WallTimeField(label="Start", error_messages={"required": "give the start"})
-    ends_at = WallTimeField(label="End", error_messages={"required": "give the end"})
-    field_ids = "plan_%s"
-    not_done = "Nothing was planned"
-    field_order = ["preset", "zone", "starts_at", "ends_at", "reason"]
+    time_fields: tuple[str, ...] = ()
 
-    def __init__(self, *args: Any, presets: list[tuple[str, str]], **kwargs: Any) -> None:
-        """``presets``: the (name, label) of each preset one may plan."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["preset"].widget.choices = [("", "Choose a preset"), *presets]
         self.fields["zone"].initial = UTC_ZONE
         zone = str(self["zone"].value() or UTC_ZONE)
         zones = [(UTC_ZONE, UTC_ZONE)]
         if zone != UTC_ZONE and len(zone) <= ZONE_NAME_MAX:
             zones.append((zone, zone))  # as it was posted; the script names the browser's own
         self.fields["zone"].widget.choices = zones
-        self.fields["reason"].help_text = "Why, for whoever reads the plan later: the maintenance or incident."
 
     def clean_zone(self) -> ZoneInfo:
         try:
@@ -344,7 +330,7 @@ class PlanForm(ReasonForm):
         zone = data.get("zone")
         if zone is None:
             return data
-        for name in ("starts_at", "ends_at"):
+        for name in self.time_fields:
             wall = data.get(name)
             if wall is None:
                 continue
@@ -353,6 +339,31 @@ class PlanForm(ReasonForm):
             except ValueError as error:
                 self.add_error(name, str(error))
         return data
+
+
+class PlanForm(WallClockForm):
+    """Plan a pin of one of the chain's reviewed presets, from a start to an end given on the
+    clock of ``zone`` (``WallClockForm``); every rule about the window is the service's
+    (``presets.plans``)."""
+
+    preset = forms.SlugField(
+        max_length=PRESET_NAME_MAX,
+        label="Preset",
+        widget=forms.Select,
+        error_messages={"required": "choose one of the presets"},
+    )
+    starts_at = WallTimeField(label="Start", error_messages={"required": "give the start"})
+    ends_at = WallTimeField(label="End", error_messages={"required": "give the end"})
+    field_ids = "plan_%s"
+    not_done = "Nothing was planned"
+    field_order = ["preset", "zone", "starts_at", "ends_at", "reason"]
+    time_fields = ("starts_at", "ends_at")
+
+    def __init__(self, *args: Any, presets: list[tuple[str, str]], **kwargs: Any) -> None:
+        """``presets``: the (name, label) of each preset one may plan."""
+        super().__init__(*args, **kwargs)
+        self.fields["preset"].widget.choices = [("", "Choose a preset"), *presets]
+        self.fields["reason"].help_text = "Why, for whoever reads the plan later: the maintenance or incident."
 
     def show_instants(self, starts_at: datetime, ends_at: datetime) -> None:
         """Mark the unbound inputs with the instants they show in UTC, for the script to show
@@ -381,3 +392,95 @@ class PlanSettleForm(ReasonForm):
         super().__init__(*args, **kwargs)
         self.not_done = not_done
         self.fields["reason"].help_text = help_text
+
+
+# --- failover drills --------------------------------------------------------------------------
+
+
+class NumberText(forms.TextInput):
+    """A number typed on a phone: the numeric keyboard, no autocorrect; the service checks it."""
+
+    def __init__(self, *, decimal: bool = False) -> None:
+        super().__init__({"inputmode": "decimal" if decimal else "numeric", "autocomplete": "off"})
+
+
+class DrillForm(WallClockForm):
+    """Start a failover drill on the chain now, or plan it (``starts_at``, read on the clock
+    of ``zone``): the hop to fail, the fault, the share of requests, the services, how long,
+    how often it repeats, and why. Every rule is the service's (``presets.drills``); the form
+    passes what was typed on, and the service names the field it refuses."""
+
+    hop = forms.CharField(label="Hop to fail", widget=forms.Select, error_messages={"required": "choose the hop"})
+    fault = forms.CharField(label="Fault", widget=forms.Select, error_messages={"required": "choose the fault"})
+    share = forms.CharField(
+        label="Share of requests, in %",
+        widget=NumberText(decimal=True),
+        error_messages={"required": "give the share of requests to drill, in percent"},
+    )
+    services = forms.CharField(
+        required=False,
+        label="Services",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "autocapitalize": "off", "spellcheck": "false"}),
+        help_text="Their tokens' names, separated by commas. Empty: every service that reads the chain.",
+    )
+    minutes = forms.CharField(
+        label="Minutes",
+        widget=NumberText(),
+        error_messages={"required": "give how many minutes it runs"},
+    )
+    starts_at = WallTimeField(required=False, label="Start")
+    repeat_days = forms.CharField(
+        required=False,
+        label="Repeat every (days)",
+        widget=NumberText(),
+        help_text="Empty: once. Each next one is planned when one ends, this many days after its start.",
+    )
+    field_ids = "drill_%s"
+    not_done = "No drill was started"
+    field_order = ["hop", "fault", "share", "services", "minutes", "zone", "starts_at", "repeat_days", "reason"]
+    time_fields = ("starts_at",)
+    # The service's names of the fields the form names otherwise.
+    service_fields = {"start": "starts_at"}
+
+    def __init__(
+        self, *args: Any, hops: list[tuple[str, str]], faults: list[tuple[str, str]], longest: int, **kwargs: Any
+    ) -> None:
+        """``hops``: the (number, label) of each hop one may fail; ``faults`` likewise;
+        ``longest``: the longest drill, in minutes."""
+        super().__init__(*args, **kwargs)
+        self.fields["hop"].widget.choices = hops
+        self.fields[
+            "hop"
+        ].help_text = (
+            "Its requests fail on purpose before they are sent (it gets no call), so the next hop serves them."
+        )
+        self.fields["fault"].widget.choices = faults
+        self.fields["fault"].initial = faults[0][0] if faults else None
+        self.fields["share"].initial = "10"
+        self.fields["share"].help_text = "From 0.1 % to 25 %: that share of the chain's requests is drilled."
+        self.fields["minutes"].initial = "15"
+        self.fields["minutes"].help_text = f"How long it runs: at most {format_minutes(longest)}."
+        self.fields["starts_at"].help_text = "Empty: now. A later time plans it; it starts by itself then."
+        self.fields["zone"].help_text = "The clock the start is read on: UTC, or this browser's time zone."
+        self.fields["reason"].help_text = "Why, for whoever reads the history and the report later."
+
+    @staticmethod
+    def service_names(text: str) -> list[str]:
+        """The token names typed, separated by commas or spaces."""
+        return [name for name in text.replace(",", " ").split() if name]
+
+
+class DrillAbortForm(ReasonForm):
+    """Abort a running drill, or cancel a planned one: why. ``back``: the page it was sent
+    from (the chain's or the drill's report), where it is shown again."""
+
+    back = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, drill: int, planned: bool, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", f"drill{drill}_abort_%s")
+        super().__init__(*args, **kwargs)
+        self.not_done = f"Drill #{drill} was not {'cancelled' if planned else 'aborted'}"
+        self.fields["reason"].help_text = (
+            "Prefilled; edit it to say why it must not start." if planned else "Prefilled; edit it to say what you saw."
+        )
+        self.fields["reason"].initial = "not needed any more" if planned else "stopped by hand"

@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -30,18 +30,24 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
 from audit import actions, provider_health
+from audit import drills as fleet_drills
 from audit.alerts import alert_texts, recent_alerts
 from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
 from pages.display import (
+    DRILL_STATUS_WORDS,
+    DrillItem,
     HealthMap,
     LiveState,
     PlanItem,
     change_facts,
     compare_steps,
+    drill_status,
+    fault_choices,
     format_clock,
     format_minutes,
+    hop_choices,
     plan_preset_choices,
     preset_choices,
     start_words,
@@ -51,6 +57,8 @@ from pages.display import (
 from pages.forms import (
     UTC_ZONE,
     ChangeForm,
+    DrillAbortForm,
+    DrillForm,
     ExtendForm,
     GuardOffForm,
     PlanChangeForm,
@@ -64,13 +72,26 @@ from pages.forms import (
     wall_time,
 )
 from pages.layout import live_card, live_or_404, render_page, viewer_required
+from presets import drills as chain_drills
 from presets import guards, plans, selectors, services
-from presets.documents import format_duration
+from presets.documents import format_duration, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.history import entry, history_rows
-from presets.models import GuardState, PinGuard, PlannedPin, PlanState, Preset, Selection
+from presets.models import (
+    JUDGED_VERDICTS,
+    Chain,
+    Drill,
+    DrillState,
+    GuardState,
+    PinGuard,
+    PlannedPin,
+    PlanState,
+    Preset,
+    Selection,
+)
 from presets.roles import ONCALL_GROUP, actor_of, can_change
 from presets.selectors import PinStart
+from presets.wire import DRILL_MAX_MINUTES
 
 ALERTS_PAGE_SIZE = 100
 OPEN_ALERTS_MAX = 1000
@@ -95,6 +116,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
     ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
     watching, acted = _card_guards(selections, starts)  # every card's guard in one
+    last_drills = _last_chain_drills([s.chain_id for s in selections])  # every chain's last drill in two
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
@@ -106,6 +128,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "plans": ahead.get(s.chain_id, []),
                 "guarded": s.chain_id in watching,
                 "guard_acted": acted.get(s.chain_id),
+                "last_drill": last_drills.get(s.chain_id),
             }
         )
     context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
@@ -586,6 +609,217 @@ def guard_off(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
+# --- failover drills ------------------------------------------------------------------------
+#
+# A drill is started or planned, aborted or cancelled in one POST each, as a plan is: what it
+# does is said on the form (the hop, the fault, the share, the window) and it never replaces
+# what the chain serves. Started, it lands on its report, which follows it live; planned,
+# aborted or refused, on the chain page (or on the report it was aborted from).
+
+
+@_oncall_change
+def drill_start(request: HttpRequest, name: str) -> HttpResponse:
+    """Start a failover drill on the chain now, or plan it."""
+    form = _drill_form(live_or_404(name), request.POST)
+
+    def apply(data: dict[str, Any]) -> Drill:
+        return fleet_drills.start_drill(
+            chain=name,
+            hop=data["hop"],
+            fault=data["fault"],
+            share=data["share"],
+            services=DrillForm.service_names(data["services"]),
+            start=data["starts_at"],
+            minutes=data["minutes"],
+            repeat_days=data["repeat_days"] or None,
+            reason=data["reason"],
+            actor=actor_of(request.user),
+        )
+
+    def done(drill: Drill) -> str:
+        now = timezone.now()
+        if drill.state == DrillState.RUNNING:
+            return (
+                f"Drill #{drill.pk} started on {name} (v{drill.started_version}): {chain_drills.describe(drill)}, "
+                f"until {format_clock(drill.ends_at, now=now)}."
+            )
+        return (
+            f"Drill #{drill.pk} planned on {name} from {format_clock(drill.starts_at, now=now)} to "
+            f"{format_clock(drill.ends_at, now=now)}: {chain_drills.describe(drill)}."
+        )
+
+    def landing(drill: Drill) -> str:
+        if drill.state == DrillState.RUNNING:
+            return reverse("drill", args=[drill.pk])
+        return f"{reverse('chain', args=[name])}#drill-{drill.pk}"
+
+    return _one_post_change(request, name, form, apply=apply, done=done, page={"drill_form": form}, landing=landing)
+
+
+@_oncall_change
+def drill_abort(request: HttpRequest, name: str, drill: int) -> HttpResponse:
+    """Abort a running drill (the chain's document loses it at once), or cancel a planned one;
+    from the chain page or from the drill's report (``back``), where it is shown again."""
+    held = _drill_or_404(name, drill)
+    planned = held.state == DrillState.PLANNED
+    form = DrillAbortForm(request.POST, drill=held.pk, planned=planned)
+    on_report = request.POST.get("back") == "report"
+
+    def apply(data: dict[str, Any]) -> Drill:
+        return chain_drills.abort_drill(drill=held.pk, actor=actor_of(request.user), reason=data["reason"])
+
+    def done(ended: Drill) -> str:
+        if planned:
+            return f"Drill #{ended.pk} on {name} cancelled: it will not start."
+        return (
+            f"Drill #{ended.pk} on {name} aborted: {name} is now v{ended.ended_version}, without it. "
+            "Clients stop failing requests as soon as they read it."
+        )
+
+    def landing(ended: Drill) -> str:
+        return reverse("drill", args=[ended.pk]) if on_report else f"{reverse('chain', args=[name])}#drill-{ended.pk}"
+
+    def shown_on(status: int) -> HttpResponse:
+        if on_report:
+            return _drill_page(request, held.pk, abort_form=form, status=status)
+        return _chain_page(request, name, status=status, drill_abort=(held.pk, form))
+
+    return _one_post_change(request, name, form, apply=apply, done=done, page={}, landing=landing, shown_on=shown_on)
+
+
+@require_safe
+@viewer_required
+def drill_page(request: HttpRequest, drill: int) -> HttpResponse:
+    """A drill's report: its verdict and why, what was drilled, the window, the fleet's counts
+    per instance and per minute; live (refreshed by the script) until it is judged."""
+    return _drill_page(request, drill)
+
+
+# The report page refreshes itself this often until the drill is judged (clients report every
+# DRILL_REPORT_INTERVAL_S while they take part).
+DRILL_REFRESH_MS = 5000
+RECENT_DRILLS = 10
+
+
+def _drill_or_404(name: str, drill: int) -> Drill:
+    """The drill ``drill`` of chain ``name``, or a 404 (a drill is found on its own chain only)."""
+    live_or_404(name)  # an unknown chain says so
+    try:
+        held = chain_drills.get(drill)
+    except NotFound:
+        raise Http404(f"{name} has no drill #{drill}") from None
+    if held.chain.name != name:
+        raise Http404(f"{name} has no drill #{drill}")
+    return held
+
+
+def _drill_form(live: Selection, data: Any = None, **kwargs: Any) -> DrillForm:
+    return DrillForm(
+        data,
+        hops=hop_choices(live.steps),
+        faults=fault_choices(),
+        longest=DRILL_MAX_MINUTES,
+        **kwargs,
+    )
+
+
+def _abort_form(drill: Drill, back: str) -> DrillAbortForm:
+    form = DrillAbortForm(drill=drill.pk, planned=drill.state == DrillState.PLANNED)
+    form.fields["back"].initial = back
+    return form
+
+
+def _drill_page(
+    request: HttpRequest, drill_id: int, *, abort_form: DrillAbortForm | None = None, status: int = 200
+) -> HttpResponse:
+    try:
+        drill = chain_drills.get(drill_id)
+    except NotFound:
+        raise Http404(f"no drill #{drill_id}") from None
+    report = fleet_drills.report(drill)
+    refused = abort_form if abort_form is not None and abort_form.errors else None
+    if drill.state == DrillState.ENDED:
+        abort_form = None  # nothing left to abort: a refusal says so at the top
+    elif abort_form is None and can_change(request.user):
+        abort_form = _abort_form(drill, "report")
+    status_name = drill_status(drill)
+    context = {
+        "drill": drill,
+        "report": report,
+        "status": status_name,
+        "status_words": DRILL_STATUS_WORDS.get(status_name, status_name),
+        "abort_form": abort_form,
+        "fallback_hop": drill.hop + 1,
+        "min_fallback_attempts": chain_drills.MIN_FALLBACK_ATTEMPTS,
+        "judge_after": settings.DRILL_JUDGE_AFTER_SECONDS,
+        "refused_form": refused,
+        # Until it is judged, the script fetches the page again and shows what changed.
+        "live_every": DRILL_REFRESH_MS if not drill.is_judged else None,
+        "refresh": "",
+    }
+    return render_page(request, "presets/drill.html", context, status=status)
+
+
+def _drill_items(
+    request: HttpRequest, chain: Chain, *, bound: tuple[int, DrillAbortForm] | None
+) -> tuple[list[DrillItem], list[DrillItem]]:
+    """The chain's drills to come or running (the running one with the fleet's counts), and the
+    latest ones that ended, each with its state; for someone on call, each to come with the
+    form that aborts or cancels it (``bound``: the one a refused abort sent back)."""
+    oncall = can_change(request.user)
+    now_items: list[DrillItem] = []
+    recent: list[DrillItem] = []
+    for drill in chain_drills.of_chain(chain, limit=RECENT_DRILLS + 10):
+        summary = chain_drills.describe(drill)
+        if drill.state == DrillState.ENDED:
+            if len(recent) < RECENT_DRILLS:
+                recent.append(DrillItem(drill=drill, summary=summary, status=drill_status(drill)))
+            continue
+        form = None
+        if bound is not None and bound[0] == drill.pk:
+            form = bound[1]
+        elif oncall:
+            form = _abort_form(drill, "chain")
+        running = drill.state == DrillState.RUNNING
+        now_items.append(
+            DrillItem(
+                drill=drill,
+                summary=summary,
+                status=drill_status(drill),
+                report=dict(fleet_drills.report(drill)) if running else None,
+                abort_form=form,
+            )
+        )
+    # The running one first, then the planned ones by their start.
+    now_items.sort(key=lambda item: (item.status != "running", item.drill.starts_at, item.drill.pk))
+    return now_items, recent
+
+
+def _last_chain_drills(chain_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """By chain, its last judged drill (as ``audit.drills.last_drills`` gives a preset's, with
+    the preset's name): two queries for every chain of the dashboard."""
+    latest = (
+        Drill.objects.filter(chain=OuterRef("pk"), preset__isnull=False, verdict__in=JUDGED_VERDICTS)
+        .order_by("-starts_at", "-id")
+        .values("pk")[:1]
+    )
+    ids = [
+        pk
+        for pk in Chain.objects.filter(pk__in=chain_ids).annotate(last=Subquery(latest)).values_list("last", flat=True)
+        if pk is not None
+    ]
+    return {
+        drill.chain_id: {
+            "id": drill.pk,
+            "at": format_time(drill.starts_at),
+            "version": drill.started_version,
+            "verdict": drill.verdict,
+            "preset": drill.preset.name if drill.preset else None,
+        }
+        for drill in Drill.objects.filter(pk__in=ids).select_related("preset")
+    }
+
+
 def _guard_note(live: Selection, steps: list[dict[str, Any]], *, guard: bool) -> dict[str, Any]:
     """What the review says of the pin's guard (``services._watch`` decides the same way):
     ``guarded``, and in words."""
@@ -638,17 +872,22 @@ def _one_post_change(
     done: Callable[[Any], str],
     page: dict[str, Any],
     anchor: Callable[[Any], str] = lambda held: f"#plan-{held.pk}",
+    landing: Callable[[Any], str] | None = None,
+    shown_on: Callable[[int], HttpResponse] | None = None,
 ) -> HttpResponse:
-    """Apply a change made in one POST (a plan's, a guard's), then show it on the chain page
-    (at ``anchor``) with ``done``'s message; a refusal is shown by the GET this redirects to
-    (``_show_after_post``): the chain page with the form (``page``: how ``_chain_page`` takes
-    it) and each error on its field."""
+    """Apply a change made in one POST (a plan's, a guard's, a drill's), then show it on the
+    chain page (at ``anchor``; or at ``landing``'s URL) with ``done``'s message; a refusal is
+    shown by the GET this redirects to (``_show_after_post``): the chain page with the form
+    (``page``: how ``_chain_page`` takes it; or the page ``shown_on`` renders with a status)
+    and each error on its field."""
     if request.method != "POST":
         pending = _pending(request)
         assert pending is not None  # ``_oncall_change`` lets a GET through only with one
         _check_form(form)
         for field, message in pending["refused"]:
             form.add_service_error(InvalidInput(field, message))
+        if shown_on is not None:
+            return shown_on(pending["status"])
         return _chain_page(request, name, status=pending["status"], **page)
     live_or_404(name)  # an unknown chain is a 404, whatever was posted
     refused: list[InvalidInput] = []
@@ -667,6 +906,8 @@ def _one_post_change(
             raise Http404(str(error)) from None
         else:
             messages.success(request, done(held))
+            if landing is not None:
+                return redirect(landing(held))
             return redirect(f"{reverse('chain', args=[name])}{anchor(held)}")
     return _show_after_post(request, _posted_fields(request), status=400, refused=refused)
 
@@ -931,6 +1172,8 @@ def _chain_page(
     plan_form: PlanForm | None = None,
     plan_action: tuple[int, str, ReasonForm] | None = None,
     guard_form: GuardOffForm | None = None,
+    drill_form: DrillForm | None = None,
+    drill_abort: tuple[int, DrillAbortForm] | None = None,
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
@@ -947,6 +1190,8 @@ def _chain_page(
         and plan_form is None
         and plan_action is None
         and guard_form is None
+        and drill_form is None
+        and drill_abort is None
     )
     typed_into, typed = _typed_before_sign_in(request, name) if unbound else ("", {})
     chosen = request.GET.get("preset", "") or (typed.get("preset", "") if typed_into == "select" else "")
@@ -973,6 +1218,12 @@ def _chain_page(
         extend_form = ExtendForm(initial=initial("extend"))
     if shorten_form is None:
         shorten_form = ShortenForm(initial=initial("shorten", shorten=True))
+    if drill_form is None:
+        typed_drill = {key: typed[key] for key in DrillForm.base_fields if typed.get(key)}
+        if typed_into != "drill_start":
+            typed_drill = {}
+        drill_form = _drill_form(selection, initial=typed_drill)
+    drills_now, drills_recent = _drill_items(request, selection.chain, bound=drill_abort)
     plan_presets = plan_preset_choices(presets)
     if plan_form is None:
         kept = ("preset", "zone", "starts_at", "ends_at", "reason")
@@ -996,7 +1247,9 @@ def _chain_page(
         shorten_form,
         plan_form,
         guard_form,
+        drill_form,
         *(plan_action[2:] if plan_action else ()),
+        *(drill_abort[1:] if drill_abort else ()),
     )
     refused_form = next((form for form in forms if form.errors), None)
     # The reason box takes the focus when the person came to pin (a preset chosen on the
@@ -1010,15 +1263,21 @@ def _chain_page(
         plan_form.fields["reason"].widget.attrs["autofocus"] = True
     elif typed_into == "guard_off" or guard_form.is_bound:
         guard_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif typed_into == "drill_start" or drill_form.is_bound:
+        drill_form.fields["reason"].widget.attrs["autofocus"] = True
+    elif drill_abort is not None:
+        drill_abort[1].fields["reason"].widget.attrs["autofocus"] = True
     elif focus is not None or plan_action is not None:
         pass  # the plan's form the person came to (``_plan_items``)
     elif chosen or from_alert or select_form.is_bound or not live.is_pinned:
         select_form.fields["reason"].widget.attrs["autofocus"] = True
+    last_drills = fleet_drills.last_drills(selection.chain)
     choices = preset_choices(
         presets,
         selection,
         warn=idle_head_warnings(selection.chain),
         health=health,
+        last_drills=last_drills,
     )
     context = {
         "live": live,
@@ -1041,6 +1300,13 @@ def _chain_page(
         "plans_ahead": _plans_ahead([item.plan for item in plan_items if item.plan.is_holding]).get(
             selection.chain_id, []
         ),
+        "drill_form": drill_form,
+        "drills_now": drills_now,
+        "drills_recent": drills_recent,
+        # Every reviewed preset, the default first, with its last drill (None: never drilled).
+        "preset_drills": [
+            (p.name, p.is_default, last_drills.get(p.name)) for p in sorted(presets, key=lambda p: not p.is_default)
+        ],
         # A refused change's errors, summed up at the top of the page and focused there.
         "refused_form": refused_form,
         "refresh": "notice",

@@ -350,6 +350,11 @@ def test_a_body_that_is_not_json_is_a_json_error(writer: Client, body, content_t
         ("post", "/api/v1/chains/chat/plans/1/start"),
         ("get", "/api/v1/chains/chat/guard"),
         ("post", "/api/v1/chains/chat/guard/off"),
+        ("get", "/api/v1/chains/chat/presets"),
+        ("get", "/api/v1/chains/chat/drills"),
+        ("post", "/api/v1/chains/chat/drills"),
+        ("get", "/api/v1/drills/1"),
+        ("post", "/api/v1/drills/1/abort"),
     ],
 )
 def test_every_endpoint_without_credentials_answers_401(client: Client, method, url) -> None:
@@ -370,6 +375,8 @@ def test_every_endpoint_without_credentials_answers_401(client: Client, method, 
         "/api/v1/chains/chat/plans/1/cancel",
         "/api/v1/chains/chat/plans/1/start",
         "/api/v1/chains/chat/guard/off",
+        "/api/v1/chains/chat/drills",
+        "/api/v1/drills/1/abort",
     ],
 )
 def test_a_read_token_cannot_write(reader: Client, url) -> None:

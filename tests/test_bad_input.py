@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from audit.fleet_recorder import parse_identity, recorder
 from audit.models import FleetInstance, ProviderUsage, RejectedVersion
 from controlplane.logging_plain import PlainFormatter
-from presets.models import PinGuard, PlanEvent, PlannedPin, Selection
+from presets.models import Drill, PinGuard, PlanEvent, PlannedPin, Selection
 
 GETS = [
     "/api/v1/chains",
@@ -32,6 +32,8 @@ GETS = [
     "/api/v1/history",
     "/api/v1/plans",
     "/api/v1/chains/chat/plans",
+    "/api/v1/chains/chat/presets",
+    "/api/v1/chains/chat/drills",
 ]
 POSTS = [
     "/api/v1/chains/chat/select",
@@ -41,7 +43,11 @@ POSTS = [
     "/api/v1/chains/chat/usage",
     "/api/v1/chains/chat/plans",
     "/api/v1/chains/chat/guard/off",
+    "/api/v1/chains/chat/drills",
+    "/api/v1/drills/1/abort",
 ]
+DRILLS = "/api/v1/chains/chat/drills"
+DRILL = {"hop": 1, "fault": "server_error", "share": 10, "reason": "r"}
 # chat's guard: a 404 while chat serves no guarded pin (tests/test_guards_api.py reads one), so
 # only where the request is refused before the view looks.
 GUARD = "/api/v1/chains/chat/guard"
@@ -83,6 +89,7 @@ def written_state() -> tuple[Any, ...]:
         list(PlannedPin.objects.order_by("pk").values()),
         list(PlanEvent.objects.order_by("pk").values()),
         list(PinGuard.objects.order_by("pk").values()),
+        list(Drill.objects.order_by("pk").values()),
     )
 
 
@@ -206,6 +213,14 @@ INVALID_VALUES = [
         )
         for n in HUGE
     ],
+    *[
+        (f"drill-{field}-{n}", DRILLS, {**DRILL, field: n})
+        for field in ("hop", "share", "minutes", "repeat_days", "max_failed", "max_fallback_error_pct")
+        for n in HUGE
+    ],
+    ("drill-start-year-9999-west", DRILLS, {**DRILL, "start": "9999-12-31T23:59:59-05:00"}),
+    ("drill-start-year-1-east", DRILLS, {**DRILL, "start": "0001-01-01T00:00:00+05:00"}),
+    *[(f"drill-abort-{n}", f"/api/v1/drills/{n}/abort", {"reason": "r"}) for n in HUGE],
     (
         "usage-long-rejection-reason",
         POSTS[4],
@@ -253,6 +268,7 @@ NAIVE_TIMES = [
         "expires_at",
     ),
     ("extend", POSTS[2], {"reason": "r", "expires_at": NAIVE}, "expires_at"),
+    ("drill-start", DRILLS, {**DRILL, "start": NAIVE}, "start"),
     (
         "usage-last-served",
         POSTS[4],
@@ -527,6 +543,12 @@ fields = st.sampled_from(
         "applied_version",
         "providers",
         "rejected",
+        "hop",
+        "fault",
+        "share",
+        "services",
+        "start",
+        "minutes",
     ]
 )
 bodies = (

@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, resolve
 from django.utils import timezone
 
-from audit import actions, alerts
+from audit import actions, alerts, drills
 from presets import plans, services
 from presets.roles import can_change, can_see_access, can_view
 from tests.conftest import make_token
@@ -140,6 +140,8 @@ EXTEND_FORM = {"duration_minutes": 600, "reason": "INC-7", "expected_version": 2
 CHANGE_FORM = {"reason": "INC-7", "expected_version": 2}
 PLAN_BODY = {"preset": "drop_vendor_b", "starts_at": "{free_start}", "ends_at": "{free_end}", "reason": "INC-7"}
 PLAN_FORM = {**PLAN_BODY, "zone": "UTC"}
+DRILL_BODY = {"hop": 1, "fault": "server_error", "share": 10, "reason": "INC-7"}
+DRILL_FORM = {"hop": "1", "fault": "server_error", "share": "10", "minutes": "15", "zone": "UTC", "reason": "INC-7"}
 
 # (id, method, path, body, expected outcomes by principal)
 ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
@@ -160,6 +162,11 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("page-plan-start", "POST", "/chains/chat/plans/{suspended}/start", {"reason": "INC-7"}, CHANGE_PAGE),
     # Switching the guard off is one POST too: made, it lands on the guard on the chain page.
     ("page-guard-off", "POST", "/chains/chat/guard/off", {"reason": "INC-7"}, CHANGE_PAGE),
+    # A drill's start and abort on the pages are one POST each: made, they land on the drill's
+    # report (started now) or on it on the chain page; {drill}: planned_drill.
+    ("page-drill", "GET", "/drills/{drill}/", None, READ_PAGE),
+    ("page-drill-start", "POST", "/chains/incident-summary/drills", DRILL_FORM, CHANGE_PAGE),
+    ("page-drill-abort", "POST", "/chains/incident-summary/drills/{drill}/abort", {"reason": "INC-7"}, CHANGE_PAGE),
     # A notification's deep link: the suggested change's review (a GET; nothing changes yet).
     ("page-act", "GET", "/act/{link}/", None, CHANGE_PAGE),
     ("api-chains", "GET", "/api/v1/chains", None, API_READ),
@@ -193,6 +200,13 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     # The guard rows: chat's v2 pin is guarded.
     ("api-chain-guard", "GET", "/api/v1/chains/chat/guard", None, API_READ),
     ("api-guard-off", "POST", "/api/v1/chains/chat/guard/off", {"reason": "INC-7"}, API_CHANGE),
+    # The drill rows: incident-summary's {drill} is planned in an hour (chat is pinned: no drill
+    # starts on it), its presets with each one's last drill.
+    ("api-chain-presets", "GET", "/api/v1/chains/chat/presets", None, API_READ),
+    ("api-chain-drills", "GET", "/api/v1/chains/incident-summary/drills", None, API_READ),
+    ("api-drill-start", "POST", "/api/v1/chains/incident-summary/drills", DRILL_BODY, API_CREATE),
+    ("api-drill", "GET", "/api/v1/drills/{drill}", None, API_READ),
+    ("api-drill-abort", "POST", "/api/v1/drills/{drill}/abort", {"reason": "INC-7"}, API_CHANGE),
     # OFREP is read with a service token only (a person's session is no OFREP credential).
     ("ofrep-flag", "POST", "/ofrep/v1/evaluate/flags/chat", {"context": {}}, OFREP),
     ("ofrep-flags", "POST", "/ofrep/v1/evaluate/flags", {"context": {}}, OFREP),
@@ -229,6 +243,8 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
     )
     with time_machine.travel(timezone.now(), tick=True) as clock:
         ids = chat_with_plans(clock) if "/plans" in path else {}
+        if "/drills" in path:
+            ids = {"drill": planned_drill()}
         if "/act/" in path:
             action = actions.Action(actions.REVERT, "chat", 2, reason="INC-7", at=int(timezone.now().timestamp()))
             ids = {"link": actions.deep_link(action).rstrip("/").rsplit("/", 1)[1]}
@@ -237,8 +253,10 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
             body = {key: value.format(**ids) if isinstance(value, str) else value for key, value in body.items()}
         response = send(client, method, path.format(**ids), body)
         page = not path.startswith(("/api/", "/ofrep/"))
-        # A plan's or a guard's change made: one POST, then the chain page at what changed.
-        done = response.status_code == 302 and re.search(r"#(plan-|guard$)", response.get("Location", ""))
+        # A plan's, a guard's or a drill's change made: one POST, then the page of what changed.
+        done = response.status_code == 302 and re.search(
+            r"#(plan-|guard$|drill-)|^/drills/", response.get("Location", "")
+        )
         reviewed = response.status_code == 302 and "?review=" in response["Location"]
         if page and (method == "POST" or "/act/" in path) and (done or reviewed):
             response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
@@ -276,6 +294,14 @@ def test_the_matrix_has_a_row_for_every_page_and_api_route() -> None:
     covered = {resolve(re.sub(r"\{\w+\}", "1", path)).url_name for _, _, path, _, _ in ENDPOINTS}
     slack = {"slack-actions", "slack-commands"}  # signed by Slack, for its users: tests/test_slack.py
     assert routes - {"metrics", "api-schema", "api-usage", "api-fleet-seen", "favicon", *slack} == covered
+
+
+def planned_drill() -> int:
+    """A drill of incident-summary planned in an hour, for the drill rows to read and cancel."""
+    start = timezone.now() + timedelta(hours=1)
+    return drills.start_drill(
+        chain="incident-summary", hop=1, fault="timeout", share=5, start=start, reason="drill", actor="carol"
+    ).pk
 
 
 def chat_with_plans(clock: Any) -> dict[str, Any]:

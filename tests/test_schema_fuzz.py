@@ -25,8 +25,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from audit import drills as fleet_drills
 from controlplane.wsgi import application
-from presets import plans, services
+from presets import drills, plans, services
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -56,6 +57,11 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/plans/{plan}/start"),
     ("GET", "/api/v1/chains/{name}/guard"),
     ("POST", "/api/v1/chains/{name}/guard/off"),
+    ("GET", "/api/v1/chains/{name}/presets"),
+    ("GET", "/api/v1/chains/{name}/drills"),
+    ("POST", "/api/v1/chains/{name}/drills"),
+    ("GET", "/api/v1/drills/{drill}"),
+    ("POST", "/api/v1/drills/{drill}/abort"),
     ("POST", "/ofrep/v1/evaluate/flags"),
     ("POST", "/ofrep/v1/evaluate/flags/{key}"),
 ]
@@ -100,6 +106,14 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
     if "/guard" in path:
         # A guarded pin on chat, so that the guard's 200 answers are checked too.
         services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="schema fuzz", guard=True)
+    drill = None
+    if "drill" in path or "/presets" in path:
+        # A drill of incident-summary to read and abort, with its last drill (one aborted) on
+        # its presets; chat stays free for new drills, so that their 201 answers are checked.
+        drilled = {"chain": "incident-summary", "hop": 1, "fault": "timeout", "share": 5, "actor": "alice"}
+        ended = fleet_drills.start_drill(**drilled, reason="schema fuzz")
+        drills.abort_drill(drill=ended.pk, actor="alice", reason="schema fuzz")
+        drill = fleet_drills.start_drill(**drilled, reason="schema fuzz")
 
     @settings(
         max_examples=int(os.environ.get("FUZZ_EXAMPLES", "25")),
@@ -122,6 +136,8 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
                 case.path_parameters["version"] = version
             if "plan" in case.path_parameters and realistic:
                 case.path_parameters["plan"] = planned.pk
+        if case.path_parameters and "drill" in case.path_parameters and realistic and drill is not None:
+            case.path_parameters = {**case.path_parameters, "drill": drill.pk}
         if realistic and isinstance(case.body, dict):
             # ...and bodies a real client sends, so that the 200 answers are checked too.
             body = {key: value for key, value in case.body.items() if key not in {"expected_version", "expires_at"}}
@@ -131,6 +147,9 @@ def test_the_api_answers_as_its_schema_says_and_never_with_a_5xx(
             if "duration_minutes" in body:
                 body["duration_minutes"] = 30
             body.update({key: value for key, value in window.items() if key in body})
+            if "hop" in body:  # a drill: values it takes
+                body.update(hop=1, fault="server_error", share=10, services=[], start=None, minutes=15)
+                body.update(repeat_days=None, max_failed=0, max_fallback_error_pct=10)
             case.body = body
         response = case.call_and_validate(headers=headers, checks=CHECKS)
         statuses[response.status_code] += 1

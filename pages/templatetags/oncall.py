@@ -19,7 +19,7 @@ from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.messages import change_summary, expiry_words
 from audit.models import Alert, Deliverable, DeliveryState, Notification
 from audit.notifiers import LOG
-from pages import display
+from pages import display, plots
 from presets.documents import format_duration, format_time
 from presets.guards import describe as describe_guard
 from presets.models import GuardState, PinGuard, PlannedPin
@@ -61,6 +61,16 @@ def time_left(value: datetime | None) -> str:
     if left <= timedelta(0):
         return "expired"
     return f"expires in {format_duration(left)}"
+
+
+@register.filter
+def ends_in(value: datetime | None) -> str:
+    """'ends in 12 min', or 'ended' once the moment has passed: a drill's window (the script
+    writes the same words as it counts down)."""
+    if value is None:
+        return ""
+    left = value - timezone.now()
+    return "ended" if left <= timedelta(0) else f"ends in {format_duration(left)}"
 
 
 @register.filter
@@ -141,6 +151,35 @@ def sparkline(row: display.StepRow) -> str:
         words=words,
         shapes=mark_safe("".join(shapes)),  # each built by format_html above
     )
+
+
+# --- failover drills ----------------------------------------------------------------------
+
+
+@register.simple_tag
+def latency_plot(report: dict[str, Any]) -> SafeString:
+    """A drill report's latency per minute, drilled against not drilled (``plots``)."""
+    return plots.latency_figure(report["timeline"])
+
+
+@register.simple_tag
+def hops_plot(report: dict[str, Any], steps: list[dict[str, Any]]) -> SafeString:
+    """A drill report's drilled requests per minute by the hop that served them (``plots``)."""
+    return plots.hops_figure(report["timeline"], steps=steps)
+
+
+@register.filter
+def hop_counts(ended_on: dict[str, int] | None) -> str:
+    """Drilled requests by the hop that served them: 'hop 2: 81, hop 3: 2', or 'none'."""
+    if not ended_on:
+        return "none"
+    return ", ".join(f"hop {hop}: {count}" for hop, count in sorted(ended_on.items(), key=lambda item: int(item[0])))
+
+
+@register.filter
+def ms(value: int | None) -> str:
+    """A latency: '250 ms', '1.5 s', or '–' when nothing was reported."""
+    return "–" if value is None else plots.format_ms(value)
 
 
 # --- the alerts page ----------------------------------------------------------------------

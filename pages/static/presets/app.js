@@ -39,6 +39,11 @@
         el.textContent = "expires in " + formatDuration(left);
       }
     });
+    // A drill's window: "ends in 12 min", then "ended" (the server's ends_in).
+    document.querySelectorAll("time[data-ends]").forEach(function (el) {
+      var left = (Date.parse(el.getAttribute("datetime")) - now) / 1000;
+      el.textContent = left <= 0 ? "ended" : "ends in " + formatDuration(left);
+    });
     // "12 min ago" next to a change keeps counting too (same words as the server's).
     document.querySelectorAll("time[data-since]").forEach(function (el) {
       el.textContent = formatDuration((now - Date.parse(el.getAttribute("datetime"))) / 1000) + " ago";
@@ -133,7 +138,8 @@
     return parts.weekday + " " + parts.day + " " + parts.month + year + " " + parts.hour + ":" + parts.minute + " " + parts.timeZoneName;
   }
 
-  if (showsLocal) {
+  function fillLocal() {
+    if (!showsLocal) return;
     document.querySelectorAll("[data-local]").forEach(function (el) {
       var when = new Date(el.getAttribute("data-local"));
       if (isNaN(when.getTime())) return;
@@ -142,6 +148,7 @@
       el.textContent = " (" + (prefix || "") + formatDay(when, browserZone) + ")";
     });
   }
+  fillLocal();
 
   // A datetime-local input's value, read on the clock of `zone` (UTC or this browser's): a
   // Date, "gap" when that clock skips it (the clocks go forward), or null.
@@ -165,9 +172,9 @@
   document.querySelectorAll("form[data-plan-times]").forEach(function (form) {
     var zone = form.querySelector('select[name="zone"]');
     var start = form.querySelector('input[name="starts_at"]');
-    var end = form.querySelector('input[name="ends_at"]');
+    var end = form.querySelector('input[name="ends_at"]'); // a drill's form has a start only
     var preview = form.querySelector("[data-zone-preview]");
-    if (!zone || !start || !end) return;
+    if (!zone || !start) return;
     if (showsLocal && !Array.prototype.some.call(zone.options, function (o) { return o.value === browserZone; })) {
       zone.add(new Option(browserZone + " (this browser)", browserZone));
     }
@@ -176,7 +183,7 @@
     if (showsLocal && form.hasAttribute("data-unbound")) {
       zone.value = browserZone;
       [start, end].forEach(function (input) {
-        var instant = input.getAttribute("data-instant");
+        var instant = input && input.getAttribute("data-instant");
         if (instant) input.value = wallOf(new Date(instant));
       });
     }
@@ -185,7 +192,7 @@
       if (!preview) return;
       var other = zone.value === "UTC" ? (showsLocal ? browserZone : "") : "UTC";
       var from = instantOf(start.value, zone.value);
-      var to = instantOf(end.value, zone.value);
+      var to = end ? instantOf(end.value, zone.value) : null;
       var words = [];
       [["Start", start, from], ["End", end, to]].forEach(function (field) {
         if (field[2] === "gap") {
@@ -204,11 +211,56 @@
     }
     zone.addEventListener("change", update);
     [start, end].forEach(function (input) {
+      if (!input) return;
       input.addEventListener("input", update);
       input.addEventListener("change", update);
     });
     update();
   });
+
+  // --- a drill's report: live until it is judged ------------------------------------------------
+  // The page is fetched again every few seconds and each part marked data-live-part replaced by
+  // its new self (gone from the new page: emptied). A part someone is typing in, or has typed
+  // in, is left as it is. Once the new page is no longer live (judged), so is this one.
+  var report = document.querySelector("[data-drill-report][data-live-every]");
+  if (report) {
+    var every = Number(report.getAttribute("data-live-every")) || 5000;
+    var drillId = report.getAttribute("data-drill-report");
+    var fetching = false;
+    var typedIn = function (part) {
+      if (part.contains(document.activeElement) && document.activeElement !== part) return true;
+      return Array.prototype.some.call(part.querySelectorAll("input, textarea"), function (input) {
+        return input.type !== "hidden" && input.value !== input.defaultValue;
+      });
+    };
+    var follow = window.setInterval(function () {
+      if (fetching) return;
+      fetching = true;
+      fetch(window.location.pathname, { credentials: "same-origin", cache: "no-store", headers: { Accept: "text/html" } })
+        .then(function (response) { return response.ok ? response.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          var freshReport = fresh.querySelector("[data-drill-report]");
+          // Signed out meanwhile (the sign-in page), or another page: leave this one as it is.
+          if (!freshReport || freshReport.getAttribute("data-drill-report") !== drillId) return;
+          document.querySelectorAll("[data-live-part][id]").forEach(function (part) {
+            if (typedIn(part)) return;
+            var next = fresh.getElementById(part.id);
+            if (next) part.replaceWith(document.importNode(next, true));
+            else part.replaceChildren();
+          });
+          if (!freshReport.hasAttribute("data-live-every")) {
+            report.removeAttribute("data-live-every");
+            window.clearInterval(follow);
+          }
+          fillLocal();
+          tick();
+        })
+        .catch(function () { /* offline for a moment: try again at the next refresh */ })
+        .then(function () { fetching = false; });
+    }, every);
+  }
 
   var wasExpired = tick();
   window.setInterval(function () {
