@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from audit import actions, provider_health
@@ -35,7 +35,7 @@ from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind, DrillInstance, DrillMinute, FleetInstance
 from presets import drills as chain_drills
 from presets.documents import Time, format_time
-from presets.models import Chain, Drill, DrillState, Verdict
+from presets.models import JUDGED_VERDICTS, Chain, Drill, DrillState, Verdict
 from presets.wire import LATENCY_BOUNDS_MS
 
 log = logging.getLogger(__name__)
@@ -509,6 +509,31 @@ def last_drills(chain: Chain) -> dict[str, LastDrill]:
         )
         for drill in chain_drills.last_judged(chain).values()
         if drill.preset is not None
+    }
+
+
+def last_drill_by_chain(chain_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """By chain, its last judged drill (as ``last_drills`` gives a preset's, with
+    the preset's name): two queries for every chain of the dashboard."""
+    latest = (
+        Drill.objects.filter(chain=OuterRef("pk"), preset__isnull=False, verdict__in=JUDGED_VERDICTS)
+        .order_by("-starts_at", "-id")
+        .values("pk")[:1]
+    )
+    ids = [
+        pk
+        for pk in Chain.objects.filter(pk__in=chain_ids).annotate(last=Subquery(latest)).values_list("last", flat=True)
+        if pk is not None
+    ]
+    return {
+        drill.chain_id: {
+            "id": drill.pk,
+            "at": format_time(drill.starts_at),
+            "version": drill.started_version,
+            "verdict": drill.verdict,
+            "preset": drill.preset.name if drill.preset else None,
+        }
+        for drill in Drill.objects.filter(pk__in=ids).select_related("preset")
     }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -74,11 +74,10 @@ from pages.forms import (
 from pages.layout import live_card, live_or_404, render_page, viewer_required
 from presets import drills as chain_drills
 from presets import guards, plans, selectors, services
-from presets.documents import format_duration, format_time
+from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.history import entry, history_rows
 from presets.models import (
-    JUDGED_VERDICTS,
     Chain,
     Drill,
     DrillState,
@@ -116,7 +115,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
     ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
     watching, acted = _card_guards(selections, starts)  # every card's guard in one
-    last_drills = _last_chain_drills([s.chain_id for s in selections])  # every chain's last drill in two
+    last_drills = fleet_drills.last_drill_by_chain([s.chain_id for s in selections])  # every chain's last drill in two
     cards = []
     for s in selections:
         health, suggestion = _health(s, presets.get(s.chain_id, []), now=now, health=healths[s.chain_id])
@@ -793,31 +792,6 @@ def _drill_items(
     # The running one first, then the planned ones by their start.
     now_items.sort(key=lambda item: (item.status != "running", item.drill.starts_at, item.drill.pk))
     return now_items, recent
-
-
-def _last_chain_drills(chain_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """By chain, its last judged drill (as ``audit.drills.last_drills`` gives a preset's, with
-    the preset's name): two queries for every chain of the dashboard."""
-    latest = (
-        Drill.objects.filter(chain=OuterRef("pk"), preset__isnull=False, verdict__in=JUDGED_VERDICTS)
-        .order_by("-starts_at", "-id")
-        .values("pk")[:1]
-    )
-    ids = [
-        pk
-        for pk in Chain.objects.filter(pk__in=chain_ids).annotate(last=Subquery(latest)).values_list("last", flat=True)
-        if pk is not None
-    ]
-    return {
-        drill.chain_id: {
-            "id": drill.pk,
-            "at": format_time(drill.starts_at),
-            "version": drill.started_version,
-            "verdict": drill.verdict,
-            "preset": drill.preset.name if drill.preset else None,
-        }
-        for drill in Drill.objects.filter(pk__in=ids).select_related("preset")
-    }
 
 
 def _guard_note(live: Selection, steps: list[dict[str, Any]], *, guard: bool) -> dict[str, Any]:
