@@ -49,6 +49,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
         "audit.tasks.alert_stale_pins",
         "audit.tasks.alert_providers",
         "audit.tasks.prune_provider_health",
+        "audit.tasks.run_drills",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks
@@ -58,6 +59,7 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     assert schedule["alert-stale-pins"]["schedule"] == 60.0
     assert schedule["alert-providers"]["schedule"] == 15.0
     assert schedule["prune-provider-health"]["schedule"] == 600.0
+    assert schedule["run-drills"]["schedule"] == 5.0  # drills start, end and are judged within seconds
 
 
 def test_the_task_reverts_a_due_pin_with_a_reason_naming_it_and_raises_pin_expired(synced) -> None:
