@@ -8,7 +8,9 @@ replayed with its genuine signature is ignored like any older answer). A change 
 one line, swapped in as one reference (what ``current()`` reads), saved to the state file and
 passed to ``on_change``. An invalid or badly signed body is refused, counted, listed for the
 usage report and logged once per document. A valid but older answer may mean the server is
-behind this instance (``stats`` decides whether that lasts long enough to say so).
+behind this instance (``stats`` decides whether that lasts long enough to say so). A document
+whose failover drill this client cannot apply is applied without it, with one warning; one
+that brings or ends a drill wakes the usage thread (a drill's reports are seconds apart).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from chainclient import drills
 from chainclient.signatures import TrustedKeys
 from chainclient.snapshot import Snapshot, entity_tag, label, snapshot_of
 from chainclient.state_file import StateFile
@@ -137,8 +140,32 @@ class Applier:
         )
         self._publish(snapshot_of(document, self._default_steps))
         self._stats.document_changed()
+        self._note_drill(previous, document)
         # Saved after the swap: a slow disk must not delay the change reaching requests.
         self._persist(document)
+
+    def _note_drill(self, previous: ChainDocument, document: ChainDocument) -> None:
+        """Say what the new document means for failover drills, once per document."""
+        drill = document.drill
+        if document.drill_ignored is not None:
+            logger.warning(
+                "chain %s: ignoring the failover drill in %s: %s; the document itself is applied",
+                self._chain,
+                label(document),
+                document.drill_ignored,
+            )
+        if drill is not None and (previous.drill is None or previous.drill.id != drill.id):
+            logger.info(
+                "chain %s: %s carries failover drill %d: %s, from %s to %s",
+                self._chain,
+                label(document),
+                drill.id,
+                drills.describe(drill, document.chain),
+                drill.starts_at,
+                drill.ends_at,
+            )
+        if drill is not None or previous.drill is not None:
+            self._usage.drill_changed()
 
     def _persist(self, document: ChainDocument) -> None:
         path = self._state_file.path

@@ -73,7 +73,11 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             turn = next(walking)
             while True:
                 try:
-                    answer = await _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                    if turn.drill is None:
+                        answer = await _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                    else:  # a drilled attempt: no call, only the time a timeout would take
+                        answer = _NOT_CALLED
+                        await _pause(self._drill_pause(turn))
                 except BaseException as interruption:  # the task was cancelled (or interrupted)
                     self._interrupted(turn, interruption)
                     raise
@@ -119,6 +123,14 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         for index, step in enumerate(walk.document.chain):
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
+                continue
+            if turn.drill is not None:  # a drilled attempt never opens a stream
+                try:
+                    await _pause(self._drill_pause(turn))
+                except BaseException as interruption:  # the task was cancelled
+                    self._interrupted(turn, interruption)
+                    raise
+                self._injected(walk, turn, streaming=True)
                 continue
             progress = StreamProgress(
                 None,
@@ -327,6 +339,14 @@ async def _close(progress: StreamProgress, alarm: _Alarm | None) -> None:
         await stream.aclose()
     except Exception:  # a stream that fails to close must not change the request's outcome
         pass
+
+
+_NOT_CALLED: tuple[Exception | None, Any] = (None, None)
+
+
+async def _pause(seconds: float) -> None:
+    if seconds > 0:
+        await asyncio.sleep(seconds)
 
 
 async def _call(transport: AsyncTransport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:

@@ -19,12 +19,15 @@ by the parts it composes:
 - ``state_file``: the last-known-good file, which never goes back;
 - ``usage``: ``record_served`` and the usage reports, from a thread of their own;
 - ``health``: the attempts and breaker openings those reports carry (``record_attempt``);
+- ``drills``: whether this service takes part in a failover drill (``takes_part``), and what
+  its routers recorded of one (``record_drill``) for those reports;
 - ``stats``: the counters ``health()`` reports, and the episodes logged once each.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -38,6 +41,7 @@ from typing import Any
 
 from chainclient.applier import Applier
 from chainclient.applier import OnChange as OnChange
+from chainclient.drills import DrillRequest, takes_part_in
 from chainclient.poller import REPOLL_SPREAD_S as REPOLL_SPREAD_S
 from chainclient.poller import Poller, PollSettings
 from chainclient.receipts import Attempt
@@ -48,7 +52,7 @@ from chainclient.state_file import StateFile
 from chainclient.stats import ClientStats, OlderAnswer
 from chainclient.transport import MAX_DOCUMENT_BYTES as MAX_DOCUMENT_BYTES
 from chainclient.transport import Endpoint
-from chainclient.types import ChainDocument, Registry, Step
+from chainclient.types import ChainDocument, Drill, Registry, Step
 from chainclient.usage import MAX_REPORTED_REJECTIONS as MAX_REPORTED_REJECTIONS
 from chainclient.usage import UsageReporter
 from chainclient.wire import MAX_WAIT_S
@@ -125,6 +129,10 @@ class ChainClient:
         self._on_change = on_change
         self._service = service
         self._endpoint = endpoint
+        # The token's SHA-256, as the control plane stores it: a drill names the services
+        # taking part by digests of it (``wire.drill_service_digest``). Hashed once.
+        self._token_sha256 = hashlib.sha256(token.encode()).hexdigest() if token else None
+        self._drill_part: tuple[int, tuple[str, ...], bool] | None = None
         self._pid = os.getpid()
         # Wall-clock time, because a pin's expiry is a wall-clock instant; tests replace it.
         self._clock: Callable[[], float] = time.time
@@ -153,6 +161,8 @@ class ChainClient:
             stats=self._stats,
             ahead=self._ahead_of_server,
             applied_version=self._applied_version,
+            drill=self._drill_taken_part_in,
+            now=self._now,
         )
         applier = self._new_applier()
         settings = PollSettings(
@@ -173,6 +183,14 @@ class ChainClient:
         loaded = self._state_file.load()
         if loaded.refused is not None:
             self._stats.state_file_refused(loaded.refused)
+        if loaded.document is not None and loaded.document.drill_ignored is not None:
+            logger.warning(
+                "chain %s: ignoring the failover drill in %s from %s: %s; the document itself is applied",
+                chain,
+                f"v{loaded.document.version}",
+                self._state_file.path,
+                loaded.document.drill_ignored,
+            )
         # The only shared mutable state the read path sees: one reference to a frozen value.
         self._snapshot: Snapshot = snapshot_of(loaded.document or ChainDocument.compiled_default(chain, steps), steps)
         _CLIENTS.add(self)  # for after_fork() in every forked child
@@ -286,6 +304,26 @@ class ChainClient:
         """
         self._usage.record_breaker_opened(provider)
 
+    def takes_part(self, drill: Drill) -> bool:
+        """Whether this service takes part in failover ``drill``: when it names no service,
+        or names this one by the digest of its token (``wire.drill_service_digest``). A
+        client without a token (published documents) takes part only in a drill of every
+        service. A Router asks it once per document carrying a drill; the answer is computed
+        once per drill id (the digest included), then read."""
+        cached = self._drill_part
+        if cached is not None and cached[0] == drill.id and cached[1] == drill.services:
+            return cached[2]
+        part = takes_part_in(drill, self._token_sha256)
+        self._drill_part = (drill.id, drill.services, part)
+        return part
+
+    def record_drill(self, drill: Drill, request: DrillRequest) -> None:
+        """Count one request a Router routed while ``drill`` was active (how it ended: a
+        ``chainclient.drills.DrillRequest``) for the usage report's ``drill`` section. The
+        Router calls it; a lock and a few additions, never I/O; a no-op with
+        ``report_usage=False``."""
+        self._usage.drills.record(drill.id, request)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> ChainClient:
@@ -314,6 +352,7 @@ class ChainClient:
             polling, reporting = self._poller.worker, self._usage.worker
             self._usage.flush_by(deadline)
             self._stop_event.set()
+            self._usage.wake()
             if polling is not None:
                 polling.connection.interrupt()
         if polling is not None:
@@ -397,6 +436,12 @@ class ChainClient:
 
     def _ahead_of_server(self) -> OlderAnswer | None:
         return self._stats.ahead_of_server(self._clock(), held=self._snapshot.document)
+
+    def _drill_taken_part_in(self) -> Drill | None:
+        """The drill of the document served, if this service takes part in it (active or not
+        yet): what the usage thread reports on."""
+        drill = self.current().drill
+        return drill if drill is not None and self.takes_part(drill) else None
 
 
 # Every client of this process, for the fork hook; weak, so clients are still collected.

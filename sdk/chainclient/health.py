@@ -28,7 +28,7 @@ from chainclient.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROV
 # The bounds in whole microseconds: a latency is compared as an integer, rounded, so a
 # clock's float noise cannot move an attempt that took exactly 100 ms into the next bucket
 # (and an integer rounding is a third of the cost of round(ms, 3) on the attempt's path).
-_BOUNDS_US = tuple(bound * 1000 for bound in LATENCY_BOUNDS_MS)
+LATENCY_BOUNDS_US = tuple(bound * 1000 for bound in LATENCY_BOUNDS_MS)
 
 # The control plane refuses a report naming more (REPORT_MAX_STEPS, REPORT_MAX_PROVIDERS);
 # new keys past the caps are dropped, as record_served drops new providers past its own.
@@ -67,7 +67,7 @@ def latency_bucket(elapsed_s: float) -> int:
     """The histogram bucket of a served attempt that took ``elapsed_s`` seconds (or of a
     stream whose first chunk came after ``elapsed_s``): bucket i counts latencies in
     (bounds[i-1], bounds[i]] ms, the last one those past 30 s."""
-    return bisect_left(_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
+    return bisect_left(LATENCY_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
 
 
 def _histogram() -> list[int]:

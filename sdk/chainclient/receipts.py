@@ -63,6 +63,9 @@ class Attempt:
     input_tokens: int | None = None
     output_tokens: int | None = None
     """The token usage the provider reported for this attempt, when it did."""
+    drill: int | None = None
+    """The failover drill whose fault this attempt was (its id): no call was made, the
+    outcome was injected (``chainclient.drills``); None for every real attempt."""
 
     @property
     def step(self) -> str:
@@ -80,6 +83,8 @@ class Attempt:
             f"{self.outcome}{status} ({self.dispatch}, {self.elapsed_s * 1000:.0f} ms of {self.timeout_s:g} s"
             f"{streamed})"
         )
+        if self.drill is not None:
+            line += f" drill={self.drill}"
         if self.reason:
             line += f" -> {self.reason}"
         return line

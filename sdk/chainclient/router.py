@@ -8,6 +8,7 @@ calls it yields, one attempt at a time, in the caller's thread.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -98,7 +99,11 @@ class Router(RouterCore[Transport]):
             turn = next(walking)
             while True:
                 try:
-                    answer = _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                    if turn.drill is None:
+                        answer = _call(transports[turn.step.provider], turn.step, request, turn.timeout)
+                    else:  # a drilled attempt: no call, only the time a timeout would take
+                        answer = _NOT_CALLED
+                        _pause(self._drill_pause(turn))
                 except BaseException as interruption:
                     self._interrupted(turn, interruption)
                     raise
@@ -162,6 +167,14 @@ class Router(RouterCore[Transport]):
         for index, step in enumerate(walk.document.chain):
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
+                continue
+            if turn.drill is not None:  # a drilled attempt never opens a stream
+                try:
+                    _pause(self._drill_pause(turn))
+                except BaseException as interruption:
+                    self._interrupted(turn, interruption)
+                    raise
+                self._injected(walk, turn, streaming=True)
                 continue
             progress = StreamProgress(
                 None,
@@ -290,6 +303,14 @@ def _close(progress: StreamProgress, watchdog: Any) -> None:
         stream.close()
     except Exception:  # a stream that fails to close must not change the request's outcome
         pass
+
+
+_NOT_CALLED: tuple[Exception | None, Any] = (None, None)
+
+
+def _pause(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def _call(transport: Transport, step: Step, request: Any, timeout: float) -> tuple[Exception | None, Any]:

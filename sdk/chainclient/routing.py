@@ -13,19 +13,30 @@ OpenTelemetry (``tracing``).
 and what follows (the counts in ``report()``, credential alerts, usage and health
 accounting, the warnings about providers without a transport). The two routers differ only in how they
 call a transport: ``router.Router`` calls it, ``async_router.AsyncRouter`` awaits it.
+
+Failover drills (``drills``) are injected here too: a request that begins while the snapshot
+carries an active drill its source takes part in (``_begin``) may be drilled when its walk is
+admitted at the drilled hop (``_turn``, a deterministic share per router); its attempt there
+is then no call but the drill's fault (``_settle``), recorded in the receipt (``_record``)
+and never told to the breaker, the health tally or the credential alerts. A router only
+waits when the fault is a timeout (``_drill_pause``). Without a drill in the document the
+cost is one attribute check per request and one per attempt.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from random import getrandbits
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from chainclient.admission import NO_CONTRACT, Contract, ContractCheck
 from chainclient.breaker import DEFAULT_BREAKER, BreakerSettings, BreakerState, CircuitBreaker
+from chainclient.drills import INJECTED, WAITING_FAULTS, DrillRequest
 from chainclient.errors import (
     AllProvidersFailed,
     DeadlineExceeded,
@@ -37,10 +48,10 @@ from chainclient.errors import (
     VerificationFailed,
 )
 from chainclient.outcomes import Action, Verdict, classify
-from chainclient.receipts import DISPATCHED_KNOWN, Answer, Attempt, CredentialAlert, RouteResult
+from chainclient.receipts import DISPATCHED_KNOWN, NOT_DISPATCHED, Answer, Attempt, CredentialAlert, RouteResult
 from chainclient.streaming import StreamProgress
 from chainclient.tracing import AttemptSpan, attempt_ended, attempt_interrupted, attempt_started
-from chainclient.types import ChainDocument, Registry, Step
+from chainclient.types import ChainDocument, Drill, Registry, Step
 from chainclient.walk import Walk
 
 logger = logging.getLogger("chainclient.router")
@@ -71,7 +82,9 @@ _ENDINGS: tuple[tuple[type[RoutingError], str], ...] = (
 
 
 class Clock(Protocol):
-    """A monotonic clock in seconds; ``chainclient.testing.FakeClock`` is one."""
+    """A monotonic clock in seconds; ``chainclient.testing.FakeClock`` is one. A clock that
+    also has ``advance(seconds)`` (a FakeClock does) is advanced, not waited on, when a
+    drill injects a timeout."""
 
     def now(self) -> float: ...
 
@@ -83,6 +96,10 @@ class ChainSource(Protocol):
     on every successful result, for the client's usage reports; ``record_attempt(attempt)``,
     on every attempt it settles (served or not), and ``record_breaker_opened(provider)``,
     whenever a provider's circuit breaker opens, for the provider health in those reports.
+    Failover drills: ``takes_part(drill) -> bool`` says whether the source's service takes
+    part in a drill its document carries (without it: only in a drill of every service), and
+    ``record_drill(drill, request)`` is told how each request routed while the drill was
+    active ended (a ``drills.DrillRequest``), for the reports' ``drill`` section.
     If it has a ``registry`` (a ChainClient does), the router uses it unless given one.
     Each hook is looked up once, when the router is built.
     """
@@ -92,16 +109,19 @@ class ChainSource(Protocol):
 
 class Turn(NamedTuple):
     """A step admitted for one attempt: its share of the budget, when it started, and its
-    OpenTelemetry span (None without OpenTelemetry: see ``tracing``)."""
+    OpenTelemetry span (None without OpenTelemetry: see ``tracing``). ``drill``: the drill
+    whose fault this attempt is (no call is made; ``breaker`` is then None)."""
 
     step: Step
     timeout: float
     breaker: CircuitBreaker | None
     started: float
     span: AttemptSpan | None = None
+    drill: Drill | None = None
 
 
 TransportT = TypeVar("TransportT")
+RouterT = TypeVar("RouterT", bound="RouterCore[Any]")
 
 
 class RouterCore(Generic[TransportT]):
@@ -138,6 +158,14 @@ class RouterCore(Generic[TransportT]):
         self._record_served: Callable[[str], object] | None = _hook(source, "record_served")
         self._record_attempt: Callable[[Attempt], object] | None = _hook(source, "record_attempt")
         self._record_breaker_opened: Callable[[str], object] | None = _hook(source, "record_breaker_opened")
+        self._takes_part: Callable[[Drill], object] | None = _hook(source, "takes_part")
+        self._record_drill: Callable[[Drill, DrillRequest], object] | None = _hook(source, "record_drill")
+        # Per drill, the requests admitted at its hop so far: which are drilled follows
+        # from the count (``drills.drilled_at``). Only the latest drill's is kept.
+        self._drill_counter: tuple[int, Iterator[int]] | None = None
+        # The last drill asked about, and whether the source takes part in it: a document's
+        # drill is one immutable value, so the source is asked once per document.
+        self._drill_part: tuple[Drill, bool] | None = None
         if registry is None:
             registry = _registry_of(source)
         self._deadline_s = float(deadline_s)
@@ -147,6 +175,8 @@ class RouterCore(Generic[TransportT]):
         self._real_clock = clock is None
         """Whether bounds may be enforced in real time (a watchdog, a timer); with a test's
         clock a late chunk is only refused when it comes."""
+        advance = getattr(clock, "advance", None)
+        self._advance: Callable[[float], object] | None = advance if callable(advance) else None
         self._breakers: dict[str, CircuitBreaker] = (
             {name: CircuitBreaker(name, breaker) for name in self._transports.keys() | self._stream_transports.keys()}
             if breaker is not None
@@ -212,11 +242,12 @@ class RouterCore(Generic[TransportT]):
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError("deadline_s must be positive")
         budget_s = self._deadline_s if deadline_s is None else float(deadline_s)
-        return Walk(
+        document = self._snapshot()
+        walk = Walk(
             # 128 random bits as 32 hex digits, as a uuid4's hex; a fifth of its cost (no
             # system call), and the random module reseeds itself in a forked child.
             task_id or f"{getrandbits(128):032x}",
-            self._snapshot(),
+            document,
             contract=contract if contract is not None else NO_CONTRACT,
             side_effects=side_effects,
             allow_fallback=allow_fallback,
@@ -224,6 +255,10 @@ class RouterCore(Generic[TransportT]):
             deadline=self._now() + budget_s,
             budget_s=budget_s,
         )
+        if document.drill is not None:  # the one check a request pays without a drill
+            walk.drill = self._drill_of(document.drill)
+            walk.drilled = False
+        return walk
 
     def _walking(self, walk: Walk) -> Generator[Turn, tuple[Exception | None, Any], RouteResult]:
         """The walk along the chain, written once for both routers: yields each admitted
@@ -264,10 +299,18 @@ class RouterCore(Generic[TransportT]):
         if left <= 0:
             if breaker is not None:
                 breaker.release()
-            raise self._ended(walk.out_of_time(not_started=walk.document.chain[index:]))
+            raise self._ended(walk, walk.out_of_time(not_started=walk.document.chain[index:]))
         step_timeout = step.timeout_s if first_chunk_s is None else first_chunk_s
         # A stream's span is not made current: the caller's code runs between its chunks.
         span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1, current=not streaming)
+        drill = walk.drill
+        if drill is not None and index == drill.hop - 1 and self._drills(drill):
+            # No call will be made: a half-open breaker's probe slot goes back unused, and
+            # the breaker never hears of this attempt.
+            if breaker is not None:
+                breaker.release()
+            walk.drilled = True
+            return Turn(step, step_timeout if step_timeout <= left else left, None, now, span, drill)
         return Turn(step, step_timeout if step_timeout <= left else left, breaker, now, span)
 
     def _settle(
@@ -282,6 +325,9 @@ class RouterCore(Generic[TransportT]):
         None to try the next step; raise the request's error if it must stop here.
         ``progress``: the attempt's stream, for a streamed request (ended before its commit
         point, or complete)."""
+        if turn.drill is not None:
+            self._injected(walk, turn, streaming=progress is not None)
+            return None
         model_id = ""
         tokens: tuple[int | None, int | None] = (None, None)
         if type(value) is Answer:
@@ -300,9 +346,11 @@ class RouterCore(Generic[TransportT]):
             self._count("recovered_success" if len(walk.attempts) > 1 else "first_attempt_success")
             if self._record_served is not None:
                 self._served(turn.step.provider)
+            if walk.drill is not None:
+                self._drill_ended(walk, None)
             return walk.served(turn.step, value)
         if action is not Action.NEXT:
-            raise self._ended(walk.stopped(action))
+            raise self._ended(walk, walk.stopped(action))
         if attempt.outcome == "timeout":
             # A timeout shortened by the budget failed because the budget ran out (a
             # stream's, because it ran out while waiting for a chunk).
@@ -329,6 +377,7 @@ class RouterCore(Generic[TransportT]):
         )
         attempt = self._record(walk, turn, verdict, raised, "", (None, None), progress)
         return self._ended(
+            walk,
             StreamInterrupted(
                 f"{attempt.step} broke off its stream after {progress.chunks} chunk(s) had reached the caller "
                 f"({why}); not a success, and no fallback (it would show a second answer)",
@@ -336,7 +385,7 @@ class RouterCore(Generic[TransportT]):
                 chunks=progress.chunks,
                 provider=attempt.provider,
                 model=attempt.model,
-            )
+            ),
         )
 
     def _record(
@@ -348,9 +397,13 @@ class RouterCore(Generic[TransportT]):
         model_id: str,
         tokens: tuple[int | None, int | None],
         progress: StreamProgress | None,
+        *,
+        streamed: bool = False,
     ) -> Attempt:
         """Add the attempt to the walk's receipt and tell everyone who counts it: the breaker,
-        the span, the source's health tally, the credential alert."""
+        the span, the source's health tally, the credential alert; a drilled attempt (whose
+        turn has no breaker) only the span: it is no evidence about the provider. ``streamed``:
+        an attempt of a streamed request that opened no stream."""
         step, breaker = turn.step, turn.breaker
         now = self._now()
         if breaker is not None:
@@ -359,7 +412,8 @@ class RouterCore(Generic[TransportT]):
                     self._breaker_opened(step.provider)
             else:
                 breaker.record_success(now)
-        chunks = first_chunk_s = None
+        chunks = 0 if streamed else None
+        first_chunk_s = None
         if progress is not None:
             chunks, first_chunk_s = progress.chunks, progress.first_chunk_s
             reported = progress.reported("model_id")
@@ -387,11 +441,12 @@ class RouterCore(Generic[TransportT]):
             first_chunk_s=first_chunk_s,
             input_tokens=tokens[0] if isinstance(tokens[0], int) else None,
             output_tokens=tokens[1] if isinstance(tokens[1], int) else None,
+            drill=turn.drill.id if turn.drill is not None else None,
         )
         walk.attempts.append(attempt)
         if turn.span is not None:
             attempt_ended(turn.span, attempt, raised, model_reported=bool(model_id))
-        if self._record_attempt is not None:
+        if self._record_attempt is not None and turn.drill is None:
             self._attempted(attempt)
         if verdict.credential_alert:
             self._credential_alert(attempt)
@@ -405,7 +460,7 @@ class RouterCore(Generic[TransportT]):
 
     def _exhausted(self, walk: Walk) -> RoutingError:
         """The error for a walk that reached the end of the chain unserved."""
-        return self._ended(walk.exhausted())
+        return self._ended(walk, walk.exhausted())
 
     @staticmethod
     def _interrupted(turn: Turn, error: BaseException) -> None:
@@ -415,6 +470,116 @@ class RouterCore(Generic[TransportT]):
             turn.breaker.release()
         if turn.span is not None:
             attempt_interrupted(turn.span, error)
+
+    # --- failover drills -------------------------------------------------------------------
+
+    def _drill_of(self, drill: Drill) -> Drill | None:
+        """``drill`` if it is active now (wall clock, as a pin's expiry) and the source takes
+        part in it, else None."""
+        now = time.time()
+        if not drill.starts_at_s <= now < drill.ends_at_s:  # drill.active(now), inlined
+            return None
+        known = self._drill_part
+        if known is not None and known[0] is drill:
+            return drill if known[1] else None
+        takes_part = self._takes_part
+        if takes_part is None:
+            part = not drill.services
+        else:
+            try:
+                part = bool(takes_part(drill))
+            except Exception:
+                # A hook that breaks must not break the request: it is routed as without a
+                # drill, and the source is asked again with the next one.
+                logger.exception("chainclient: takes_part(drill %d) raised", drill.id)
+                return None
+        self._drill_part = (drill, part)
+        return drill if part else None
+
+    def _drills(self, drill: Drill) -> bool:
+        """Whether the request just admitted at ``drill``'s hop is drilled: the n-th such
+        request of this router (per drill) is when ``drills.drilled_at(n, share_bp)``."""
+        counter = self._drill_counter
+        if counter is None or counter[0] != drill.id:
+            with self._counts_lock:
+                counter = self._drill_counter
+                if counter is None or counter[0] != drill.id:
+                    counter = self._drill_counter = (drill.id, itertools.count())
+        # next() on a count is atomic under the interpreter lock: no two requests get one n.
+        n, share = next(counter[1]), drill.share_bp
+        return (n + 1) * share // 10000 != n * share // 10000  # drills.drilled_at, inlined
+
+    def _drill_pause(self, turn: Turn) -> float:
+        """The seconds a drilled attempt waits before the walk moves on: its timeout for a
+        timeout fault (what the real fault costs), else 0. A test clock with ``advance`` is
+        advanced instead (0); any other test clock is not waited on."""
+        drill = turn.drill
+        if drill is None or drill.fault not in WAITING_FAULTS or turn.timeout <= 0:
+            return 0.0
+        if self._advance is not None:
+            self._advance(turn.timeout)
+            return 0.0
+        return turn.timeout if self._real_clock else 0.0
+
+    def _injected(self, walk: Walk, turn: Turn, *, streaming: bool) -> None:
+        """Record the drill's fault as the attempt (no call was made) and move on to the next
+        step, whatever ``side_effects`` says: nothing was dispatched."""
+        drill = turn.drill
+        assert drill is not None
+        outcome, status = INJECTED[drill.fault]
+        verdict = Verdict(
+            outcome,
+            NOT_DISPATCHED,
+            Action.NEXT,
+            reason=f"drill {drill.id}: {drill.fault} injected (no call was made)",
+            status=status,
+            counts_as_failure=False,
+        )
+        self._record(walk, turn, verdict, None, "", (None, None), None, streamed=streaming)
+        # As after a real timeout: one the budget cut short ends the request as a deadline.
+        walk.cut_by_deadline = outcome == "timeout" and (
+            self._now() >= walk.deadline if streaming else turn.timeout < turn.step.timeout_s
+        )
+
+    def _drill_ended(self, walk: Walk, error: RoutingError | None) -> None:
+        """Tell the source how a request routed in a drill ended (``record_drill``). Every
+        request in the drill's window pays this, drilled or not: it is kept to a few
+        operations (a request that was not drilled needs no look at its attempts)."""
+        drill, record = walk.drill, self._record_drill
+        if drill is None or record is None:
+            return
+        elapsed_s = self._now() - (walk.deadline - walk.budget_s)
+        error_name = type(error).__name__ if error is not None else None
+        if walk.drilled:
+            request = _drilled_request(walk, drill, error_name, elapsed_s)
+        else:
+            # tuple.__new__ is what a named tuple's own __new__ calls, minus a Python call:
+            # every request in a drill's window builds one.
+            request = _new_tuple(DrillRequest, (False, None, error_name, 0, 0, elapsed_s))
+        try:
+            record(drill, request)
+        except Exception:
+            # Drill accounting must never cost a request its answer (nor its error).
+            logger.exception("chainclient: record_drill(drill %d) raised", drill.id)
+
+    def _for_drill_run(self: RouterT, source: Any) -> RouterT:
+        """A copy of this router over ``source`` (``testing.run_drill``): the same transports,
+        registry, clock and options, with breakers, counts and drill counters of its own, and
+        ``source``'s hooks only."""
+        run = copy.copy(self)
+        run._snapshot = _snapshot_reader(source)
+        run._record_served = _hook(source, "record_served")
+        run._record_attempt = _hook(source, "record_attempt")
+        run._record_breaker_opened = _hook(source, "record_breaker_opened")
+        run._takes_part = _hook(source, "takes_part")
+        run._record_drill = _hook(source, "record_drill")
+        run._drill_counter = None
+        run._drill_part = None
+        run._breakers = {name: CircuitBreaker(name, breaker.settings) for name, breaker in self._breakers.items()}
+        run._counts_lock = threading.Lock()
+        run._counts = dict.fromkeys(REPORT_KEYS, 0)
+        run._untransported = set(self._untransported)
+        return run
 
     # --- admission -----------------------------------------------------------------------
 
@@ -471,12 +636,14 @@ class RouterCore(Generic[TransportT]):
 
     # --- endings -------------------------------------------------------------------------
 
-    def _ended(self, error: RoutingError) -> RoutingError:
+    def _ended(self, walk: Walk, error: RoutingError) -> RoutingError:
         """Count how the request ended, in ``report()``, and return its error to raise."""
         for kind, key in _ENDINGS:
             if isinstance(error, kind):
                 self._count(key)
                 break
+        if walk.drill is not None:
+            self._drill_ended(walk, error)
         return error
 
     def _credential_alert(self, attempt: Attempt) -> None:
@@ -529,6 +696,30 @@ class RouterCore(Generic[TransportT]):
             self._record_breaker_opened(provider)
         except Exception:
             logger.exception("chainclient: record_breaker_opened(%r) raised", provider)
+
+
+_new_tuple = tuple.__new__
+
+
+def _drilled_request(walk: Walk, drill: Drill, error_name: str | None, elapsed_s: float) -> DrillRequest:
+    """How a drilled request ended: the step that served it, and its attempt on the fallback
+    hop (step ``hop + 1``, never past the chain's end)."""
+    chain = walk.document.chain
+    fallback = chain[drill.hop]
+    tried = [a for a in walk.attempts if a.provider == fallback.provider and a.model == fallback.model]
+    ended_on = None
+    if error_name is None and walk.attempts:
+        last = walk.attempts[-1]
+        ended_on = next(
+            (
+                number
+                for number, step in enumerate(chain, 1)
+                if (step.provider, step.model) == (last.provider, last.model)
+            ),
+            None,
+        )
+    failures = sum(1 for attempt in tried if attempt.outcome != "ok")
+    return DrillRequest(True, ended_on, error_name, len(tried), failures, elapsed_s)
 
 
 def _hook(source: object, name: str) -> Callable[..., object] | None:

@@ -52,6 +52,8 @@ def expired_pin(pin: ChainDocument, default_steps: Sequence[Step]) -> ChainDocum
             f"default {default.preset} until the control plane's revert arrives"
         ),
         expires_at=None,
+        # The drill's hop is a step of the pin's chain, not of the default's.
+        drill=None,
     )
 
 

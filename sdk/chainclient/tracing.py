@@ -107,6 +107,8 @@ def attempt_ended(handle: AttemptSpan, attempt: Attempt, raised: Exception | Non
             attributes["gen_ai.usage.input_tokens"] = attempt.input_tokens
         if attempt.output_tokens is not None:
             attributes["gen_ai.usage.output_tokens"] = attempt.output_tokens
+        if attempt.drill is not None:  # no call was made: a failover drill's fault
+            attributes["chainclient.drill"] = attempt.drill
         if attempt.outcome != "ok":
             attributes["error.type"] = attributes["chainclient.outcome_class"]
             if raised is not None:

@@ -12,9 +12,17 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
-from chainclient.wire import CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS
+from chainclient.wire import (
+    CHAIN_MAX_STEPS,
+    CHAIN_MIN_STEPS,
+    DRILL_FAULTS,
+    DRILL_SHARE_MAX_BP,
+    DRILL_SHARE_MIN_BP,
+    STEP_MAX_TIMEOUT_MS,
+    STEP_MIN_TIMEOUT_MS,
+)
 
 NO_MARKING: Mapping[str, Any] = {"degraded": False, "note": ""}
 
@@ -191,6 +199,88 @@ class DocumentSignature:
 
 
 @dataclass(frozen=True)
+class Drill:
+    """A failover drill, as the chain document carries it while it runs: ``share_bp`` of the
+    requests that reach step ``hop`` (1-based, never the chain's last) get ``fault`` injected
+    there, before dispatch, from ``starts_at`` to ``ends_at`` (wall clock; ``starts_at_s``
+    and ``ends_at_s`` are them in epoch seconds, parsed once). ``services``: the digests of
+    the services taking part (``wire.drill_service_digest``), empty for every service."""
+
+    id: int
+    hop: int
+    fault: str
+    share_bp: int
+    services: tuple[str, ...]
+    starts_at: str
+    ends_at: str
+    starts_at_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    ends_at_s: float = field(default=0.0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Parsed once here, not per request: the router compares them with the clock.
+        object.__setattr__(self, "starts_at_s", _drill_instant("starts_at", self.starts_at))
+        object.__setattr__(self, "ends_at_s", _drill_instant("ends_at", self.ends_at))
+        if not self.starts_at_s < self.ends_at_s:
+            raise DocumentInvalid("drill.ends_at must be after drill.starts_at")
+
+    def active(self, now_wall: float) -> bool:
+        """Whether the drill injects at ``now_wall`` (epoch seconds): from its start, until
+        its end (a client stops on its own then, whether it polls again or not)."""
+        return self.starts_at_s <= now_wall < self.ends_at_s
+
+    @classmethod
+    def from_json(cls, data: Any, *, steps: int) -> Drill:
+        """The document's ``drill`` for a chain of ``steps`` steps; DocumentInvalid naming
+        what is wrong (the caller ignores such a drill: the document stays valid)."""
+        if not isinstance(data, dict):
+            raise DocumentInvalid(f"'drill' must be an object, got {type(data).__name__}")
+        drill_id, hop, fault, share_bp, services = (data.get(k) for k in ("id", "hop", "fault", "share_bp", "services"))
+        if not _whole(drill_id) or drill_id < 1:
+            raise DocumentInvalid("drill.id must be a positive integer")
+        if not _whole(hop) or not 1 <= hop < steps:
+            raise DocumentInvalid(
+                f"drill.hop must be a step of the chain but its last (1..{steps - 1}), got {json.dumps(hop)}"
+            )
+        if not isinstance(fault, str) or fault not in DRILL_FAULTS:
+            shown = repr(fault) if isinstance(fault, str) else json.dumps(fault)
+            raise DocumentInvalid(f"drill.fault {shown} is not one this client knows")
+        if not _whole(share_bp) or not DRILL_SHARE_MIN_BP <= share_bp <= DRILL_SHARE_MAX_BP:
+            raise DocumentInvalid(
+                f"drill.share_bp must be an integer within {DRILL_SHARE_MIN_BP}..{DRILL_SHARE_MAX_BP}"
+            )
+        if not isinstance(services, list) or not all(isinstance(digest, str) for digest in services):
+            raise DocumentInvalid("drill.services must be a list of strings")
+        starts_at, ends_at = data.get("starts_at"), data.get("ends_at")
+        if not isinstance(starts_at, str):
+            raise DocumentInvalid("drill.starts_at must be a string")
+        if not isinstance(ends_at, str):
+            raise DocumentInvalid("drill.ends_at must be a string")
+        return cls(drill_id, hop, fault, share_bp, tuple(services), starts_at, ends_at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "hop": self.hop,
+            "fault": self.fault,
+            "share_bp": self.share_bp,
+            "services": list(self.services),
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+        }
+
+
+def _whole(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _drill_instant(key: str, text: str) -> float:
+    try:
+        return parse_time(text)
+    except (ValueError, OverflowError) as exc:
+        raise DocumentInvalid(f"drill.{key}: {exc}") from None
+
+
+@dataclass(frozen=True)
 class ChainDocument:
     """The live chain as served by the control plane, plus where this copy came from.
 
@@ -200,7 +290,10 @@ class ChainDocument:
     ``expires_at_s`` is ``expires_at`` in epoch seconds (None without an expiry).
     ``signature`` is the control plane's signature the document carried (None for an
     unsigned one, and for one built in code or changed with ``dataclasses.replace``: its
-    content is then not what was signed).
+    content is then not what was signed). ``drill`` is the failover drill the document
+    carries (``Drill``), or None: none, or one this client cannot apply (malformed, a fault
+    it does not know, a hop that is not a step of the chain but its last), which is
+    ignored rather than making the document invalid; ``drill_ignored`` then says why.
     """
 
     name: str
@@ -216,7 +309,9 @@ class ChainDocument:
     source: str = "live"
     epoch: int = 0
     default: DefaultChain | None = None
+    drill: Drill | None = None
     expires_at_s: float | None = field(default=None, init=False, repr=False, compare=False)
+    drill_ignored: str | None = field(default=None, init=False, repr=False, compare=False)
     signature: DocumentSignature | None = field(default=None, init=False, repr=False, compare=False)
     # The JSON object this document was parsed from, as text (immutable): what to_json()
     # returns, so the state file holds exactly what was signed. Not an __init__ argument,
@@ -233,6 +328,12 @@ class ChainDocument:
             except (ValueError, OverflowError) as exc:
                 raise DocumentInvalid(f"'expires_at': {exc}") from None
         object.__setattr__(self, "expires_at_s", expires_at_s)
+        drill = self.drill
+        if drill is not None and not drill.hop < len(self.chain):
+            # Only the chain's steps but its last can be drilled (a drilled last step would
+            # have nothing to fall back to): such a drill is no drill.
+            object.__setattr__(self, "drill", None)
+            object.__setattr__(self, "drill_ignored", f"drill.hop {drill.hop} is not a step of the chain but its last")
 
     @property
     def order(self) -> tuple[int, int]:
@@ -287,6 +388,14 @@ class ChainDocument:
             raise DocumentInvalid("'is_default' must be a boolean")
         steps = _parse_steps(data.get("chain"))
         check_steps(steps, registry)
+        drill, drill_ignored = None, None
+        if data.get("drill") is not None:
+            # A drill this client cannot apply (a newer server's fault, say) is ignored: the
+            # document it came with is still the chain, and must be applied.
+            try:
+                drill = Drill.from_json(data["drill"], steps=len(steps))
+            except DocumentInvalid as exc:
+                drill_ignored = str(exc)
         doc = cls(
             name=text("name"),
             version=version,
@@ -301,7 +410,9 @@ class ChainDocument:
             source=source,
             epoch=epoch,
             default=_parse_default(data.get("default"), registry),
+            drill=drill,
         )
+        object.__setattr__(doc, "drill_ignored", drill_ignored)
         object.__setattr__(doc, "signature", DocumentSignature.from_json(data.get("signature")))
         try:
             received = json.dumps(data, ensure_ascii=False, allow_nan=False)
@@ -333,6 +444,8 @@ class ChainDocument:
             "expires_at": self.expires_at,
             "epoch": self.epoch,
             "default": self.default.to_json() if self.default is not None else None,
+            # Only while a drill runs: a document without one is what it was before drills.
+            **({"drill": self.drill.to_json()} if self.drill is not None else {}),
         }
 
     @property

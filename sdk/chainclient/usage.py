@@ -11,6 +11,14 @@ since, so nothing is lost and no caller waits; ``stop()`` gets one last best-eff
 within its own budget. When the control plane answers with ``Retry-After`` (429: too many
 reports; 503), the next report waits that long (at most ``MAX_RETRY_AFTER_S``), the counts
 kept meanwhile within the same bounds.
+
+While the client takes part in an active failover drill, every report carries the drill's
+section (``drills.DrillCounts``: what the routers recorded of it since the last accepted
+report) and one goes at least every ``DRILL_REPORT_INTERVAL_S``, even with nothing counted:
+that is how the control plane knows the instance takes part. A drill that ended (or left
+the document) gets one last report within ``DRILL_REPORT_INTERVAL_S`` of its end, with or
+without a control plane to tell it so. ``DrillSchedule`` decides when; the thread sleeps
+until then (a document bringing or ending a drill wakes it), never polling.
 """
 
 from __future__ import annotations
@@ -21,12 +29,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from chainclient import wire
+from chainclient.drills import NO_DRILL_TALLY, DrillCounts, DrillTally
 from chainclient.health import HealthCounts, HealthTally
 from chainclient.receipts import Attempt
 from chainclient.stats import ClientStats, OlderAnswer
 from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message, retry_after
+from chainclient.types import Drill
 from chainclient.wire import REPORT_MAX_PROVIDERS
 
 # The client's logger: these lines have always been the poller's.
@@ -41,6 +53,9 @@ _MAX_REASON_CHARS = 500
 _FLUSH_MARGIN_S = 0.05
 # The longest Retry-After a report waits for: a proxy's mistake must not silence it for a day.
 MAX_RETRY_AFTER_S = 600.0
+# A drill's last report is retried at the drill's cadence for this long after its end; then
+# its counts, if still unsent, go with the next regular report.
+DRILL_LAST_REPORT_WITHIN_S = 60.0
 
 Served = dict[str, list[float]]
 """Requests per provider since the last accepted report: provider -> [requests, last at]."""
@@ -49,11 +64,103 @@ Refusal = tuple[int | None, str, float]
 """A refused document for the usage report: (version or None, reason, epoch seconds)."""
 
 
+@dataclass
+class _Followed:
+    """A drill the client takes part in, until its last report."""
+
+    drill: Drill
+    due: float
+    """When (wall clock) a report with its section is due next."""
+    over: bool = False
+    """Its end passed, or it left the document: one last report is owed."""
+    ended: float = 0.0
+    """Once over: when it ended (its ``ends_at``, or when it left the document)."""
+
+
+class DrillSchedule:
+    """When the usage thread reports for the failover drills the client takes part in, and
+    which drill's section a report carries. Used by the usage thread alone; times are the
+    client's wall clock (a drill's window is a wall-clock one).
+
+    ``current()`` is the drill of the document the client serves, if the client takes part
+    in it (active or not yet), else None. ``random`` spreads a fleet's reports.
+    """
+
+    def __init__(self, current: Callable[[], Drill | None], random: random.Random) -> None:
+        self._current = current
+        self._random = random
+        self._followed: dict[int, _Followed] = {}
+
+    def due_in(self, now: float) -> float:
+        """Seconds until a report is due for a drill (0: now; inf: no drill needs one)."""
+        current = self._update(now)
+        due = min((followed.due for followed in self._followed.values()), default=float("inf"))
+        if current is not None:
+            if now < current.starts_at_s:
+                due = min(due, current.starts_at_s)  # it starts: report at once
+            elif now < current.ends_at_s:
+                due = min(due, current.ends_at_s + self._after_end())  # it ends: the last report
+        return max(0.0, due - now)
+
+    def to_report(self, now: float, pending: list[int]) -> int | None:
+        """The drill whose section the next report carries: one owed its last report, else the
+        active one, else one with counts still unsent (``pending``), else None."""
+        self._update(now)
+        owed = [f for f in self._followed.values() if f.over and f.due <= now]
+        if owed:
+            return min(owed, key=lambda followed: followed.due).drill.id
+        active = [f for f in self._followed.values() if not f.over]
+        if active:
+            return active[0].drill.id
+        return pending[0] if pending else None
+
+    def reported(self, drill_id: int, now: float, *, accepted: bool) -> None:
+        """A report carried ``drill_id``'s section: the next is due an interval on; a drill
+        over needs none after its last one was accepted."""
+        followed = self._followed.get(drill_id)
+        if followed is None:
+            return
+        if followed.over and accepted:
+            del self._followed[drill_id]
+            return
+        # Within the interval of this one, with room for the report's own time and jitter.
+        followed.due = now + wire.DRILL_REPORT_INTERVAL_S * self._random.uniform(0.8, 0.9)
+
+    def _after_end(self) -> float:
+        # A moment after the end, so the requests in flight then are counted; well within
+        # DRILL_REPORT_INTERVAL_S of it.
+        return wire.DRILL_REPORT_INTERVAL_S * 0.3
+
+    def _update(self, now: float) -> Drill | None:
+        """Follow the active drill the client takes part in; mark the others over (their
+        last report due shortly after their end) and forget those given up on."""
+        current = self._current()
+        active = current if current is not None and current.active(now) else None
+        if active is not None:
+            followed = self._followed.get(active.id)
+            if followed is None:
+                # Reported at once: the control plane learns the instance takes part.
+                self._followed[active.id] = _Followed(active, due=now)
+            elif followed.over:  # back in the window (the wall clock was set back)
+                followed.drill, followed.over = active, False
+        for drill_id, followed in list(self._followed.items()):
+            if active is not None and drill_id == active.id:
+                continue
+            if not followed.over:
+                followed.over, followed.ended = True, min(now, followed.drill.ends_at_s)
+                followed.due = max(now, followed.ended + self._after_end())
+            elif now > followed.ended + DRILL_LAST_REPORT_WITHIN_S:
+                del self._followed[drill_id]  # its counts, if any, go with the next report
+        return current
+
+
 class UsageReporter:
     """Counts what this client served and refused, and reports it from its own thread.
 
     ``ahead`` says whether the instance is ahead of the server now (reported each interval
-    while it is); ``applied_version`` is the version of the document held.
+    while it is); ``applied_version`` is the version of the document held. ``drill`` is the
+    drill of the document served, if the client takes part in it (``DrillSchedule``), and
+    ``now`` the client's wall clock.
     """
 
     def __init__(
@@ -66,6 +173,8 @@ class UsageReporter:
         stats: ClientStats,
         ahead: Callable[[], OlderAnswer | None],
         applied_version: Callable[[], int],
+        drill: Callable[[], Drill | None] = lambda: None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self.enabled = enabled
         self._interval = interval
@@ -79,6 +188,13 @@ class UsageReporter:
         self._served: Served = {}
         self._refusals: list[Refusal] = []
         self._health = HealthTally()
+        self._drill = drill
+        self._now = now
+        self.drills = DrillTally() if enabled else NO_DRILL_TALLY
+        """What the routers recorded of drills (``ChainClient.record_drill`` adds to it)."""
+        self._schedule = DrillSchedule(drill, self._random)
+        # Wakes the thread before its time: stop(), or a document that brings or ends a drill.
+        self._wake = threading.Event()
         self.worker: Worker | None = None
         self._flush_by = 0.0  # monotonic deadline of the last report, set by stop()
         self._not_before = 0.0  # monotonic: no report before this (the server's Retry-After)
@@ -108,6 +224,10 @@ class UsageReporter:
         if self.enabled:
             self._health.record_opening(provider)
 
+    def drill_changed(self) -> None:
+        """The document served brings a drill or ends one: reconsider when to report."""
+        self._wake.set()
+
     def record_refused(self, version: object, why: str) -> None:
         """List a refused document (once per version) for the next report."""
         if not self.enabled:
@@ -128,7 +248,12 @@ class UsageReporter:
         if not self.enabled:
             return
         self.worker = Worker(self._run, name=f"chainclient-{self._chain}-usage", endpoint=self._endpoint)
+        self._wake.clear()
         self.worker.start(stop_event)
+
+    def wake(self) -> None:
+        """Wake the thread now (``stop()``: it sends its last report and ends)."""
+        self._wake.set()
 
     def after_fork(self, endpoint: Endpoint) -> None:
         """In a forked child: count from zero (the parent reports what it counted), with a
@@ -138,6 +263,9 @@ class UsageReporter:
         self._lock = threading.Lock()  # the parent's may have been held at the fork
         self._served, self._refusals = {}, []
         self._health = HealthTally()  # a new lock too
+        self.drills = DrillTally() if self.enabled else NO_DRILL_TALLY
+        self._schedule = DrillSchedule(self._drill, self._random)
+        self._wake = threading.Event()
         self.worker = None
         self._flush_by = 0.0
         self._not_before = 0.0
@@ -151,8 +279,20 @@ class UsageReporter:
 
     def _run(self, stop_event: threading.Event, connection: Connection) -> None:
         try:
-            while not stop_event.wait(self._next_wait()):
+            next_at = time.monotonic() + self._next_wait()
+            while True:
+                # Cleared before deciding how long to sleep: a wake from then on is seen.
+                self._wake.clear()
+                if stop_event.is_set():
+                    break
+                now = time.monotonic()
+                wait = min(next_at - now, self._schedule.due_in(self._now()))
+                wait = max(wait, self._not_before - now)
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
                 self._report(connection, self._endpoint.timeout, stop_event)
+                next_at = time.monotonic() + self._next_wait()
             # Stopping: one last best-effort report within what is left of stop()'s budget,
             # unless the control plane asked to wait (it would refuse it again).
             left = self._flush_by - time.monotonic() - _FLUSH_MARGIN_S
@@ -168,18 +308,22 @@ class UsageReporter:
         return max(interval, self._not_before - time.monotonic())
 
     def _report(self, connection: Connection, timeout: float, stop_event: threading.Event) -> None:
-        """Send what was served and refused, and the provider health, since the last accepted
-        report, if anything."""
+        """Send what was served and refused, the provider health and the drill's counts, since
+        the last accepted report, if anything."""
         ahead = self._ahead()
+        now = self._now()
+        drill_id = self._schedule.to_report(now, self.drills.pending())
         with self._lock:
             served, self._served = self._served, {}
             refusals, self._refusals = self._refusals, []
         health = self._health.take()
-        # No empty reports, except while ahead: the fleet page must keep showing that.
-        if not served and not refusals and health.empty and ahead is None:
+        drill = (drill_id, self.drills.take(drill_id)) if drill_id is not None else None
+        # No empty reports, except while ahead (the fleet page must keep showing that) or in
+        # a drill (the control plane must know the instance takes part).
+        if not served and not refusals and health.empty and ahead is None and drill is None:
             return
         try:
-            error, wait = self._send(connection, timeout, served, refusals, health, ahead)
+            error, wait = self._send(connection, timeout, served, refusals, health, ahead, drill)
         except Exception as exc:  # a bug here must not lose the counts or end reporting
             logger.exception("chain %s: unexpected error while reporting usage", self._chain)
             error, wait = f"unexpected {type(exc).__name__}: {exc}", None
@@ -193,11 +337,15 @@ class UsageReporter:
             # not all come back in the same second.
             self._not_before = time.monotonic() + wait * self._random.uniform(1.0, 1.1)
             error = f"{error}; the next report in {wait:g}s, as the control plane asked"
+        if drill is not None:
+            self._schedule.reported(drill[0], now, accepted=error is None)
         if error is None:
             self._accepted()
         else:
             self._put_back(served, refusals)
             self._health.put_back(health)
+            if drill is not None:
+                self.drills.put_back(*drill)
             if not stop_event.is_set() or self._flush_by > time.monotonic():
                 self._failed(error, served, refusals)
 
@@ -209,6 +357,7 @@ class UsageReporter:
         refusals: list[Refusal],
         health: HealthCounts,
         ahead: OlderAnswer | None,
+        drill: tuple[int, DrillCounts] | None = None,
     ) -> tuple[str | None, float | None]:
         """POST one report: (None when the control plane accepted it, else why not; the
         seconds it asked to wait before the next one, if it did)."""
@@ -217,6 +366,8 @@ class UsageReporter:
         health_body = health.body()
         if health_body is not None:  # the key is left out when there is nothing in it
             report["health"] = health_body
+        if drill is not None:  # only while taking part in a drill, and once after it
+            report["drill"] = drill[1].section(drill[0])
         body = json.dumps(report).encode("utf-8")
         headers = self._endpoint.report_headers(applied_version=version)
         try:
@@ -317,4 +468,4 @@ def _utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-__all__ = ["MAX_REPORTED_REJECTIONS", "MAX_RETRY_AFTER_S", "Refusal", "Served", "UsageReporter"]
+__all__ = ["MAX_REPORTED_REJECTIONS", "MAX_RETRY_AFTER_S", "DrillSchedule", "Refusal", "Served", "UsageReporter"]

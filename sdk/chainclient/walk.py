@@ -26,7 +26,7 @@ from chainclient.errors import (
 )
 from chainclient.outcomes import Action
 from chainclient.receipts import Attempt, Receipt, RouteResult
-from chainclient.types import ChainDocument, Step
+from chainclient.types import ChainDocument, Drill, Step
 
 
 class Walk:
@@ -41,6 +41,8 @@ class Walk:
         "cut_by_deadline",
         "deadline",
         "document",
+        "drill",
+        "drilled",  # set with ``drill`` (``RouterCore._begin``), read only when it is set
         "refused",
         "side_effects",
         "task_id",
@@ -73,6 +75,11 @@ class Walk:
         """Whether the last attempt timed out because the budget cut its timeout short."""
         self.attempts: list[Attempt] = []
         self.refused: list[tuple[Step, str]] = []
+        self.drill: Drill | None = None
+        """The failover drill this request is routed in: active when it began, and one the
+        source takes part in (``RouterCore._begin``); None for nearly every request. Such a
+        request also has ``drilled``: whether a fault was injected into its walk."""
+        self.drilled: bool
 
     def receipt(self) -> Receipt:
         document = self.document

@@ -1,11 +1,13 @@
 """What the control plane and chainclient must agree on, written once: the chain document's
-step rules, the long poll's longest wait, and the usage report's health section (its outcome
-classes, latency and time-to-first-chunk histograms and size).
+step rules, the long poll's longest wait, the usage report's health section (its outcome
+classes, latency and time-to-first-chunk histograms and size), and failover drills (their
+faults, share bounds and report cadence).
 
 This file is the one source. The control plane holds a generated copy (``presets/wire.py``,
 written by ``make wire``; the suite fails when the two differ), so the server never imports
-the SDK. Standard library only: plain constants, and the one function both sides must
-compute alike (the bytes a document's signature covers).
+the SDK. Standard library only: plain constants, and the functions both sides must compute
+alike (the bytes a document's signature covers, and the digest naming a service a
+failover drill takes part in).
 """
 
 import hashlib
@@ -93,9 +95,10 @@ DRILL_MAX_MINUTES = 60
 
 DRILL_REPORT_INTERVAL_S = 10
 """While a client takes part in a drill it reports at least this often (its usage report's
-``drill`` section), and once within this after the drill's end. Ten seconds: the stop
-conditions act within seconds of a failing fallback, and an instance stays within its
-usage reports' limit per minute."""
+``drill`` section, even with nothing counted: that is how the control plane knows it takes
+part), and once within this after the drill's end. Ten seconds: the stop conditions act
+within seconds of a failing fallback, and an instance stays within its usage reports' limit
+per minute (USAGE_REPORTS_PER_INSTANCE_PER_MINUTE, 8: six drill reports and its minute's)."""
 
 DRILL_SERVICE_CONTEXT = b"chainclient-drill/1\n"
 """Prefixed to what a drilled service's digest covers (``drill_service_digest``)."""

@@ -21,6 +21,8 @@ import pytest
 from conftest import ControlPlane
 
 from chainclient import ChainClient
+from chainclient.drills import DrillRequest
+from chainclient.types import Drill
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
@@ -203,6 +205,24 @@ def test_an_explicit_instance_keeps_its_name_and_an_unstarted_client_stays_unsta
     assert control_plane.count() >= 1
     assert polled_as(control_plane, "checkout/web-1") == control_plane.count()  # only the child polled
     assert client.health()["running"] is False
+
+
+def test_a_forked_child_reports_no_drill_counts_of_its_parent(make_client, control_plane, document):
+    control_plane.publish(document(1))
+    client = make_client(usage_interval=60)  # never started: nothing is sent in either process
+    drill = Drill(7, 1, "server_error", 1000, (), "2026-12-06T07:00:00Z", "2026-12-06T07:15:00Z")
+    client.record_drill(drill, DrillRequest(True, 2, None, 1, 0, 0.05))
+
+    def child() -> dict[str, Any]:
+        pending = client._usage.drills.pending()
+        client.record_drill(drill, DrillRequest(False, None, None, 0, 0, 0.05))
+        return {"pending": pending, "counted": client._usage.drills.take(7).requests}
+
+    pid, pipe = in_child(child)
+    result = child_result(pid, pipe)
+
+    assert result == {"pending": [], "counted": 1}
+    assert client._usage.drills.take(7).drilled == 1  # the parent's own, still to report
 
 
 def test_after_fork_does_nothing_in_the_process_that_built_the_client(make_client, control_plane, eventually, document):

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +382,76 @@ def test_a_document_changed_in_code_is_written_from_its_fields_without_the_signa
     copy = parsed.to_json()
     copy["version"] = 5
     assert parsed.to_json()["version"] == 3
+
+
+# --- a failover drill rides on the signature -----------------------------------------------------
+
+
+def _drill(**changes: Any) -> dict[str, Any]:
+    """A drill of every service on hop 1, a quarter of the requests, active for the next hour."""
+
+    def instant(epoch_s: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
+
+    now = time.time()
+    return {
+        "id": 3,
+        "hop": 1,
+        "fault": "server_error",
+        "share_bp": 2500,
+        "services": [],
+        "starts_at": instant(now - 60),
+        "ends_at": instant(now + 3600),
+        **changes,
+    }
+
+
+def _drilled(client: Any, requests: int = 40) -> int:
+    """How many of ``requests`` a Router over ``client`` drills."""
+    from chainclient import Router
+    from chainclient.testing import FakeProviders
+
+    fakes = FakeProviders(providers=("vendor_a", "vendor_b", "self_hosted"))
+    router = Router(client, transports=fakes.transports, breaker=None)
+    results = [router.complete("hello") for _ in range(requests)]
+    return sum(1 for result in results if any(a.drill is not None for a in result.receipt.attempts))
+
+
+# Each forgery starts from a genuinely signed document: one without a drill, or one whose drill
+# is a tenth of a percent of one other service's requests.
+QUIET: dict[str, Any] = {}
+NARROW: dict[str, Any] = {"drill": {"share_bp": 10, "services": ["ab" * 32]}}
+
+
+@pytest.mark.parametrize(
+    ("signed", "forge"),
+    [
+        pytest.param(QUIET, lambda d: {**d, "drill": _drill()}, id="drill-added-after-signing"),
+        pytest.param(NARROW, lambda d: {**d, "drill": {**d["drill"], "share_bp": 2500}}, id="share-raised"),
+        pytest.param(NARROW, lambda d: {**d, "drill": {**d["drill"], "services": []}}, id="services-widened"),
+    ],
+)
+def test_a_drill_in_a_document_that_fails_verification_is_never_injected(
+    make_client, control_plane, eventually, document, signed, forge
+):
+    """The attacker: a relay, proxy or cache between the control plane and a service, starting
+    a drill (or widening one) to fail a share of the service's live traffic at will."""
+    extra = {"drill": _drill(**signed["drill"])} if "drill" in signed else {}
+    control_plane.reply_document(NEW.sign(document(3, "normal")))
+    control_plane.always_document(forge(NEW.sign(document(4, "normal", **extra))))
+    client = make_client(trusted_keys=NEW.trusted()).start()
+
+    eventually(lambda: client.health()["rejected"] >= 1)
+
+    assert client.current().version == 3 and client.current().drill is None
+    assert _drilled(client) == 0
+
+
+def test_a_signed_document_s_drill_is_applied_and_injected(make_client, control_plane, eventually, document):
+    control_plane.always_document(NEW.sign(document(4, "normal", drill=_drill())))
+    client = make_client(trusted_keys=NEW.trusted()).start()
+
+    eventually(lambda: client.current().version == 4)
+
+    assert client.current().drill is not None and client.current().drill.id == 3
+    assert _drilled(client) == 10  # a quarter of 40, exactly
