@@ -2,7 +2,8 @@
 
 - ``npm test`` in sdk-ts: the type check and build, the client contract's vectors
   (sdk/tests/vectors/client_contract.json, which the Python SDK runs too: both must report the
-  same counts) and the signed-document vectors.
+  same counts), the failover-drill vectors (sdk/tests/vectors/drills.json, likewise) and the
+  signed-document vectors.
 - A system test: TypeScript clients (tests/ts_client/follow.mjs, three ChainClients sharing one
   state directory) follow the production web process (granian, two workers) on a PostgreSQL
   cluster of its own: a change reaches them by long poll and the fleet shows their identities;
@@ -45,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SDK_TS = ROOT / "sdk-ts"
 PROBE = Path(__file__).parent / "ts_client" / "follow.mjs"
 CONTRACT = json.loads((ROOT / "sdk" / "tests" / "vectors" / "client_contract.json").read_text(encoding="utf-8"))
+DRILLS = json.loads((ROOT / "sdk" / "tests" / "vectors" / "drills.json").read_text(encoding="utf-8"))
 REGISTRY = {
     name: {"destination": p.destination, "models": {model: sorted(caps) for model, caps in p.models.items()}}
     for name, p in PROVIDERS.items()
@@ -119,6 +121,10 @@ def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -
     assert counts is not None, done.stdout[-3000:]
     # The Python SDK's suite runs each of these (sdk/tests/test_client_contract.py): the same count.
     assert (int(counts[1]), int(counts[2])) == (len(CONTRACT["poller"]), len(CONTRACT["router"]))
+    # And every failover-drill vector (the Python SDK's sdk/tests/test_drill_vectors.py runs each).
+    drills = re.search(r"drill vectors: (\d+) digests, (\d+) documents, (\d+) cases passed", done.stdout)
+    assert drills is not None, done.stdout[-3000:]
+    assert tuple(map(int, drills.groups())) == (len(DRILLS["digests"]), len(DRILLS["documents"]), len(DRILLS["cases"]))
     assert re.search(r"ℹ fail 0", done.stdout), done.stdout[-3000:]
 
 
@@ -181,12 +187,15 @@ class Probe:
     """tests/ts_client/follow.mjs: three TypeScript ChainClients, driven line by line."""
 
     def __init__(self, url: str, token: str, state_dir: Path) -> None:
+        self.start(
+            ["node", str(PROBE), url, token, str(state_dir), "3", json.dumps(REGISTRY), json.dumps(COMPILED_DEFAULT)]
+        )
+
+    def start(self, argv: list[str]) -> None:
+        """Run ``argv`` (a probe script that answers one JSON line per command) and read its
+        first line; other system tests drive their own scripts through this."""
         self.process = subprocess.Popen(
-            ["node", str(PROBE), url, token, str(state_dir), "3", json.dumps(REGISTRY), json.dumps(COMPILED_DEFAULT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read_lines, daemon=True).start()
@@ -310,13 +319,16 @@ def test_typescript_clients_follow_survive_an_outage_expire_a_pin_restart_from_t
 
 def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None:
     """sdk-ts/src/wire.ts is the third copy of what clients and server agree on
-    (sdk/chainclient/wire.py; presets/wire.py is checked by tests/test_wire.py)."""
+    (sdk/chainclient/wire.py; presets/wire.py is checked by tests/test_wire.py): its
+    constants, the bytes a signature covers and a drill's service digest."""
     from chainclient import wire
 
     script = (
         "import * as w from './dist/wire.js';"
         "const d={a:1,b:'\\u00e9',signature:{alg:'ed25519',key_id:'k',signed_at:'t',value:'v'}};"
-        "console.log(JSON.stringify({...w, signed: w.signedContent(d).toString('latin1')}))"
+        "const h=w.sha256Hex('cpt_drill');"
+        "console.log(JSON.stringify({...w, signed: w.signedContent(d).toString('latin1'),"
+        " token_sha256: h, drill_digests: [1, 7, 2147483647].map((id) => w.drillServiceDigest(id, h))}))"
     )
     done = subprocess.run(["node", "--input-type=module", "-e", script], cwd=built, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -330,6 +342,10 @@ def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None
         "REPORT_MAX_STEPS",
         "REPORT_MAX_PROVIDERS",
         "SIGNATURE_ALGORITHM",
+        "DRILL_SHARE_MIN_BP",
+        "DRILL_SHARE_MAX_BP",
+        "DRILL_MAX_MINUTES",
+        "DRILL_REPORT_INTERVAL_S",
     ):
         assert ts[name] == getattr(wire, name), name
     assert tuple(ts["OUTCOME_CLASSES"]) == wire.OUTCOME_CLASSES
@@ -337,3 +353,9 @@ def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None
     assert ts["SIGNATURE_CONTEXT"].encode() == wire.SIGNATURE_CONTEXT
     document = {"a": 1, "b": "\u00e9", "signature": {"alg": "ed25519", "key_id": "k", "signed_at": "t", "value": "v"}}
     assert ts["signed"].encode("latin1") == wire.signed_content(document)
+    # Failover drills: the faults, and the digest naming a service that takes part.
+    assert tuple(ts["DRILL_FAULTS"]) == wire.DRILL_FAULTS
+    assert ts["DRILL_SERVICE_CONTEXT"].encode() == wire.DRILL_SERVICE_CONTEXT
+    token_sha256 = hashlib.sha256(b"cpt_drill").hexdigest()
+    assert ts["token_sha256"] == token_sha256
+    assert ts["drill_digests"] == [wire.drill_service_digest(i, token_sha256) for i in (1, 7, 2147483647)]

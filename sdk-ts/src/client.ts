@@ -8,7 +8,9 @@
  * applied only if (signed by a trusted key, when `trustedKeys` is given,) valid for this
  * service's registry and newer by (epoch, version); a pin is never served past its expiry,
  * server or not; polls send the ETag, long-poll, back off with full jitter and say who asks;
- * usage and provider health are reported in batches that are never lost.
+ * usage and provider health are reported in batches that are never lost. While a failover
+ * drill it takes part in is active, its reports carry the drill's section at least every
+ * `DRILL_REPORT_INTERVAL_S`, and one more after the drill's end.
  */
 
 import { hostname } from "node:os";
@@ -16,6 +18,7 @@ import { hostname } from "node:os";
 import {
   ChainDocument,
   DocumentInvalid,
+  Drill,
   Registry,
   Step,
   checkSteps,
@@ -26,12 +29,13 @@ import {
   label,
   parseDocument,
 } from "./document.js";
+import { DrillRequest, DrillTally, describeDrill, drillBody, takesPartIn } from "./drills.js";
 import { HealthTally, healthBody } from "./health.js";
 import { Answer, Exchange, fetchExchange, nodeExchange } from "./http.js";
 import type { Attempt } from "./receipts.js";
 import { TrustedKeys } from "./signatures.js";
 import { StateFile } from "./stateFile.js";
-import { MAX_WAIT_S, REPORT_MAX_PROVIDERS, g, pyRepr } from "./wire.js";
+import { DRILL_REPORT_INTERVAL_S, MAX_WAIT_S, REPORT_MAX_PROVIDERS, g, pyRepr, sha256Hex } from "./wire.js";
 
 export const VERSION = "0.1.0";
 export const MAX_DOCUMENT_BYTES = 1 << 20;
@@ -41,6 +45,8 @@ const HELD_AT_LEAST_S = 1.0;
 const MAX_REPORTED_REJECTIONS = 20;
 const MAX_REASON_CHARS = 500;
 const MAX_RETRY_AFTER_S = 600;
+/** How long after its end (or its leaving the document) a drill's last report is retried at the drill's cadence. */
+const DRILL_LAST_REPORT_WITHIN_S = 60;
 
 export interface Logger {
   debug(message: string): void;
@@ -135,6 +141,26 @@ interface Refusal {
   at: number;
 }
 
+/** A drill this client took part in, until its last report (made once it is over) is accepted. */
+interface FollowedDrill {
+  drill: Drill;
+  /** When (wall clock, `clock`) a report with its section is due next. */
+  dueAt: number;
+  /** Once it is over (its end passed, or it left the document): until when its last report is retried. */
+  giveUpAt: number | null;
+}
+
+/** A new drill's first report: soon, spread a little so a fleet does not report at one instant. */
+const firstDrillReport = (now: number) => now + uniform(0, 0.2) * DRILL_REPORT_INTERVAL_S;
+/** The next report while a drill is active: within `DRILL_REPORT_INTERVAL_S` of the last one, with room for the report's own time. */
+const nextDrillReport = (now: number) => now + uniform(0.8, 0.9) * DRILL_REPORT_INTERVAL_S;
+/**
+ * The least time between two reports the loop sends for a drill, in DRILL_REPORT_INTERVAL_S:
+ * a drill's first and last reports never follow another report at once (the control plane
+ * admits a few reports per instance and minute); they still come within the interval.
+ */
+const DRILL_REPORT_GAP = 0.75;
+
 class Stopped extends Error {}
 
 class TimeoutError extends Error {
@@ -206,6 +232,9 @@ export class ChainClient {
   private readonly log: Logger;
   private readonly clock: () => number;
   private readonly exchange: Exchange;
+  /** The token's SHA-256 (hex), as the control plane stores it: what a drill's `services` are computed from. */
+  private readonly tokenSha256: string | null;
+  private drillPart: { drill: Drill; part: boolean } | null = null;
 
   private snapshot: Snapshot;
   private longPollOn: boolean;
@@ -234,13 +263,19 @@ export class ChainClient {
   private olderAnswer: OlderAnswer | null = null;
   private aheadNoted = false;
   private lastReportAt: number | null = null;
+  /** When (wall clock, `clock`) the last usage report was sent, accepted or not. */
+  private lastSentAt = -Infinity;
   private reportFailures = 0;
 
   // what the next usage report carries
   private served = new Map<string, { requests: number; last: number }>();
   private refusals: Refusal[] = [];
   private readonly tally = new HealthTally();
+  private readonly drillTally = new DrillTally();
+  private readonly followed = new Map<number, FollowedDrill>();
   private reportNotBefore = 0;
+  /** Wakes the report loop early (a document with or without a drill was applied). */
+  private wakeReports: (() => void) | null = null;
 
   constructor(baseUrl: string, options: ChainClientOptions) {
     const chain = options.chain;
@@ -276,6 +311,7 @@ export class ChainClient {
     this.registry = options.registry;
     this.defaultSteps = steps;
     this.token = token === null ? null : headerSafe("token", token);
+    this.tokenSha256 = this.token === null ? null : sha256Hex(this.token);
     const service = headerSafe("service", options.service ?? "unknown");
     const instance = headerSafe("instance", options.instance ?? `${hostname()}-${process.pid}`);
     this.clientId = `${service}/${instance}`;
@@ -296,6 +332,11 @@ export class ChainClient {
       this.log.warn(`chain ${chain}: ignoring state file ${this.stateFile.path}: ${loaded.refused}`);
     } else if (loaded.document !== null) {
       this.log.info(`chain ${chain}: starting from ${label(loaded.document)} ${loaded.document.preset} saved in ${this.stateFile.path}`);
+      if (loaded.document.drill_ignored !== null) {
+        this.log.warn(
+          `chain ${chain}: ignoring the failover drill in v${loaded.document.version} from ${this.stateFile.path}: ${loaded.document.drill_ignored}; the document itself is applied`,
+        );
+      }
     }
     this.snapshot = this.snapshotOf(loaded.document ?? compiledDefault(chain, steps));
   }
@@ -370,6 +411,28 @@ export class ChainClient {
   /** Count one opening of `provider`'s circuit breaker (the Router calls it). */
   record_breaker_opened(provider: string): void {
     if (this.reportUsage) this.tally.recordOpening(provider);
+  }
+
+  /**
+   * Whether this service takes part in `drill`: when it names no service, or names this
+   * one's token by its digest (`drillServiceDigest`). A client without a token (published
+   * documents) takes part only in a drill for every service. The Router asks it per request.
+   */
+  takesPart(drill: Drill): boolean {
+    const cached = this.drillPart;
+    if (cached !== null && cached.drill === drill) return cached.part;
+    const part = takesPartIn(drill, this.tokenSha256);
+    this.drillPart = { drill, part };
+    return part;
+  }
+
+  /** Count one request a router routed while `drill` was active, for the report's `drill` section (the Router calls it). */
+  recordDrill(drill: Drill, request: DrillRequest): void {
+    if (!this.reportUsage) return;
+    this.drillTally.record(drill.id, request);
+    // A request that ended after the drill did rides with the next report, owed or not.
+    const now = this.clock();
+    if (now < drill.ends_at_s && !this.followed.has(drill.id)) this.followed.set(drill.id, { drill, dueAt: firstDrillReport(now), giveUpAt: null });
   }
 
   // -- lifecycle -----------------------------------------------------------------------
@@ -553,6 +616,7 @@ export class ChainClient {
     this.snapshot = this.snapshotOf(document);
     this.changes += 1;
     this.caughtUp();
+    this.noteDrill(previous, document);
     await this.persist(document);
     if (this.onChange !== null) {
       try {
@@ -674,15 +738,117 @@ export class ChainClient {
   // -- usage reports ---------------------------------------------------------------------
 
   private async reportLoop(signal: AbortSignal): Promise<void> {
+    let nextAt = Date.now() / 1000 + this.usageInterval * uniform(0.9, 1.1);
     while (!signal.aborted) {
-      const wait = Math.max(this.usageInterval * uniform(0.9, 1.1), this.reportNotBefore - Date.now() / 1000);
+      const now = Date.now() / 1000;
+      const wait = Math.max(Math.min(nextAt - now, this.drillReportIn(this.clock())), this.reportNotBefore - now);
       try {
-        await sleep(wait, signal);
+        await this.sleepUnlessWoken(wait, signal);
       } catch {
         return;
       }
+      // Woken by a new document, or early for a drill: report only if one is due.
+      if (Date.now() / 1000 < nextAt && this.drillReportIn(this.clock()) > 0) continue;
       await this.within(this.timeoutS, signal, (bounded) => this.report(bounded));
+      nextAt = Date.now() / 1000 + this.usageInterval * uniform(0.9, 1.1);
     }
+  }
+
+  private sleepUnlessWoken(seconds: number, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const woken = () => {
+        this.wakeReports = null;
+        resolve();
+      };
+      this.wakeReports = woken;
+      sleep(seconds, signal).then(woken, (error) => {
+        this.wakeReports = null;
+        reject(error);
+      });
+    });
+  }
+
+  // -- failover drills -------------------------------------------------------------------
+
+  /** Say what a new document means for failover drills, once per document; wake the report loop if it brings or ends one. */
+  private noteDrill(previous: ChainDocument, document: ChainDocument): void {
+    const drill = document.drill;
+    if (document.drill_ignored !== null) {
+      this.log.warn(`chain ${this.chain}: ignoring the failover drill in ${label(document)}: ${document.drill_ignored}; the document itself is applied`);
+    }
+    if (drill !== null && previous.drill?.id !== drill.id) {
+      this.log.info(
+        `chain ${this.chain}: ${label(document)} carries failover drill ${drill.id}: ${describeDrill(drill, document.chain)}, from ${drill.starts_at} to ${drill.ends_at}`,
+      );
+    }
+    if (drill !== null || previous.drill !== null) this.wakeReports?.();
+  }
+
+  /** The current document's drill, if it is active now and this service takes part. */
+  private activeDrill(now: number): Drill | null {
+    const drill = this.current().drill;
+    if (drill === null || !(drill.starts_at_s <= now && now < drill.ends_at_s)) return null;
+    return this.takesPart(drill) ? drill : null;
+  }
+
+  /**
+   * Bring the drills this client reports on up to date at `now`: the active one followed,
+   * those over (ended, or no longer in the document) owed one last report, shortly after.
+   */
+  private followDrills(now: number): Drill | null {
+    const active = this.reportUsage ? this.activeDrill(now) : null;
+    if (active !== null) {
+      const entry = this.followed.get(active.id);
+      if (entry === undefined) this.followed.set(active.id, { drill: active, dueAt: firstDrillReport(now), giveUpAt: null });
+      else if (entry.drill !== active || entry.giveUpAt !== null) Object.assign(entry, { drill: active, giveUpAt: null });
+    }
+    for (const [id, entry] of this.followed) {
+      if (active !== null && id === active.id) continue;
+      if (entry.giveUpAt === null) {
+        // Over: its end passed (the last report a moment after it, so that requests then in
+        // flight count, and well within DRILL_REPORT_INTERVAL_S), or the control plane ended
+        // it early (the last report about now).
+        const over = Math.min(now, entry.drill.ends_at_s);
+        entry.dueAt = Math.max(over + uniform(0.2, 0.5) * DRILL_REPORT_INTERVAL_S, now);
+        entry.giveUpAt = over + DRILL_LAST_REPORT_WITHIN_S;
+      } else if (now > entry.giveUpAt) {
+        this.followed.delete(id); // its counts, if any, go with the next report
+      }
+    }
+    return active;
+  }
+
+  /** Seconds until a report is due for a drill (0: now; Infinity: no drill needs one). */
+  private drillReportIn(now: number): number {
+    if (!this.reportUsage) return Infinity;
+    const active = this.followDrills(now);
+    let due = Infinity;
+    for (const entry of this.followed.values()) due = Math.min(due, entry.dueAt);
+    if (due !== Infinity) due = Math.max(due, this.lastSentAt + DRILL_REPORT_GAP * DRILL_REPORT_INTERVAL_S);
+    for (const entry of this.followed.values()) {
+      // An active drill's end is a moment to wake too: its last report is planned from there.
+      if (entry.giveUpAt === null) due = Math.min(due, entry.drill.ends_at_s);
+    }
+    // A drill in the document that has not started yet: wake at its start.
+    const upcoming = this.current().drill;
+    if (active === null && upcoming !== null && now < upcoming.starts_at_s && this.takesPart(upcoming)) {
+      due = Math.min(due, upcoming.starts_at_s);
+    }
+    return Math.max(0, due - now);
+  }
+
+  /** Which drill's section the next report carries: one owed its last report, else the active one, else any with counts. */
+  private drillToReport(now: number): { id: number; entry: FollowedDrill | null } | null {
+    const active = this.followDrills(now);
+    let owed: FollowedDrill | null = null;
+    for (const entry of this.followed.values()) {
+      if (entry.giveUpAt !== null && entry.dueAt <= now && (owed === null || entry.dueAt < owed.dueAt)) owed = entry;
+    }
+    if (owed !== null) return { id: owed.drill.id, entry: owed };
+    if (active !== null) return { id: active.id, entry: this.followed.get(active.id) ?? null };
+    const pending = this.drillTally.pending();
+    if (pending.length) return { id: pending[0], entry: this.followed.get(pending[0]) ?? null };
+    return null;
   }
 
   /**
@@ -695,14 +861,18 @@ export class ChainClient {
   }
 
   private async report(signal: AbortSignal): Promise<void> {
-    const ahead = this.aheadOfServer(this.clock());
+    const now = this.clock();
+    const ahead = this.aheadOfServer(now);
     const served = this.served;
     const refusals = this.refusals;
     const health = this.tally.take();
     this.served = new Map();
     this.refusals = [];
     const healthJson = healthBody(health);
-    if (served.size === 0 && refusals.length === 0 && healthJson === null && ahead === null) return;
+    const drill = this.drillToReport(now);
+    const drillCounts = drill !== null ? this.drillTally.take(drill.id) : null;
+    if (served.size === 0 && refusals.length === 0 && healthJson === null && ahead === null && drill === null) return;
+    this.lastSentAt = now;
     const version = this.snapshot.document.version;
     const body: Record<string, unknown> = {
       client: this.clientId,
@@ -712,6 +882,7 @@ export class ChainClient {
     };
     if (ahead !== null) body["ahead_of_server"] = { server_epoch: ahead.epoch, server_version: ahead.version, since: utc(ahead.since) };
     if (healthJson !== null) body["health"] = healthJson;
+    if (drill !== null && drillCounts !== null) body["drill"] = drillBody(drill.id, drillCounts);
     const headers: Record<string, string> = {
       "Content-Type": "application/json",
       "X-Chain-Client": this.clientId,
@@ -740,6 +911,12 @@ export class ChainClient {
     } catch (caught) {
       error = describe(caught);
     }
+    if (drill !== null && drill.entry !== null) {
+      // A drill over: its last report was accepted (a failed one is tried again at the
+      // drill's cadence, until giveUpAt).
+      if (drill.entry.giveUpAt !== null && error === null) this.followed.delete(drill.id);
+      else drill.entry.dueAt = nextDrillReport(now);
+    }
     if (error === null) {
       if (this.reportFailures) this.log.info(`chain ${this.chain}: usage report accepted after ${this.reportFailures} failed attempt(s)`);
       this.reportFailures = 0;
@@ -760,6 +937,7 @@ export class ChainClient {
     for (const r of this.refusals) if (!refusals.some((l) => l.version === r.version && (r.version !== null || l.reason === r.reason))) refusals.push(r);
     this.refusals = refusals.slice(-MAX_REPORTED_REJECTIONS);
     this.tally.putBack(health);
+    if (drill !== null && drillCounts !== null) this.drillTally.putBack(drill.id, drillCounts);
     this.reportFailures += 1;
     if (this.reportFailures === 1) {
       this.log.warn(`chain ${this.chain}: usage report failed (${error}); keeping its counts for the next one`);

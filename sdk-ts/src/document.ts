@@ -4,7 +4,17 @@
  * SDK's, word for word: the shared test vectors check both.
  */
 
-import { CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS, pyRepr } from "./wire.js";
+import {
+  CHAIN_MAX_STEPS,
+  CHAIN_MIN_STEPS,
+  DRILL_FAULTS,
+  DRILL_SHARE_MAX_BP,
+  DRILL_SHARE_MIN_BP,
+  type DrillFault,
+  STEP_MAX_TIMEOUT_MS,
+  STEP_MIN_TIMEOUT_MS,
+  pyRepr,
+} from "./wire.js";
 
 /** One place a request may be served from: a provider's model with a timeout. */
 export interface Step {
@@ -95,6 +105,24 @@ export interface DocumentSignature {
 export type Source = "default" | "disk" | "live";
 
 /**
+ * A failover drill the document carries while it runs: `share_bp` of the requests that reach
+ * step `hop` (1-based, never the last) fail with `fault`, in the client and before dispatch,
+ * from `starts_at` to `ends_at` (`starts_at_s`, `ends_at_s`: epoch seconds). `services`: the
+ * digests of the services taking part (`drillServiceDigest`), empty for every service.
+ */
+export interface Drill {
+  readonly id: number;
+  readonly hop: number;
+  readonly fault: DrillFault;
+  readonly share_bp: number;
+  readonly services: readonly string[];
+  readonly starts_at: string;
+  readonly ends_at: string;
+  readonly starts_at_s: number;
+  readonly ends_at_s: number;
+}
+
+/**
  * The live chain, plus where this copy came from (`source`). Documents are ordered by
  * (epoch, version); `expires_at_s` is `expires_at` in epoch seconds.
  */
@@ -113,6 +141,14 @@ export interface ChainDocument {
   readonly default: DefaultChain | null;
   readonly source: Source;
   readonly expires_at_s: number | null;
+  /**
+   * The failover drill the document carries, if any: null without one, and for one this
+   * client cannot apply (malformed, a fault it does not know, a hop that is not a step of the
+   * chain but its last), which is ignored rather than making the document invalid;
+   * `drill_ignored` then says why.
+   */
+  readonly drill: Drill | null;
+  readonly drill_ignored: string | null;
   /** The control plane's signature the document carried (verified only with `trustedKeys`). */
   readonly signature: DocumentSignature | null;
   /** The JSON object as received (what the state file keeps, so it verifies again); null for one built in code. */
@@ -219,6 +255,8 @@ export function compiledDefault(name: string, steps: readonly Step[]): ChainDocu
     default: null,
     source: "default" as const,
     expires_at_s: null,
+    drill: null,
+    drill_ignored: null,
     signature: null,
     received: null,
   });
@@ -227,7 +265,12 @@ export function compiledDefault(name: string, steps: readonly Step[]): ChainDocu
 /** Parse and validate a document; throw DocumentInvalid naming the first problem. */
 export function parseDocument(
   data: unknown,
-  options: { registry?: Registry | null; source?: Source; /** freeze `data` in place rather than copy it (it was just parsed) */ adopt?: boolean } = {},
+  options: {
+    registry?: Registry | null;
+    source?: Source;
+    /** freeze `data` in place rather than copy it (it was just parsed) */
+    adopt?: boolean;
+  } = {},
 ): ChainDocument {
   const registry = options.registry ?? null;
   const keep = options.adopt ? <T>(value: T): T => deepFreeze(value) : <T>(value: T): T => deepFreeze(structuredClone(value));
@@ -261,6 +304,8 @@ export function parseDocument(
   const updatedAt = optionalText("updated_at");
   const expiresAt = optionalText("expires_at");
   const defaultChain = parseDefault(data["default"], registry, keep);
+  let drillIgnored: string | null = null;
+  const drill = drillOf(data["drill"], steps.length, (why) => (drillIgnored = why));
   let expiresAtS: number | null = null;
   if (expiresAt !== null) {
     try {
@@ -284,8 +329,67 @@ export function parseDocument(
     default: defaultChain,
     source: options.source ?? "live",
     expires_at_s: expiresAtS,
+    drill,
+    drill_ignored: drillIgnored,
     signature: signatureOf(data["signature"]),
     received: keep(data),
+  });
+}
+
+/**
+ * The document's `drill`, or null: absent, or not one this client can apply. A bad drill
+ * never makes the document invalid (a newer server may send a fault this client does not
+ * know): it is ignored, and `onDrillIgnored` is told why.
+ */
+export function drillOf(data: unknown, chainLength: number, onDrillIgnored?: (why: string) => void): Drill | null {
+  if (data === undefined || data === null) return null;
+  try {
+    return parseDrill(data, chainLength);
+  } catch (error) {
+    if (!(error instanceof DocumentInvalid)) throw error;
+    onDrillIgnored?.(error.message);
+    return null;
+  }
+}
+
+function parseDrill(data: unknown, chainLength: number): Drill {
+  if (!isObject(data)) throw new DocumentInvalid(`'drill' must be an object, got ${typeName(data)}`);
+  const { id, hop, fault, share_bp, services, starts_at, ends_at } = data;
+  const integer = (value: unknown): value is number => typeof value === "number" && Number.isInteger(value);
+  if (!integer(id) || id < 1) throw new DocumentInvalid("drill.id must be a positive integer");
+  if (!integer(hop) || hop < 1 || hop >= chainLength) {
+    throw new DocumentInvalid(`drill.hop must be a step of the chain but its last (1..${chainLength - 1}), got ${JSON.stringify(hop)}`);
+  }
+  if (typeof fault !== "string" || !(DRILL_FAULTS as readonly string[]).includes(fault)) {
+    throw new DocumentInvalid(`drill.fault ${typeof fault === "string" ? pyRepr(fault) : JSON.stringify(fault)} is not one this client knows`);
+  }
+  if (!integer(share_bp) || share_bp < DRILL_SHARE_MIN_BP || share_bp > DRILL_SHARE_MAX_BP) {
+    throw new DocumentInvalid(`drill.share_bp must be an integer within ${DRILL_SHARE_MIN_BP}..${DRILL_SHARE_MAX_BP}`);
+  }
+  if (!Array.isArray(services) || !services.every((digest) => typeof digest === "string")) {
+    throw new DocumentInvalid("drill.services must be a list of strings");
+  }
+  const instant = (key: string, value: unknown): number => {
+    if (typeof value !== "string") throw new DocumentInvalid(`drill.${key} must be a string`);
+    try {
+      return parseTime(value);
+    } catch (error) {
+      throw new DocumentInvalid(`drill.${key}: ${(error as Error).message}`);
+    }
+  };
+  const startsAtS = instant("starts_at", starts_at);
+  const endsAtS = instant("ends_at", ends_at);
+  if (!(startsAtS < endsAtS)) throw new DocumentInvalid("drill.ends_at must be after drill.starts_at");
+  return Object.freeze({
+    id,
+    hop,
+    fault: fault as DrillFault,
+    share_bp,
+    services: Object.freeze([...(services as string[])]),
+    starts_at: starts_at as string,
+    ends_at: ends_at as string,
+    starts_at_s: startsAtS,
+    ends_at_s: endsAtS,
   });
 }
 
@@ -389,6 +493,9 @@ export function expiredPin(pin: ChainDocument, defaultSteps: readonly Step[]): C
       `default ${fallback.preset} until the control plane's revert arrives`,
     expires_at: null,
     expires_at_s: null,
+    // The drill's hop is a step of the pin's chain, not of the default's.
+    drill: null,
+    drill_ignored: null,
     signature: null,
     received: null,
   });

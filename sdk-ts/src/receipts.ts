@@ -32,6 +32,8 @@ export interface Attempt {
   readonly first_chunk_s: number | null;
   readonly input_tokens: number | null;
   readonly output_tokens: number | null;
+  /** The failover drill whose fault this attempt was (no call was made); null for a real attempt. */
+  readonly drill: number | null;
 }
 
 export function attemptLine(a: Attempt): string {
@@ -46,6 +48,7 @@ export function attemptLine(a: Attempt): string {
   let line =
     `${a.attempt_id} ${step}${resolved} @ ${a.destination || "unknown"}: ${a.outcome}${status} ` +
     `(${a.dispatch}, ${Math.round(a.elapsed_s * 1000)} ms of ${g(a.timeout_s)} s${streamed})`;
+  if (a.drill != null) line += ` drill=${a.drill}`;
   if (a.reason) line += ` -> ${a.reason}`;
   return line;
 }

@@ -8,11 +8,17 @@
  *
  * Streams (`stream()`) may fall back only before their commit point: once a chunk reached
  * the caller, a break is `StreamInterrupted`, never a second answer.
+ *
+ * Failover drills: while the snapshot carries an active drill this client takes part in, a
+ * share of the requests admitted at the drilled hop get its fault injected there, with no
+ * call to the transport (nor to its breaker, nor to the provider health), and fall back.
  */
 
 import { randomBytes } from "node:crypto";
+import { setTimeout as delay } from "node:timers/promises";
 
-import { ChainDocument, Registry, Step, compiledDefault, stepName } from "./document.js";
+import { ChainDocument, Drill, Registry, Step, compiledDefault, stepName } from "./document.js";
+import { DrillRequest, drilledAt, takesPartIn } from "./drills.js";
 import {
   AllProvidersFailed,
   ContentPolicyRefusal,
@@ -257,6 +263,16 @@ export interface ChainSource {
   record_served?(provider: string): void;
   record_attempt?(attempt: Attempt): void;
   record_breaker_opened?(provider: string): void;
+  /** Whether this service takes part in `drill` (without it: only when the drill names no service). */
+  takesPart?(drill: Drill): boolean;
+  /** How one request routed while `drill` was active ended, for the usage report's `drill` section. */
+  recordDrill?(drill: Drill, request: DrillRequest): void;
+}
+
+/** A monotonic clock in seconds; a test clock may have `advance(seconds)`, which a drill's timeout fault calls instead of waiting. */
+export interface Clock {
+  (): number;
+  advance?(seconds: number): void;
 }
 
 export interface RouterOptions {
@@ -266,8 +282,10 @@ export interface RouterOptions {
   deadlineS?: number;
   fallThroughOnContentPolicy?: boolean;
   onAlert?: (alert: CredentialAlert) => void;
-  /** A monotonic clock in seconds (tests pass a fake one). */
-  clock?: () => number;
+  /** A monotonic clock in seconds (tests pass a fake one, with `advance(seconds)` for drills' timeout faults). */
+  clock?: Clock;
+  /** The wall clock in epoch seconds a drill's window is read on (tests pass their own). */
+  wallClock?: () => number;
   /** Per-provider circuit breakers; null turns them off. */
   breaker?: Partial<BreakerSettings> | null;
   logger?: { warn(message: string): void; error(message: string): void };
@@ -321,6 +339,10 @@ interface Walk {
   cutByDeadline: boolean;
   attempts: Attempt[];
   refused: [Step, string][];
+  started: number;
+  /** The active drill this request may be drilled by, and whether it was. */
+  drill: Drill | null;
+  drilled: boolean;
 }
 
 interface Turn {
@@ -342,6 +364,8 @@ export class Router {
   private readonly fallThroughOnContentPolicy: boolean;
   private readonly onAlert: ((alert: CredentialAlert) => void) | null;
   private readonly now: () => number;
+  private readonly clock: Clock | null;
+  private readonly wallClock: () => number;
   private readonly realClock: boolean;
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly untransported = new Set<string>();
@@ -349,6 +373,8 @@ export class Router {
   private readonly transported: ReadonlySet<string>;
   private readonly log: { warn(message: string): void; error(message: string): void };
   private counts: Record<ReportKey, number> = Object.fromEntries(REPORT_KEYS.map((k) => [k, 0])) as Record<ReportKey, number>;
+  /** Per drill id: how many requests reached its hop (drilled or not). */
+  private readonly drillCounters = new Map<number, number>();
 
   constructor(source: ChainSource | ChainDocument | readonly Step[], options: RouterOptions) {
     if (Array.isArray(source)) {
@@ -379,6 +405,8 @@ export class Router {
     this.fallThroughOnContentPolicy = Boolean(options.fallThroughOnContentPolicy);
     this.onAlert = options.onAlert ?? null;
     this.now = options.clock ?? monotonic;
+    this.clock = options.clock ?? null;
+    this.wallClock = options.wallClock ?? (() => Date.now() / 1000);
     this.realClock = options.clock === undefined;
     this.log = options.logger ?? { warn: (m) => console.warn(m), error: (m) => console.error(m) };
     if (options.breaker !== null) {
@@ -424,9 +452,26 @@ export class Router {
   /** Route one request along the chain; resolves with the result or rejects with a RoutingError. */
   async complete<T = unknown>(request: unknown, options: RequestOptions = {}): Promise<RouteResult<T>> {
     const walk = this.begin(options);
+    if (walk.drill === null) return this.completing<T>(walk, request);
+    let failure: unknown = null;
+    try {
+      return await this.completing<T>(walk, request);
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      this.drillDone(walk, failure);
+    }
+  }
+
+  private async completing<T>(walk: Walk, request: unknown): Promise<RouteResult<T>> {
     for (let index = 0; index < walk.document.chain.length; index++) {
       const turn = this.turn(walk, index, false);
       if (turn === null) continue;
+      if (this.drills(walk, index)) {
+        await this.inject(walk, turn, false);
+        continue;
+      }
       const controller = new AbortController();
       let raised: unknown;
       let threw = false;
@@ -459,11 +504,30 @@ export class Router {
 
   private async *streaming(request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
     const walk = this.begin(options);
+    if (walk.drill === null) return yield* this.streamWalk(walk, request, options);
+    let failure: unknown = null;
+    try {
+      return yield* this.streamWalk(walk, request, options);
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      // Also when the caller left the stream early: the attempt counted as served.
+      this.drillDone(walk, failure);
+    }
+  }
+
+  private async *streamWalk(walk: Walk, request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
     const commitAfter = Math.max(1, options.commitAfterChars ?? 1);
     const content = options.content ?? defaultContent;
     for (let index = 0; index < walk.document.chain.length; index++) {
       const turn = this.turn(walk, index, true, options.firstChunkS);
       if (turn === null) continue;
+      if (this.drills(walk, index)) {
+        // A drilled attempt never opens a stream.
+        await this.inject(walk, turn, true);
+        continue;
+      }
       const controller = new AbortController();
       const held: unknown[] = [];
       let chars = 0;
@@ -527,9 +591,11 @@ export class Router {
     if (options.deadlineS !== undefined && !(options.deadlineS > 0)) throw new RangeError("deadlineS must be positive");
     const budgetS = options.deadlineS ?? this.deadlineS;
     const contract = options.contract;
+    const document = this.source();
+    const now = this.now();
     return {
       taskId: options.taskId ?? randomBytes(16).toString("hex"),
-      document: this.source(),
+      document,
       contract,
       contractId: contractIdentity(contract),
       requires: new Set(contract?.requires ?? []),
@@ -537,12 +603,96 @@ export class Router {
       sideEffects: Boolean(options.sideEffects),
       allowFallback: options.allowFallback ?? true,
       verify: options.verify ?? null,
-      deadline: this.now() + budgetS,
+      deadline: now + budgetS,
       budgetS,
       cutByDeadline: false,
       attempts: [],
       refused: [],
+      started: now,
+      drill: this.activeDrill(document),
+      drilled: false,
     };
+  }
+
+  // --- failover drills ---------------------------------------------------------------
+
+  /** The document's drill, if it is active now (wall clock) and this client takes part in it. */
+  private activeDrill(document: ChainDocument): Drill | null {
+    const drill = document.drill;
+    if (drill === null || drill === undefined || drill.hop >= document.chain.length) return null;
+    const now = this.wallClock();
+    if (!(drill.starts_at_s <= now && now < drill.ends_at_s)) return null;
+    const part = this.hooks?.takesPart;
+    if (part === undefined) return takesPartIn(drill, null) ? drill : null;
+    try {
+      return part.call(this.hooks, drill) ? drill : null;
+    } catch (error) {
+      this.log.error(`chainclient: takesPart threw: ${(error as Error)?.message ?? String(error)}`);
+      return null;
+    }
+  }
+
+  /** Whether this request, admitted at step `index`, is drilled there (counted per drill). */
+  private drills(walk: Walk, index: number): boolean {
+    const drill = walk.drill;
+    if (drill === null || index !== drill.hop - 1) return false;
+    const n = this.drillCounters.get(drill.id) ?? 0;
+    if (n === 0) this.drillCounters.clear(); // a new drill: the counts of earlier ones are done with
+    this.drillCounters.set(drill.id, n + 1);
+    walk.drilled = drilledAt(n, drill.share_bp);
+    return walk.drilled;
+  }
+
+  /**
+   * The drill's fault, instead of a call: no transport, no breaker (a probe slot admission
+   * took goes back unused), no provider health, no alert; the walk moves on. A timeout
+   * costs what a real one costs: the attempt's timeout is waited out first.
+   */
+  private async inject(walk: Walk, turn: Turn, streaming: boolean): Promise<void> {
+    const drill = walk.drill as Drill;
+    turn.breaker?.release();
+    const fault = drill.fault;
+    if (fault === "timeout" || fault === "first_chunk_late") await this.pause(turn.timeoutS);
+    const reason = `drill ${drill.id}: ${fault} injected (no call was made)`;
+    const v =
+      fault === "server_error"
+        ? verdict("failed", "not_dispatched", "next", reason, { status: 500 })
+        : fault === "rate_limited"
+          ? verdict("failed", "not_dispatched", "next", reason, { status: 429 })
+          : fault === "invalid_answer"
+            ? verdict("verify_failed", "not_dispatched", "next", reason)
+            : fault === "stream_cut_before_first_chunk"
+              ? verdict("failed", "not_dispatched", "next", reason)
+              : verdict("timeout", "not_dispatched", "next", reason);
+    this.record(walk, turn, v, "", [null, null], streaming ? { chunks: 0, firstChunkS: null } : undefined, drill.id);
+    walk.cutByDeadline = v.outcome === "timeout" && (streaming ? this.now() >= walk.deadline : turn.timeoutS < turn.step.timeout_ms / 1000);
+  }
+
+  /** Let `seconds` pass: a test clock with `advance()` is advanced, a real one waited on. */
+  private async pause(seconds: number): Promise<void> {
+    if (!(seconds > 0)) return;
+    if (typeof this.clock?.advance === "function") this.clock.advance(seconds);
+    else if (this.realClock) await delay(seconds * 1000);
+  }
+
+  /** Tell the client how a request routed while a drill was active ended. */
+  private drillDone(walk: Walk, failure: unknown): void {
+    const drill = walk.drill;
+    const record = this.hooks?.recordDrill;
+    if (drill === null || record === undefined) return;
+    const chain = walk.document.chain;
+    const at = (a: Attempt): number => chain.findIndex((s) => s.provider === a.provider && s.model === a.model);
+    const served = walk.attempts.find((a) => a.outcome === "ok");
+    const fallbacks = walk.drilled ? walk.attempts.filter((a) => at(a) === drill.hop) : [];
+    const request: DrillRequest = {
+      drilled: walk.drilled,
+      ended_on: failure === null && served !== undefined ? at(served) + 1 : null,
+      error: failure === null ? null : failure instanceof Error ? failure.name : String(failure),
+      fallback_attempts: fallbacks.length,
+      fallback_failures: fallbacks.filter((a) => a.outcome !== "ok").length,
+      elapsed_s: this.now() - walk.started,
+    };
+    this.safely(() => record.call(this.hooks, drill, request), "recordDrill");
   }
 
   private turn(walk: Walk, index: number, streaming: boolean, firstChunkS?: number): Turn | null {
@@ -632,9 +782,10 @@ export class Router {
     modelId: string,
     tokens: [number | null, number | null],
     stream?: { chunks: number; firstChunkS: number | null },
+    drill: number | null = null,
   ): Attempt {
     const now = this.now();
-    const breaker = turn.breaker;
+    const breaker = drill === null ? turn.breaker : null;
     if (breaker !== null) {
       if (v.countsAsFailure) {
         if (breaker.recordFailure(now, v.retryAfterS)) {
@@ -667,8 +818,11 @@ export class Router {
       first_chunk_s: stream ? stream.firstChunkS : null,
       input_tokens: tokens[0],
       output_tokens: tokens[1],
+      drill,
     });
     walk.attempts.push(attempt);
+    // A drilled attempt is no evidence about the provider: never in its health.
+    if (drill !== null) return attempt;
     this.safely(() => this.hooks?.record_attempt?.(attempt), "record_attempt");
     if (v.status !== null && CREDENTIAL_STATUSES.has(v.status)) this.credentialAlert(attempt);
     return attempt;

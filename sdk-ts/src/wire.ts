@@ -1,8 +1,12 @@
 /**
  * What the control plane and every chainclient must agree on, as the Python SDK's
  * `chainclient/wire.py` states it: the step rules, the longest long poll, the usage report's
- * health classes and buckets, and the bytes a document's signature covers.
+ * health classes and buckets, the bytes a document's signature covers, and what a failover
+ * drill's clients and server agree on (its faults, share bounds, report cadence and the
+ * digest naming a service that takes part).
  */
+
+import { createHash } from "node:crypto";
 
 export const CHAIN_MIN_STEPS = 1;
 export const CHAIN_MAX_STEPS = 4;
@@ -87,4 +91,40 @@ export function pyList(items: Iterable<string>): string {
 /** A number of seconds as Python's `%g` prints it (`30`, `0.5`, `1e+03` never arises here). */
 export function g(seconds: number): string {
   return Number(seconds.toPrecision(6)).toString();
+}
+
+/** The faults a failover drill injects (a document's `drill.fault`); a client ignores a drill whose fault it does not know. */
+export const DRILL_FAULTS = [
+  "server_error",
+  "rate_limited",
+  "timeout",
+  "first_chunk_late",
+  "stream_cut_before_first_chunk",
+  "invalid_answer",
+] as const;
+export type DrillFault = (typeof DRILL_FAULTS)[number];
+
+/** The share of requests a drill fails, in basis points: 0.1 % .. 25 %. */
+export const DRILL_SHARE_MIN_BP = 10;
+export const DRILL_SHARE_MAX_BP = 2500;
+/** The longest drill, in minutes. */
+export const DRILL_MAX_MINUTES = 60;
+/** A client taking part in a drill reports at least this often (seconds) while it runs, and once within it after its end. */
+export const DRILL_REPORT_INTERVAL_S = 10;
+/** Prefixed to what a drill's service digest covers. */
+export const DRILL_SERVICE_CONTEXT = "chainclient-drill/1\n";
+
+/** The lowercase hex SHA-256 of `text` (UTF-8): a token's hash as the control plane stores it. */
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+/**
+ * How a drill's `services` name a service that takes part: the hex SHA-256 of
+ * `DRILL_SERVICE_CONTEXT`, the drill's id, a newline and the hex SHA-256 of the service's
+ * token (`sha256Hex(token)`). The server computes it from its stored token hash, so the
+ * document names neither a token nor a hash a reader could use.
+ */
+export function drillServiceDigest(id: number, tokenSha256Hex: string): string {
+  return createHash("sha256").update(`${DRILL_SERVICE_CONTEXT}${id}\n${tokenSha256Hex}`, "utf8").digest("hex");
 }
