@@ -44,10 +44,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from audit import drills as fleet_drills
 from audit.models import Alert, AlertKind
 from chainclient import ChainClient, Provider, Registry, Step
 from controlplane.celery import app
 from presets import document_files, publishing, services, signing
+from presets import drills as chain_drills
 from presets.document_files import Publication
 from presets.document_signatures import PublicKeys
 from presets.documents import encode_document
@@ -475,6 +477,33 @@ def test_an_older_document_offered_never_replaces_a_newer_one(
         polls = follower.health()["polls"]
         assert wait_for(lambda: follower.health()["polls"] >= polls + 3, 10)
         assert order(follower) == (0, 2) and follower.health()["rejected"] == 0
+
+
+@pytest.mark.postgres
+def test_a_drill_is_published_unchanged_and_an_sdk_polling_the_copy_takes_part(
+    keys: dict[str, str], nginx: Nginx, site: Path, publish_to: Any
+) -> None:
+    """A failover drill of every service, started on the chain, is in the published copy: the
+    read path's signed bytes, drill and all; an SDK polling nginx with the trusted keys takes
+    part in it (a client without a token takes part in a drill of every service only), and its
+    abort, published, ends it there."""
+    targets, _ = publish_to(directory=site, bucket=None, endpoint="")
+    drill = fleet_drills.start_drill(chain="chat", hop=1, fault="server_error", share=10, reason="drill", actor="alice")
+    with_drill = publishing.current_publication("chat")
+    assert json.loads(with_drill.body)["drill"]["id"] == drill.pk
+    assert all(outcome.written for outcome in publishing.publish_document(with_drill, to=targets))
+    assert targets[0].held("chat").body == with_drill.body
+    assert fetch(f"{nginx.url}/{site.name}/{DOCUMENT_PATH}")[2] == with_drill.body
+
+    with clients(f"{nginx.url}/{site.name}", trusted=keys) as (follower,):
+        assert wait_for(lambda: order(follower) == (0, with_drill.version), 10)
+        assert follower.current().drill is not None and follower.takes_part(follower.current().drill)
+        chain_drills.abort_drill(drill=drill.pk, actor="alice", reason="done")
+        ended = publishing.current_publication("chat")
+        assert "drill" not in json.loads(ended.body) or json.loads(ended.body)["drill"] is None
+        assert all(outcome.written for outcome in publishing.publish_document(ended, to=targets))
+        assert wait_for(lambda: order(follower) == (0, ended.version), 10)
+        assert follower.current().drill is None and follower.health()["rejected"] == 0
 
 
 @pytest.mark.postgres

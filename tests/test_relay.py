@@ -6,7 +6,8 @@ for byte (its signature verifies); a change reaches long polls held on the far r
 the instances behind relays count in fleet status and their usage reports arrive; with the
 control plane stopped the relays keep answering, marked stale, and a relay restarted then
 serves from its disk; a revoked token stops at the relay within the documented bound
-(RELAY_TOKEN_CACHE_SECONDS per relay on the way).
+(RELAY_TOKEN_CACHE_SECONDS per relay on the way); a failover drill travels through both relays
+unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import pytest
 
 from chainclient import ChainClient
-from tests.servers import RelayProcess, Stack, require_tools, running_stack, select, wait_for
+from tests.servers import RelayProcess, Stack, request, require_tools, running_stack, select, wait_for
 from tests.test_sdk_integration import DEFAULT, REGISTRY
 
 pytestmark = pytest.mark.postgres
@@ -130,6 +131,53 @@ def test_a_relay_serves_the_control_planes_documents_byte_for_byte(chain: Chain)
             urllib.request.urlopen(request, timeout=5)
         assert refusal.value.code == 405
         assert "control plane" in json.loads(refusal.value.read())["error"]["message"]
+
+
+def test_a_drill_travels_through_two_relays_unchanged_and_a_client_behind_them_takes_part(chain: Chain) -> None:
+    """A failover drill started on the control plane is in what relay B serves, the control
+    plane's bytes with their signature; a real SDK client behind B, verifying with the trusted
+    keys, takes part in it (the relays carry it unchanged, so it verifies); its abort reaches
+    the client through both relays the same way."""
+    stack, token = chain.stack, chain.stack.read_token
+    drill = {
+        "hop": 1,
+        "fault": "server_error",
+        "share": 10,
+        "services": [],
+        "start": None,
+        "minutes": 15,
+        "reason": "relay system test",
+        "repeat_days": None,
+        "max_failed": 0,
+        "max_fallback_error_pct": 10,
+    }
+    if json.loads(get(stack.url, "/api/v1/chains/chat", token)[2])["preset"] != "normal":
+        status, _, body = select(stack, "chat", "normal")  # back on the default: a drill never runs over a pin
+        assert status == 200, body
+    status, _, body = request(stack, "POST", "/api/v1/chains/chat/drills", token=stack.write_token, body=drill)
+    assert status == 201, body
+    started = json.loads(body)
+    assert started["state"] == "running", started
+    version = started["version"]
+    assert wait_for(lambda: json.loads(get(chain.b.url, "/api/v1/chains/chat", token)[2])["version"] == version, 10)
+    direct = get(stack.url, "/api/v1/chains/chat", token)
+    relayed = get(chain.b.url, "/api/v1/chains/chat", token)
+    assert relayed[2] == direct[2]
+    assert json.loads(relayed[2])["drill"]["id"] == started["id"]
+    sdk = client(chain.b.url, token, chain.trusted)
+    try:
+        assert wait_for(lambda: sdk.current().version == version, 10)
+        taking_part = sdk.current().drill
+        assert taking_part is not None and taking_part.id == started["id"], sdk.health()
+        assert sdk.health()["signatures"]["refused"] == 0
+        status, _, body = request(
+            stack, "POST", f"/api/v1/drills/{started['id']}/abort", token=stack.write_token, body={"reason": "done"}
+        )
+        assert status == 200, body
+        assert wait_for(lambda: sdk.current().version > version and sdk.current().drill is None, 10)
+        assert sdk.health()["signatures"]["refused"] == 0
+    finally:
+        sdk.stop()
 
 
 def hold(port: int, token: str, etag: str, count: int) -> list[socket.socket]:
@@ -249,6 +297,8 @@ def test_usage_reports_sent_to_a_relay_reach_the_control_plane(chain: Chain) -> 
         "applied_version": version,
         "providers": {"vendor_b": {"requests": 41, "last_served_at": "2026-12-04T12:00:00Z"}},
     }
+    # Other tests' clients report through the relays too: this one's is the next sent.
+    sent_b, sent_a = chain.b.health()["reports_sent"], chain.a.health()["reports_sent"]
     request = urllib.request.Request(
         chain.b.url + "/api/v1/chains/chat/usage",
         data=json.dumps(report).encode(),
@@ -258,14 +308,17 @@ def test_usage_reports_sent_to_a_relay_reach_the_control_plane(chain: Chain) -> 
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 202
 
-    assert wait_for(lambda: chain.b.health()["reports_sent"] >= 1 and chain.a.health()["reports_sent"] >= 1, 10)
-    kept = chain.stack.manage(
-        "shell",
-        "-c",
-        "from audit.models import ProviderUsage; "
-        "print(list(ProviderUsage.objects.filter(client='reporting/host-1').values_list('provider', 'requests')))",
-    )
-    assert "('vendor_b', 41)" in kept
+    assert wait_for(lambda: chain.b.health()["reports_sent"] > sent_b and chain.a.health()["reports_sent"] > sent_a, 10)
+
+    def kept() -> str:
+        return chain.stack.manage(
+            "shell",
+            "-c",
+            "from audit.models import ProviderUsage; "
+            "print(list(ProviderUsage.objects.filter(client='reporting/host-1').values_list('provider', 'requests')))",
+        )
+
+    assert wait_for(lambda: "('vendor_b', 41)" in kept(), 20)
     assert chain.b.health()["reports_queued"] == 0
 
 
