@@ -10,6 +10,14 @@ in one event loop (``async_us``, ``async_fallback_us``), next to awaiting the no
 transport alone; ``async_ratio`` is ``async_us / router_us``. Its extra cost is the asyncio
 timeout each attempt runs under.
 
+Failover drills: the same healthy path through a ``ChainClient`` (its hooks: served,
+attempts, drills), with no drill in its document (``client_us``) and with an active drill it
+takes part in (``drill_us``: hop 1, 0.1 % drilled, so nearly every request pays the drill's
+bookkeeping and is served by the head as before); ``drill_added_us`` is the difference, for
+``Router`` and ``AsyncRouter``. Bars (issue 54): no drill, within 1 us of the router before
+drills; in a drill, at most 2 us more a request. The two are measured in adjacent short runs
+(``drill_figures`` says why).
+
 Run from the repository root: ``python bench/router_overhead.py [--requests N]``.
 """
 
@@ -17,14 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 from sdk_current import DEFAULT as CHAIN  # the example presets' registry and chain
-from sdk_current import REGISTRY
+from sdk_current import REGISTRY, example_client
 
-from chainclient import AsyncRouter, Contract, ProviderError, Router, Step
+from chainclient import AsyncRouter, ChainClient, ChainDocument, Contract, ProviderError, Router, Step
+from chainclient.state_file import StateFile
+from chainclient.types import Drill
 
 CONTRACT = Contract(requires={"images"}, destinations={"vendor_a-us", "vendor_b-eu"})
 
@@ -45,14 +58,16 @@ async def overloaded_async(step: Step, request: Any, timeout_s: float) -> str:
     raise ProviderError(503, True, "overloaded")
 
 
-def per_request_async_us(call: Callable[[], Any], requests: int, repeats: int = 5) -> float:
+def per_request_async_us(
+    call: Callable[[], Any], requests: int, repeats: int = 5, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """As ``per_request_us``, awaiting ``call()`` in one event loop."""
 
     async def run(count: int) -> float:
-        started = time.perf_counter()
+        started = clock()
         for _ in range(count):
             await call()
-        return time.perf_counter() - started
+        return clock() - started
 
     async def measure() -> float:
         await run(min(requests, 2_000))  # warm up caches
@@ -61,17 +76,83 @@ def per_request_async_us(call: Callable[[], Any], requests: int, repeats: int = 
     return asyncio.run(measure()) / requests * 1e6
 
 
-def per_request_us(call: Callable[[], object], requests: int, repeats: int = 5) -> float:
+def per_request_us(
+    call: Callable[[], object], requests: int, repeats: int = 5, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Best of ``repeats`` runs, in microseconds per request (best = least disturbed)."""
     for _ in range(min(requests, 2_000)):  # warm up caches
         call()
     best = float("inf")
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         for _ in range(requests):
             call()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best / requests * 1e6
+
+
+def _instant(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(epoch_s))
+
+
+def client_holding(document: ChainDocument, state_dir: str) -> ChainClient:
+    """A ChainClient (never started) serving ``document``, read from its state file as after
+    a restart: the source a service's Router has, with every hook."""
+    StateFile(state_dir, chain="chat", registry=REGISTRY).save(document)
+    client = example_client("http://127.0.0.1:9", state_dir=state_dir)
+    assert client.current().version == document.version
+    return client
+
+
+def drill_documents(chain: list[Step]) -> tuple[ChainDocument, ChainDocument]:
+    """``chain`` as a live document, without a drill and with one active now for an hour
+    (hop 1, a server error, 0.1 % of the requests: nearly every request in the window pays
+    the drill's bookkeeping and is served by the head, as without the drill)."""
+    plain = ChainDocument.compiled_default("chat", chain)
+    plain = dataclasses.replace(plain, version=1, preset="normal", is_default=False, source="live")
+    now = time.time()
+    drill = Drill(7, 1, "server_error", 10, (), _instant(now - 60), _instant(now + 3600))
+    return plain, dataclasses.replace(plain, version=2, drill=drill)
+
+
+def drill_figures(requests: int, rounds: int = 31) -> dict[str, float]:
+    """Per request: a Router (and an AsyncRouter) over a ChainClient without a drill in its
+    document (``client``), and over one with an active drill it takes part in (``drill``).
+    A difference of a microsecond drowns in this machine's noise when two figures are taken
+    apart (its speed drifts by a third within a minute), so the two are measured in short
+    adjacent runs, which share the noise of the moment, on the thread's CPU time, ``rounds``
+    times (the order swapped each time); each figure is the median, and ``*_added_us`` the
+    median of the adjacent runs' differences."""
+    plain, drilled = drill_documents(CHAIN)
+    transports = {"vendor_a": answer, "vendor_b": answer, "self_hosted": answer}
+    async_transports = {"vendor_a": answer_async, "vendor_b": answer_async, "self_hosted": answer_async}
+    with tempfile.TemporaryDirectory() as without, tempfile.TemporaryDirectory() as within:
+        clients = {"client": client_holding(plain, without), "drill": client_holding(drilled, within)}
+        routers = {name: Router(client, transports=transports) for name, client in clients.items()}
+        async_routers = {name: AsyncRouter(client, transports=async_transports) for name, client in clients.items()}
+        count = max(requests // 10, 1)
+        runs: dict[str, list[float]] = {"client": [], "drill": [], "async_client": [], "async_drill": []}
+        for turn in range(rounds):
+            for name in ("client", "drill") if turn % 2 == 0 else ("drill", "client"):
+                router, async_router = routers[name], async_routers[name]
+                runs[name].append(
+                    per_request_us(lambda r=router: r.complete("hello"), count, repeats=1, clock=time.thread_time)
+                )
+            for name in ("client", "drill") if turn % 2 == 0 else ("drill", "client"):
+                async_router = async_routers[name]
+                runs[f"async_{name}"].append(
+                    per_request_async_us(
+                        lambda r=async_router: r.complete("hello"), count, repeats=1, clock=time.thread_time
+                    )
+                )
+        drilled_requests = clients["drill"]._usage.drills.take(7).drilled
+        assert drilled_requests > 0, "the drill drilled nothing: the figure would not include it"
+    figures = {name: statistics.median(values) for name, values in runs.items()}
+    figures["drill_added_us"] = statistics.median(d - c for d, c in zip(runs["drill"], runs["client"], strict=True))
+    figures["async_drill_added_us"] = statistics.median(
+        d - c for d, c in zip(runs["async_drill"], runs["async_client"], strict=True)
+    )
+    return figures
 
 
 def main() -> None:
@@ -111,10 +192,20 @@ def main() -> None:
     print(f"no-op async transport awaited:     {async_baseline:6.2f} us")
     print(f"AsyncRouter, head succeeds:        {async_us:6.2f} us/request")
     print(f"AsyncRouter, head fails (503):     {async_fallback_us:6.2f} us/request")
+    drills = drill_figures(args.requests)
+    print(f"ChainClient source, no drill:      {drills['client']:6.2f} us/request")
+    print(f"ChainClient source, in a drill:    {drills['drill']:6.2f} us/request (0.1 % drilled)")
+    print(f"  the drill adds:                  {drills['drill_added_us']:6.2f} us/request")
+    print(f"AsyncRouter, ChainClient, no drill:{drills['async_client']:6.2f} us/request")
+    print(f"AsyncRouter, ChainClient, drill:   {drills['async_drill']:6.2f} us/request")
+    print(f"  the drill adds:                  {drills['async_drill_added_us']:6.2f} us/request")
     print(
         f"requests={args.requests} router_us={router_us:.1f} fallback_us={fallback_us:.1f} "
         f"contract_us={contract_us:.1f} async_us={async_us:.1f} async_fallback_us={async_fallback_us:.1f} "
-        f"async_ratio={async_us / router_us:.2f}"
+        f"async_ratio={async_us / router_us:.2f} client_us={drills['client']:.1f} drill_us={drills['drill']:.1f} "
+        f"drill_added_us={drills['drill_added_us']:.2f} async_client_us={drills['async_client']:.1f} "
+        f"async_drill_us={drills['async_drill']:.1f} "
+        f"async_drill_added_us={drills['async_drill_added_us']:.2f}"
     )
 
 

@@ -18,6 +18,9 @@ Figures (bars from issue 35):
 - ``per_chunk_us``: the router's own cost per chunk, from an in-memory stream of 200,000
   chunks read directly and through ``Router.stream`` (no socket, so no network noise);
   bar <= 5 us. ``wire_per_chunk_us`` is the same difference measured on the wire.
+- ``drill_added_us``: what a failover drill in the document adds to a streamed request
+  (in memory, two chunks, through a ChainClient's hooks; 0.1 % drilled), as
+  ``bench/router_overhead.py`` measures it for ``complete()``; bar (issue 54) <= 2 us.
 
 Run from the repository root: ``python bench/stream_overhead.py [--chunks N] [--streams N]``.
 """
@@ -30,6 +33,7 @@ import contextlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,10 +41,13 @@ from typing import Any
 
 from anthropic import Anthropic, AsyncAnthropic
 from openai import AsyncOpenAI, OpenAI
+from router_overhead import client_holding, drill_documents
+from sdk_current import DEFAULT
 
 from chainclient import AsyncRouter, Router, Step
 from chainclient.integrations.anthropic import AnthropicMessages, AsyncAnthropicMessages
 from chainclient.integrations.openai import AsyncOpenAIChat, OpenAIChat
+from chainclient.testing import FakeStreams
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 MODEL = "bench-model"
@@ -160,6 +167,28 @@ def sync_sides(url: str, step: Step) -> dict[str, tuple[Callable[[], Any], Route
     }
 
 
+def drill_added_us(streams: int = 4_000, rounds: int = 15) -> tuple[float, float]:
+    """Per streamed request (two chunks in memory, through a ChainClient): without a drill in
+    the document, and with one active (0.1 % drilled); best of ``rounds`` alternated rounds,
+    on the thread's CPU time."""
+    plain, drilled = drill_documents(DEFAULT)
+    fakes = FakeStreams(providers=("vendor_a", "vendor_b", "self_hosted"))
+    best = {"plain": float("inf"), "drill": float("inf")}
+    with tempfile.TemporaryDirectory() as without, tempfile.TemporaryDirectory() as within:
+        routers = {
+            name: Router(client_holding(document, state_dir), transports={}, stream_transports=fakes.transports)
+            for name, document, state_dir in (("plain", plain, without), ("drill", drilled, within))
+        }
+        for _ in range(rounds):
+            for name, router in routers.items():
+                started = time.thread_time()
+                for _ in range(streams):
+                    for _ in router.stream("x"):
+                        pass
+                best[name] = min(best[name], (time.thread_time() - started) / streams * 1e6)
+    return best["plain"], best["drill"] - best["plain"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=2_000)
@@ -179,6 +208,7 @@ def main() -> None:
     per_chunk_us = (min(routed) - min(direct)) / memory_chunks * 1e6
 
     figures: dict[str, float] = {"per_chunk_us": per_chunk_us}
+    figures["stream_request_us"], figures["drill_added_us"] = drill_added_us()
     with fault_provider(args.chunks) as url, fault_provider(3) as short_url:
         step = Step("vendor", MODEL, 60_000)
         sides = sync_sides(url, step)
