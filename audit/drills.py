@@ -30,13 +30,13 @@ from django.conf import settings
 from django.db.models import OuterRef, Subquery, Sum
 from django.utils import timezone
 
-from audit import actions, provider_health
+from audit import actions
 from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind, DrillInstance, DrillMinute, FleetInstance
 from presets import drills as chain_drills
 from presets.documents import Time, format_time
 from presets.models import JUDGED_VERDICTS, Chain, Drill, DrillState, Verdict
-from presets.wire import LATENCY_BOUNDS_MS
+from presets.wire import LATENCY_BOUNDS_MS, latency_percentile
 
 log = logging.getLogger(__name__)
 
@@ -401,8 +401,8 @@ def summary(drill: Drill) -> DrillSummary:
 
 def latency(drilled: list[int], other: list[int]) -> dict[str, Latency]:
     return {
-        "drilled": Latency(p50=provider_health.percentile(drilled, 0.5), p95=provider_health.percentile(drilled, 0.95)),
-        "other": Latency(p50=provider_health.percentile(other, 0.5), p95=provider_health.percentile(other, 0.95)),
+        "drilled": Latency(p50=latency_percentile(drilled, 0.5), p95=latency_percentile(drilled, 0.95)),
+        "other": Latency(p50=latency_percentile(other, 0.5), p95=latency_percentile(other, 0.95)),
     }
 
 

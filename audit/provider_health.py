@@ -55,7 +55,7 @@ from audit.models import (
 from presets import statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
-from presets.wire import LATENCY_BOUNDS_MS, OUTCOME_CLASSES
+from presets.wire import OUTCOME_CLASSES, latency_percentile
 
 Row = TypeVar("Row", ProviderHealthMinute, ProviderReporter)
 
@@ -422,10 +422,10 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
         errors=errors,
         error_rate=errors / attempts if attempts else None,
         outcomes={name: count for name, count in outcomes.items() if count},
-        p50_ms=percentile(histogram, 0.50),
-        p95_ms=percentile(histogram, 0.95),
-        first_chunk_p50_ms=percentile(first_chunk, 0.50),
-        first_chunk_p95_ms=percentile(first_chunk, 0.95),
+        p50_ms=latency_percentile(histogram, 0.50),
+        p95_ms=latency_percentile(histogram, 0.95),
+        first_chunk_p50_ms=latency_percentile(first_chunk, 0.50),
+        first_chunk_p95_ms=latency_percentile(first_chunk, 0.95),
         breaker_openings=sum(row.breaker_openings for row in openings),
     )
 
@@ -436,20 +436,6 @@ def _rate(row: ProviderHealthMinute | None) -> float | None:
     errors = sum(getattr(row, name) for name in ERROR_CLASSES)
     attempts = row.served + errors
     return errors / attempts if attempts else None
-
-
-def percentile(histogram: list[int], share: float) -> int | None:
-    """The upper bound of the bucket holding the ``share`` quantile (the last bucket, above
-    the highest bound, reads as that bound)."""
-    total = sum(histogram)
-    if not total:
-        return None
-    wanted, seen = share * total, 0
-    for index, count in enumerate(histogram):
-        seen += count
-        if seen >= wanted:
-            return LATENCY_BOUNDS_MS[min(index, len(LATENCY_BOUNDS_MS) - 1)]
-    return LATENCY_BOUNDS_MS[-1]
 
 
 def describe(provider: str, window: WindowHealth, instances: int) -> str:

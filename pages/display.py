@@ -15,12 +15,12 @@ from django.conf import settings
 from audit.change_risks import HealthMap, health_class, reported_health
 from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
-from presets.drills import FAULT_WORDS
 from presets.models import Action, Drill, DrillState, PlanEvent, PlannedPin, PlanState, Preset, Selection, Verdict
 from presets.selectors import PinStart
 from presets.services import REASON_MAX
 from presets.step_changes import ChainChange, compare_steps
 from presets.step_changes import step_label as step_label  # the pages' templates and views read it here
+from presets.wire import DRILL_FAULT_WORDS
 
 if TYPE_CHECKING:
     from audit.provider_health import StepHealth
@@ -375,13 +375,13 @@ def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[st
 
 def fault_words(fault: str) -> str:
     """A drill's fault as its form offers it: "Server error (HTTP 500)"."""
-    words = re.sub(r"^an? ", "", FAULT_WORDS.get(fault, fault))
+    words = re.sub(r"^an? ", "", DRILL_FAULT_WORDS.get(fault, fault))
     return words[:1].upper() + words[1:]
 
 
 def fault_choices() -> list[tuple[str, str]]:
     """The faults a drill injects, in the wire's order, in words."""
-    return [(fault, fault_words(fault)) for fault in FAULT_WORDS]
+    return [(fault, fault_words(fault)) for fault in DRILL_FAULT_WORDS]
 
 
 def hop_choices(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:

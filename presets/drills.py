@@ -32,6 +32,7 @@ from presets.documents import format_duration, format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import Chain, Drill, DrillState, Selection, ServiceToken, Verdict
 from presets.wire import (
+    DRILL_FAULT_WORDS,
     DRILL_FAULTS,
     DRILL_MAX_MINUTES,
     DRILL_SHARE_MAX_BP,
@@ -49,15 +50,6 @@ MAX_REPEAT_DAYS = 90
 # is judged on (a few failures of the first attempts are no rate).
 DEFAULT_MAX_FALLBACK_ERROR_PCT = 10.0
 MIN_FALLBACK_ATTEMPTS = 20
-
-FAULT_WORDS = {
-    "server_error": "a server error (HTTP 500)",
-    "rate_limited": "rate limiting (HTTP 429)",
-    "timeout": "no answer (a timeout)",
-    "first_chunk_late": "a first chunk too late",
-    "stream_cut_before_first_chunk": "a stream cut before its first chunk",
-    "invalid_answer": "an empty or invalid answer",
-}
 
 
 @dataclass
@@ -107,7 +99,7 @@ def describe(drill: Drill) -> str:
     where = f" ({step['provider']}/{step['model']})" if step else ""
     whom = ", ".join(drill.services) if drill.services else "every service"
     return (
-        f"hop {drill.hop}{where} fails with {FAULT_WORDS.get(drill.fault, drill.fault)} for {drill.share:g} % "
+        f"hop {drill.hop}{where} fails with {DRILL_FAULT_WORDS.get(drill.fault, drill.fault)} for {drill.share:g} % "
         f"of requests of {whom}"
     )
 

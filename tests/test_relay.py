@@ -29,6 +29,7 @@ import pytest
 
 from chainclient import ChainClient
 from tests.servers import RelayProcess, Stack, request, require_tools, running_stack, select, wait_for
+from tests.test_drills_api import DRILL
 from tests.test_sdk_integration import DEFAULT, REGISTRY
 
 pytestmark = pytest.mark.postgres
@@ -139,18 +140,7 @@ def test_a_drill_travels_through_two_relays_unchanged_and_a_client_behind_them_t
     keys, takes part in it (the relays carry it unchanged, so it verifies); its abort reaches
     the client through both relays the same way."""
     stack, token = chain.stack, chain.stack.read_token
-    drill = {
-        "hop": 1,
-        "fault": "server_error",
-        "share": 10,
-        "services": [],
-        "start": None,
-        "minutes": 15,
-        "reason": "relay system test",
-        "repeat_days": None,
-        "max_failed": 0,
-        "max_fallback_error_pct": 10,
-    }
+    drill = {**DRILL, "reason": "relay system test"}
     if json.loads(get(stack.url, "/api/v1/chains/chat", token)[2])["preset"] != "normal":
         status, _, body = select(stack, "chat", "normal")  # back on the default: a drill never runs over a pin
         assert status == 200, body

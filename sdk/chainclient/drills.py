@@ -8,9 +8,11 @@ document carries it while it runs (``types.Drill``, parsed with the document); t
 inject it (``routing.RouterCore``: ``_begin`` decides whether a request is routed in an
 active drill, ``_turn`` whether it is drilled at the hop, ``_settle`` records the fault
 instead of a call); a ``ChainClient`` tallies what they tell it (``DrillTally``) and reports
-it. ``verdict`` and ``percentile`` are the control plane's rules (``audit.drills``, which
-repeats them: the server never imports the SDK), so ``chainclient.testing.run_drill`` judges
-a drill run in CI as the control plane judges one on live traffic. Standard library only.
+it. ``verdict`` is the control plane's rule (``audit.drills``, which repeats it: the server
+never imports the SDK), and the percentiles and the faults' words are the wire's
+(``wire.latency_percentile``, ``wire.DRILL_FAULT_WORDS``, which the server's copy shares), so
+``chainclient.testing.run_drill`` judges and describes a drill run in CI as the control plane
+does one on live traffic. Standard library only.
 """
 
 from __future__ import annotations
@@ -24,17 +26,7 @@ from typing import Any, NamedTuple
 from chainclient.health import LATENCY_BOUNDS_US
 from chainclient.receipts import Outcome
 from chainclient.types import Drill, Step
-from chainclient.wire import LATENCY_BOUNDS_MS, drill_service_digest
-
-FAULT_WORDS = {
-    "server_error": "a server error (HTTP 500)",
-    "rate_limited": "rate limiting (HTTP 429)",
-    "timeout": "no answer (a timeout)",
-    "first_chunk_late": "a first chunk too late",
-    "stream_cut_before_first_chunk": "a stream cut before its first chunk",
-    "invalid_answer": "an empty or invalid answer",
-}
-"""Each fault in words, as the control plane describes a drill."""
+from chainclient.wire import DRILL_FAULT_WORDS, LATENCY_BOUNDS_MS, drill_service_digest
 
 INJECTED: dict[str, tuple[Outcome, int | None]] = {
     "server_error": ("failed", 500),
@@ -216,21 +208,6 @@ class _NoDrillTally(DrillTally):
 NO_DRILL_TALLY: DrillTally = _NoDrillTally()
 
 
-def percentile(histogram: Sequence[int], share: float) -> int | None:
-    """The upper bound (ms) of the bucket holding the ``share`` quantile of a latency
-    histogram over ``LATENCY_BOUNDS_MS`` (the overflow bucket reads as the highest bound);
-    None without data."""
-    total = sum(histogram)
-    if not total:
-        return None
-    wanted, seen = share * total, 0
-    for index, count in enumerate(histogram):
-        seen += count
-        if seen >= wanted:
-            return LATENCY_BOUNDS_MS[min(index, len(LATENCY_BOUNDS_MS) - 1)]
-    return LATENCY_BOUNDS_MS[-1]
-
-
 def verdict(counts: DrillCounts, *, hop: int) -> tuple[str, list[str]]:
     """``("passed" | "failed", reasons)`` for a drill on ``hop`` that counted ``counts``:
     failed when a drilled request failed for the caller, when the fallback hop failed more
@@ -261,13 +238,12 @@ def describe(drill: Drill, chain: Sequence[Step]) -> str:
     requests"."""
     where = f" ({chain[drill.hop - 1]})" if 0 < drill.hop <= len(chain) else ""
     return (
-        f"hop {drill.hop}{where} fails with {FAULT_WORDS.get(drill.fault, drill.fault)} for "
+        f"hop {drill.hop}{where} fails with {DRILL_FAULT_WORDS.get(drill.fault, drill.fault)} for "
         f"{drill.share_bp / 100:g} % of requests"
     )
 
 
 __all__ = [
-    "FAULT_WORDS",
     "INJECTED",
     "MAX_FALLBACK_ERROR_BP",
     "MIN_FALLBACK_ATTEMPTS",
@@ -278,7 +254,6 @@ __all__ = [
     "DrillTally",
     "describe",
     "drilled_at",
-    "percentile",
     "takes_part_in",
     "verdict",
 ]

@@ -56,7 +56,7 @@ from chainclient.errors import (
 from chainclient.receipts import Attempt
 from chainclient.router import Router, Transport
 from chainclient.types import ChainDocument, Drill, Provider, Registry, Step
-from chainclient.wire import DRILL_FAULTS, DRILL_SHARE_MAX_BP, DRILL_SHARE_MIN_BP
+from chainclient.wire import DRILL_FAULTS, DRILL_SHARE_MAX_BP, DRILL_SHARE_MIN_BP, latency_percentile
 
 FAKE_PROVIDERS = ("alpha", "beta", "gamma")
 FAKE_MODEL = "chat"
@@ -738,12 +738,12 @@ def _drill_report(drill: Drill, counts: drills.DrillCounts, *, share: float) -> 
         "fallback_failures": counts.fallback_failures,
         "latency_ms": {
             "drilled": {
-                "p50": drills.percentile(counts.latency_drilled, 0.5),
-                "p95": drills.percentile(counts.latency_drilled, 0.95),
+                "p50": latency_percentile(counts.latency_drilled, 0.5),
+                "p95": latency_percentile(counts.latency_drilled, 0.95),
             },
             "other": {
-                "p50": drills.percentile(counts.latency_other, 0.5),
-                "p95": drills.percentile(counts.latency_other, 0.95),
+                "p50": latency_percentile(counts.latency_other, 0.5),
+                "p95": latency_percentile(counts.latency_other, 0.95),
             },
         },
         "verdict": verdict,

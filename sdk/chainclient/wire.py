@@ -12,7 +12,7 @@ failover drill takes part in).
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 CHAIN_MIN_STEPS = 1
@@ -49,6 +49,23 @@ LATENCY_BOUNDS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 A step's time-to-first-chunk histogram (``first_chunk_ms``, streamed attempts only) uses the
 same buckets."""
 
+
+def latency_percentile(histogram: Sequence[int], share: float) -> int | None:
+    """The upper bound (ms) of the bucket holding the ``share`` quantile of a histogram over
+    ``LATENCY_BOUNDS_MS`` (the overflow bucket reads as the highest bound); None without data.
+    The control plane's health and drill reports and the testing kit's drill report read
+    their p50 and p95 with it."""
+    total = sum(histogram)
+    if not total:
+        return None
+    wanted, seen = share * total, 0
+    for index, count in enumerate(histogram):
+        seen += count
+        if seen >= wanted:
+            return LATENCY_BOUNDS_MS[min(index, len(LATENCY_BOUNDS_MS) - 1)]
+    return LATENCY_BOUNDS_MS[-1]
+
+
 REPORT_MAX_STEPS = 50
 """The most steps (provider and model) one usage report's health section may name."""
 
@@ -84,6 +101,17 @@ DRILL_FAULTS = (
     "invalid_answer",
 )
 """The faults a failover drill injects (the chain document's ``drill.fault``), in this order."""
+
+DRILL_FAULT_WORDS = {
+    "server_error": "a server error (HTTP 500)",
+    "rate_limited": "rate limiting (HTTP 429)",
+    "timeout": "no answer (a timeout)",
+    "first_chunk_late": "a first chunk too late",
+    "stream_cut_before_first_chunk": "a stream cut before its first chunk",
+    "invalid_answer": "an empty or invalid answer",
+}
+"""Each fault in words, as the control plane's pages and reports and the testing kit's
+report describe a drill."""
 
 DRILL_SHARE_MIN_BP = 10
 DRILL_SHARE_MAX_BP = 2500

@@ -56,6 +56,27 @@ def _make_document(version: int, preset: str = "normal", **overrides: Any) -> di
     return document
 
 
+def instant(epoch_s: float) -> str:
+    """``epoch_s`` as a document writes an instant (RFC 3339, milliseconds, UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + f".{int(epoch_s * 1000) % 1000:03d}Z"
+
+
+def drill_json(**changes: Any) -> dict[str, Any]:
+    """A document's drill: active from a minute ago for an hour (on the wall clock), of every
+    service, hop 1, a server error for a quarter of the requests; ``changes`` replace fields."""
+    now = time.time()
+    fields = {
+        "id": 7,
+        "hop": 1,
+        "fault": "server_error",
+        "share_bp": 2500,
+        "services": [],
+        "starts_at": instant(now - 60),
+        "ends_at": instant(now + 3600),
+    }
+    return {**fields, **changes}
+
+
 def entity_tag(document: dict[str, Any]) -> str:
     """The ETag the real API sends: the version, prefixed by the epoch once one was raised."""
     epoch = document.get("epoch", 0)

@@ -9,16 +9,12 @@ fresh event loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-from collections.abc import Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from chainclient import AsyncRouter, Router, RouteResult, RoutingError, Step
-from chainclient.testing import FakeClock, FakeProviders, Spec, fake_chain, fake_registry
+from chainclient.testing import FakeClock, FakeProviders, Spec, _run_coroutine, fake_chain, fake_registry
 
-T = TypeVar("T")
 ALL_OK: dict[str, Spec] = {"alpha": "ok", "beta": "ok", "gamma": "ok"}
 ROUTER_KINDS = ("sync", "async")
 # Which router ``make_router`` builds; set per test by the ``router_kind`` fixture.
@@ -38,17 +34,10 @@ class Blocking:
         return getattr(self.router, name)
 
 
-def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coroutine)``, on a thread of its own when this thread already runs an
-    event loop (a transport calling the router mid-request; Playwright's sync API, which
-    keeps one running in the main thread while the browser tests' session lasts), with this
-    thread's context either way (the caller's current span, as ``asyncio.to_thread`` would)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(contextvars.copy_context().run, asyncio.run, coroutine).result()
+# ``asyncio.run(coroutine)``, on a thread of its own when this thread already runs an event
+# loop (a transport calling the router mid-request; Playwright's sync API, which keeps one
+# running in the main thread while the browser tests' session lasts): the testing kit's.
+run_async = _run_coroutine
 
 
 def fakes_for(specs: Mapping[str, Spec] | None = None, clock: FakeClock | None = None) -> FakeProviders:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from conftest import drill_json
 
 from chainclient import AllProvidersFailed, ChainDocument, Router, wire
 from chainclient.drills import DrillRequest
@@ -22,25 +23,6 @@ from chainclient.types import Drill
 from chainclient.wire import drill_service_digest
 
 OTHER_SERVICES_TOKEN_SHA256 = "f0f0b1bd4a4fe4c6ea8a5e1a5e4c3f3d4b3d9a39d5f0b4e0a2d8c1b4b7f0d5ba"
-
-
-def instant(epoch_s: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + f".{int(epoch_s * 1000) % 1000:03d}Z"
-
-
-def drill_json(**changes: Any) -> dict[str, Any]:
-    """A drill active from a minute ago for an hour (on the wall clock), of every service."""
-    now = time.time()
-    fields = {
-        "id": 7,
-        "hop": 1,
-        "fault": "server_error",
-        "share_bp": 2500,
-        "services": [],
-        "starts_at": instant(now - 60),
-        "ends_at": instant(now + 3600),
-    }
-    return {**fields, **changes}
 
 
 def token_sha256(token: str = "s3cret") -> str:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from conftest import REGISTRY  # noqa: E402
+from conftest import REGISTRY, drill_json  # noqa: E402
 from document_signing import SigningKey, b64url  # noqa: E402
 
 from chainclient import ChainDocument  # noqa: E402
@@ -389,21 +388,7 @@ def test_a_document_changed_in_code_is_written_from_its_fields_without_the_signa
 
 def _drill(**changes: Any) -> dict[str, Any]:
     """A drill of every service on hop 1, a quarter of the requests, active for the next hour."""
-
-    def instant(epoch_s: float) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
-
-    now = time.time()
-    return {
-        "id": 3,
-        "hop": 1,
-        "fault": "server_error",
-        "share_bp": 2500,
-        "services": [],
-        "starts_at": instant(now - 60),
-        "ends_at": instant(now + 3600),
-        **changes,
-    }
+    return drill_json(id=3, **changes)
 
 
 def _drilled(client: Any, requests: int = 40) -> int:

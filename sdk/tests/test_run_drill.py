@@ -11,8 +11,9 @@ import router_fixtures
 from router_fixtures import fakes_for, make_router
 
 from chainclient import BreakerSettings
-from chainclient.drills import DrillCounts, percentile, verdict
+from chainclient.drills import DrillCounts, verdict
 from chainclient.testing import FakeClock, fake_document, run_drill
+from chainclient.wire import latency_percentile as percentile
 
 pytestmark = pytest.mark.usefixtures("router_kind")
 
