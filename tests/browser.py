@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
 
 from tests.conftest import needs
@@ -154,6 +156,32 @@ def open_page(browser_ready: None, browser: Any, live_server: Any, synced: None)
     yield open_
     for context in contexts:
         context.close()
+    requests_finished()
+
+
+def requests_finished(within_s: float = 10) -> None:
+    """Wait until no other connection to the test database is in a query or a transaction:
+    a page's last requests (timers a fake clock ran, a poll) may still run in the live
+    server's threads when the test ends, and the flush after it (TRUNCATE of every table)
+    would deadlock with one of them, leaving the next test its rows. The browser is closed,
+    so no request starts now; any still running after ``within_s`` is ended."""
+    if connection.vendor != "postgresql":
+        return
+    busy = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND state <> 'idle'"
+    )
+    deadline = time.monotonic() + within_s
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(busy)
+            running = [pid for (pid,) in cursor.fetchall()]
+            if not running:
+                return
+            if time.monotonic() >= deadline:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [running])
+                return
+            time.sleep(0.05)
 
 
 class Clicks:
