@@ -62,5 +62,11 @@ class DatabaseOutageMiddleware:
             return cannot_sign(request, exception)
         if not isinstance(exception, (OperationalError, InterfaceError)):
             return None
-        log.error("database unavailable on %s %s: %s", request.method, request.path, exception.__class__.__name__)
+        log.error(
+            "database unavailable on %s %s: %s: %s",
+            request.method,
+            request.path,
+            exception.__class__.__name__,
+            exception,
+        )
         return database_unavailable(request)

@@ -42,7 +42,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     if isinstance(exc, DatabaseError):
-        log.error("database unavailable: %s", exc.__class__.__name__)
+        request = context.get("request")
+        log.error(
+            "database unavailable on %s %s: %s: %s",
+            getattr(request, "method", "?"),
+            getattr(request, "path", "?"),
+            exc.__class__.__name__,
+            exc,
+        )
         return Response(
             error_body(503, "the control plane's database is unavailable; retry shortly"),
             status=status.HTTP_503_SERVICE_UNAVAILABLE,

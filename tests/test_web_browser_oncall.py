@@ -72,11 +72,19 @@ def background(locator: Any) -> str:
 # 1. Signing in again after the session expired mid-change
 
 
+def review_then_lose_the_session(page: Any) -> None:
+    """Open the review of the typed change, then let the session expire while it is shown. A
+    click does not wait for the navigation it starts: cookies cleared before the review's
+    request was sent would send the review itself to the sign-in page."""
+    page.get_by_role("button", name="Review and pin…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/select\?review="))
+    page.context.clear_cookies(name=settings.SESSION_COOKIE_NAME)
+
+
 def test_signing_in_again_mid_change_lands_on_the_chain_page_not_an_error(open_as: Callable[..., Any]) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
     page.keyboard.type(REASON)
-    page.get_by_role("button", name="Review and pin…").click()
-    page.context.clear_cookies(name=settings.SESSION_COOKIE_NAME)  # the session expires meanwhile
+    review_then_lose_the_session(page)
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
     sign_in_on_the_page(page)
 
@@ -274,8 +282,7 @@ def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
 def test_signing_in_again_mid_change_warns_and_keeps_the_typed_reason(open_as: Callable[..., Any], scheme: str) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
     page.keyboard.type(REASON)
-    page.get_by_role("button", name="Review and pin…").click()
-    page.context.clear_cookies(name=settings.SESSION_COOKIE_NAME)  # the session expires meanwhile
+    review_then_lose_the_session(page)
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
 
     page.wait_for_url(re.compile(r"/accounts/login/"))
