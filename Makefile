@@ -70,7 +70,7 @@ lint: install
 	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker chatops audit presets relay sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
 
-BENCHMARKS = sdk_current.py router_overhead.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py signing.py relay.py
+BENCHMARKS = sdk_current.py router_overhead.py breaker_recovery.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py signing.py relay.py
 bench: install
 	for script in $(BENCHMARKS); do echo "== bench/$$script"; $(PY) bench/$$script || exit 1; done
 	$(PY) bench/propagation.py --mode poll

@@ -32,15 +32,20 @@ export function stepName(s: Step): string {
   return `${s.provider}/${s.model}`;
 }
 
-/** A provider the service is built to call: where its data goes, and its models' capabilities. */
+/**
+ * A provider the service is built to call: where its data goes, its models' capabilities and,
+ * optionally, their context windows in tokens (a request too long for one step's window skips
+ * the later steps whose window is no larger).
+ */
 export interface ProviderSpec {
   readonly destination: string;
   readonly models: Readonly<Record<string, Iterable<string>>>;
+  readonly contextWindows?: Readonly<Record<string, number>>;
 }
 
 /** The service's own compiled-in list of providers (never fetched). */
 export class Registry {
-  private readonly providers: Map<string, { destination: string; models: Map<string, ReadonlySet<string>> }>;
+  private readonly providers: Map<string, { destination: string; models: Map<string, ReadonlySet<string>>; windows: Map<string, number> }>;
 
   constructor(providers: Readonly<Record<string, ProviderSpec>>) {
     this.providers = new Map();
@@ -50,7 +55,20 @@ export class Registry {
       }
       const models = new Map<string, ReadonlySet<string>>();
       for (const [model, capabilities] of Object.entries(spec.models)) models.set(model, new Set(capabilities));
-      this.providers.set(name, { destination: spec.destination, models });
+      const windows = new Map<string, number>();
+      if (spec.contextWindows !== undefined) {
+        if (spec.contextWindows === null || typeof spec.contextWindows !== "object") {
+          throw new TypeError(`registry: provider ${pyRepr(name)}: contextWindows must be an object (model -> tokens)`);
+        }
+        for (const [model, tokens] of Object.entries(spec.contextWindows)) {
+          if (!models.has(model)) throw new TypeError(`registry: provider ${pyRepr(name)} gives a context window for ${pyRepr(model)}, which is not one of its models`);
+          if (!(typeof tokens === "number" && Number.isInteger(tokens) && tokens > 0)) {
+            throw new TypeError(`registry: provider ${pyRepr(name)}: the context window of ${pyRepr(model)} must be a positive integer (tokens)`);
+          }
+          windows.set(model, tokens);
+        }
+      }
+      this.providers.set(name, { destination: spec.destination, models, windows });
     }
   }
 
@@ -72,6 +90,11 @@ export class Registry {
 
   capabilities(provider: string, model: string): ReadonlySet<string> {
     return this.providers.get(provider)?.models.get(model) ?? new Set();
+  }
+
+  /** The model's context window in tokens; undefined when the registry does not say. */
+  contextWindow(provider: string, model: string): number | undefined {
+    return this.providers.get(provider)?.windows.get(model);
   }
 }
 

@@ -35,6 +35,18 @@ export class ProviderError extends TransportError {
   }
 }
 
+/**
+ * A 400 saying the request is over the model's context window. Unlike other rejections it
+ * is not the request's fault everywhere: a step with a larger window may serve it, so the
+ * router goes on, skipping the steps whose known window is no larger.
+ */
+export class ContextLengthExceeded extends ProviderError {
+  override name = "ContextLengthExceeded";
+  constructor(detail = "context length exceeded", options: { retryAfterS?: number | null } = {}) {
+    super(400, true, detail, options);
+  }
+}
+
 /** The call ran out of its time; `dispatched` (the cautious default): the provider may have acted. */
 export class ProviderTimeout extends TransportError {
   override name = "ProviderTimeout";
@@ -79,7 +91,10 @@ export class RoutingError extends ChainClientError {
   }
 }
 
-/** 400/422: the request itself was rejected; another provider would reject it too. */
+/**
+ * 400/422: the request itself was rejected; another provider would reject it too. Also the
+ * end of a walk whose last attempt was `ContextLengthExceeded` with no larger window left.
+ */
 export class RequestRejected extends RoutingError {
   override name = "RequestRejected";
   constructor(headline: string, receipt: Receipt, readonly status: number | null) {

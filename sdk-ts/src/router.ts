@@ -23,6 +23,7 @@ import {
   AllProvidersFailed,
   ContentPolicyRefusal,
   ContentPolicyRejected,
+  ContextLengthExceeded,
   DeadlineExceeded,
   NoEligibleRoute,
   OutcomeUnknown,
@@ -120,6 +121,15 @@ function providerError(raised: ProviderError): Verdict {
   }
   let dispatch: DispatchState = "not_dispatched";
   if (raised.dispatched) dispatch = UNKNOWN_OUTCOME_STATUSES.has(status) ? "dispatched_unknown" : "dispatched_known";
+  // Too long for this model, not wrong everywhere: a larger window may serve it (the walk
+  // skips the steps whose window is no larger). The provider answered: no breaker failure.
+  if (raised instanceof ContextLengthExceeded) {
+    return verdict("rejected", dispatch, "next", `HTTP ${status}: context length exceeded; trying a step with a larger context window`, {
+      status,
+      error,
+      countsAsFailure: false,
+    });
+  }
   if (REJECTING_STATUSES.has(status)) {
     return verdict("rejected", dispatch, "stop_rejected", `HTTP ${status}: the request itself was rejected; not tried elsewhere`, {
       status,
@@ -139,16 +149,25 @@ function providerError(raised: ProviderError): Verdict {
 
 // --- breakers ----------------------------------------------------------------------------
 
+/**
+ * `failureThreshold` counted failures within `windowS` open a provider's breaker for
+ * `cooldownS`; then one probe may try, and a failed probe opens it again for
+ * `probeIntervalS`, not a whole cooldown: a provider that is still down gets one request per
+ * probe interval, and one that came back is used again within a probe interval of its
+ * recovery (a whole cooldown after each failed probe could miss the end of a minute's outage
+ * by most of a cooldown and keep traffic on the fallback).
+ */
 export interface BreakerSettings {
   failureThreshold: number;
   windowS: number;
   cooldownS: number;
+  probeIntervalS: number;
 }
 
-export const DEFAULT_BREAKER: BreakerSettings = Object.freeze({ failureThreshold: 5, windowS: 60, cooldownS: 30 });
+export const DEFAULT_BREAKER: BreakerSettings = Object.freeze({ failureThreshold: 5, windowS: 60, cooldownS: 10, probeIntervalS: 5 });
 export type BreakerState = "closed" | "open" | "half_open";
 
-/** One provider's breaker: counted failures within a window open it; after a cooldown one probe may try. */
+/** One provider's breaker: counted failures within a window open it; after a cooldown one probe may try, then one per probe interval. */
 export class CircuitBreaker {
   state: BreakerState = "closed";
   private failures: number[] = [];
@@ -193,7 +212,7 @@ export class CircuitBreaker {
       return opened;
     }
     if (this.state === "half_open") {
-      this.open(now, this.settings.cooldownS);
+      this.open(now, this.settings.probeIntervalS);
       return true;
     }
     if (this.state === "closed") {
@@ -339,6 +358,14 @@ interface Walk {
   cutByDeadline: boolean;
   attempts: Attempt[];
   refused: [Step, string][];
+  /**
+   * Once the request did not fit a step's context window: the step with the largest such
+   * window the registry knows (or the last that rejected it, none being known) and that
+   * window, and the last context-length rejection: later steps whose known window is no
+   * larger are skipped, and if no attempt follows that rejection the walk ends in
+   * RequestRejected.
+   */
+  tooLong: { attempt: Attempt; step: Step; window: number | undefined } | null;
   started: number;
   /** The active drill this request may be drilled by, and whether it was. */
   drill: Drill | null;
@@ -412,7 +439,9 @@ export class Router {
     if (options.breaker !== null) {
       const settings = { ...DEFAULT_BREAKER, ...(options.breaker ?? {}) };
       if (!(settings.failureThreshold >= 1)) throw new RangeError("failureThreshold must be at least 1 (use breaker: null to disable)");
-      if (!(settings.windowS > 0 && settings.cooldownS > 0)) throw new RangeError("windowS and cooldownS must be positive");
+      if (!(settings.windowS > 0 && settings.cooldownS > 0 && settings.probeIntervalS > 0)) {
+        throw new RangeError("windowS, cooldownS and probeIntervalS must be positive");
+      }
       for (const name of this.transported) this.breakers.set(name, new CircuitBreaker(name, settings));
     }
     const known = new Set([...(this.registry?.names() ?? []), ...this.source().chain.map((s) => s.provider)]);
@@ -608,6 +637,7 @@ export class Router {
       cutByDeadline: false,
       attempts: [],
       refused: [],
+      tooLong: null,
       started: now,
       drill: this.activeDrill(document),
       drilled: false,
@@ -716,6 +746,7 @@ export class Router {
 
   private refusal(walk: Walk, s: Step, breaker: CircuitBreaker | null, fallbackBarred: boolean, streaming: boolean): string | null {
     let why = this.contractRefusal(walk, s);
+    if (why === null) why = this.windowRefusal(walk, s);
     if (why === null && streaming && !(s.provider in this.streamTransports)) {
       why = "no stream transport for this provider (it can serve complete() only)";
     } else if (why === null && !streaming && !(s.provider in this.transports)) {
@@ -724,6 +755,14 @@ export class Router {
     if (why === null && fallbackBarred) why = "fallback not permitted (allow_fallback=False)";
     if (why === null && breaker !== null) why = breaker.admit(this.now());
     return why;
+  }
+
+  /** A step whose context window is known and no larger than the one the request was too long for (both known). */
+  private windowRefusal(walk: Walk, s: Step): string | null {
+    const failed = walk.tooLong;
+    const window = this.registry?.contextWindow(s.provider, s.model);
+    if (failed === null || failed.window === undefined || window === undefined || window > failed.window) return null;
+    return `context window of ${window} tokens is not larger than ${stepName(failed.step)}'s ${failed.window}; the request would not fit`;
   }
 
   private contractRefusal(walk: Walk, s: Step): string | null {
@@ -771,6 +810,14 @@ export class Router {
       return new RouteResult(value, turn.step.provider, turn.step.model, walk.document.marking, this.receipt(walk));
     }
     if (v.action !== "next") throw this.ended(this.stopped(walk, v.action));
+    if (raised instanceof ContextLengthExceeded) {
+      // The largest window the request is known not to fit bounds the later steps (this
+      // step's if it is known and larger than an earlier one's), as in the Python SDK.
+      const window = this.registry?.contextWindow(turn.step.provider, turn.step.model);
+      const known = walk.tooLong;
+      const larger = known === null || known.window === undefined || (window !== undefined && window > known.window);
+      walk.tooLong = larger ? { attempt, step: turn.step, window } : { ...known, attempt };
+    }
     walk.cutByDeadline = attempt.outcome === "timeout" && (stream ? this.now() >= walk.deadline : turn.timeoutS < turn.step.timeout_ms / 1000);
     return null;
   }
@@ -880,6 +927,14 @@ export class Router {
       );
     }
     if (walk.cutByDeadline) return this.outOfTime(walk, []);
+    const last = walk.attempts[walk.attempts.length - 1];
+    if (last === walk.tooLong?.attempt) {
+      return new RequestRejected(
+        `${last.provider}/${last.model} rejected the request: context length exceeded, and no later step has a larger context window (${last.error})`,
+        this.receipt(walk),
+        last.status,
+      );
+    }
     const summary = walk.attempts.map((a) => `${a.provider}/${a.model} (${shortError(a)})`).join(", ");
     return new AllProvidersFailed(`all providers failed: ${summary}`, this.receipt(walk));
   }

@@ -224,9 +224,14 @@ describe("router vectors", () => {
         return spec.model_id ? new Answer(spec.return, spec.model_id) : spec.return;
       };
       const providers = options.transports ?? Object.keys(CONTRACT.registry);
-      const breaker = options.breaker
-        ? { failureThreshold: options.breaker.failure_threshold, windowS: options.breaker.window_s, cooldownS: options.breaker.cooldown_s }
-        : undefined;
+      const settings = options.breaker && {
+        failureThreshold: options.breaker.failure_threshold,
+        windowS: options.breaker.window_s,
+        cooldownS: options.breaker.cooldown_s,
+        probeIntervalS: options.breaker.probe_interval_s,
+      };
+      // A setting the vector leaves out is the default, as in the Python SDK's BreakerSettings(**breaker).
+      const breaker = settings ? Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined)) : undefined;
       const router = new Router(vector.chain, {
         transports: Object.fromEntries(providers.map((p) => [p, transport])),
         registry: REGISTRY,

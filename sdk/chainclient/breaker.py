@@ -2,8 +2,13 @@
 
 A breaker counts the failures that made the router fall through (``failure_threshold``
 within ``window_s`` open it), refuses its provider for ``cooldown_s``, then lets one probe
-request through (half-open); the probe's result closes it or opens it again. Rejections
-and content-policy refusals are not failures: they show the provider is answering.
+request through (half-open); the probe's result closes it, or opens it again for
+``probe_interval_s``: a provider that is still down gets one request per probe interval,
+and one that came back is used again within a probe interval of the first request after
+it did (a breaker that waited a whole cooldown after each failed probe could miss a
+minute's outage's end by most of a cooldown, and keep traffic on the fallback; the
+defaults are measured in bench/README.md, "Breaker recovery"). Rejections and
+content-policy refusals are not failures: they show the provider is answering.
 
 A failure that says how long to wait (a 429's or 503's ``Retry-After``) opens the breaker
 at once for that long (at most ``MAX_RETRY_AFTER_S``): the provider asked every caller to
@@ -32,17 +37,18 @@ must not lock a provider out for hours."""
 class BreakerSettings:
     """Per-provider circuit breaker: ``failure_threshold`` counted failures within
     ``window_s`` open it; after ``cooldown_s`` one probe request may try it (half-open);
-    the probe's result closes it or opens it again."""
+    the probe's result closes it, or opens it again for ``probe_interval_s``."""
 
     failure_threshold: int = 5
     window_s: float = 60.0
-    cooldown_s: float = 30.0
+    cooldown_s: float = 10.0
+    probe_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1 (use breaker=None to disable)")
-        if self.window_s <= 0 or self.cooldown_s <= 0:
-            raise ValueError("window_s and cooldown_s must be positive")
+        if self.window_s <= 0 or self.cooldown_s <= 0 or self.probe_interval_s <= 0:
+            raise ValueError("window_s, cooldown_s and probe_interval_s must be positive")
 
 
 DEFAULT_BREAKER = BreakerSettings()
@@ -101,7 +107,7 @@ class CircuitBreaker:
             if retry_after_s is not None and retry_after_s > 0:
                 return self._hold(now, min(float(retry_after_s), MAX_RETRY_AFTER_S))
             if self._state == "half_open":
-                self._open(now, "probe failed")
+                self._open(now, "probe failed", cooldown_s=self.settings.probe_interval_s)
                 return True
             if self._state == "closed":
                 failures = self._failures

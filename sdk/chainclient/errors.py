@@ -57,6 +57,15 @@ class ProviderError(TransportError):
         super().__init__(f"{label}: {message}" if message else label)
 
 
+class ContextLengthExceeded(ProviderError):
+    """The provider said the request is longer than the model's context window (an HTTP 400
+    that names it). Unlike other rejections, a later step may take it: the router tries the
+    next step whose context window is larger (or not known), not the same-sized ones."""
+
+    def __init__(self, dispatched: bool = True, message: str = "", *, status: int = 400) -> None:
+        super().__init__(status, dispatched, message)
+
+
 class ProviderTimeout(TransportError):
     """The call ran out of its ``timeout_s``.
 
@@ -208,6 +217,7 @@ __all__ = [
     "AllProvidersFailed",
     "ChainClientError",
     "ContentPolicyRefusal",
+    "ContextLengthExceeded",
     "ContentPolicyRejected",
     "DeadlineExceeded",
     "NoEligibleRoute",

@@ -37,6 +37,8 @@ Scenarios (``SCENARIOS``) and their parameters (defaults in ``DEFAULT_PARAMS``):
   ``unauthorized``: 401; each with the vendor's error body.
 - ``context_length``: 400, OpenAI's ``context_length_exceeded`` code or Anthropic's
   ``invalid_request_error`` "prompt is too long".
+- ``content_policy_400``: 400 refusing the content: OpenAI's ``content_policy_violation``
+  code, Anthropic's ``invalid_request_error`` "Output blocked by content filtering policy".
 - ``content_filter``: 200, refused: OpenAI ``finish_reason: "content_filter"`` with no
   content (JSON and stream); Anthropic ``stop_reason: "refusal"`` with no content.
 - ``connection_refused``: while set, the port refuses TCP connections (the listener is
@@ -97,6 +99,7 @@ SCENARIOS: tuple[str, ...] = (
     "overloaded",
     "unauthorized",
     "context_length",
+    "content_policy_400",
     "content_filter",
     "connection_refused",
     "reset_before_headers",
@@ -137,6 +140,7 @@ _STATUS_SCENARIOS: Mapping[str, int] = {
     "overloaded": 529,
     "unauthorized": 401,
     "context_length": 400,
+    "content_policy_400": 400,
 }
 _REASONS: Mapping[int, str] = {529: "Overloaded"}
 _MAX_HEAD_BYTES = 64 * 1024
@@ -616,6 +620,14 @@ _ERRORS: Mapping[str, Mapping[Vendor, tuple[str, str, str | None]]] = {
             "context_length_exceeded",
         ),
         "anthropic": ("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum", None),
+    },
+    "content_policy_400": {
+        "openai": (
+            "invalid_request_error",
+            "Your request was rejected as a result of our safety system.",
+            "content_policy_violation",
+        ),
+        "anthropic": ("invalid_request_error", "Output blocked by content filtering policy", None),
     },
 }
 

@@ -7,6 +7,8 @@ takes next. The table it applies (``ProviderError.status``):
 
 - 429, 500, 502, 503, 504, 529, timeouts and connection failures: fall through;
 - 400, 422: stop at once with ``RequestRejected`` (another provider would reject it too);
+- a context-length rejection (``ContextLengthExceeded``, a 400): the next step whose context
+  window is larger (or not known) is tried; no mark against the provider;
 - 401, 403: fall through *and* raise a credential alert (error log, ``on_alert``, counter);
 - any other status: treated as a provider failure and falls through;
 - content-policy refusal: stops with ``ContentPolicyRejected`` (a ``RequestRejected``)
@@ -28,7 +30,13 @@ import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from chainclient.errors import ContentPolicyRefusal, ProviderError, ProviderTimeout, ProviderUnavailable
+from chainclient.errors import (
+    ContentPolicyRefusal,
+    ContextLengthExceeded,
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from chainclient.receipts import DISPATCHED_KNOWN, DISPATCHED_UNKNOWN, NOT_DISPATCHED, DispatchState, Outcome
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
@@ -47,6 +55,9 @@ class Action(enum.Enum):
     """Return the value: the request is served."""
     NEXT = "next"
     """Try the next admissible step."""
+    NEXT_LARGER = "next_larger"
+    """Try the next admissible step whose context window is larger (or not known): the
+    request did not fit this step's."""
     STOP_REJECTED = "stop_rejected"
     """Stop with RequestRejected: the request itself is bad."""
     STOP_CONTENT = "stop_content"
@@ -159,6 +170,16 @@ def _provider_error(raised: ProviderError) -> Verdict:
     dispatch = NOT_DISPATCHED
     if raised.dispatched:
         dispatch = DISPATCHED_UNKNOWN if status in UNKNOWN_OUTCOME_STATUSES else DISPATCHED_KNOWN
+    if isinstance(raised, ContextLengthExceeded):
+        return Verdict(
+            "rejected",
+            dispatch,
+            Action.NEXT_LARGER,
+            reason=f"HTTP {status}: context length exceeded; trying a step with a larger context window",
+            status=status,
+            error=error,
+            counts_as_failure=False,
+        )
     if status in REJECTING_STATUSES:
         # The provider is answering, so this is no mark against it.
         reason = f"HTTP {status}: the request itself was rejected; not tried elsewhere"

@@ -186,6 +186,11 @@ class RouterCore(Generic[TransportT]):
             transports=self._transports.keys() | self._stream_transports.keys(), registry=registry
         )
         self._destinations = {name: registry[name].destination for name in registry} if registry is not None else {}
+        self._windows: dict[tuple[str, str], int] = (
+            {(name, model): tokens for name in registry for model, tokens in registry[name].context_windows.items()}
+            if registry is not None
+            else {}
+        )
         self._counts_lock = threading.Lock()
         self._counts = dict.fromkeys(REPORT_KEYS, 0)
         self._transported = frozenset(self._transports) | frozenset(self._stream_transports)
@@ -287,7 +292,12 @@ class RouterCore(Generic[TransportT]):
         first-chunk bound (default: the step's timeout)."""
         breaker = self._breakers.get(step.provider)
         why = self._refusal(
-            step, walk.contract, breaker, fallback_barred=bool(index) and not walk.allow_fallback, streaming=streaming
+            step,
+            walk.contract,
+            breaker,
+            fallback_barred=bool(index) and not walk.allow_fallback,
+            streaming=streaming,
+            outgrown=walk.outgrown,
         )
         if why is not None:
             walk.refused.append((step, why))
@@ -349,7 +359,9 @@ class RouterCore(Generic[TransportT]):
             if walk.drill is not None:
                 self._drill_ended(walk, None)
             return walk.served(turn.step, value)
-        if action is not Action.NEXT:
+        if action is Action.NEXT_LARGER:
+            self._outgrew(walk, turn.step)
+        elif action is not Action.NEXT:
             raise self._ended(walk, walk.stopped(action))
         if attempt.outcome == "timeout":
             # A timeout shortened by the budget failed because the budget ran out (a
@@ -591,10 +603,14 @@ class RouterCore(Generic[TransportT]):
         *,
         fallback_barred: bool,
         streaming: bool = False,
+        outgrown: tuple[Step, int | None] | None = None,
     ) -> str | None:
         """Why this request may not try ``step`` now, or None. The breaker is asked last:
-        admitting a half-open breaker's probe takes its one slot."""
+        admitting a half-open breaker's probe takes its one slot. ``outgrown``: the step whose
+        context window the request did not fit, and its window if known (``Walk.outgrown``)."""
         why = self._contracts.refusal(step, contract)
+        if why is None and outgrown is not None:
+            why = self._too_small(step, *outgrown)
         if why is None and streaming and step.provider not in self._stream_transports:
             why = "no stream transport for this provider (it can serve complete() only)"
         elif why is None and not streaming and step.provider not in self._transports:
@@ -604,6 +620,27 @@ class RouterCore(Generic[TransportT]):
         if why is None and breaker is not None:
             why = breaker.admit(self._now())
         return why
+
+    def _outgrew(self, walk: Walk, step: Step) -> None:
+        """The request did not fit ``step``'s context window: the largest window it is known
+        not to fit is the bound later steps must pass (``step``'s own if it is known and
+        larger than an earlier one's, the earlier one's otherwise)."""
+        window = self._windows.get((step.provider, step.model))
+        known = walk.outgrown
+        if known is None or known[1] is None or (window is not None and window > known[1]):
+            walk.outgrown = (step, window)
+
+    def _too_small(self, step: Step, outgrown: Step, outgrown_window: int | None) -> str | None:
+        """Why ``step`` cannot take a request that did not fit ``outgrown``'s context window:
+        its own window is known and not larger. None when either window is not known (the
+        step is tried: it may fit)."""
+        window = self._windows.get((step.provider, step.model))
+        if window is None or outgrown_window is None or window > outgrown_window:
+            return None
+        return (
+            f"context window of {window} tokens is not larger than {outgrown}'s {outgrown_window}; "
+            "the request would not fit"
+        )
 
     def _warn_untransported(self, registry: Registry | None, document: ChainDocument) -> None:
         """One warning at construction naming the providers this router cannot call."""

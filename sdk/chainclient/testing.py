@@ -48,6 +48,7 @@ from chainclient.async_router import AsyncRouter, AsyncTransport
 from chainclient.drills import DrillRequest, DrillTally
 from chainclient.errors import (
     ContentPolicyRefusal,
+    ContextLengthExceeded,
     ProviderError,
     ProviderTimeout,
     ProviderUnavailable,
@@ -72,6 +73,8 @@ Spec: TypeAlias = "int | str | Transport"
 - ``"timeout_before_dispatch"``: raises ``ProviderTimeout(dispatched=False)``;
 - ``"unavailable"`` or ``"connection_refused"``: raises ``ProviderUnavailable``;
 - ``"content_policy"``: raises ``ContentPolicyRefusal``;
+- ``"context_length"``: raises ``ContextLengthExceeded`` (the request is over the model's
+  context window);
 - ``"unknown"``: raises ``ProviderError(None, dispatched=True)`` (sent, no status back);
 - ``"error"``: raises ``RuntimeError`` (a transport bug);
 - a callable ``(step, request, timeout_s) -> value``: called as the transport (for
@@ -177,6 +180,15 @@ class FakeProviders:
         def behave(step: Step, request: Any, timeout_s: float) -> Any:
             self._spend(name, after_s, timeout_s)
             raise ContentPolicyRefusal(f"fake {name}: content policy")
+
+        return self._set(name, behave)
+
+    def context_length(self, name: str, *, after_s: float = 0.0) -> FakeProviders:
+        """Raise ``ContextLengthExceeded``: the request is over the model's context window."""
+
+        def behave(step: Step, request: Any, timeout_s: float) -> Any:
+            self._spend(name, after_s, timeout_s)
+            raise ContextLengthExceeded(True, f"fake {name}: context length exceeded")
 
         return self._set(name, behave)
 
@@ -289,7 +301,7 @@ class FakeProviders:
             raise ValueError(
                 f"{name}: unknown spec {spec!r}; use 'ok', an HTTP status, 'timeout', "
                 "'timeout_before_dispatch', 'unavailable', 'connection_refused', "
-                "'content_policy', 'unknown', 'error' or a callable"
+                "'content_policy', 'context_length', 'unknown', 'error' or a callable"
             )
         return scratch._behaviours[name]
 
@@ -314,6 +326,7 @@ _KEYWORDS: dict[str, Callable[[FakeProviders, str], FakeProviders]] = {
     "unavailable": lambda fakes, name: fakes.unavailable(name),
     "connection_refused": lambda fakes, name: fakes.unavailable(name),
     "content_policy": lambda fakes, name: fakes.content_policy(name),
+    "context_length": lambda fakes, name: fakes.context_length(name),
     "unknown": lambda fakes, name: fakes.fail(name, None, dispatched=True, message="connection dropped after send"),
     "error": lambda fakes, name: fakes.error(name),
 }
@@ -536,19 +549,23 @@ def fake_registry(
     *,
     capabilities: Mapping[str, Iterable[str]] | None = None,
     destinations: Mapping[str, str] | None = None,
+    context_windows: Mapping[str, int] | None = None,
 ) -> Registry:
     """A Registry with one model (``"chat"``) per fake provider.
 
     Capabilities default to ``{"text"}`` and destinations to ``"<name>-us"``; override them
-    per provider, e.g. ``capabilities={"alpha": {"text", "images"}}``.
+    per provider, e.g. ``capabilities={"alpha": {"text", "images"}}``. ``context_windows``:
+    the model's context window per provider, where known (``{"alpha": 8192}``).
     """
     capabilities = capabilities or {}
     destinations = destinations or {}
+    context_windows = context_windows or {}
     return Registry(
         {
             name: Provider(
                 destination=destinations.get(name, f"{name}-us"),
                 models={FAKE_MODEL: frozenset(capabilities.get(name, ("text",)))},
+                context_windows={FAKE_MODEL: context_windows[name]} if name in context_windows else {},
             )
             for name in names
         }

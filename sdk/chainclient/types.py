@@ -60,10 +60,20 @@ class Step:
 
 @dataclass(frozen=True)
 class Provider:
-    """A provider the service is built to call: where its data goes and its models."""
+    """A provider the service is built to call: where its data goes and its models.
+    ``context_windows``: the models' context windows in tokens, where known; a request that
+    did not fit one step's window skips the later steps whose window is not larger."""
 
     destination: str
     models: Mapping[str, frozenset[str] | set[str]] = field(default_factory=dict)
+    context_windows: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for model, tokens in self.context_windows.items():
+            if model not in self.models:
+                raise ValueError(f"context_windows names {model!r}, which is not one of this provider's models")
+            if type(tokens) is not int or tokens < 1:
+                raise ValueError(f"context_windows[{model!r}] must be a positive number of tokens, got {tokens!r}")
 
     def capabilities(self, model: str) -> frozenset[str]:
         return frozenset(self.models.get(model, ()))

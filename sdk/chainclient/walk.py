@@ -43,6 +43,7 @@ class Walk:
         "document",
         "drill",
         "drilled",  # set with ``drill`` (``RouterCore._begin``), read only when it is set
+        "outgrown",
         "refused",
         "side_effects",
         "task_id",
@@ -75,6 +76,10 @@ class Walk:
         """Whether the last attempt timed out because the budget cut its timeout short."""
         self.attempts: list[Attempt] = []
         self.refused: list[tuple[Step, str]] = []
+        self.outgrown: tuple[Step, int | None] | None = None
+        """Once the request did not fit a step's context window: the step with the largest
+        such window the registry knows (or the last step that rejected it, none being known)
+        and that window; later steps whose window is not larger are skipped."""
         self.drill: Drill | None = None
         """The failover drill this request is routed in: active when it began, and one the
         source takes part in (``RouterCore._begin``); None for nearly every request. Such a
@@ -141,6 +146,14 @@ class Walk:
             )
         if self.cut_by_deadline:
             return self.out_of_time(not_started=())
+        last = self.attempts[-1]
+        if self.outgrown is not None and last.outcome == "rejected":  # only a context length moves on rejected
+            return RequestRejected(
+                f"{last.step} rejected the request: context length exceeded, and no later step has a larger "
+                f"context window ({last.error})",
+                receipt=self.receipt(),
+                status=last.status,
+            )
         summary = ", ".join(f"{a.provider}/{a.model} ({_short_error(a)})" for a in self.attempts)
         return AllProvidersFailed(f"all providers failed: {summary}", receipt=self.receipt())
 

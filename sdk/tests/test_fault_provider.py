@@ -260,6 +260,7 @@ STATUSES = [
     ("overloaded", 529, ("overloaded_error", None), "overloaded_error"),
     ("unauthorized", 401, ("invalid_request_error", "invalid_api_key"), "authentication_error"),
     ("context_length", 400, ("invalid_request_error", "context_length_exceeded"), "invalid_request_error"),
+    ("content_policy_400", 400, ("invalid_request_error", "content_policy_violation"), "invalid_request_error"),
 ]
 
 
@@ -286,6 +287,8 @@ def test_error_scenarios_answer_with_the_vendors_status_and_body(
     assert raw.status == status and body["type"] == "error" and body["error"]["type"] == anthropic_type
     if scenario == "context_length":
         assert "prompt is too long" in body["error"]["message"]
+    if scenario == "content_policy_400":
+        assert "content filtering policy" in body["error"]["message"]
     assert ("retry-after" in raw.headers) == (scenario == "rate_limited")
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from chainclient.errors import (
     ContentPolicyRefusal,
+    ContextLengthExceeded,
     ProviderError,
     ProviderTimeout,
     ProviderUnavailable,
@@ -210,8 +211,14 @@ CASES = [
     Case(
         "context_length",
         {},
-        Expect(ProviderError, 400, says="context length exceeded"),
-        Expect(ProviderError, 400, says="context length exceeded"),
+        Expect(ContextLengthExceeded, 400, says="context length exceeded"),
+        Expect(ContextLengthExceeded, 400, says="context length exceeded"),
+    ),
+    Case(
+        "content_policy_400",
+        {},
+        Expect(ContentPolicyRefusal, says="refused the request on policy grounds"),
+        Expect(ContentPolicyRefusal, says="refused the request on policy grounds"),
     ),
     Case(
         "content_filter",

@@ -11,6 +11,7 @@ from chainclient import (
     AllProvidersFailed,
     BreakerSettings,
     NoEligibleRoute,
+    ProviderError,
     RequestRejected,
     Router,
     Step,
@@ -86,16 +87,58 @@ def test_after_the_cooldown_one_probe_is_let_through_and_success_closes_the_brea
     assert router.breaker_state("alpha") == "closed"
 
 
-def test_a_failed_probe_opens_the_breaker_for_another_cooldown(
+def test_a_failed_probe_opens_the_breaker_for_a_probe_interval_not_another_cooldown(
     router: Router, fakes: FakeProviders, clock: FakeClock
 ) -> None:
     open_alphas_breaker(router)
     clock.advance(BREAKER.cooldown_s)
     fakes.clear()
 
-    assert tried(router.complete("hello")) == ["alpha", "beta"]
+    assert tried(router.complete("hello")) == ["alpha", "beta"]  # the probe, failed
     assert router.breaker_state("alpha") == "open"
     assert tried(router.complete("hello")) == ["beta"]
+    clock.advance(BREAKER.probe_interval_s - 0.5)
+    assert tried(router.complete("hello")) == ["beta"]
+    clock.advance(0.5)
+    assert tried(router.complete("hello")) == ["alpha", "beta"]  # the next probe
+
+
+@pytest.mark.parametrize("down_s", [45, 60, 63, 77])
+def test_a_primary_down_for_about_a_minute_is_probed_once_a_probe_interval_and_used_again_soon_after_it_recovers(
+    clock: FakeClock, down_s: int
+) -> None:
+    """The fault benchmark's case at the defaults: alpha fails every request for about a
+    minute (outages that end at different moments of the breaker's schedule), then answers;
+    one request a second. Nothing fails for the caller, alpha gets at most one request a
+    probe interval while its breaker is open, and serves again within a probe interval (and
+    the second between requests) of its recovery."""
+    settings = BreakerSettings()
+    recovers_at = clock.now() + down_s
+
+    def alpha(step: Step, request: Any, timeout_s: float) -> Any:
+        if clock.now() < recovers_at:
+            raise ProviderError(503, True, "down")
+        return "alpha"
+
+    fakes = fakes_for({"alpha": alpha}, clock)
+    router = make_router(fakes, breaker=settings)
+    served: list[tuple[float, str]] = []
+    alpha_calls: list[float] = []
+    for _ in range(down_s + 30):
+        fakes.clear()
+        result = router.complete("hello")
+        if "alpha" in fakes.attempts:
+            alpha_calls.append(clock.now())
+        served.append((clock.now(), result.provider))
+        clock.advance(1.0)
+
+    opened_at = alpha_calls[settings.failure_threshold - 1]
+    while_open = [at for at in alpha_calls if opened_at < at < recovers_at]
+    gaps = [later - earlier for earlier, later in zip(while_open, while_open[1:], strict=False)]
+    assert gaps and min(gaps) >= settings.probe_interval_s
+    back_at = min(at for at, provider in served if provider == "alpha" and at >= recovers_at)
+    assert back_at - recovers_at <= settings.probe_interval_s + 1.0
+    assert all(provider == "alpha" for at, provider in served if at >= back_at)
 
 
 def test_while_the_probe_is_in_flight_other_requests_skip_the_provider(

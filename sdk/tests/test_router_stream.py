@@ -18,10 +18,12 @@ from chainclient import (
     BreakerSettings,
     ContentPolicyRefusal,
     ContentPolicyRejected,
+    ContextLengthExceeded,
     DeadlineExceeded,
     OutcomeUnknown,
     ProviderError,
     Router,
+    Step,
     StreamInterrupted,
 )
 from chainclient.testing import FakeChainClient, FakeClock, FakeStreams, fake_chain, fake_registry
@@ -184,6 +186,17 @@ def test_a_content_policy_refusal_before_the_commit_point_stops(kind: str, strea
     streams.script("alpha", [""], end=ContentPolicyRefusal("finish_reason content_filter"))
     _, _, error = drain(make(kind, streams))
     assert isinstance(error, ContentPolicyRejected)
+
+
+def test_a_stream_over_a_steps_context_window_opens_on_the_next_larger_step(kind: str, streams: FakeStreams) -> None:
+    streams.script("alpha", fails_with=ContextLengthExceeded(True, "prompt is too long"))
+    streams.script("beta", ["from beta"])
+    streams.script("gamma", ["from gamma"])
+    registry = fake_registry(context_windows={"alpha": 8192, "beta": 4096, "gamma": 200_000})
+    got, route, error = drain(make(kind, streams, registry=registry))
+    assert (error, got) == (None, ["from gamma"])
+    assert [attempt.provider for attempt in route.receipt.attempts] == ["alpha", "gamma"]
+    assert dict(route.receipt.refused)[Step("beta", "chat", 10_000)].startswith("context window of 4096 tokens")
 
 
 def test_every_step_failing_before_its_commit_point_is_all_providers_failed(kind: str, streams: FakeStreams) -> None:

@@ -17,7 +17,8 @@ anthropic 2.16's ``_base_client.py``, ``_streaming.py`` and ``_exceptions.py``):
 
 - ``APIStatusError`` (a 4xx or 5xx, 529 ``OverloadedError`` included): ``ProviderError``
   with that status, its message naming the error's type, ``retry_after_s`` from
-  ``Retry-After``; a 400 "prompt is too long" says "context length exceeded";
+  ``Retry-After``; a 400 "prompt is too long": ``ContextLengthExceeded``; a 400 "blocked by
+  content filtering policy": ``ContentPolicyRefusal``;
 - an ``error`` event mid-stream: the library raises an ``APIStatusError`` carrying the
   stream's own status (200), so the status is the one the error's type implies
   (``overloaded_error`` 529, ``api_error`` 500, ``rate_limit_error`` 429, ...);
@@ -42,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
         'chainclient.integrations.anthropic needs the anthropic library: pip install "chainclient[anthropic]"'
     ) from exc
 
-from chainclient.errors import ContentPolicyRefusal, ProviderError, TransportError
+from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, ProviderError, TransportError
 from chainclient.integrations._http import (
     AsyncChunkStream,
     AsyncLibraryTransport,
@@ -96,7 +97,7 @@ def provider_failure(exc: BaseException) -> TransportError | None:
     return None
 
 
-def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
+def _status_error(exc: anthropic.APIStatusError) -> TransportError:
     kind = exc.type or ""
     status: int | None = exc.status_code
     headers: Mapping[str, str] = exc.response.headers
@@ -106,8 +107,10 @@ def _status_error(exc: anthropic.APIStatusError) -> ProviderError:
         headers = {}
     text = exc.api_message or exc.message
     message = f"{kind or type(exc).__name__}: {text}"
+    if status == 400 and "content filtering policy" in text.lower():
+        return ContentPolicyRefusal(f"the provider refused the request on policy grounds ({message})")
     if status == 400 and "prompt is too long" in text.lower():
-        message = f"context length exceeded: {message}"
+        return ContextLengthExceeded(True, f"context length exceeded: {message}")
     return ProviderError(status, True, message, retry_after_s=retry_after_s(headers))
 
 

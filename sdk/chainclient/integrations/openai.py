@@ -17,7 +17,9 @@ openai 3.60's ``_base_client.py``, ``_streaming.py`` and ``_exceptions.py``):
 
 - ``APIStatusError`` (a 4xx or 5xx): ``ProviderError(status)``, its message naming the
   error's type and code, ``retry_after_s`` from ``Retry-After`` (or ``retry-after-ms``); a
-  400 whose code is ``context_length_exceeded`` says "context length exceeded";
+  400 whose code is ``context_length_exceeded`` (or whose words name the context length):
+  ``ContextLengthExceeded``; a 400 whose code is ``content_policy_violation`` (OpenAI) or
+  ``content_filter`` (Azure OpenAI): ``ContentPolicyRefusal``;
 - ``APITimeoutError`` and ``APIConnectionError``: by their ``httpx2`` cause, see
   ``chainclient.integrations._http``;
 - a body or an event that is not JSON (``json.JSONDecodeError``, which the library lets
@@ -42,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
         'chainclient.integrations.openai needs the openai library: pip install "chainclient[openai]"'
     ) from exc
 
-from chainclient.errors import ContentPolicyRefusal, ProviderError, TransportError
+from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, ProviderError, TransportError
 from chainclient.integrations._http import (
     AsyncChunkStream,
     AsyncLibraryTransport,
@@ -59,6 +61,8 @@ from chainclient.types import Step
 
 # OpenAI-compatible servers (vLLM, llama.cpp) say it in words rather than with the code.
 _CONTEXT_LENGTH_WORDS = ("maximum context length", "context length", "context window")
+# A 400 refusing the content: OpenAI's safety system, Azure OpenAI's content filter.
+_CONTENT_POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
 
 
 def provider_failure(exc: BaseException) -> TransportError | None:
@@ -85,7 +89,7 @@ def provider_failure(exc: BaseException) -> TransportError | None:
     return None
 
 
-def _status_error(exc: openai.APIStatusError) -> ProviderError:
+def _status_error(exc: openai.APIStatusError) -> TransportError:
     status = exc.status_code
     body = exc.body
     text = body.get("message") if isinstance(body, Mapping) else None
@@ -93,8 +97,10 @@ def _status_error(exc: openai.APIStatusError) -> ProviderError:
         text = exc.message
     label = f"{exc.type} ({exc.code})" if exc.type and exc.code else exc.type or exc.code or type(exc).__name__
     message = f"{label}: {text}"
+    if status == 400 and exc.code in _CONTENT_POLICY_CODES:
+        return ContentPolicyRefusal(f"the provider refused the request on policy grounds ({message})")
     if status == 400 and (exc.code == "context_length_exceeded" or _names_context_length(text)):
-        message = f"context length exceeded: {message}"
+        return ContextLengthExceeded(True, f"context length exceeded: {message}")
     return ProviderError(status, True, message, retry_after_s=retry_after_s(exc.response.headers))
 
 
