@@ -24,7 +24,7 @@ from http_api.fields import (
 )
 from http_api.schema import WRITE_ERRORS, DocumentSerializer, errors, serializer_for
 from presets import selectors, services
-from presets.documents import NO_MARKING, Help, MarkingDocument, StepDocument, etag
+from presets.documents import NO_MARKING, FailurePolicyDocument, Help, MarkingDocument, StepDocument, etag
 from presets.history import HistoryEntry, history_entries
 from presets.models import PRESET_NAME_MAX, Selection, ServiceToken, current_epoch
 from presets.roles import actor_of
@@ -118,6 +118,9 @@ class PresetEntry(TypedDict):
     description: str
     chain: list[StepDocument]
     marking: MarkingDocument
+    failure_policy: Annotated[
+        FailurePolicyDocument | None, Help("what the SDK's routers do on a failure for it (null: their defaults)")
+    ]
     is_default: bool
     is_live: Annotated[bool, Help("the chain serves it now (its default included)")]
     last_drill: Annotated[
@@ -165,6 +168,7 @@ class ChainPresetsView(APIView):
                 description=preset.description,
                 chain=preset.steps,
                 marking=preset.marking or NO_MARKING.copy(),
+                failure_policy=preset.failure_policy,
                 is_default=preset.pk == chain.default_preset_id,
                 is_live=preset.pk == selection.preset_id,
                 last_drill=last.get(preset.name),

@@ -39,12 +39,39 @@ class MarkingDocument(TypedDict):
     note: str
 
 
+class RetrySameStepDocument(TypedDict):
+    max_wait_ms: Annotated[int, Help("the longest Retry-After honoured before retrying the same step (0..10000)")]
+
+
+class FailurePolicyDocument(TypedDict):
+    """What the SDK's routers do on a failure for the preset's callers, reviewed with the
+    presets; a call's own arguments still override it."""
+
+    commit: Annotated[
+        str,
+        Help(
+            "first_chunk: a stream reaches the caller from its first chunk with content; complete: only once the "
+            "provider's whole answer came (a stream cut or stalled before its end falls back to the next step)"
+        ),
+    ]
+    first_chunk_ms: Annotated[int | None, Help("a stream's first chunk comes within this (null: the step's timeout)")]
+    idle_ms: Annotated[int | None, Help("each later chunk within this of the one before (null: the step's timeout)")]
+    retry_same_step: Annotated[
+        RetrySameStepDocument | None,
+        Help(
+            "retry a 429, 500, 503 or 529 (or a refused connection) once on the same step, before anything reached "
+            "the caller, within the request's deadline; null: never"
+        ),
+    ]
+
+
 class DefaultChainDocument(TypedDict):
     """What the chain falls back to at the pin's ``expires_at``."""
 
     preset: str
     chain: list[StepDocument]
     marking: MarkingDocument
+    failure_policy: NotRequired[Annotated[FailurePolicyDocument, Help("present when the default preset has one")]]
 
 
 class SignatureDocument(TypedDict):
@@ -99,6 +126,9 @@ class ChainDocument(TypedDict):
     updated_at: Instant
     expires_at: Annotated[Instant | None, Help("millisecond precision; the pin is not served from this instant on")]
     default: Annotated[DefaultChainDocument | None, Help("what the chain falls back to at expires_at")]
+    failure_policy: NotRequired[
+        Annotated[FailurePolicyDocument, Help("present when the served preset has one (presets file)")]
+    ]
     drill: NotRequired[Annotated[DrillDocument, Help("present while a failover drill runs on the chain")]]
     signature: NotRequired[
         Annotated[SignatureDocument, Help("present once the control plane has a signing key; verify before use")]

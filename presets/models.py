@@ -127,6 +127,9 @@ class Preset(models.Model):
     name = models.SlugField(max_length=PRESET_NAME_MAX)
     steps = models.JSONField()
     marking = models.JSONField(default=dict, blank=True)
+    # What the SDK's routers do on a failure for this preset (``presets_file.normal_policy``),
+    # reviewed in the presets file; None: none, the routers' defaults.
+    failure_policy = models.JSONField(null=True, blank=True, default=None)
     description = models.TextField(blank=True)
     source_hash = models.CharField(max_length=64)
     retired_at = models.DateTimeField(null=True, blank=True)
@@ -168,6 +171,9 @@ class Selection(models.Model):
     preset = models.ForeignKey(Preset, on_delete=models.PROTECT, related_name="+")
     steps = models.JSONField()
     marking = models.JSONField(default=dict)
+    # The served preset's failure policy, as this version serves it (with its steps and
+    # marking: a later change of the preset is a later version).
+    failure_policy = models.JSONField(null=True, blank=True, default=None)
     updated_by = models.CharField(max_length=150)
     reason = models.CharField(max_length=500)
     updated_at = models.DateTimeField()
@@ -237,17 +243,23 @@ class Selection(models.Model):
             "reason": self.reason,
             "updated_at": format_instant(self.updated_at),
             "expires_at": format_instant(self.expires_at),
-            "default": DefaultChainDocument(
-                preset=default.name,
-                chain=default.steps,
-                marking=default.marking or NO_MARKING.copy(),
-            )
-            if default is not None
-            else None,
+            "default": _default_document(default) if default is not None else None,
         }
+        if self.failure_policy is not None:
+            document["failure_policy"] = self.failure_policy
         if self.drill_id is not None and self.drill is not None:
             document["drill"] = self.drill.to_document()
         return document
+
+
+def _default_document(default: Preset) -> DefaultChainDocument:
+    """What a pin falls back to at its expiry: the default preset's steps, marking and (only
+    when it has one: a document without is what it was before policies) failure policy."""
+    marking = default.marking or NO_MARKING.copy()
+    document = DefaultChainDocument(preset=default.name, chain=default.steps, marking=marking)
+    if default.failure_policy is not None:
+        document["failure_policy"] = default.failure_policy
+    return document
 
 
 def lock_selection(selection_id: int) -> Selection:

@@ -18,10 +18,20 @@ import jsonschema
 
 from presets.documents import NO_MARKING
 from presets.providers import Provider
-from presets.wire import CHAIN_MAX_STEPS, CHAIN_MIN_STEPS, STEP_MAX_TIMEOUT_MS, STEP_MIN_TIMEOUT_MS
+from presets.wire import (
+    CHAIN_MAX_STEPS,
+    CHAIN_MIN_STEPS,
+    FAILURE_POLICY_BOUND_MAX_MS,
+    FAILURE_POLICY_BOUND_MIN_MS,
+    FAILURE_POLICY_COMMITS,
+    FAILURE_POLICY_RETRY_MAX_WAIT_MS,
+    STEP_MAX_TIMEOUT_MS,
+    STEP_MIN_TIMEOUT_MS,
+)
 
 SCHEMA_PATH = Path(__file__).with_name("presets.schema.json")
 STEP_TIMEOUTS = f"{STEP_MIN_TIMEOUT_MS}..{STEP_MAX_TIMEOUT_MS}"
+POLICY_BOUNDS = f"{FAILURE_POLICY_BOUND_MIN_MS}..{FAILURE_POLICY_BOUND_MAX_MS}"
 
 
 @dataclass(frozen=True)
@@ -47,11 +57,29 @@ class PresetSpec:
     steps: list[dict[str, Any]]
     marking: dict[str, Any]
     description: str
+    failure_policy: dict[str, Any] | None = None
+    """What the SDK's routers do on a failure for this preset (``normal_policy``'s form: every
+    key present), its own or its chain's; None: none, the routers' defaults."""
 
     @property
     def source_hash(self) -> str:
-        """Hash of the reviewed definition: a change here is a change to what is served."""
-        return canonical_hash({"chain": self.steps, "marking": self.marking, "description": self.description})
+        """Hash of the reviewed definition: a change here is a change to what is served. A
+        preset without a failure policy hashes as it did before policies existed."""
+        definition: dict[str, Any] = {"chain": self.steps, "marking": self.marking, "description": self.description}
+        if self.failure_policy is not None:
+            definition["failure_policy"] = self.failure_policy
+        return canonical_hash(definition)
+
+
+def normal_policy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A failure policy as the chain document carries it: every key, its default where the
+    file leaves it out (commit at the first chunk, no bounds of its own, no same-step retry)."""
+    return {
+        "commit": raw.get("commit", FAILURE_POLICY_COMMITS[0]),
+        "first_chunk_ms": raw.get("first_chunk_ms"),
+        "idle_ms": raw.get("idle_ms"),
+        "retry_same_step": dict(raw["retry_same_step"]) if raw.get("retry_same_step") is not None else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -87,6 +115,12 @@ def schema() -> dict[str, Any]:
     chain["minItems"], chain["maxItems"] = CHAIN_MIN_STEPS, CHAIN_MAX_STEPS
     timeout = document["$defs"]["step"]["properties"]["timeout_ms"]
     timeout["minimum"], timeout["maximum"] = STEP_MIN_TIMEOUT_MS, STEP_MAX_TIMEOUT_MS
+    policy = document["$defs"]["failure_policy"]["properties"]
+    policy["commit"]["enum"] = list(FAILURE_POLICY_COMMITS)
+    for bound in ("first_chunk_ms", "idle_ms"):
+        policy[bound]["minimum"], policy[bound]["maximum"] = FAILURE_POLICY_BOUND_MIN_MS, FAILURE_POLICY_BOUND_MAX_MS
+    wait = policy["retry_same_step"]["properties"]["max_wait_ms"]
+    wait["minimum"], wait["maximum"] = 0, FAILURE_POLICY_RETRY_MAX_WAIT_MS
     return document
 
 
@@ -108,6 +142,16 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{error.message}; remove it or check its spelling"
     if what in {"minimum", "maximum"} and error.path and error.path[-1] == "timeout_ms":
         return f"timeout_ms {error.instance} is out of bounds: use {STEP_TIMEOUTS} milliseconds"
+    if what in {"minimum", "maximum"} and error.path and error.path[-1] in ("first_chunk_ms", "idle_ms"):
+        return f"{error.path[-1]} {error.instance} is out of bounds: use {POLICY_BOUNDS} milliseconds"
+    if what in {"minimum", "maximum"} and error.path and error.path[-1] == "max_wait_ms":
+        return (
+            f"max_wait_ms {error.instance} is out of bounds: use 0..{FAILURE_POLICY_RETRY_MAX_WAIT_MS} milliseconds "
+            "(a longer wait is better spent on the next step)"
+        )
+    if what == "enum" and error.path and error.path[-1] == "commit":
+        return f"commit {error.instance!r} is not one of {', '.join(FAILURE_POLICY_COMMITS)}"
+
     if what in {"minItems", "maxItems"} and error.path and error.path[-1] == "chain":
         return (
             f"a preset has {CHAIN_MIN_STEPS} to {CHAIN_MAX_STEPS} steps, this one has {len(error.instance)}: "
@@ -171,6 +215,7 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
         requires = set(contract.get("requires", []))
         destinations = contract.get("destinations")
         presets: dict[str, PresetSpec] = {}
+        chain_policy = raw_chain.get("failure_policy")
         for preset_name, raw_preset in raw_chain["presets"].items():
             preset_path = f"{chain_path}.presets.{preset_name}"
             seen: set[tuple[str, str]] = set()
@@ -222,11 +267,13 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
                             f"is not allowed (allowed: {', '.join(destinations)})",
                         )
                     )
+            policy = raw_preset["failure_policy"] if "failure_policy" in raw_preset else chain_policy
             presets[preset_name] = PresetSpec(
                 name=preset_name,
                 steps=[dict(s) for s in raw_preset["chain"]],
                 marking={**NO_MARKING, **raw_preset.get("marking", {})},
                 description=raw_preset.get("description", ""),
+                failure_policy=normal_policy(policy) if policy is not None else None,
             )
         if raw_chain["default"] not in raw_chain["presets"]:
             problems.append(

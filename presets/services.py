@@ -586,6 +586,8 @@ def _apply(
     selection.previous_expires_at = selection.expires_at
     selection.version += 1
     selection.preset = preset
+    if steps is None:  # the preset's definition; else (extend, drill) what is served is kept
+        selection.failure_policy = preset.failure_policy
     selection.steps = steps if steps is not None else preset.steps
     selection.marking = marking if marking is not None else preset.marking
     selection.updated_by = actor
@@ -726,6 +728,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
             values = {
                 "steps": preset_spec.steps,
                 "marking": preset_spec.marking,
+                "failure_policy": preset_spec.failure_policy,
                 "description": preset_spec.description,
                 "source_hash": preset_spec.source_hash,
                 "retired_at": None,
@@ -770,6 +773,7 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 preset=default,
                 steps=default.steps,
                 marking=default.marking,
+                failure_policy=default.failure_policy,
                 updated_by=SYNC_ACTOR,
                 reason=f"chain created from {reason}",
                 updated_at=now,
@@ -794,10 +798,11 @@ def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime
         target = chain.default  # the chain serves its default, and the default moved
     elif live.is_default:
         expiry = None  # the pinned preset became the default: nothing left to expire
-    if (target.pk, target.steps, target.marking, expiry) == (
+    if (target.pk, target.steps, target.marking, target.failure_policy, expiry) == (
         selection.preset_id,
         selection.steps,
         selection.marking,
+        selection.failure_policy,
         selection.expires_at,
     ):
         return

@@ -93,6 +93,22 @@ def signed_content(document: Mapping[str, Any]) -> bytes:
     return SIGNATURE_CONTEXT + canonical.encode("ascii")
 
 
+FAILURE_POLICY_COMMITS = ("first_chunk", "complete")
+"""A failure policy's ``commit``: when a stream's chunks start to reach the caller. At its
+first chunk with content (``first_chunk``, a service streaming to a person), or once the
+provider's whole answer came (``complete``: a summary, a tool call, a batch job; a stream cut,
+stalled or malformed before its end falls back to the next step like any failure before the
+commit point)."""
+
+FAILURE_POLICY_BOUND_MIN_MS = STEP_MIN_TIMEOUT_MS
+FAILURE_POLICY_BOUND_MAX_MS = STEP_MAX_TIMEOUT_MS
+"""The bounds of a failure policy's ``first_chunk_ms`` and ``idle_ms``: a step's timeout's."""
+
+FAILURE_POLICY_RETRY_MAX_WAIT_MS = 10_000
+"""The most a failure policy's same-step retry may wait (``retry_same_step.max_wait_ms``):
+past it the next step is the faster way to an answer."""
+
+
 DRILL_FAULTS = (
     "server_error",
     "rate_limited",

@@ -436,6 +436,7 @@ def test_the_chains_presets_carry_each_ones_last_drill_and_the_document_does_not
     assert normal["is_default"] and normal["is_live"] and normal["last_drill"] is None
     assert normal["chain"][0] == {"provider": "vendor_a", "model": "large", "timeout_ms": 20000}
     assert body["presets"][2]["marking"]["degraded"] is True
+    assert all(p["failure_policy"] is None for p in body["presets"])  # the example file sets none
 
     report = started(oncall)
     assert viewer.get("/api/v1/chains/chat/presets").json()["presets"][0]["last_drill"] is None  # not judged yet

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,41 @@ def _contract_destination(d):
     ]
 
 
+def _policy(policy: Any, preset: str | None = "normal"):
+    def mutate(d):
+        chain = d["chains"]["chat"]
+        (chain["presets"][preset] if preset else chain)["failure_policy"] = policy
+
+    return mutate
+
+
 BAD_FILES = [
     ("invalid-json", "{not json", "$", "not valid JSON"),
+    (
+        "policy-commit",
+        _policy({"commit": "later"}),
+        "$.chains.chat.presets.normal.failure_policy.commit",
+        "commit 'later' is not one of first_chunk, complete",
+    ),
+    (
+        "policy-first-chunk-bound",
+        _policy({"first_chunk_ms": 100}, preset=None),
+        "$.chains.chat.failure_policy.first_chunk_ms",
+        "first_chunk_ms 100 is out of bounds: use 500..120000 milliseconds",
+    ),
+    (
+        "policy-retry-wait",
+        _policy({"retry_same_step": {"max_wait_ms": 20000}}),
+        "$.chains.chat.presets.normal.failure_policy.retry_same_step.max_wait_ms",
+        "max_wait_ms 20000 is out of bounds: use 0..10000 milliseconds",
+    ),
+    (
+        "policy-unknown-key",
+        _policy({"idle": 2000}),
+        "$.chains.chat.presets.normal.failure_policy",
+        "'idle' was unexpected); remove it or check its spelling",
+    ),
+    ("policy-chain-null", _policy(None, preset=None), "$.chains.chat.failure_policy", "fix the value's type"),
     (
         "unknown-provider",
         _unknown_provider,
@@ -297,3 +331,61 @@ def test_raise_epoch_refuses_a_blank_reason_and_changes_nothing(synced) -> None:
     with pytest.raises(CommandError, match="reason"):
         call_command("raise_epoch", "--reason", "  ", stdout=StringIO())
     assert current_epoch() == 0
+
+
+# --- failure policies ----------------------------------------------------------------------
+
+COMPLETE = {"commit": "complete", "retry_same_step": {"max_wait_ms": 2000}}
+COMPLETE_DOCUMENT = {
+    "commit": "complete",
+    "first_chunk_ms": None,
+    "idle_ms": None,
+    "retry_same_step": {"max_wait_ms": 2000},
+}
+
+
+def test_a_file_without_failure_policies_serves_documents_without_one(synced) -> None:
+    document = Selection.objects.get(chain__name="chat").to_document()
+    assert "failure_policy" not in document and "failure_policy" not in document["default"]
+
+
+def test_a_chains_failure_policy_is_every_presets_unless_one_sets_its_own_or_none(synced, tmp_path, example) -> None:
+    chat = example["chains"]["chat"]
+    chat["failure_policy"] = COMPLETE
+    chat["presets"]["pin_secondary"]["failure_policy"] = {"first_chunk_ms": 5000, "idle_ms": 2000}
+    chat["presets"]["local_only"]["failure_policy"] = None
+    call_command("sync_presets", "--file", str(write(tmp_path, example)))
+
+    policies = {p.name: p.failure_policy for p in Preset.objects.filter(chain__name="chat")}
+    assert policies == {
+        "normal": COMPLETE_DOCUMENT,
+        "drop_vendor_b": COMPLETE_DOCUMENT,
+        "pin_secondary": {"commit": "first_chunk", "first_chunk_ms": 5000, "idle_ms": 2000, "retry_same_step": None},
+        "local_only": None,
+    }
+
+
+def test_a_changed_policy_of_the_live_preset_is_a_new_version_its_document_and_default_carry(
+    synced, tmp_path, example
+) -> None:
+    from presets import services
+
+    example["chains"]["chat"]["presets"]["normal"]["failure_policy"] = COMPLETE
+    call_command("sync_presets", "--file", str(write(tmp_path, example)))
+    selection = Selection.objects.get(chain__name="chat")
+    assert (selection.version, selection.action) == (2, "sync")
+    document = selection.to_document()
+    assert document["failure_policy"] == COMPLETE_DOCUMENT
+    assert document["default"]["failure_policy"] == COMPLETE_DOCUMENT
+
+    pinned = services.select_preset(chain="chat", preset="pin_secondary", actor="a", reason="r")
+    document = pinned.to_document()
+    assert "failure_policy" not in document  # pin_secondary has none
+    assert document["default"]["failure_policy"] == COMPLETE_DOCUMENT  # what it falls back to has
+    extended = services.extend_pin(
+        chain="chat", actor="a", reason="longer", expires_at=pinned.expires_at + timedelta(hours=2)
+    )
+    assert extended.failure_policy is None
+
+    call_command("sync_presets", "--file", str(write(tmp_path, example)))  # the same file again
+    assert Selection.objects.get(chain__name="chat").version == extended.version

@@ -346,8 +346,12 @@ def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None
         "DRILL_SHARE_MAX_BP",
         "DRILL_MAX_MINUTES",
         "DRILL_REPORT_INTERVAL_S",
+        "FAILURE_POLICY_BOUND_MIN_MS",
+        "FAILURE_POLICY_BOUND_MAX_MS",
+        "FAILURE_POLICY_RETRY_MAX_WAIT_MS",
     ):
         assert ts[name] == getattr(wire, name), name
+    assert tuple(ts["FAILURE_POLICY_COMMITS"]) == wire.FAILURE_POLICY_COMMITS
     assert tuple(ts["OUTCOME_CLASSES"]) == wire.OUTCOME_CLASSES
     assert tuple(ts["LATENCY_BOUNDS_MS"]) == wire.LATENCY_BOUNDS_MS
     assert ts["SIGNATURE_CONTEXT"].encode() == wire.SIGNATURE_CONTEXT

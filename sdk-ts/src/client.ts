@@ -337,6 +337,7 @@ export class ChainClient {
           `chain ${chain}: ignoring the failover drill in v${loaded.document.version} from ${this.stateFile.path}: ${loaded.document.drill_ignored}; the document itself is applied`,
         );
       }
+      this.notePolicy(loaded.document, ` from ${this.stateFile.path}`);
     }
     this.snapshot = this.snapshotOf(loaded.document ?? compiledDefault(chain, steps));
   }
@@ -617,6 +618,7 @@ export class ChainClient {
     this.changes += 1;
     this.caughtUp();
     this.noteDrill(previous, document);
+    this.notePolicy(document);
     await this.persist(document);
     if (this.onChange !== null) {
       try {
@@ -782,6 +784,13 @@ export class ChainClient {
       );
     }
     if (drill !== null || previous.drill !== null) this.wakeReports?.();
+  }
+
+  /** Say, once per document, that a failure policy in it (its own, its default's) is ignored. */
+  private notePolicy(document: ChainDocument, where = ""): void {
+    for (const why of [document.failurePolicyIgnored, document.default?.failurePolicyIgnored ?? null]) {
+      if (why !== null) this.log.warn(`chain ${this.chain}: ignoring a failure policy in ${label(document)}${where}: ${why}; the document itself is applied`);
+    }
   }
 
   /** The current document's drill, if it is active now and this service takes part. */

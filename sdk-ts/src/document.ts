@@ -11,6 +11,11 @@ import {
   DRILL_SHARE_MAX_BP,
   DRILL_SHARE_MIN_BP,
   type DrillFault,
+  FAILURE_POLICY_BOUND_MAX_MS,
+  FAILURE_POLICY_BOUND_MIN_MS,
+  FAILURE_POLICY_COMMITS,
+  FAILURE_POLICY_RETRY_MAX_WAIT_MS,
+  type FailurePolicyCommit,
   STEP_MAX_TIMEOUT_MS,
   STEP_MIN_TIMEOUT_MS,
   pyRepr,
@@ -111,11 +116,46 @@ export interface Marking {
 
 export const NO_MARKING: Marking = Object.freeze({ degraded: false, note: "" });
 
+/**
+ * What a chain's routers do on a failure, as the document carries it for the served preset
+ * (`failure_policy`) and for the default (`default.failure_policy`):
+ *
+ * - `commit`: when a stream's chunks start to reach the caller: at its first chunk with content
+ *   (`first_chunk`), or once the provider's whole answer came (`complete`: a stream cut,
+ *   stalled or malformed before its end falls back to the next step);
+ * - `firstChunkMs`, `idleMs`: a stream's first-chunk and idle bounds (null: the step's timeout);
+ * - `retryMaxWaitMs`: a failed attempt that may succeed on a second try (a 429, 500, 503 or 529
+ *   known not to have acted, or an unavailable provider) is retried once on the same step when
+ *   its `Retry-After` is at most this long; null: no same-step retry.
+ */
+export interface FailurePolicy {
+  readonly commit: FailurePolicyCommit;
+  readonly firstChunkMs: number | null;
+  readonly idleMs: number | null;
+  readonly retryMaxWaitMs: number | null;
+}
+
+/**
+ * A policy in words, for receipts and log lines: "commit complete, first chunk within 5000 ms,
+ * retry the same step once (Retry-After up to 2000 ms)".
+ */
+export function describeFailurePolicy(policy: FailurePolicy): string {
+  const terms = [`commit ${policy.commit}`];
+  if (policy.firstChunkMs !== null) terms.push(`first chunk within ${policy.firstChunkMs} ms`);
+  if (policy.idleMs !== null) terms.push(`idle at most ${policy.idleMs} ms`);
+  if (policy.retryMaxWaitMs !== null) terms.push(`retry the same step once (Retry-After up to ${policy.retryMaxWaitMs} ms)`);
+  return terms.join(", ");
+}
+
 /** The chain's default preset: what a pin falls back to at its expiry, server or not. */
 export interface DefaultChain {
   readonly preset: string;
   readonly chain: readonly Step[];
   readonly marking: Marking;
+  /** The default preset's failure policy (`default.failure_policy`): null without one, and for one that is ignored. */
+  readonly failurePolicy: FailurePolicy | null;
+  /** Why the default's failure policy was ignored (it failed validation); null otherwise. */
+  readonly failurePolicyIgnored: string | null;
 }
 
 export interface DocumentSignature {
@@ -172,6 +212,14 @@ export interface ChainDocument {
    */
   readonly drill: Drill | null;
   readonly drill_ignored: string | null;
+  /**
+   * The served preset's failure policy (`failure_policy`): null without one (and for a
+   * document built in code), and for one that fails validation, which is ignored rather than
+   * making the document invalid; `failurePolicyIgnored` then says why. A pin served past its
+   * expiry carries its default's (`default.failurePolicy`).
+   */
+  readonly failurePolicy: FailurePolicy | null;
+  readonly failurePolicyIgnored: string | null;
   /** The control plane's signature the document carried (verified only with `trustedKeys`). */
   readonly signature: DocumentSignature | null;
   /** The JSON object as received (what the state file keeps, so it verifies again); null for one built in code. */
@@ -280,6 +328,8 @@ export function compiledDefault(name: string, steps: readonly Step[]): ChainDocu
     expires_at_s: null,
     drill: null,
     drill_ignored: null,
+    failurePolicy: null,
+    failurePolicyIgnored: null,
     signature: null,
     received: null,
   });
@@ -329,6 +379,8 @@ export function parseDocument(
   const defaultChain = parseDefault(data["default"], registry, keep);
   let drillIgnored: string | null = null;
   const drill = drillOf(data["drill"], steps.length, (why) => (drillIgnored = why));
+  let policyIgnored: string | null = null;
+  const failurePolicy = failurePolicyOf(data["failure_policy"], "failure_policy", (why) => (policyIgnored = why));
   let expiresAtS: number | null = null;
   if (expiresAt !== null) {
     try {
@@ -354,6 +406,8 @@ export function parseDocument(
     expires_at_s: expiresAtS,
     drill,
     drill_ignored: drillIgnored,
+    failurePolicy,
+    failurePolicyIgnored: policyIgnored,
     signature: signatureOf(data["signature"]),
     received: keep(data),
   });
@@ -416,6 +470,59 @@ function parseDrill(data: unknown, chainLength: number): Drill {
   });
 }
 
+/**
+ * A document's failure policy (`where`: `failure_policy`, or `default.failure_policy`), or
+ * null: absent, null, or one that fails validation. A bad policy never makes the document
+ * invalid (a newer server may send a commit this client does not know): it is ignored, and
+ * `onIgnored` is told why. A missing key is its default (commit `first_chunk`, the others
+ * null); unknown keys are ignored.
+ */
+export function failurePolicyOf(data: unknown, where = "failure_policy", onIgnored?: (why: string) => void): FailurePolicy | null {
+  if (data === undefined || data === null) return null;
+  try {
+    return parseFailurePolicy(data, where);
+  } catch (error) {
+    if (!(error instanceof DocumentInvalid)) throw error;
+    onIgnored?.(error.message);
+    return null;
+  }
+}
+
+function parseFailurePolicy(data: unknown, where: string): FailurePolicy {
+  if (!isObject(data)) throw new DocumentInvalid(`${pyRepr(where)} must be an object, got ${typeName(data)}`);
+  const shown = (value: unknown): string => (value === undefined ? "undefined" : JSON.stringify(value));
+  const integer = (value: unknown): value is number => typeof value === "number" && Number.isInteger(value);
+  const commit = "commit" in data ? data["commit"] : FAILURE_POLICY_COMMITS[0];
+  if (typeof commit !== "string" || !(FAILURE_POLICY_COMMITS as readonly string[]).includes(commit)) {
+    throw new DocumentInvalid(`${where}.commit ${shown(commit)} is not one this client knows`);
+  }
+  const bound = (key: string): number | null => {
+    const value = data[key] ?? null;
+    if (value === null) return null;
+    if (!integer(value) || value < FAILURE_POLICY_BOUND_MIN_MS || value > FAILURE_POLICY_BOUND_MAX_MS) {
+      throw new DocumentInvalid(
+        `${where}.${key} must be null or an integer within ${FAILURE_POLICY_BOUND_MIN_MS}..${FAILURE_POLICY_BOUND_MAX_MS} (milliseconds), got ${shown(value)}`,
+      );
+    }
+    return value;
+  };
+  const firstChunkMs = bound("first_chunk_ms");
+  const idleMs = bound("idle_ms");
+  const retry = data["retry_same_step"] ?? null;
+  let retryMaxWaitMs: number | null = null;
+  if (retry !== null) {
+    if (!isObject(retry)) throw new DocumentInvalid(`${where}.retry_same_step must be null or an object with max_wait_ms, got ${typeName(retry)}`);
+    const wait = retry["max_wait_ms"];
+    if (!integer(wait) || wait < 0 || wait > FAILURE_POLICY_RETRY_MAX_WAIT_MS) {
+      throw new DocumentInvalid(
+        `${where}.retry_same_step.max_wait_ms must be an integer within 0..${FAILURE_POLICY_RETRY_MAX_WAIT_MS} (milliseconds), got ${shown(wait)}`,
+      );
+    }
+    retryMaxWaitMs = wait;
+  }
+  return Object.freeze({ commit: commit as FailurePolicyCommit, firstChunkMs, idleMs, retryMaxWaitMs });
+}
+
 function signatureOf(data: unknown): DocumentSignature | null {
   if (!isObject(data)) return null;
   const { alg, key_id, signed_at, value } = data;
@@ -476,7 +583,10 @@ function parseDefault(raw: unknown, registry: Registry | null, keep: Keep): Defa
     const why = (error as Error).message;
     throw new DocumentInvalid(why.startsWith("chain") ? `default.${why}` : `default.chain: ${why}`);
   }
-  return Object.freeze({ preset, chain: steps, marking: parseMarking(raw["marking"], "default.marking", keep) });
+  const marking = parseMarking(raw["marking"], "default.marking", keep);
+  let policyIgnored: string | null = null;
+  const failurePolicy = failurePolicyOf(raw["failure_policy"], "default.failure_policy", (why) => (policyIgnored = why));
+  return Object.freeze({ preset, chain: steps, marking, failurePolicy, failurePolicyIgnored: policyIgnored });
 }
 
 /** The document as the control plane serves it: the object it was parsed from, unchanged. */
@@ -497,13 +607,35 @@ export function documentJson(document: ChainDocument): Record<string, unknown> {
     default:
       document.default === null
         ? null
-        : { preset: document.default.preset, chain: document.default.chain.map((s) => ({ ...s })), marking: { ...document.default.marking } },
+        : {
+            preset: document.default.preset,
+            chain: document.default.chain.map((s) => ({ ...s })),
+            marking: { ...document.default.marking },
+            ...(document.default.failurePolicy !== null ? { failure_policy: failurePolicyJson(document.default.failurePolicy) } : {}),
+          },
+    ...(document.failurePolicy !== null ? { failure_policy: failurePolicyJson(document.failurePolicy) } : {}),
+  };
+}
+
+/** A failure policy as the document carries it (every key, as the control plane sends it). */
+export function failurePolicyJson(policy: FailurePolicy): Record<string, unknown> {
+  return {
+    commit: policy.commit,
+    first_chunk_ms: policy.firstChunkMs,
+    idle_ms: policy.idleMs,
+    retry_same_step: policy.retryMaxWaitMs === null ? null : { max_wait_ms: policy.retryMaxWaitMs },
   };
 }
 
 /** What replaces a pin from its expiry on: the chain's default, until the revert arrives. */
 export function expiredPin(pin: ChainDocument, defaultSteps: readonly Step[]): ChainDocument {
-  const fallback: DefaultChain = pin.default ?? { preset: "compiled-default", chain: defaultSteps, marking: NO_MARKING };
+  const fallback: DefaultChain = pin.default ?? {
+    preset: "compiled-default",
+    chain: defaultSteps,
+    marking: NO_MARKING,
+    failurePolicy: null,
+    failurePolicyIgnored: null,
+  };
   return Object.freeze({
     ...pin,
     preset: fallback.preset,
@@ -519,6 +651,9 @@ export function expiredPin(pin: ChainDocument, defaultSteps: readonly Step[]): C
     // The drill's hop is a step of the pin's chain, not of the default's.
     drill: null,
     drill_ignored: null,
+    // The default is served: its failure policy, not the pin's.
+    failurePolicy: fallback.failurePolicy,
+    failurePolicyIgnored: fallback.failurePolicyIgnored,
     signature: null,
     received: null,
   });

@@ -63,6 +63,12 @@ export class Receipt {
     readonly version: number,
     readonly epoch: number,
     readonly contract: string,
+    /**
+     * The failure policy the request followed: "" when the document has none, else
+     * `failure policy of preset 'p': commit complete, ...`, with `; the call set idleS, ...`
+     * when the call's options overrode some of it.
+     */
+    readonly policy: string = "",
   ) {
     Object.freeze(this);
   }
@@ -71,6 +77,7 @@ export class Receipt {
     const version = this.epoch ? `${this.epoch}.${this.version}` : String(this.version);
     return [
       `task ${this.task_id} (preset ${pyRepr(this.preset)}, version ${version}, contract ${this.contract}): ${this.attempts.length} attempt(s)`,
+      ...(this.policy ? [`  ${this.policy}`] : []),
       ...this.attempts.map((a) => `  ${attemptLine(a)}`),
       ...this.refused.map(([s, why]) => `  skipped ${s.provider}/${s.model}: ${why}`),
     ].join("\n");

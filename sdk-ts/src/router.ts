@@ -9,6 +9,10 @@
  * Streams (`stream()`) may fall back only before their commit point: once a chunk reached
  * the caller, a break is `StreamInterrupted`, never a second answer.
  *
+ * The document's failure policy (the snapshot's `failurePolicy`) sets a stream's commit point
+ * and bounds and the same-step retry, unless the call's options say otherwise; the receipt
+ * names it.
+ *
  * Failover drills: while the snapshot carries an active drill this client takes part in, a
  * share of the requests admitted at the drilled hop get its fault injected there, with no
  * call to the transport (nor to its breaker, nor to the provider health), and fall back.
@@ -17,7 +21,7 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as delay } from "node:timers/promises";
 
-import { ChainDocument, Drill, Registry, Step, compiledDefault, stepName } from "./document.js";
+import { ChainDocument, Drill, FailurePolicy, Registry, Step, compiledDefault, describeFailurePolicy, stepName } from "./document.js";
 import { DrillRequest, drilledAt, takesPartIn } from "./drills.js";
 import {
   AllProvidersFailed,
@@ -36,13 +40,15 @@ import {
   VerificationFailed,
 } from "./errors.js";
 import { Answer, Attempt, CredentialAlert, DispatchState, Outcome, Receipt, RouteResult } from "./receipts.js";
-import { g, pyList, pyRepr } from "./wire.js";
+import { FAILURE_POLICY_RETRY_MAX_WAIT_MS, g, pyList, pyRepr } from "./wire.js";
 
 export const RETRYABLE_STATUSES: ReadonlySet<number> = new Set([429, 500, 502, 503, 504, 529]);
 export const REJECTING_STATUSES: ReadonlySet<number> = new Set([400, 422]);
 export const CREDENTIAL_STATUSES: ReadonlySet<number> = new Set([401, 403]);
 export const UNKNOWN_OUTCOME_STATUSES: ReadonlySet<number> = new Set([502, 504]);
 export const MAX_RETRY_AFTER_S = 600;
+/** The statuses a same-step retry may follow (a failure known not to have acted; see `RequestOptions.retrySameStep`). */
+export const SAME_STEP_RETRY_STATUSES: ReadonlySet<number> = new Set([429, 500, 503, 529]);
 
 export type Action = "served" | "next" | "stop_rejected" | "stop_content" | "stop_unknown" | "stop_unverified";
 
@@ -185,7 +191,8 @@ export class CircuitBreaker {
   admit(now: number): string | null {
     if (this.state === "closed") return null;
     if (this.state === "open") {
-      const left = this.cooldownS - (now - this.openedAt);
+      // The instant it may close, compared with now: waiting exactly a Retry-After admits.
+      const left = this.openedAt + this.cooldownS - now;
       if (left > 0) return `circuit breaker open (${left.toFixed(1)}s of cooldown left)`;
       this.state = "half_open";
       this.probeInFlight = false;
@@ -317,12 +324,25 @@ export interface RequestOptions {
   verify?: (value: any) => boolean;
   deadlineS?: number;
   taskId?: string;
+  /**
+   * Retry a failed attempt once on the same step before moving on: a 429, 500, 503 or 529
+   * known not to have acted, or an unavailable provider, whose `Retry-After` (none: 0) is at
+   * most the policy's `retryMaxWaitMs` (without one, `FAILURE_POLICY_RETRY_MAX_WAIT_MS`) and
+   * ends before the deadline. Default: the document's failure policy (on when it has
+   * `retry_same_step`); false turns it off, true on.
+   */
+  retrySameStep?: boolean;
 }
 
 export interface StreamOptions extends RequestOptions {
-  /** Chunks are held back until this many characters arrived: the commit point. */
+  /**
+   * Chunks are held back until this many characters arrived: the commit point. Default: the
+   * failure policy's commit (`complete`: the whole answer, Infinity), else 1.
+   */
   commitAfterChars?: number;
+  /** The first chunk's bound, in seconds. Default: the policy's `firstChunkMs`, else the step's timeout. */
   firstChunkS?: number;
+  /** The bound between chunks, in seconds. Default: the policy's `idleMs`, else the step's timeout. */
   idleS?: number;
   /** The text a chunk carries (default: the chunk itself if a string, else its `text` or `content`). */
   content?: (chunk: unknown) => string;
@@ -370,7 +390,19 @@ interface Walk {
   /** The active drill this request may be drilled by, and whether it was. */
   drill: Drill | null;
   drilled: boolean;
+  /** The snapshot's failure policy, and the receipt's line naming it ("" without one). */
+  policy: FailurePolicy | null;
+  policyLine: string;
+  /** The longest Retry-After a same-step retry waits, in seconds; null: no same-step retry. */
+  retryMaxWaitS: number | null;
+  /** The steps (indexes) retried once already. */
+  retried: Set<number>;
+  /** Set by `settle` when the attempt it recorded is retried: the step and how long to wait first. */
+  retry: { index: number; waitS: number } | null;
 }
+
+/** The call's options that override a failure policy, in the order the receipt names them. */
+const POLICY_OPTIONS = ["commitAfterChars", "firstChunkS", "idleS", "retrySameStep"] as const;
 
 interface Turn {
   step: Step;
@@ -480,7 +512,7 @@ export class Router {
 
   /** Route one request along the chain; resolves with the result or rejects with a RoutingError. */
   async complete<T = unknown>(request: unknown, options: RequestOptions = {}): Promise<RouteResult<T>> {
-    const walk = this.begin(options);
+    const walk = this.begin(options, ["retrySameStep"]);
     if (walk.drill === null) return this.completing<T>(walk, request);
     let failure: unknown = null;
     try {
@@ -495,9 +527,11 @@ export class Router {
 
   private async completing<T>(walk: Walk, request: unknown): Promise<RouteResult<T>> {
     for (let index = 0; index < walk.document.chain.length; index++) {
+      const retrying = await this.retrying(walk, index);
       const turn = this.turn(walk, index, false);
       if (turn === null) continue;
-      if (this.drills(walk, index)) {
+      // A retry is the same request at the same hop: a drill does not count it again.
+      if (!retrying && this.drills(walk, index)) {
         await this.inject(walk, turn, false);
         continue;
       }
@@ -515,8 +549,9 @@ export class Router {
         threw = true;
         raised = error;
       }
-      const result = this.settle(walk, turn, threw, raised, value);
+      const result = this.settle(walk, turn, threw, raised, value, undefined, index);
       if (result !== null) return result as RouteResult<T>;
+      if (walk.retry !== null) index -= 1;
     }
     throw this.ended(this.exhausted(walk));
   }
@@ -532,7 +567,7 @@ export class Router {
   }
 
   private async *streaming(request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
-    const walk = this.begin(options);
+    const walk = this.begin(options, POLICY_OPTIONS);
     if (walk.drill === null) return yield* this.streamWalk(walk, request, options);
     let failure: unknown = null;
     try {
@@ -547,12 +582,18 @@ export class Router {
   }
 
   private async *streamWalk(walk: Walk, request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
-    const commitAfter = Math.max(1, options.commitAfterChars ?? 1);
+    // The call's options, else the snapshot's failure policy, else the defaults.
+    const policy = walk.policy;
+    const commitAfter =
+      options.commitAfterChars !== undefined ? Math.max(1, options.commitAfterChars) : policy?.commit === "complete" ? Infinity : 1;
+    const firstChunkBound = options.firstChunkS ?? (policy?.firstChunkMs != null ? policy.firstChunkMs / 1000 : undefined);
+    const idleBound = options.idleS ?? (policy?.idleMs != null ? policy.idleMs / 1000 : undefined);
     const content = options.content ?? defaultContent;
     for (let index = 0; index < walk.document.chain.length; index++) {
-      const turn = this.turn(walk, index, true, options.firstChunkS);
+      const retrying = await this.retrying(walk, index);
+      const turn = this.turn(walk, index, true, firstChunkBound);
       if (turn === null) continue;
-      if (this.drills(walk, index)) {
+      if (!retrying && this.drills(walk, index)) {
         // A drilled attempt never opens a stream.
         await this.inject(walk, turn, true);
         continue;
@@ -564,13 +605,21 @@ export class Router {
       let firstChunkS: number | null = null;
       let iterator: AsyncIterator<unknown> | null = null;
       let finished = false;
-      const idleS = options.idleS ?? turn.step.timeout_ms / 1000;
+      const idleS = idleBound ?? turn.step.timeout_ms / 1000;
       try {
         iterator = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal)[Symbol.asyncIterator]();
         for (;;) {
           const committed = delivered > 0;
-          const bound = committed ? Math.min(idleS, walk.deadline - this.now()) : turn.started + turn.timeoutS - this.now();
+          // The first chunk with content is due within the attempt's timeout (its first-chunk
+          // bound) of its start; each chunk after it within idleS of asking for it, committed
+          // or not, inside the request's deadline.
+          const asked = this.now();
+          const due = firstChunkS === null ? turn.started + turn.timeoutS : Math.min(asked + idleS, walk.deadline);
+          const bound = due - asked;
           const next = await withBound(iterator.next(), bound, controller);
+          // A chunk that comes after its bound passed is not delivered (with a test's clock,
+          // the only way a bound is enforced).
+          if (this.now() > due) throw new BoundPassed(`no chunk within ${g(bound)}s`);
           if (next.done) break;
           if (firstChunkS === null && content(next.value).length > 0) firstChunkS = this.now() - turn.started;
           if (!committed) {
@@ -588,7 +637,8 @@ export class Router {
           }
         }
         if (delivered === 0 && held.length) {
-          // Ended before the commit point with some content: what came is the answer.
+          // Ended before the commit point (with commit "complete", always): the provider's
+          // whole answer came, and what came is the answer.
           for (const chunk of held.splice(0)) {
             delivered += 1;
             yield chunk;
@@ -599,8 +649,17 @@ export class Router {
         finished = true;
         controller.abort();
         if (delivered > 0) throw this.broken(walk, turn, error, delivered, firstChunkS);
-        const result = this.settle(walk, turn, true, error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error, undefined, { chunks: 0, firstChunkS });
+        const result = this.settle(
+          walk,
+          turn,
+          true,
+          error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error,
+          undefined,
+          { chunks: 0, firstChunkS },
+          index,
+        );
         if (result !== null) return result as RouteResult<null>;
+        if (walk.retry !== null) index -= 1;
         continue;
       } finally {
         if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
@@ -614,14 +673,56 @@ export class Router {
     throw this.ended(this.exhausted(walk));
   }
 
+  /**
+   * Whether the attempt at step `index` is a same-step retry (`settle` chose one): then its
+   * Retry-After is waited out first, on the router's clock (a test clock with `advance()` is
+   * advanced). The breaker the Retry-After opened admits the retry as its probe at that instant.
+   */
+  private async retrying(walk: Walk, index: number): Promise<boolean> {
+    const retry = walk.retry;
+    if (retry === null || retry.index !== index) return false;
+    walk.retry = null;
+    const until = this.now() + retry.waitS;
+    await this.pause(retry.waitS);
+    // A real timer may fire a hair before the monotonic clock reaches the instant.
+    while (this.realClock && this.now() < until) await delay(Math.max(1, Math.ceil((until - this.now()) * 1000)));
+    return true;
+  }
+
+  /**
+   * How long to wait before retrying the attempt `v` at step `index` on the same step, or
+   * null to move on: once per step and request, for a failure that may pass on a second try
+   * (`SAME_STEP_RETRY_STATUSES` known not to have acted, or an unavailable provider) whose
+   * Retry-After is within the policy's wait and ends before the deadline.
+   */
+  private sameStepRetry(walk: Walk, index: number, v: Verdict): number | null {
+    if (walk.retryMaxWaitS === null || walk.retried.has(index) || v.action !== "next") return null;
+    const retryable =
+      (v.outcome === "failed" && v.status !== null && SAME_STEP_RETRY_STATUSES.has(v.status) && v.dispatch !== "dispatched_unknown") ||
+      v.outcome === "unavailable";
+    if (!retryable) return null;
+    const waitS = Math.max(0, v.retryAfterS ?? 0);
+    if (!(waitS <= walk.retryMaxWaitS) || !(this.now() + waitS < walk.deadline)) return null;
+    return waitS;
+  }
+
   // --- a request, step by step -------------------------------------------------------
 
-  private begin(options: RequestOptions): Walk {
+  private begin(options: RequestOptions, overriding: readonly (typeof POLICY_OPTIONS)[number][]): Walk {
     if (options.deadlineS !== undefined && !(options.deadlineS > 0)) throw new RangeError("deadlineS must be positive");
     const budgetS = options.deadlineS ?? this.deadlineS;
     const contract = options.contract;
     const document = this.source();
     const now = this.now();
+    const policy = document.failurePolicy ?? null;
+    let policyLine = "";
+    if (policy !== null) {
+      policyLine = `failure policy of preset ${pyRepr(document.preset)}: ${describeFailurePolicy(policy)}`;
+      const given = overriding.filter((name) => (options as StreamOptions)[name] !== undefined);
+      if (given.length) policyLine += `; the call set ${given.join(", ")}`;
+    }
+    const retry = options.retrySameStep ?? (policy !== null && policy.retryMaxWaitMs !== null);
+    const maxWaitMs = policy?.retryMaxWaitMs ?? FAILURE_POLICY_RETRY_MAX_WAIT_MS;
     return {
       taskId: options.taskId ?? randomBytes(16).toString("hex"),
       document,
@@ -641,6 +742,11 @@ export class Router {
       started: now,
       drill: this.activeDrill(document),
       drilled: false,
+      policy,
+      policyLine,
+      retryMaxWaitS: retry ? maxWaitMs / 1000 : null,
+      retried: new Set(),
+      retry: null,
     };
   }
 
@@ -790,6 +896,7 @@ export class Router {
     raised: unknown,
     value: unknown,
     stream?: { chunks: number; firstChunkS: number | null },
+    index?: number,
   ): RouteResult | null {
     let modelId = "";
     let tokens: [number | null, number | null] = [null, null];
@@ -798,11 +905,18 @@ export class Router {
       tokens = [value.input_tokens, value.output_tokens];
       value = value.value;
     }
-    const v = classify(
+    let v = classify(
       raised,
       { value, verify: stream ? null : walk.verify, timeoutS: turn.timeoutS, sideEffects: walk.sideEffects, fallThroughOnContentPolicy: this.fallThroughOnContentPolicy },
       threw,
     );
+    const waitS = index === undefined ? null : this.sameStepRetry(walk, index, v);
+    if (waitS !== null && index !== undefined) {
+      // Recorded (the breaker told, a Retry-After holding it until the retry) before the retry.
+      v = { ...v, reason: `${v.reason}; retrying the same step after ${waitS}s` };
+      walk.retried.add(index);
+      walk.retry = { index, waitS };
+    }
     const attempt = this.record(walk, turn, v, modelId, tokens, stream);
     if (v.action === "served") {
       this.count(walk.attempts.length > 1 ? "recovered_success" : "first_attempt_success");
@@ -895,7 +1009,16 @@ export class Router {
   }
 
   private receipt(walk: Walk): Receipt {
-    return new Receipt(walk.taskId, [...walk.attempts], [...walk.refused], walk.document.preset, walk.document.version, walk.document.epoch, walk.contractId);
+    return new Receipt(
+      walk.taskId,
+      [...walk.attempts],
+      [...walk.refused],
+      walk.document.preset,
+      walk.document.version,
+      walk.document.epoch,
+      walk.contractId,
+      walk.policyLine,
+    );
   }
 
   private stopped(walk: Walk, action: Action): RoutingError {

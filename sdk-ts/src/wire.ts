@@ -3,7 +3,8 @@
  * `chainclient/wire.py` states it: the step rules, the longest long poll, the usage report's
  * health classes and buckets, the bytes a document's signature covers, and what a failover
  * drill's clients and server agree on (its faults, share bounds, report cadence and the
- * digest naming a service that takes part).
+ * digest naming a service that takes part), and a chain's failure policy (its commit points
+ * and bounds).
  */
 
 import { createHash } from "node:crypto";
@@ -92,6 +93,26 @@ export function pyList(items: Iterable<string>): string {
 export function g(seconds: number): string {
   return Number(seconds.toPrecision(6)).toString();
 }
+
+/**
+ * A failure policy's `commit`: when a stream's chunks start to reach the caller. At its first
+ * chunk with content (`first_chunk`), or once the provider's whole answer came (`complete`: a
+ * stream cut, stalled or malformed before its end then falls back to the next step like any
+ * failure before the commit point).
+ */
+export const FAILURE_POLICY_COMMITS = ["first_chunk", "complete"] as const;
+export type FailurePolicyCommit = (typeof FAILURE_POLICY_COMMITS)[number];
+
+/** The least a failure policy's `first_chunk_ms` and `idle_ms` may be: a step's least timeout. */
+export const FAILURE_POLICY_BOUND_MIN_MS = STEP_MIN_TIMEOUT_MS;
+/** The most a failure policy's `first_chunk_ms` and `idle_ms` may be: a step's longest timeout. */
+export const FAILURE_POLICY_BOUND_MAX_MS = STEP_MAX_TIMEOUT_MS;
+
+/**
+ * The most a failure policy's same-step retry may wait (`retry_same_step.max_wait_ms`), in
+ * milliseconds: past it the next step is the faster way to an answer.
+ */
+export const FAILURE_POLICY_RETRY_MAX_WAIT_MS = 10_000;
 
 /** The faults a failover drill injects (a document's `drill.fault`); a client ignores a drill whose fault it does not know. */
 export const DRILL_FAULTS = [

@@ -147,6 +147,13 @@ class Applier:
     def _note_drill(self, previous: ChainDocument, document: ChainDocument) -> None:
         """Say what the new document means for failover drills, once per document."""
         drill = document.drill
+        if document.failure_policy_ignored is not None:
+            logger.warning(
+                "chain %s: ignoring the failure policy in %s: %s; the document itself is applied",
+                self._chain,
+                label(document),
+                document.failure_policy_ignored,
+            )
         if document.drill_ignored is not None:
             logger.warning(
                 "chain %s: ignoring the failover drill in %s: %s; the document itself is applied",

@@ -22,7 +22,7 @@ from typing import Any
 from chainclient.admission import Contract
 from chainclient.errors import ProviderTimeout
 from chainclient.receipts import RouteResult
-from chainclient.routing import RouterCore
+from chainclient.routing import Pause, RouterCore, set_by_call
 from chainclient.streaming import NOT_WAITING, StreamBounds, StreamedRoute, StreamProgress
 from chainclient.streams import AsyncStreamTransport
 from chainclient.types import Step
@@ -58,6 +58,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         allow_fallback: bool = True,
         verify: Callable[[Any], bool] | None = None,
         task_id: str | None = None,
+        retry_same_step: bool | None = None,
     ) -> RouteResult:
         """As ``Router.complete``, awaiting each attempt; ``verify`` stays a plain function."""
         walk = self._begin(
@@ -66,12 +67,18 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             side_effects=side_effects,
             allow_fallback=allow_fallback,
             verify=verify,
+            retry_same_step=retry_same_step,
+            policy_set=("retry_same_step",) if retry_same_step is not None else (),
         )
         transports = self._transports
         walking = self._walking(walk)
         try:
             turn = next(walking)
             while True:
+                if isinstance(turn, Pause):  # before a same-step retry
+                    await _pause(turn.seconds)
+                    turn = walking.send(_NOT_CALLED)
+                    continue
                 try:
                     if turn.drill is None:
                         answer = await _call(transports[turn.step.provider], turn.step, request, turn.timeout)
@@ -93,15 +100,15 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         side_effects: bool = False,
         allow_fallback: bool = True,
         task_id: str | None = None,
-        commit_after_chars: int = 1,
+        commit_after_chars: int | None = None,
         first_chunk_s: float | None = None,
         idle_s: float | None = None,
         deadline_s: float | None = None,
+        retry_same_step: bool | None = None,
     ) -> AsyncRouteStream:
         """As ``Router.stream``: ``async for chunk in router.stream(request)``; use
         ``async with`` (or ``await stream.aclose()``) if you may stop early. A bound that
         passes cancels the wait for the chunk (a timer on the event loop, not a thread)."""
-        bounds = StreamBounds(commit_after_chars, first_chunk_s, idle_s)
         walk = self._begin(
             task_id=task_id,
             contract=contract,
@@ -109,7 +116,10 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             allow_fallback=allow_fallback,
             verify=None,
             deadline_s=deadline_s,
+            retry_same_step=retry_same_step,
+            policy_set=set_by_call(commit_after_chars, first_chunk_s, idle_s, retry_same_step),
         )
+        bounds = self._stream_bounds(walk, commit_after_chars, first_chunk_s, idle_s)
         route = AsyncRouteStream()
         route._chunks = self._streaming(walk, request, bounds, route)
         return route
@@ -120,7 +130,9 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         """``Router._streaming``, awaiting the provider; see there."""
         now = self._now
         real_clock = self._real_clock
-        for index, step in enumerate(walk.document.chain):
+        for index, step, pause in self._steps(walk):
+            if pause:  # before a same-step retry
+                await _pause(pause)
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
                 continue

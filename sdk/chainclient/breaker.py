@@ -79,7 +79,10 @@ class CircuitBreaker:
             return None
         with self._lock:
             if self._state == "open":
-                left = self._cooldown_s - (now - self._opened_at)
+                # The end instant first, as the opening computed it: a caller that waited
+                # exactly the cooldown (a same-step retry after its Retry-After) is admitted,
+                # with no float remainder left over.
+                left = self._opened_at + self._cooldown_s - now
                 if left > 0:
                     return f"circuit breaker open ({left:.1f}s of cooldown left)"
                 self._state = "half_open"

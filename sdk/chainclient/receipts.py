@@ -102,6 +102,10 @@ class Receipt:
     epoch: int = 0
     contract: str = "none"
     """The contract in force for the request (``Contract.identity``)."""
+    policy: str = ""
+    """The failure policy the request was routed under, in words (the preset's, from the
+    chain document, and which of its settings the call's own arguments set); "" when the
+    document carries none."""
 
     def __str__(self) -> str:
         version = f"{self.epoch}.{self.version}" if self.epoch else str(self.version)
@@ -109,6 +113,8 @@ class Receipt:
             f"task {self.task_id} (preset {self.preset!r}, version {version}, contract {self.contract}): "
             f"{len(self.attempts)} attempt(s)"
         ]
+        if self.policy:
+            lines.append(f"  {self.policy}")
         lines.extend(f"  {attempt}" for attempt in self.attempts)
         lines.extend(f"  skipped {step}: {why}" for step, why in self.refused)
         return "\n".join(lines)

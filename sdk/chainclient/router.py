@@ -30,7 +30,7 @@ from chainclient.receipts import DispatchState as DispatchState
 from chainclient.receipts import Outcome as Outcome
 from chainclient.receipts import Receipt as Receipt
 from chainclient.routing import REPORT_KEYS as REPORT_KEYS
-from chainclient.routing import ChainSource, Clock, RouterCore
+from chainclient.routing import ChainSource, Clock, Pause, RouterCore, set_by_call
 from chainclient.streaming import NOT_WAITING, WATCHDOG, StreamBounds, StreamedRoute, StreamProgress
 from chainclient.streams import ProviderStream, StreamTransport
 from chainclient.types import Step
@@ -68,6 +68,7 @@ class Router(RouterCore[Transport]):
         allow_fallback: bool = True,
         verify: Callable[[Any], bool] | None = None,
         task_id: str | None = None,
+        retry_same_step: bool | None = None,
     ) -> RouteResult:
         """Serve ``request`` from the first step that succeeds; raise a RoutingError if none.
 
@@ -92,12 +93,18 @@ class Router(RouterCore[Transport]):
             side_effects=side_effects,
             allow_fallback=allow_fallback,
             verify=verify,
+            retry_same_step=retry_same_step,
+            policy_set=("retry_same_step",) if retry_same_step is not None else (),
         )
         transports = self._transports
         walking = self._walking(walk)
         try:
             turn = next(walking)
             while True:
+                if isinstance(turn, Pause):  # before a same-step retry
+                    _pause(turn.seconds)
+                    turn = walking.send(_NOT_CALLED)
+                    continue
                 try:
                     if turn.drill is None:
                         answer = _call(transports[turn.step.provider], turn.step, request, turn.timeout)
@@ -119,10 +126,11 @@ class Router(RouterCore[Transport]):
         side_effects: bool = False,
         allow_fallback: bool = True,
         task_id: str | None = None,
-        commit_after_chars: int = 1,
+        commit_after_chars: int | None = None,
         first_chunk_s: float | None = None,
         idle_s: float | None = None,
         deadline_s: float | None = None,
+        retry_same_step: bool | None = None,
     ) -> RouteStream:
         """Stream ``request`` from the first step whose stream reaches its commit point.
 
@@ -142,7 +150,6 @@ class Router(RouterCore[Transport]):
         streamed through ``stream_transports`` (an adapter's ``stream`` by default); a step
         without one is skipped.
         """
-        bounds = StreamBounds(commit_after_chars, first_chunk_s, idle_s)
         walk = self._begin(
             task_id=task_id,
             contract=contract,
@@ -150,7 +157,10 @@ class Router(RouterCore[Transport]):
             allow_fallback=allow_fallback,
             verify=None,
             deadline_s=deadline_s,
+            retry_same_step=retry_same_step,
+            policy_set=set_by_call(commit_after_chars, first_chunk_s, idle_s, retry_same_step),
         )
+        bounds = self._stream_bounds(walk, commit_after_chars, first_chunk_s, idle_s)
         route = RouteStream()
         route._chunks = self._streaming(walk, request, bounds, route)
         return route
@@ -164,7 +174,9 @@ class Router(RouterCore[Transport]):
         settles when the stream ends, after the caller has read it."""
         now = self._now
         watchdog = WATCHDOG if self._real_clock else None
-        for index, step in enumerate(walk.document.chain):
+        for index, step, pause in self._steps(walk):
+            if pause:  # before a same-step retry
+                _pause(pause)
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
                 continue

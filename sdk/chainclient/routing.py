@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -48,11 +49,20 @@ from chainclient.errors import (
     VerificationFailed,
 )
 from chainclient.outcomes import Action, Verdict, classify
-from chainclient.receipts import DISPATCHED_KNOWN, NOT_DISPATCHED, Answer, Attempt, CredentialAlert, RouteResult
-from chainclient.streaming import StreamProgress
+from chainclient.receipts import (
+    DISPATCHED_KNOWN,
+    DISPATCHED_UNKNOWN,
+    NOT_DISPATCHED,
+    Answer,
+    Attempt,
+    CredentialAlert,
+    RouteResult,
+)
+from chainclient.streaming import StreamBounds, StreamProgress
 from chainclient.tracing import AttemptSpan, attempt_ended, attempt_interrupted, attempt_started
 from chainclient.types import ChainDocument, Drill, Registry, Step
 from chainclient.walk import Walk
+from chainclient.wire import FAILURE_POLICY_RETRY_MAX_WAIT_MS
 
 logger = logging.getLogger("chainclient.router")
 
@@ -118,6 +128,35 @@ class Turn(NamedTuple):
     started: float
     span: AttemptSpan | None = None
     drill: Drill | None = None
+
+
+class Pause(NamedTuple):
+    """What the walk yields before a step's same-step retry: its driver waits ``seconds`` (in
+    the caller's thread, or awaited), then sends anything back."""
+
+    seconds: float
+
+
+# The failures a same-step retry is for: the provider said it did not act and to come back
+# (429, 503, 529) or failed once (500). A gateway's 502 or 504 may have acted; 401 and 403
+# will not change within a second; a timeout would spend the step's whole timeout again.
+RETRY_SAME_STEP_STATUSES = frozenset({429, 500, 503, 529})
+# Python's largest int: a stream whose policy commits it complete holds every chunk until it ends.
+COMPLETE = sys.maxsize
+
+
+def set_by_call(
+    commit_after_chars: int | None, first_chunk_s: float | None, idle_s: float | None, retry_same_step: bool | None
+) -> tuple[str, ...]:
+    """The stream's arguments the call gave, which override a failure policy's settings (for
+    its receipt)."""
+    given = (
+        ("commit_after_chars", commit_after_chars),
+        ("first_chunk_s", first_chunk_s),
+        ("idle_s", idle_s),
+        ("retry_same_step", retry_same_step),
+    )
+    return tuple(name for name, value in given if value is not None)
 
 
 TransportT = TypeVar("TransportT")
@@ -242,8 +281,13 @@ class RouterCore(Generic[TransportT]):
         allow_fallback: bool,
         verify: Callable[[Any], bool] | None,
         deadline_s: float | None = None,
+        retry_same_step: bool | None = None,
+        policy_set: tuple[str, ...] = (),
     ) -> Walk:
-        """A request's walk over one snapshot of the chain, with its budget starting now."""
+        """A request's walk over one snapshot of the chain, with its budget starting now and
+        the document's failure policy's same-step retry, unless ``retry_same_step`` (the
+        call's) says otherwise; ``policy_set``: the call's arguments that override the
+        policy, for the receipt."""
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError("deadline_s must be positive")
         budget_s = self._deadline_s if deadline_s is None else float(deadline_s)
@@ -263,9 +307,67 @@ class RouterCore(Generic[TransportT]):
         if document.drill is not None:  # the one check a request pays without a drill
             walk.drill = self._drill_of(document.drill)
             walk.drilled = False
+        policy = document.failure_policy
+        if policy is not None or retry_same_step:
+            wait_ms = policy.retry_max_wait_ms if policy is not None else None
+            if retry_same_step is None and wait_ms is not None:
+                walk.retry_max_s = wait_ms / 1000
+            elif retry_same_step:
+                walk.retry_max_s = (FAILURE_POLICY_RETRY_MAX_WAIT_MS if wait_ms is None else wait_ms) / 1000
+            walk.policy_set = policy_set
         return walk
 
-    def _walking(self, walk: Walk) -> Generator[Turn, tuple[Exception | None, Any], RouteResult]:
+    @staticmethod
+    def _stream_bounds(
+        walk: Walk, commit_after_chars: int | None, first_chunk_s: float | None, idle_s: float | None
+    ) -> StreamBounds:
+        """A stream's commit point and bounds: the call's where it gives them, else the
+        document's failure policy's, else the defaults (the first chunk with content, the
+        step's timeout)."""
+        policy = walk.document.failure_policy
+        if policy is None:
+            return StreamBounds(1 if commit_after_chars is None else commit_after_chars, first_chunk_s, idle_s)
+        if commit_after_chars is None:
+            commit_after_chars = COMPLETE if policy.commit == "complete" else 1
+        if first_chunk_s is None and policy.first_chunk_ms is not None:
+            first_chunk_s = policy.first_chunk_ms / 1000
+        if idle_s is None and policy.idle_ms is not None:
+            idle_s = policy.idle_ms / 1000
+        return StreamBounds(commit_after_chars, first_chunk_s, idle_s)
+
+    def _steps(self, walk: Walk) -> Iterator[tuple[int, Step, float]]:
+        """The chain's steps in order, each with the seconds to wait before its attempt (0);
+        a step whose attempt the walk retries (``Walk.retry_in``) comes again, after its wait
+        (a test clock with ``advance`` is advanced instead)."""
+        for index, step in enumerate(walk.document.chain):
+            yield index, step, 0.0
+            while walk.retry_in is not None:
+                wait, walk.retry_in = walk.retry_in, None
+                if self._advance is not None:
+                    if wait > 0:
+                        self._advance(wait)
+                    wait = 0.0
+                elif not self._real_clock:
+                    wait = 0.0
+                yield index, step, wait
+
+    def _same_step_wait(self, walk: Walk, turn: Turn, verdict: Verdict) -> float | None:
+        """The seconds to wait before retrying ``turn``'s step after a failure that moves on
+        (``verdict``), or None: not retried. Once per step, for a 429, 500, 503 or 529 that
+        did not leave the outcome unknown or a refused connection, when its ``Retry-After`` is
+        within the walk's longest and the retry can start before the deadline."""
+        if verdict.outcome == "failed":
+            if verdict.status not in RETRY_SAME_STEP_STATUSES or verdict.dispatch == DISPATCHED_UNKNOWN:
+                return None
+        elif verdict.outcome != "unavailable":
+            return None
+        wait = verdict.retry_after_s or 0.0
+        assert walk.retry_max_s is not None
+        if turn.step in walk.retried or wait > walk.retry_max_s or self._now() + wait >= walk.deadline:
+            return None
+        return wait
+
+    def _walking(self, walk: Walk) -> Generator[Turn | Pause, tuple[Exception | None, Any], RouteResult]:
         """The walk along the chain, written once for both routers: yields each admitted
         step's turn, is sent what its attempt gave (the exception the call raised, or its
         value), and returns the request's result or raises its error. A router only makes
@@ -274,7 +376,9 @@ class RouterCore(Generic[TransportT]):
         result) stay two near-copies of a dozen lines: one is a coroutine and one is not,
         and a function cannot be both without a thread or an event loop per request; the
         router tables run every walk case through both."""
-        for index, step in enumerate(walk.document.chain):
+        for index, step, pause in self._steps(walk):
+            if pause:
+                yield Pause(pause)
             turn = self._turn(walk, index, step)
             if turn is None:
                 continue
@@ -314,7 +418,8 @@ class RouterCore(Generic[TransportT]):
         # A stream's span is not made current: the caller's code runs between its chunks.
         span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1, current=not streaming)
         drill = walk.drill
-        if drill is not None and index == drill.hop - 1 and self._drills(drill):
+        # A same-step retry is the same request at the same hop: the drill counted it already.
+        if drill is not None and index == drill.hop - 1 and step not in walk.retried and self._drills(drill):
             # No call will be made: a half-open breaker's probe slot goes back unused, and
             # the breaker never hears of this attempt.
             if breaker is not None:
@@ -350,6 +455,12 @@ class RouterCore(Generic[TransportT]):
             side_effects=walk.side_effects,
             fall_through_on_content_policy=self._fall_through_on_content_policy,
         )
+        if walk.retry_max_s is not None and verdict.action is Action.NEXT:
+            wait = self._same_step_wait(walk, turn, verdict)
+            if wait is not None:
+                verdict = verdict._replace(reason=f"{verdict.reason}; retrying the same step after {wait:g}s")
+                walk.retried.add(turn.step)
+                walk.retry_in = wait
         attempt = self._record(walk, turn, verdict, raised, model_id, tokens, progress)
         action = verdict.action
         if action is Action.SERVED:

@@ -54,6 +54,7 @@ def expired_pin(pin: ChainDocument, default_steps: Sequence[Step]) -> ChainDocum
         expires_at=None,
         # The drill's hop is a step of the pin's chain, not of the default's.
         drill=None,
+        failure_policy=default.failure_policy,
     )
 
 

@@ -34,6 +34,7 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
+import itertools
 import math
 import sys
 import threading
@@ -56,7 +57,7 @@ from chainclient.errors import (
 )
 from chainclient.receipts import Attempt
 from chainclient.router import Router, Transport
-from chainclient.types import ChainDocument, Drill, Provider, Registry, Step
+from chainclient.types import ChainDocument, Drill, FailurePolicy, Provider, Registry, Step
 from chainclient.wire import DRILL_FAULTS, DRILL_SHARE_MAX_BP, DRILL_SHARE_MIN_BP, latency_percentile
 
 FAKE_PROVIDERS = ("alpha", "beta", "gamma")
@@ -399,7 +400,8 @@ class FakeStreams:
 
     ``streams.script("alpha", ["Hel", "lo"], gap_s=0.1)`` streams those chunks; ``end=``
     breaks the stream at its end; ``fails_with=`` makes opening it raise (an HTTP status,
-    or an exception). ``opened`` lists each stream handed to the router, in order."""
+    or an exception): every time, or the first ``failures`` times (then it streams).
+    ``opened`` lists each stream handed to the router, in order."""
 
     def __init__(self, clock: FakeClock | None = None, providers: Iterable[str] = FAKE_PROVIDERS) -> None:
         self.clock = clock
@@ -418,13 +420,17 @@ class FakeStreams:
         gap_s: float = 0.0,
         end: str | Exception = "complete",
         fails_with: int | Exception | None = None,
+        failures: int | None = None,
         model_id: str | None = None,
         tokens: tuple[int, int] | None = None,
     ) -> FakeStreams:
+        opens = itertools.count()
+
         def open_stream() -> FakeStream:
-            if isinstance(fails_with, int) and not isinstance(fails_with, bool):
+            failing = failures is None or next(opens) < failures
+            if failing and isinstance(fails_with, int) and not isinstance(fails_with, bool):
                 raise ProviderError(fails_with, True, f"fake {name} failed")
-            if isinstance(fails_with, Exception):
+            if failing and isinstance(fails_with, Exception):
                 raise fails_with
             return FakeStream(
                 chunks,
@@ -584,8 +590,10 @@ def fake_document(
     version: int = 1,
     marking: Mapping[str, Any] | None = None,
     name: str = "chat",
+    failure_policy: FailurePolicy | None = None,
 ) -> ChainDocument:
-    """A live-looking ChainDocument (default chain: alpha, beta, gamma)."""
+    """A live-looking ChainDocument (default chain: alpha, beta, gamma), with the preset's
+    ``failure_policy`` if given."""
     return ChainDocument(
         name=name,
         version=version,
@@ -597,6 +605,7 @@ def fake_document(
         reason="test document",
         updated_at=None,
         expires_at=None,
+        failure_policy=failure_policy,
     )
 
 

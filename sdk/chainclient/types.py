@@ -20,6 +20,10 @@ from chainclient.wire import (
     DRILL_FAULTS,
     DRILL_SHARE_MAX_BP,
     DRILL_SHARE_MIN_BP,
+    FAILURE_POLICY_BOUND_MAX_MS,
+    FAILURE_POLICY_BOUND_MIN_MS,
+    FAILURE_POLICY_COMMITS,
+    FAILURE_POLICY_RETRY_MAX_WAIT_MS,
     STEP_MAX_TIMEOUT_MS,
     STEP_MIN_TIMEOUT_MS,
 )
@@ -165,19 +169,90 @@ def parse_time(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class FailurePolicy:
+    """What the routers do on a failure for a preset's callers, reviewed with the presets
+    and carried by the chain document (``failure_policy``); a call's own arguments override
+    it. ``commit``: when a stream's chunks start to reach the caller, at its first chunk
+    with content (``first_chunk``) or once the whole answer came (``complete``: a stream cut,
+    stalled or malformed before its end falls back to the next step). ``first_chunk_ms`` and
+    ``idle_ms``: a stream's bounds (None: the step's timeout). ``retry_max_wait_ms``: retry a
+    429, 500, 503 or 529 (or a refused connection) once on the same step, waiting its
+    ``Retry-After`` if it is no longer than this; None: no same-step retry."""
+
+    commit: str = "first_chunk"
+    first_chunk_ms: int | None = None
+    idle_ms: int | None = None
+    retry_max_wait_ms: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "failure_policy") -> FailurePolicy:
+        """The document's policy object; DocumentInvalid naming what is wrong (the caller
+        ignores such a policy: the document stays valid). Keys it leaves out take their
+        defaults, and keys this client does not know are ignored (a newer server's)."""
+        if not isinstance(data, dict):
+            raise DocumentInvalid(f"{where} must be an object, got {type(data).__name__}")
+        commit = data.get("commit", FAILURE_POLICY_COMMITS[0])
+        if commit not in FAILURE_POLICY_COMMITS:
+            raise DocumentInvalid(f"{where}.commit {json.dumps(commit)} is not one this client knows")
+        bounds = []
+        for key in ("first_chunk_ms", "idle_ms"):
+            value = data.get(key)
+            if value is not None and not (
+                _whole(value) and FAILURE_POLICY_BOUND_MIN_MS <= value <= FAILURE_POLICY_BOUND_MAX_MS
+            ):
+                raise DocumentInvalid(
+                    f"{where}.{key} must be null or an integer within "
+                    f"{FAILURE_POLICY_BOUND_MIN_MS}..{FAILURE_POLICY_BOUND_MAX_MS}"
+                )
+            bounds.append(value)
+        retry = data.get("retry_same_step")
+        wait = None
+        if retry is not None:
+            wait = retry.get("max_wait_ms") if isinstance(retry, dict) else None
+            if not (_whole(wait) and 0 <= wait <= FAILURE_POLICY_RETRY_MAX_WAIT_MS):
+                raise DocumentInvalid(
+                    f"{where}.retry_same_step must be null or an object whose max_wait_ms is an integer within "
+                    f"0..{FAILURE_POLICY_RETRY_MAX_WAIT_MS}"
+                )
+        return cls(commit, bounds[0], bounds[1], wait)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "first_chunk_ms": self.first_chunk_ms,
+            "idle_ms": self.idle_ms,
+            "retry_same_step": {"max_wait_ms": self.retry_max_wait_ms} if self.retry_max_wait_ms is not None else None,
+        }
+
+    def describe(self) -> str:
+        """The policy in words, as a receipt names it."""
+        parts = [f"commit {self.commit}"]
+        if self.first_chunk_ms is not None:
+            parts.append(f"first chunk within {self.first_chunk_ms} ms")
+        if self.idle_ms is not None:
+            parts.append(f"idle at most {self.idle_ms} ms")
+        if self.retry_max_wait_ms is not None:
+            parts.append(f"retry the same step once (Retry-After up to {self.retry_max_wait_ms} ms)")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class DefaultChain:
     """The chain's default preset, carried by every document: what a pin falls back to
-    at its expiry, even when the control plane cannot be reached then."""
+    at its expiry, even when the control plane cannot be reached then, with its failure
+    policy (None: none, or one this client cannot apply)."""
 
     preset: str
     chain: tuple[Step, ...]
     marking: Mapping[str, Any] = field(default_factory=lambda: dict(NO_MARKING))
+    failure_policy: FailurePolicy | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "preset": self.preset,
             "chain": [s.to_json() for s in self.chain],
             "marking": dict(self.marking),
+            **({"failure_policy": self.failure_policy.to_json()} if self.failure_policy is not None else {}),
         }
 
 
@@ -304,6 +379,8 @@ class ChainDocument:
     carries (``Drill``), or None: none, or one this client cannot apply (malformed, a fault
     it does not know, a hop that is not a step of the chain but its last), which is
     ignored rather than making the document invalid; ``drill_ignored`` then says why.
+    ``failure_policy``: the served preset's (``FailurePolicy``), or None; one this client
+    cannot apply is ignored the same way (``failure_policy_ignored`` says why).
     """
 
     name: str
@@ -320,8 +397,10 @@ class ChainDocument:
     epoch: int = 0
     default: DefaultChain | None = None
     drill: Drill | None = None
+    failure_policy: FailurePolicy | None = None
     expires_at_s: float | None = field(default=None, init=False, repr=False, compare=False)
     drill_ignored: str | None = field(default=None, init=False, repr=False, compare=False)
+    failure_policy_ignored: str | None = field(default=None, init=False, repr=False, compare=False)
     signature: DocumentSignature | None = field(default=None, init=False, repr=False, compare=False)
     # The JSON object this document was parsed from, as text (immutable): what to_json()
     # returns, so the state file holds exactly what was signed. Not an __init__ argument,
@@ -406,6 +485,8 @@ class ChainDocument:
                 drill = Drill.from_json(data["drill"], steps=len(steps))
             except DocumentInvalid as exc:
                 drill_ignored = str(exc)
+        policy, policy_ignored = _parse_policy(data.get("failure_policy"), "failure_policy")
+        default, default_policy_ignored = _parse_default(data.get("default"), registry)
         doc = cls(
             name=text("name"),
             version=version,
@@ -419,10 +500,12 @@ class ChainDocument:
             expires_at=optional_text("expires_at"),
             source=source,
             epoch=epoch,
-            default=_parse_default(data.get("default"), registry),
+            default=default,
             drill=drill,
+            failure_policy=policy,
         )
         object.__setattr__(doc, "drill_ignored", drill_ignored)
+        object.__setattr__(doc, "failure_policy_ignored", policy_ignored or default_policy_ignored)
         object.__setattr__(doc, "signature", DocumentSignature.from_json(data.get("signature")))
         try:
             received = json.dumps(data, ensure_ascii=False, allow_nan=False)
@@ -456,6 +539,7 @@ class ChainDocument:
             "default": self.default.to_json() if self.default is not None else None,
             # Only while a drill runs: a document without one is what it was before drills.
             **({"drill": self.drill.to_json()} if self.drill is not None else {}),
+            **({"failure_policy": self.failure_policy.to_json()} if self.failure_policy is not None else {}),
         }
 
     @property
@@ -492,15 +576,27 @@ def _parse_marking(marking: Any, label: str) -> dict[str, Any]:
     return dict(marking)
 
 
-def _parse_default(raw: Any, registry: Registry | None) -> DefaultChain | None:
-    """The document's default preset, validated exactly as its chain is.
+def _parse_policy(raw: Any, where: str) -> tuple[FailurePolicy | None, str | None]:
+    """A document's failure policy (None when it has none) and, for one this client cannot
+    apply, why it is ignored instead."""
+    if raw is None:
+        return None, None
+    try:
+        return FailurePolicy.from_json(raw, where), None
+    except DocumentInvalid as exc:
+        return None, str(exc)
+
+
+def _parse_default(raw: Any, registry: Registry | None) -> tuple[DefaultChain | None, str | None]:
+    """The document's default preset, validated exactly as its chain is, and why its
+    failure policy is ignored (None: it is not).
 
     A pin falls back to it when no server may be reachable, so a default this service
     cannot route makes the whole document invalid rather than a surprise at expiry.
     Missing (or null, for a chain without a default) from older servers: None.
     """
     if raw is None:
-        return None
+        return None, None
     if not isinstance(raw, dict):
         raise DocumentInvalid(f"default.{{preset, chain, marking}}: an object is required, got {type(raw).__name__}")
     preset = raw.get("preset")
@@ -512,4 +608,5 @@ def _parse_default(raw: Any, registry: Registry | None) -> DefaultChain | None:
     except DocumentInvalid as exc:
         why = str(exc)
         raise DocumentInvalid(f"default.{why}" if why.startswith("chain") else f"default.chain: {why}") from None
-    return DefaultChain(preset, steps, _parse_marking(raw.get("marking"), "default.marking"))
+    policy, ignored = _parse_policy(raw.get("failure_policy"), "default.failure_policy")
+    return DefaultChain(preset, steps, _parse_marking(raw.get("marking"), "default.marking"), policy), ignored

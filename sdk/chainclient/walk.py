@@ -44,7 +44,11 @@ class Walk:
         "drill",
         "drilled",  # set with ``drill`` (``RouterCore._begin``), read only when it is set
         "outgrown",
+        "policy_set",
         "refused",
+        "retried",
+        "retry_in",
+        "retry_max_s",
         "side_effects",
         "task_id",
         "verify",
@@ -80,6 +84,16 @@ class Walk:
         """Once the request did not fit a step's context window: the step with the largest
         such window the registry knows (or the last step that rejected it, none being known)
         and that window; later steps whose window is not larger are skipped."""
+        self.retry_max_s: float | None = None
+        """The longest ``Retry-After`` a same-step retry waits for (the failure policy's, or the
+        call's ``retry_same_step``); None: no same-step retry for this request."""
+        self.retried: set[Step] = set()
+        """The steps this request retried once already."""
+        self.retry_in: float | None = None
+        """Set by the router when the attempt it just settled is retried on the same step:
+        the seconds to wait first."""
+        self.policy_set: tuple[str, ...] = ()
+        """The call's own arguments that override the document's failure policy."""
         self.drill: Drill | None = None
         """The failover drill this request is routed in: active when it began, and one the
         source takes part in (``RouterCore._begin``); None for nearly every request. Such a
@@ -96,7 +110,15 @@ class Walk:
             document.version,
             document.epoch,
             self.contract.identity,
+            self._policy() if document.failure_policy is not None else "",
         )
+
+    def _policy(self) -> str:
+        """The failure policy the request was routed under, in words (``Receipt.policy``)."""
+        document = self.document
+        assert document.failure_policy is not None
+        said = f"failure policy of preset {document.preset!r}: {document.failure_policy.describe()}"
+        return f"{said}; the call set {', '.join(self.policy_set)}" if self.policy_set else said
 
     def served(self, step: Step, value: Any) -> RouteResult:
         """The result of the attempt that succeeded (the last one)."""

@@ -338,3 +338,56 @@ def test_the_readmes_fallback_drill_runs_as_written() -> None:
     assert drills, "the example defines no test function"
     for drill in drills:
         drill()
+
+
+# --- a chain whose failure policy commits streams complete ---------------------------------------
+
+COMMIT_COMPLETE_CASES = [
+    (library, scenario)
+    for library in LIBRARIES
+    for scenario in ("reset_mid_stream", "no_terminal_event", "malformed_chunk")
+]
+
+
+@pytest.mark.parametrize(
+    ("library", "scenario"), COMMIT_COMPLETE_CASES, ids=["-".join(c) for c in COMMIT_COMPLETE_CASES]
+)
+def test_with_a_policy_that_commits_complete_a_broken_stream_falls_back_to_a_whole_answer(
+    library: str, scenario: str
+) -> None:
+    """The cases that end in ``StreamInterrupted`` at the first-chunk commit point (a stream cut,
+    one that ends without its terminal event, a malformed chunk after content), through the real
+    libraries, under a document whose failure policy commits streams complete: the caller gets
+    the backup's whole answer and nothing of the broken one."""
+    from chainclient import ChainDocument, FailurePolicy
+
+    document = ChainDocument(
+        name="conformance",
+        version=1,
+        preset="whole-answers",
+        is_default=True,
+        chain=tuple(CHAIN),
+        marking={"degraded": False, "note": ""},
+        updated_by="tests",
+        reason="conformance",
+        updated_at=None,
+        expires_at=None,
+        failure_policy=FailurePolicy(commit="complete"),
+    )
+    clients = {
+        "openai": lambda url: OpenAIChat(openai.OpenAI(base_url=f"{url}/v1", api_key="conformance")),
+        "anthropic": lambda url: AnthropicMessages(anthropic.Anthropic(base_url=url, api_key="conformance")),
+    }
+    with FaultProvider() as vendor, FaultProvider() as backup:
+        vendor.set(scenario, **PARAMS.get(scenario, {}))
+        router = Router(
+            document, transports={"vendor": clients[library](vendor.url), "backup": clients[library](backup.url)}
+        )
+        texts: list[str] = []
+        with router.stream(request_for(library), idle_s=IDLE_S) as stream:
+            texts.extend(type(chunk).__name__ for chunk in stream)
+    assert stream.provider == "backup"
+    first = stream.receipt.attempts[0]
+    assert (first.provider, first.chunks) == ("vendor", 0)
+    assert "commit complete" in stream.receipt.policy
+    assert texts  # the backup's whole stream
