@@ -18,6 +18,11 @@ bookkeeping and is served by the head as before); ``drill_added_us`` is the diff
 drills; in a drill, at most 2 us more a request. The two are measured in adjacent short runs
 (``drill_figures`` says why).
 
+Failure policies: the same healthy path with a failure policy in the document (streams
+committed complete, a same-step retry; the receipt names it) against one without
+(``policy_added_us``, ``async_policy_added_us``), measured likewise. Bar (issue 61): within
+1 us.
+
 Run from the repository root: ``python bench/router_overhead.py [--requests N]``.
 """
 
@@ -35,7 +40,7 @@ from typing import Any
 from sdk_current import DEFAULT as CHAIN  # the example presets' registry and chain
 from sdk_current import REGISTRY, example_client
 
-from chainclient import AsyncRouter, ChainClient, ChainDocument, Contract, ProviderError, Router, Step
+from chainclient import AsyncRouter, ChainClient, ChainDocument, Contract, FailurePolicy, ProviderError, Router, Step
 from chainclient.state_file import StateFile
 from chainclient.types import Drill
 
@@ -115,43 +120,62 @@ def drill_documents(chain: list[Step]) -> tuple[ChainDocument, ChainDocument]:
     return plain, dataclasses.replace(plain, version=2, drill=drill)
 
 
-def drill_figures(requests: int, rounds: int = 31) -> dict[str, float]:
-    """Per request: a Router (and an AsyncRouter) over a ChainClient without a drill in its
-    document (``client``), and over one with an active drill it takes part in (``drill``).
+def adjacent_figures(
+    plain: ChainDocument, other: ChainDocument, name: str, requests: int, rounds: int = 31
+) -> tuple[dict[str, float], dict[str, ChainClient]]:
+    """Per request: a Router (and an AsyncRouter) over a ChainClient holding ``plain``
+    (``client``), and over one holding ``other`` (``name``: a drill, a failure policy).
     A difference of a microsecond drowns in this machine's noise when two figures are taken
     apart (its speed drifts by a third within a minute), so the two are measured in short
     adjacent runs, which share the noise of the moment, on the thread's CPU time, ``rounds``
     times (the order swapped each time); each figure is the median, and ``*_added_us`` the
-    median of the adjacent runs' differences."""
-    plain, drilled = drill_documents(CHAIN)
+    median of the adjacent runs' differences. Also the two clients, to check what they did."""
     transports = {"vendor_a": answer, "vendor_b": answer, "self_hosted": answer}
     async_transports = {"vendor_a": answer_async, "vendor_b": answer_async, "self_hosted": answer_async}
     with tempfile.TemporaryDirectory() as without, tempfile.TemporaryDirectory() as within:
-        clients = {"client": client_holding(plain, without), "drill": client_holding(drilled, within)}
-        routers = {name: Router(client, transports=transports) for name, client in clients.items()}
-        async_routers = {name: AsyncRouter(client, transports=async_transports) for name, client in clients.items()}
+        clients = {"client": client_holding(plain, without), name: client_holding(other, within)}
+        routers = {key: Router(client, transports=transports) for key, client in clients.items()}
+        async_routers = {key: AsyncRouter(client, transports=async_transports) for key, client in clients.items()}
         count = max(requests // 10, 1)
-        runs: dict[str, list[float]] = {"client": [], "drill": [], "async_client": [], "async_drill": []}
+        runs: dict[str, list[float]] = {"client": [], name: [], "async_client": [], f"async_{name}": []}
         for turn in range(rounds):
-            for name in ("client", "drill") if turn % 2 == 0 else ("drill", "client"):
-                router, async_router = routers[name], async_routers[name]
-                runs[name].append(
+            order = ("client", name) if turn % 2 == 0 else (name, "client")
+            for key in order:
+                router = routers[key]
+                runs[key].append(
                     per_request_us(lambda r=router: r.complete("hello"), count, repeats=1, clock=time.thread_time)
                 )
-            for name in ("client", "drill") if turn % 2 == 0 else ("drill", "client"):
-                async_router = async_routers[name]
-                runs[f"async_{name}"].append(
+            for key in order:
+                async_router = async_routers[key]
+                runs[f"async_{key}"].append(
                     per_request_async_us(
                         lambda r=async_router: r.complete("hello"), count, repeats=1, clock=time.thread_time
                     )
                 )
-        drilled_requests = clients["drill"]._usage.drills.take(7).drilled
-        assert drilled_requests > 0, "the drill drilled nothing: the figure would not include it"
-    figures = {name: statistics.median(values) for name, values in runs.items()}
-    figures["drill_added_us"] = statistics.median(d - c for d, c in zip(runs["drill"], runs["client"], strict=True))
-    figures["async_drill_added_us"] = statistics.median(
-        d - c for d, c in zip(runs["async_drill"], runs["async_client"], strict=True)
+    figures = {key: statistics.median(values) for key, values in runs.items()}
+    figures[f"{name}_added_us"] = statistics.median(d - c for d, c in zip(runs[name], runs["client"], strict=True))
+    figures[f"async_{name}_added_us"] = statistics.median(
+        d - c for d, c in zip(runs[f"async_{name}"], runs["async_client"], strict=True)
     )
+    return figures, clients
+
+
+def drill_figures(requests: int) -> dict[str, float]:
+    """``adjacent_figures`` without a drill and with an active one the client takes part in."""
+    plain, drilled = drill_documents(CHAIN)
+    figures, clients = adjacent_figures(plain, drilled, "drill", requests)
+    drilled_requests = clients["drill"]._usage.drills.take(7).drilled
+    assert drilled_requests > 0, "the drill drilled nothing: the figure would not include it"
+    return figures
+
+
+def policy_figures(requests: int) -> dict[str, float]:
+    """``adjacent_figures`` without a failure policy and with one (streams committed complete,
+    a same-step retry): what a served request pays for carrying it (its receipt names it)."""
+    plain, _ = drill_documents(CHAIN)
+    policy = FailurePolicy(commit="complete", first_chunk_ms=5000, retry_max_wait_ms=2000)
+    figures, clients = adjacent_figures(plain, dataclasses.replace(plain, failure_policy=policy), "policy", requests)
+    assert clients["policy"].current().failure_policy == policy
     return figures
 
 
@@ -199,13 +223,20 @@ def main() -> None:
     print(f"AsyncRouter, ChainClient, no drill:{drills['async_client']:6.2f} us/request")
     print(f"AsyncRouter, ChainClient, drill:   {drills['async_drill']:6.2f} us/request")
     print(f"  the drill adds:                  {drills['async_drill_added_us']:6.2f} us/request")
+    policies = policy_figures(args.requests)
+    print(f"ChainClient source, a policy:      {policies['policy']:6.2f} us/request")
+    print(f"  the policy adds:                 {policies['policy_added_us']:6.2f} us/request")
+    print(f"AsyncRouter, ChainClient, policy:  {policies['async_policy']:6.2f} us/request")
+    print(f"  the policy adds:                 {policies['async_policy_added_us']:6.2f} us/request")
     print(
         f"requests={args.requests} router_us={router_us:.1f} fallback_us={fallback_us:.1f} "
         f"contract_us={contract_us:.1f} async_us={async_us:.1f} async_fallback_us={async_fallback_us:.1f} "
         f"async_ratio={async_us / router_us:.2f} client_us={drills['client']:.1f} drill_us={drills['drill']:.1f} "
         f"drill_added_us={drills['drill_added_us']:.2f} async_client_us={drills['async_client']:.1f} "
         f"async_drill_us={drills['async_drill']:.1f} "
-        f"async_drill_added_us={drills['async_drill_added_us']:.2f}"
+        f"async_drill_added_us={drills['async_drill_added_us']:.2f} "
+        f"policy_added_us={policies['policy_added_us']:.2f} "
+        f"async_policy_added_us={policies['async_policy_added_us']:.2f}"
     )
 
 

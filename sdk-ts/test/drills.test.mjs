@@ -24,18 +24,14 @@ import {
   parseDocument,
   sha256Hex,
 } from "../dist/index.js";
+import { exampleRegistry, quiet } from "../test-support/fixtures.mjs";
 
-const registry = new Registry({
-  vendor_a: { destination: "vendor_a-us", models: { large: ["text"] } },
-  vendor_b: { destination: "vendor_b-eu", models: { large: ["text"] } },
-  self_hosted: { destination: "self-hosted", models: { "8b": ["text"] } },
-});
+const registry = exampleRegistry();
 const CHAIN = [
   { provider: "vendor_a", model: "large", timeout_ms: 20000 },
   { provider: "vendor_b", model: "large", timeout_ms: 10000 },
   { provider: "self_hosted", model: "8b", timeout_ms: 5000 },
 ];
-const quiet = { debug() {}, info() {}, warn() {}, error() {} };
 const TOKEN = "cpt_drill_token";
 // Python: hashlib.sha256(b"chainclient-drill/1\n7\n" + hashlib.sha256(b"cpt_drill_token").hexdigest().encode()).hexdigest()
 const TOKEN_SHA256 = "cc9cb98ee309aac76d6b3114890ff43d1868180953abe5b829c1224ba2fd2e49";

@@ -33,18 +33,14 @@ import {
   signedContent,
   step,
 } from "../dist/index.js";
+import { exampleRegistry, quiet } from "../test-support/fixtures.mjs";
 
-const registry = new Registry({
-  vendor_a: { destination: "vendor_a-us", models: { large: ["text"] } },
-  vendor_b: { destination: "vendor_b-eu", models: { large: ["text"] } },
-  self_hosted: { destination: "self-hosted", models: { "8b": ["text"] } },
-});
+const registry = exampleRegistry();
 const CHAIN = [
   { provider: "vendor_a", model: "large", timeout_ms: 20000 },
   { provider: "vendor_b", model: "large", timeout_ms: 20000 },
   { provider: "self_hosted", model: "8b", timeout_ms: 10000 },
 ];
-const quiet = { debug() {}, info() {}, warn() {}, error() {} };
 
 /** The policy as the server sends it: all four keys. */
 function policy(more = {}) {

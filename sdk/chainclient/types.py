@@ -6,6 +6,7 @@ the service's own compiled-in provider registry.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -428,6 +429,13 @@ class ChainDocument:
     def order(self) -> tuple[int, int]:
         """What "newer" means: a higher epoch wins even with a lower version."""
         return (self.epoch, self.version)
+
+    @functools.cached_property
+    def policy_line(self) -> str:
+        """The receipts' line naming this document's failure policy ("" without one): worked
+        out once per document, not per request."""
+        policy = self.failure_policy
+        return f"failure policy of preset {self.preset!r}: {policy.describe()}" if policy is not None else ""
 
     @classmethod
     def compiled_default(cls, name: str, steps: Iterable[Step]) -> ChainDocument:

@@ -115,9 +115,7 @@ class Walk:
 
     def _policy(self) -> str:
         """The failure policy the request was routed under, in words (``Receipt.policy``)."""
-        document = self.document
-        assert document.failure_policy is not None
-        said = f"failure policy of preset {document.preset!r}: {document.failure_policy.describe()}"
+        said = self.document.policy_line
         return f"{said}; the call set {', '.join(self.policy_set)}" if self.policy_set else said
 
     def served(self, step: Step, value: Any) -> RouteResult:

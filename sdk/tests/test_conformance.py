@@ -39,6 +39,7 @@ from chainclient import (  # noqa: E402 - after the libraries are known to be th
     AsyncRouter,
     BreakerSettings,
     ContentPolicyRejected,
+    FailurePolicy,
     RequestRejected,
     Router,
     RoutingError,
@@ -49,7 +50,7 @@ from chainclient.fault_provider import SCENARIOS, FaultProvider  # noqa: E402
 from chainclient.health import outcome_class  # noqa: E402
 from chainclient.integrations.anthropic import AnthropicMessages, AsyncAnthropicMessages  # noqa: E402
 from chainclient.integrations.openai import AsyncOpenAIChat, OpenAIChat  # noqa: E402
-from chainclient.testing import FakeClock  # noqa: E402
+from chainclient.testing import FakeClock, fake_document  # noqa: E402
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 STEP_TIMEOUT_S = 0.5
@@ -359,21 +360,7 @@ def test_with_a_policy_that_commits_complete_a_broken_stream_falls_back_to_a_who
     one that ends without its terminal event, a malformed chunk after content), through the real
     libraries, under a document whose failure policy commits streams complete: the caller gets
     the backup's whole answer and nothing of the broken one."""
-    from chainclient import ChainDocument, FailurePolicy
-
-    document = ChainDocument(
-        name="conformance",
-        version=1,
-        preset="whole-answers",
-        is_default=True,
-        chain=tuple(CHAIN),
-        marking={"degraded": False, "note": ""},
-        updated_by="tests",
-        reason="conformance",
-        updated_at=None,
-        expires_at=None,
-        failure_policy=FailurePolicy(commit="complete"),
-    )
+    document = fake_document(CHAIN, preset="whole-answers", failure_policy=FailurePolicy(commit="complete"))
     clients = {
         "openai": lambda url: OpenAIChat(openai.OpenAI(base_url=f"{url}/v1", api_key="conformance")),
         "anthropic": lambda url: AnthropicMessages(anthropic.Anthropic(base_url=url, api_key="conformance")),
@@ -391,3 +378,44 @@ def test_with_a_policy_that_commits_complete_a_broken_stream_falls_back_to_a_who
     assert (first.provider, first.chunks) == ("vendor", 0)
     assert "commit complete" in stream.receipt.policy
     assert texts  # the backup's whole stream
+
+
+# --- a primary down for a minute, then back -----------------------------------------------------
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_primary_down_for_a_minute_is_probed_once_a_probe_interval_and_served_from_soon_after_it_is_back(
+    library: str,
+) -> None:
+    """Through the real libraries, at the breaker's defaults: the vendor answers 503 for 60 s
+    (on the router's test clock), then answers; one request a second for 90 s. No request fails
+    for the caller; while the vendor's breaker is open it gets at most one request a probe
+    interval; it serves again within a probe interval (and the second between requests) of
+    its recovery."""
+    settings = BreakerSettings()
+    clock = FakeClock(0.0)
+    clients = {
+        "openai": lambda url: OpenAIChat(openai.OpenAI(base_url=f"{url}/v1", api_key="conformance")),
+        "anthropic": lambda url: AnthropicMessages(anthropic.Anthropic(base_url=url, api_key="conformance")),
+    }
+    with FaultProvider("unavailable") as vendor, FaultProvider() as backup:
+        router = Router(
+            CHAIN,
+            transports={"vendor": clients[library](vendor.url), "backup": clients[library](backup.url)},
+            breaker=settings,
+            clock=clock,
+        )
+        reached: list[float] = []
+        served: list[tuple[float, str]] = []
+        for second in range(90):
+            if second == 60:
+                vendor.set("ok")
+            before = len(vendor.requests)
+            served.append((clock.now(), router.complete(request_for(library)).provider))
+            reached += [clock.now()] * (len(vendor.requests) - before)
+            clock.advance(1.0)
+    opened_at = reached[settings.failure_threshold - 1]
+    probes = [at for at in reached if opened_at < at < 60]
+    assert probes and min(b - a for a, b in zip(probes, probes[1:], strict=False)) >= settings.probe_interval_s
+    back_at = min(at for at, provider in served if provider == "vendor" and at >= 60)
+    assert back_at - 60 <= settings.probe_interval_s + 1
