@@ -130,9 +130,10 @@ class AsyncRouter(RouterCore[AsyncTransport]):
         """``Router._streaming``, awaiting the provider; see there."""
         now = self._now
         real_clock = self._real_clock
-        for index, step, pause in self._steps(walk):
-            if pause:  # before a same-step retry
-                await _pause(pause)
+        for index, step in self._steps(walk):
+            if walk.pause_s:  # before a same-step retry
+                await _pause(walk.pause_s)
+                walk.pause_s = 0.0
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
                 continue

@@ -174,9 +174,10 @@ class Router(RouterCore[Transport]):
         settles when the stream ends, after the caller has read it."""
         now = self._now
         watchdog = WATCHDOG if self._real_clock else None
-        for index, step, pause in self._steps(walk):
-            if pause:  # before a same-step retry
-                _pause(pause)
+        for index, step in self._steps(walk):
+            if walk.pause_s:  # before a same-step retry
+                _pause(walk.pause_s)
+                walk.pause_s = 0.0
             turn = self._turn(walk, index, step, streaming=True, first_chunk_s=bounds.first_chunk_s)
             if turn is None:
                 continue

@@ -307,13 +307,11 @@ class RouterCore(Generic[TransportT]):
         if document.drill is not None:  # the one check a request pays without a drill
             walk.drill = self._drill_of(document.drill)
             walk.drilled = False
-        policy = document.failure_policy
-        if policy is not None or retry_same_step:
-            wait_ms = policy.retry_max_wait_ms if policy is not None else None
-            if retry_same_step is None and wait_ms is not None:
-                walk.retry_max_s = wait_ms / 1000
-            elif retry_same_step:
-                walk.retry_max_s = (FAILURE_POLICY_RETRY_MAX_WAIT_MS if wait_ms is None else wait_ms) / 1000
+        if retry_same_step is None:
+            walk.retry_max_s = document.retry_max_s
+        elif retry_same_step:
+            walk.retry_max_s = document.retry_max_s or FAILURE_POLICY_RETRY_MAX_WAIT_MS / 1000
+        if policy_set:
             walk.policy_set = policy_set
         return walk
 
@@ -335,12 +333,17 @@ class RouterCore(Generic[TransportT]):
             idle_s = policy.idle_ms / 1000
         return StreamBounds(commit_after_chars, first_chunk_s, idle_s)
 
-    def _steps(self, walk: Walk) -> Iterator[tuple[int, Step, float]]:
-        """The chain's steps in order, each with the seconds to wait before its attempt (0);
-        a step whose attempt the walk retries (``Walk.retry_in``) comes again, after its wait
-        (a test clock with ``advance`` is advanced instead)."""
-        for index, step in enumerate(walk.document.chain):
-            yield index, step, 0.0
+    def _steps(self, walk: Walk) -> Iterator[tuple[int, Step]]:
+        """The chain's steps in order, with their index. Under a same-step retry, a step whose
+        attempt the walk retries (``Walk.retry_in``) comes again, with ``Walk.pause_s`` set to
+        its wait (a test clock with ``advance`` is advanced instead). A request that cannot
+        retry gets the chain as it is: no generator on its path."""
+        chain = walk.document.chain
+        return enumerate(chain) if walk.retry_max_s is None else self._retrying(walk, chain)
+
+    def _retrying(self, walk: Walk, chain: Sequence[Step]) -> Iterator[tuple[int, Step]]:
+        for index, step in enumerate(chain):
+            yield index, step
             while walk.retry_in is not None:
                 wait, walk.retry_in = walk.retry_in, None
                 if self._advance is not None:
@@ -349,7 +352,8 @@ class RouterCore(Generic[TransportT]):
                     wait = 0.0
                 elif not self._real_clock:
                     wait = 0.0
-                yield index, step, wait
+                walk.pause_s = wait
+                yield index, step
 
     def _same_step_wait(self, walk: Walk, turn: Turn, verdict: Verdict) -> float | None:
         """The seconds to wait before retrying ``turn``'s step after a failure that moves on
@@ -363,7 +367,8 @@ class RouterCore(Generic[TransportT]):
             return None
         wait = verdict.retry_after_s or 0.0
         assert walk.retry_max_s is not None
-        if turn.step in walk.retried or wait > walk.retry_max_s or self._now() + wait >= walk.deadline:
+        retried = walk.retried is not None and turn.step in walk.retried
+        if retried or wait > walk.retry_max_s or self._now() + wait >= walk.deadline:
             return None
         return wait
 
@@ -376,9 +381,10 @@ class RouterCore(Generic[TransportT]):
         result) stay two near-copies of a dozen lines: one is a coroutine and one is not,
         and a function cannot be both without a thread or an event loop per request; the
         router tables run every walk case through both."""
-        for index, step, pause in self._steps(walk):
-            if pause:
-                yield Pause(pause)
+        for index, step in self._steps(walk):
+            if walk.pause_s:  # before a same-step retry
+                yield Pause(walk.pause_s)
+                walk.pause_s = 0.0
             turn = self._turn(walk, index, step)
             if turn is None:
                 continue
@@ -419,7 +425,12 @@ class RouterCore(Generic[TransportT]):
         span = attempt_started(walk.document, index, step, walk.task_id, len(walk.attempts) + 1, current=not streaming)
         drill = walk.drill
         # A same-step retry is the same request at the same hop: the drill counted it already.
-        if drill is not None and index == drill.hop - 1 and step not in walk.retried and self._drills(drill):
+        if (
+            drill is not None
+            and index == drill.hop - 1
+            and (walk.retried is None or step not in walk.retried)
+            and self._drills(drill)
+        ):
             # No call will be made: a half-open breaker's probe slot goes back unused, and
             # the breaker never hears of this attempt.
             if breaker is not None:
@@ -459,6 +470,8 @@ class RouterCore(Generic[TransportT]):
             wait = self._same_step_wait(walk, turn, verdict)
             if wait is not None:
                 verdict = verdict._replace(reason=f"{verdict.reason}; retrying the same step after {wait:g}s")
+                if walk.retried is None:
+                    walk.retried = set()
                 walk.retried.add(turn.step)
                 walk.retry_in = wait
         attempt = self._record(walk, turn, verdict, raised, model_id, tokens, progress)

@@ -431,6 +431,13 @@ class ChainDocument:
         return (self.epoch, self.version)
 
     @functools.cached_property
+    def retry_max_s(self) -> float | None:
+        """The longest ``Retry-After`` a same-step retry waits for under this document's
+        failure policy, in seconds; None: no same-step retry."""
+        policy = self.failure_policy
+        return policy.retry_max_wait_ms / 1000 if policy is not None and policy.retry_max_wait_ms is not None else None
+
+    @functools.cached_property
     def policy_line(self) -> str:
         """The receipts' line naming this document's failure policy ("" without one): worked
         out once per document, not per request."""

@@ -44,6 +44,7 @@ class Walk:
         "drill",
         "drilled",  # set with ``drill`` (``RouterCore._begin``), read only when it is set
         "outgrown",
+        "pause_s",
         "policy_set",
         "refused",
         "retried",
@@ -87,11 +88,13 @@ class Walk:
         self.retry_max_s: float | None = None
         """The longest ``Retry-After`` a same-step retry waits for (the failure policy's, or the
         call's ``retry_same_step``); None: no same-step retry for this request."""
-        self.retried: set[Step] = set()
-        """The steps this request retried once already."""
+        self.retried: set[Step] | None = None
+        """The steps this request retried once already (None: none)."""
         self.retry_in: float | None = None
         """Set by the router when the attempt it just settled is retried on the same step:
         the seconds to wait first."""
+        self.pause_s = 0.0
+        """The seconds to wait before the next attempt: a same-step retry's (``RouterCore._steps``)."""
         self.policy_set: tuple[str, ...] = ()
         """The call's own arguments that override the document's failure policy."""
         self.drill: Drill | None = None
@@ -110,13 +113,14 @@ class Walk:
             document.version,
             document.epoch,
             self.contract.identity,
-            self._policy() if document.failure_policy is not None else "",
+            document.policy_line if not self.policy_set else self._policy(),
         )
 
     def _policy(self) -> str:
-        """The failure policy the request was routed under, in words (``Receipt.policy``)."""
+        """The failure policy the request was routed under, in words (``Receipt.policy``), when
+        the call set some of it."""
         said = self.document.policy_line
-        return f"{said}; the call set {', '.join(self.policy_set)}" if self.policy_set else said
+        return f"{said}; the call set {', '.join(self.policy_set)}" if said else ""
 
     def served(self, step: Step, value: Any) -> RouteResult:
         """The result of the attempt that succeeded (the last one)."""
