@@ -310,7 +310,8 @@ class RouterCore(Generic[TransportT]):
         if retry_same_step is None:
             walk.retry_max_s = document.retry_max_s
         elif retry_same_step:
-            walk.retry_max_s = document.retry_max_s or FAILURE_POLICY_RETRY_MAX_WAIT_MS / 1000
+            wait_s = document.retry_max_s
+            walk.retry_max_s = FAILURE_POLICY_RETRY_MAX_WAIT_MS / 1000 if wait_s is None else wait_s
         if policy_set:
             walk.policy_set = policy_set
         return walk

@@ -335,3 +335,16 @@ def test_a_stream_cut_after_content_is_never_retried_on_the_same_step(kind: str)
     streams.script("alpha", ["Hel", "lo"], end=ProviderError(503, True, "cut"))
     got, _, error = drain(stream_router(kind, streams, RETRY))
     assert isinstance(error, StreamInterrupted) and streams.attempts == ["alpha"]
+
+
+def test_a_policy_whose_wait_is_0_retries_only_at_once_even_when_the_call_turns_the_retry_on() -> None:
+    at_once = FailurePolicy(retry_max_wait_ms=0)
+    for retry_same_step in (None, True):
+        fakes = fakes_for()
+        flaky(fakes, ProviderError(429, True, "slow down", retry_after_s=0.5))
+        result = make_router(fakes, document(at_once)).complete("hello", retry_same_step=retry_same_step)
+        assert tried(result) == ["alpha", "beta"]
+        fakes = fakes_for()
+        flaky(fakes, ProviderError(500, True, "oops"))
+        result = make_router(fakes, document(at_once)).complete("hello", retry_same_step=retry_same_step)
+        assert tried(result) == ["alpha", "alpha"]
