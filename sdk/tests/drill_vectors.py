@@ -164,12 +164,10 @@ def failing(error: str, attempts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"served_by": None, "error": error, "attempts": attempts}
 
 
-def report_section(spec: dict[str, Any], chain: list[dict[str, Any]], results: list[dict[str, Any]]) -> Any:
-    """The usage report's drill section after ``results`` (every one in the drill's window)."""
-    fallback = STEPS[chain[spec["hop"]]["provider"]]
-    numbers = {STEPS[step["provider"]]: str(number) for number, step in enumerate(chain, 1)}
-    section: dict[str, Any] = {
-        "id": spec["id"],
+def empty_section(drill_id: int) -> dict[str, Any]:
+    """A usage report's drill section with nothing counted yet."""
+    return {
+        "id": drill_id,
         "requests": 0,
         "drilled": 0,
         "ended_on": {},
@@ -180,6 +178,13 @@ def report_section(spec: dict[str, Any], chain: list[dict[str, Any]], results: l
         "fallback_failures": 0,
         "latency_ms": {"drilled": [0] * 9, "other": [0] * 9},
     }
+
+
+def report_section(spec: dict[str, Any], chain: list[dict[str, Any]], results: list[dict[str, Any]]) -> Any:
+    """The usage report's drill section after ``results`` (every one in the drill's window)."""
+    fallback = STEPS[chain[spec["hop"]]["provider"]]
+    numbers = {STEPS[step["provider"]]: str(number) for number, step in enumerate(chain, 1)}
+    section = empty_section(spec["id"])
     for result in results:
         section["requests"] += 1
         elapsed = sum(line["elapsed_s"] for line in result["attempts"])

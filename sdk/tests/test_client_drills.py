@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import time_machine
 from conftest import drill_json
+from drill_vectors import empty_section
 
 from chainclient import AllProvidersFailed, ChainDocument, Router, wire
 from chainclient.drills import DrillRequest
@@ -202,18 +203,7 @@ def test_while_a_drill_is_active_a_client_reports_every_interval_even_with_nothi
     eventually(lambda: len(drill_sections(control_plane.accepted_reports())) >= 4)
 
     sections = drill_sections(control_plane.accepted_reports())
-    assert sections[0] == {
-        "id": 7,
-        "requests": 0,
-        "drilled": 0,
-        "ended_on": {},
-        "failed": 0,
-        "deadline": 0,
-        "refusals": 0,
-        "fallback_attempts": 0,
-        "fallback_failures": 0,
-        "latency_ms": {"drilled": [0] * 9, "other": [0] * 9},
-    }
+    assert sections[0] == empty_section(7)
     assert all(section == sections[0] for section in sections)
 
 

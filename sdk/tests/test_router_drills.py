@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import router_fixtures
 import time_machine
+from drill_vectors import INJECTED
 from router_fixtures import fakes_for, make_router, run_async, tried
 
 from chainclient import AllProvidersFailed, AsyncRouter, BreakerSettings, Router, RoutingError
@@ -97,14 +98,7 @@ def test_each_fault_is_recorded_as_the_contract_says(fault: str) -> None:
     outcome = route(router, 4)[3]
 
     first = outcome.attempts[0]
-    expected = {
-        "server_error": ("failed", 500),
-        "rate_limited": ("failed", 429),
-        "timeout": ("timeout", None),
-        "first_chunk_late": ("timeout", None),
-        "stream_cut_before_first_chunk": ("failed", None),
-        "invalid_answer": ("verify_failed", None),
-    }[fault]
+    expected = INJECTED[fault]
     assert (first.outcome, first.status) == expected
     assert first.dispatch == "not_dispatched"
     assert first.drill == 7
