@@ -789,7 +789,7 @@ export class ChainClient {
   /** Say, once per document, that a failure policy in it (its own, its default's) is ignored. */
   private notePolicy(document: ChainDocument, where = ""): void {
     for (const why of [document.failurePolicyIgnored, document.default?.failurePolicyIgnored ?? null]) {
-      if (why !== null) this.log.warn(`chain ${this.chain}: ignoring a failure policy in ${label(document)}${where}: ${why}; the document itself is applied`);
+      if (why !== null) this.log.warn(`chain ${this.chain}: ignoring the failure policy in ${label(document)}${where}: ${why}; the document itself is applied`);
     }
   }
 

@@ -419,12 +419,17 @@ export function parseDocument(
  * know): it is ignored, and `onDrillIgnored` is told why.
  */
 export function drillOf(data: unknown, chainLength: number, onDrillIgnored?: (why: string) => void): Drill | null {
+  return unlessInvalid(data, (raw) => parseDrill(raw, chainLength), onDrillIgnored);
+}
+
+/** `parse(data)`, or null: `data` absent, or a part this client cannot apply (`onIgnored` is told why). */
+function unlessInvalid<T>(data: unknown, parse: (data: unknown) => T, onIgnored?: (why: string) => void): T | null {
   if (data === undefined || data === null) return null;
   try {
-    return parseDrill(data, chainLength);
+    return parse(data);
   } catch (error) {
     if (!(error instanceof DocumentInvalid)) throw error;
-    onDrillIgnored?.(error.message);
+    onIgnored?.(error.message);
     return null;
   }
 }
@@ -478,14 +483,7 @@ function parseDrill(data: unknown, chainLength: number): Drill {
  * null); unknown keys are ignored.
  */
 export function failurePolicyOf(data: unknown, where = "failure_policy", onIgnored?: (why: string) => void): FailurePolicy | null {
-  if (data === undefined || data === null) return null;
-  try {
-    return parseFailurePolicy(data, where);
-  } catch (error) {
-    if (!(error instanceof DocumentInvalid)) throw error;
-    onIgnored?.(error.message);
-    return null;
-  }
+  return unlessInvalid(data, (raw) => parseFailurePolicy(raw, where), onIgnored);
 }
 
 function parseFailurePolicy(data: unknown, where: string): FailurePolicy {

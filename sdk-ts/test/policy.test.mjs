@@ -191,7 +191,7 @@ describe("the document's failure policy", () => {
     const current = client.current();
     assert.deepEqual([current.version, current.failurePolicy], [5, null]);
     assert.deepEqual(warnings, [
-      'chain chat: ignoring a failure policy in v5: failure_policy.commit "later" is not one this client knows; the document itself is applied',
+      'chain chat: ignoring the failure policy in v5: failure_policy.commit "later" is not one this client knows; the document itself is applied',
     ]);
     assert.deepEqual(documentJson(current), received);
   });

@@ -269,11 +269,12 @@ describe("context length", () => {
     await assert.rejects(router.complete({}), AllProvidersFailed);
   });
 
-  test("each context-length rejection sets the window to beat: the latest failed step's", async () => {
+  /** a and b reject the request as too long; d (16k) comes before c (128k): is d skipped? */
+  async function fourSteps(windowA, windowB) {
     const four = [chain[0], step("b", "small", 20000), step("d", "medium", 20000), chain[2]];
     const reg = new Registry({
-      a: { destination: "a-us", models: { small: ["text"] }, contextWindows: { small: 8000 } },
-      b: { destination: "b-us", models: { small: ["text"] }, contextWindows: { small: 32000 } },
+      a: { destination: "a-us", models: { small: ["text"] }, contextWindows: { small: windowA } },
+      b: { destination: "b-us", models: { small: ["text"] }, ...(windowB ? { contextWindows: { small: windowB } } : {}) },
       c: { destination: "c-us", models: { large: ["text"] }, contextWindows: { large: 128000 } },
       d: { destination: "d-us", models: { medium: ["text"] }, contextWindows: { medium: 16000 } },
     });
@@ -281,25 +282,19 @@ describe("context length", () => {
     const router = new Router(four, { transports: { ...t, d: async () => "from d" }, registry: reg, clock: fakeClock(), logger: quiet });
     const result = await router.complete({});
     assert.equal(result.provider, "c");
+    assert.deepEqual(calls, { a: 1, b: 1, c: 1 });
+    return result;
+  }
+
+  test("each context-length rejection sets the window to beat: the latest failed step's", async () => {
+    const result = await fourSteps(8000, 32000);
     assert.deepEqual(steps(result.receipt), [["a/small", "rejected"], ["b/small", "rejected"], ["c/large", "ok"]]);
     assert.deepEqual(refused(result.receipt), [["d/medium", "context window of 16000 tokens is not larger than b/small's 32000; the request would not fit"]]);
-    assert.deepEqual(calls, { a: 1, b: 1, c: 1 });
   });
 
   test("a later rejection by a step of no known window keeps the larger known window to beat", async () => {
-    const four = [chain[0], step("b", "small", 20000), step("d", "medium", 20000), chain[2]];
-    const reg = new Registry({
-      a: { destination: "a-us", models: { small: ["text"] }, contextWindows: { small: 32000 } },
-      b: { destination: "b-us", models: { small: ["text"] } },
-      c: { destination: "c-us", models: { large: ["text"] }, contextWindows: { large: 128000 } },
-      d: { destination: "d-us", models: { medium: ["text"] }, contextWindows: { medium: 16000 } },
-    });
-    const { calls, transports: t } = transports({ a: tooLong(), b: tooLong() });
-    const router = new Router(four, { transports: { ...t, d: async () => "from d" }, registry: reg, clock: fakeClock(), logger: quiet });
-    const result = await router.complete({});
-    assert.equal(result.provider, "c");
+    const result = await fourSteps(32000, null);
     assert.deepEqual(refused(result.receipt), [["d/medium", "context window of 16000 tokens is not larger than a/small's 32000; the request would not fit"]]);
-    assert.deepEqual(calls, { a: 1, b: 1, c: 1 });
   });
 
   test("stream(): the same walk, the error coming when the stream is opened", async () => {

@@ -145,21 +145,16 @@ class Applier:
         self._persist(document)
 
     def _note_drill(self, previous: ChainDocument, document: ChainDocument) -> None:
-        """Say what the new document means for failover drills, once per document."""
+        """Say what the new document means for failover drills (and which of its parts this
+        client ignores), once per document."""
         drill = document.drill
-        if document.failure_policy_ignored is not None:
+        for part, why in document.ignored:
             logger.warning(
-                "chain %s: ignoring the failure policy in %s: %s; the document itself is applied",
+                "chain %s: ignoring the %s in %s: %s; the document itself is applied",
                 self._chain,
+                part,
                 label(document),
-                document.failure_policy_ignored,
-            )
-        if document.drill_ignored is not None:
-            logger.warning(
-                "chain %s: ignoring the failover drill in %s: %s; the document itself is applied",
-                self._chain,
-                label(document),
-                document.drill_ignored,
+                why,
             )
         if drill is not None and (previous.drill is None or previous.drill.id != drill.id):
             logger.info(

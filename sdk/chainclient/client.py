@@ -183,14 +183,17 @@ class ChainClient:
         loaded = self._state_file.load()
         if loaded.refused is not None:
             self._stats.state_file_refused(loaded.refused)
-        if loaded.document is not None and loaded.document.drill_ignored is not None:
-            logger.warning(
-                "chain %s: ignoring the failover drill in %s from %s: %s; the document itself is applied",
-                chain,
-                f"v{loaded.document.version}",
-                self._state_file.path,
-                loaded.document.drill_ignored,
-            )
+        held = loaded.document
+        if held is not None:
+            for part, why in held.ignored:
+                logger.warning(
+                    "chain %s: ignoring the %s in v%d from %s: %s; the document itself is applied",
+                    chain,
+                    part,
+                    held.version,
+                    self._state_file.path,
+                    why,
+                )
         # The only shared mutable state the read path sees: one reference to a frozen value.
         self._snapshot: Snapshot = snapshot_of(loaded.document or ChainDocument.compiled_default(chain, steps), steps)
         _CLIENTS.add(self)  # for after_fork() in every forked child

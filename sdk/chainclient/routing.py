@@ -356,20 +356,19 @@ class RouterCore(Generic[TransportT]):
                 walk.pause_s = wait
                 yield index, step
 
-    def _same_step_wait(self, walk: Walk, turn: Turn, verdict: Verdict) -> float | None:
+    def _same_step_wait(self, walk: Walk, turn: Turn, verdict: Verdict, longest_s: float) -> float | None:
         """The seconds to wait before retrying ``turn``'s step after a failure that moves on
         (``verdict``), or None: not retried. Once per step, for a 429, 500, 503 or 529 that
         did not leave the outcome unknown or a refused connection, when its ``Retry-After`` is
-        within the walk's longest and the retry can start before the deadline."""
+        within ``longest_s`` (the walk's) and the retry can start before the deadline."""
         if verdict.outcome == "failed":
             if verdict.status not in RETRY_SAME_STEP_STATUSES or verdict.dispatch == DISPATCHED_UNKNOWN:
                 return None
         elif verdict.outcome != "unavailable":
             return None
         wait = verdict.retry_after_s or 0.0
-        assert walk.retry_max_s is not None
         retried = walk.retried is not None and turn.step in walk.retried
-        if retried or wait > walk.retry_max_s or self._now() + wait >= walk.deadline:
+        if retried or wait > longest_s or self._now() + wait >= walk.deadline:
             return None
         return wait
 
@@ -468,7 +467,7 @@ class RouterCore(Generic[TransportT]):
             fall_through_on_content_policy=self._fall_through_on_content_policy,
         )
         if walk.retry_max_s is not None and verdict.action is Action.NEXT:
-            wait = self._same_step_wait(walk, turn, verdict)
+            wait = self._same_step_wait(walk, turn, verdict, walk.retry_max_s)
             if wait is not None:
                 verdict = verdict._replace(reason=f"{verdict.reason}; retrying the same step after {wait:g}s")
                 if walk.retried is None:

@@ -10,10 +10,10 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from chainclient.wire import (
     CHAIN_MAX_STEPS,
@@ -426,6 +426,13 @@ class ChainDocument:
             object.__setattr__(self, "drill_ignored", f"drill.hop {drill.hop} is not a step of the chain but its last")
 
     @property
+    def ignored(self) -> list[tuple[str, str]]:
+        """The parts of this document the client does not apply, each with why: ("failover
+        drill", ...), ("failure policy", ...)."""
+        parts = (("failover drill", self.drill_ignored), ("failure policy", self.failure_policy_ignored))
+        return [(part, why) for part, why in parts if why is not None]
+
+    @property
     def order(self) -> tuple[int, int]:
         """What "newer" means: a higher epoch wins even with a lower version."""
         return (self.epoch, self.version)
@@ -492,14 +499,9 @@ class ChainDocument:
             raise DocumentInvalid("'is_default' must be a boolean")
         steps = _parse_steps(data.get("chain"))
         check_steps(steps, registry)
-        drill, drill_ignored = None, None
-        if data.get("drill") is not None:
-            # A drill this client cannot apply (a newer server's fault, say) is ignored: the
-            # document it came with is still the chain, and must be applied.
-            try:
-                drill = Drill.from_json(data["drill"], steps=len(steps))
-            except DocumentInvalid as exc:
-                drill_ignored = str(exc)
+        # A drill or a policy this client cannot apply (a newer server's fault, say) is
+        # ignored: the document it came with is still the chain, and must be applied.
+        drill, drill_ignored = _unless_invalid(data.get("drill"), lambda raw: Drill.from_json(raw, steps=len(steps)))
         policy, policy_ignored = _parse_policy(data.get("failure_policy"), "failure_policy")
         default, default_policy_ignored = _parse_default(data.get("default"), registry)
         doc = cls(
@@ -591,15 +593,24 @@ def _parse_marking(marking: Any, label: str) -> dict[str, Any]:
     return dict(marking)
 
 
-def _parse_policy(raw: Any, where: str) -> tuple[FailurePolicy | None, str | None]:
-    """A document's failure policy (None when it has none) and, for one this client cannot
-    apply, why it is ignored instead."""
+T = TypeVar("T")
+
+
+def _unless_invalid(raw: Any, parse: Callable[[Any], T]) -> tuple[T | None, str | None]:
+    """``parse(raw)`` (None when ``raw`` is absent) and, for a part this client cannot apply,
+    None and why it is ignored instead."""
     if raw is None:
         return None, None
     try:
-        return FailurePolicy.from_json(raw, where), None
+        return parse(raw), None
     except DocumentInvalid as exc:
         return None, str(exc)
+
+
+def _parse_policy(raw: Any, where: str) -> tuple[FailurePolicy | None, str | None]:
+    """A document's failure policy (None when it has none) and, for one this client cannot
+    apply, why it is ignored instead."""
+    return _unless_invalid(raw, lambda policy: FailurePolicy.from_json(policy, where))
 
 
 def _parse_default(raw: Any, registry: Registry | None) -> tuple[DefaultChain | None, str | None]:

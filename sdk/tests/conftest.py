@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import drill_vectors
 import pytest
 import router_fixtures
 
@@ -65,16 +66,7 @@ def drill_json(**changes: Any) -> dict[str, Any]:
     """A document's drill: active from a minute ago for an hour (on the wall clock), of every
     service, hop 1, a server error for a quarter of the requests; ``changes`` replace fields."""
     now = time.time()
-    fields = {
-        "id": 7,
-        "hop": 1,
-        "fault": "server_error",
-        "share_bp": 2500,
-        "services": [],
-        "starts_at": instant(now - 60),
-        "ends_at": instant(now + 3600),
-    }
-    return {**fields, **changes}
+    return drill_vectors.drill(**{"starts_at": instant(now - 60), "ends_at": instant(now + 3600), **changes})
 
 
 def entity_tag(document: dict[str, Any]) -> str:

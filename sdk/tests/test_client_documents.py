@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -202,3 +203,23 @@ def test_the_document_handed_out_is_frozen(make_client, control_plane, eventuall
     with pytest.raises(AttributeError):
         client.current().version = 99  # type: ignore[misc]
     assert isinstance(client.current().chain, tuple)
+
+
+def test_a_failure_policy_this_client_cannot_apply_is_said_once_fetched_and_again_read_back(
+    make_client: Any, control_plane: Any, eventually: Any, document: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="chainclient")
+    control_plane.publish(document(2, failure_policy={"commit": "later"}))
+    client = make_client(report_usage=False).start()
+    eventually(lambda: client.current().version == 2)
+    polls = control_plane.count()
+    eventually(lambda: control_plane.count() >= polls + 10)  # the same document, again and again
+    client.stop()
+    assert client.current().failure_policy is None
+
+    make_client(report_usage=False)  # a restart reads the state file
+    said = [r.getMessage() for r in caplog.records if "ignoring the failure policy" in r.getMessage()]
+    why = 'failure_policy.commit "later" is not one this client knows; the document itself is applied'
+    assert said[0] == f"chain chat: ignoring the failure policy in v2: {why}"
+    assert said[1].startswith("chain chat: ignoring the failure policy in v2 from ") and said[1].endswith(why)
+    assert len(said) == 2
