@@ -361,7 +361,7 @@ FIRST_CHUNK_FIELDS = tuple(f"first_chunk_{i}" for i in range(len(LATENCY_BOUNDS_
 class ProviderHealthMinute(models.Model):
     """What the fleet reported about one step (provider and model) of one chain in one
     minute: attempts by outcome class, served latency and streamed attempts' time to their
-    first chunk as histograms, breaker openings.
+    first chunk as histograms, the tokens the attempts said they used, breaker openings.
     Reports add to it (``F()`` updates), so any number of instances merge into one row."""
 
     chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="provider_health")
@@ -398,6 +398,11 @@ class ProviderHealthMinute(models.Model):
     first_chunk_6 = models.PositiveBigIntegerField(default=0)
     first_chunk_7 = models.PositiveBigIntegerField(default=0)
     first_chunk_8 = models.PositiveBigIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    served_with_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="served attempts whose tokens are in the sums; the other served ones are unknown"
+    )
     breaker_openings = models.PositiveBigIntegerField(default=0)
 
     class Meta:
@@ -408,6 +413,21 @@ class ProviderHealthMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.chain.name} {self.provider}/{self.model} at {format_time(self.minute)}"
+
+
+class ProviderTokenTotal(models.Model):
+    """The tokens of a chain's step in minutes the health window no longer keeps: ``prune``
+    adds a minute's tokens here as it deletes it, so the tokens counted since the first report
+    (``/metrics``' ``chain_tokens_total``) never go back."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="token_totals")
+    provider = models.CharField(max_length=100)
+    model = models.CharField(max_length=100)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["chain", "provider", "model"], name="provider_token_total")]
 
 
 class ProviderReporter(models.Model):

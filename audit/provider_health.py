@@ -50,12 +50,13 @@ from audit.models import (
     ProviderEvidence,
     ProviderHealthMinute,
     ProviderReporter,
+    ProviderTokenTotal,
     ReportWindow,
 )
 from presets import statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
-from presets.wire import OUTCOME_CLASSES, latency_percentile
+from presets.wire import OUTCOME_CLASSES, TOKEN_FIELDS, latency_percentile
 
 Row = TypeVar("Row", ProviderHealthMinute, ProviderReporter)
 
@@ -83,6 +84,11 @@ class StepReport:
     first_chunk_ms: tuple[int, ...] = ()
     """Streamed attempts' time to their first chunk, a histogram as ``latency_ms``; empty
     when the report has none (nothing streamed, or an SDK without streams)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    served_with_tokens: int = 0
+    """Served attempts whose tokens are in the sums (``presets.wire.TOKEN_FIELDS``); a report
+    without token counts has 0, and all its served attempts count as unknown."""
 
 
 def record_health(
@@ -114,6 +120,8 @@ def record_health(
         if step.first_chunk_ms:
             for name, value in zip(FIRST_CHUNK_FIELDS, step.first_chunk_ms, strict=True):
                 counts[name] += value
+        for name in TOKEN_FIELDS:
+            counts[name] += getattr(step, name)
         if step.outcomes.get("credentials"):
             credentials.add((step.provider, step.model))
     for provider, openings in breaker_openings.items():
@@ -165,15 +173,17 @@ def record_health(
                 )
 
 
-# Every counter of a minute's row: outcome classes, latency and first-chunk buckets, breaker
-# openings.
-_COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, *FIRST_CHUNK_FIELDS, "breaker_openings")
+# Every counter of a minute's row: outcome classes, latency and first-chunk buckets, tokens,
+# breaker openings.
+_COUNTED = (*OUTCOME_CLASSES, *LATENCY_FIELDS, *FIRST_CHUNK_FIELDS, *TOKEN_FIELDS, "breaker_openings")
+# The counters of a step's tokens since its first report (``ProviderTokenTotal``).
+_TOKEN_TOTALS = ("input_tokens", "output_tokens")
 # The counters of an instance's evidence: what an alert weighs (attempts, errors by class).
 _EVIDENCE = ("served", *ERROR_CLASSES)
 
 
 def _add(
-    model: type[ProviderHealthMinute | ProviderEvidence],
+    model: type[ProviderHealthMinute | ProviderEvidence | ProviderTokenTotal],
     *,
     key: tuple[str, ...],
     counted: tuple[str, ...],
@@ -208,7 +218,28 @@ def prune(*, now: datetime | None = None) -> int:
     window and the usage-report limits' past minutes; returns the buckets deleted."""
     now = now or timezone.now()
     cutoff = now - timedelta(hours=settings.PROVIDER_HEALTH_RETENTION_HOURS)
-    deleted, _ = ProviderHealthMinute.objects.filter(minute__lt=minute_of(cutoff)).delete()
+    # The minutes' tokens move to the totals as they are deleted, in one transaction; the rows a
+    # DELETE ... RETURNING hands back are its own, so a prune running at once cannot count them too.
+    table = connection.ops.quote_name(ProviderHealthMinute._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE minute < %s RETURNING chain_id, provider, model, input_tokens, output_tokens",
+            [connection.ops.adapt_datetimefield_value(minute_of(cutoff))],
+        )
+        deleted_rows = cursor.fetchall()
+        moved: dict[tuple[int, str, str], list[int]] = {}
+        for chain, provider, model, tokens_in, tokens_out in deleted_rows:
+            if model and (tokens_in or tokens_out):
+                sums = moved.setdefault((chain, provider, model), [0, 0])
+                sums[0] += tokens_in
+                sums[1] += tokens_out
+        _add(
+            ProviderTokenTotal,
+            key=("chain_id", "provider", "model"),
+            counted=_TOKEN_TOTALS,
+            rows=[(*key, *sums) for key, sums in sorted(moved.items())],
+        )
+    deleted = len(deleted_rows)
     ProviderReporter.objects.filter(last_reported_at__lt=cutoff).delete()
     ProviderEvidence.objects.filter(minute__lt=_evidence_since(now)).delete()
     ReportWindow.objects.filter(window_start__lt=minute_of(now)).delete()
@@ -235,6 +266,11 @@ class WindowHealth(TypedDict):
     ]
     first_chunk_p95_ms: Annotated[
         int | None, Help("95th percentile time to a stream's first chunk, as first_chunk_p50_ms.")
+    ]
+    input_tokens: Annotated[int, Help("Input tokens the attempts said they used.")]
+    output_tokens: Annotated[int, Help("Output tokens the attempts said they used.")]
+    served_with_tokens: Annotated[
+        int, Help("Served attempts whose tokens were reported; the other served ones used unknown tokens.")
     ]
     breaker_openings: int
 
@@ -409,6 +445,9 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
             p95_ms=None,
             first_chunk_p50_ms=None,
             first_chunk_p95_ms=None,
+            input_tokens=0,
+            output_tokens=0,
+            served_with_tokens=0,
             breaker_openings=0,
         )
     outcomes = {name: sum(getattr(row, name) for row in rows) for name in OUTCOME_CLASSES}
@@ -426,6 +465,7 @@ def _window(rows: list[ProviderHealthMinute], openings: list[ProviderHealthMinut
         p95_ms=latency_percentile(histogram, 0.95),
         first_chunk_p50_ms=latency_percentile(first_chunk, 0.50),
         first_chunk_p95_ms=latency_percentile(first_chunk, 0.95),
+        **{name: sum(getattr(row, name) for row in rows) for name in TOKEN_FIELDS},  # type: ignore[typeddict-item]
         breaker_openings=sum(row.breaker_openings for row in openings),
     )
 
@@ -802,6 +842,23 @@ def _risk(step: StepHealth) -> float:
     if rate is None:
         return settings.PROVIDER_FAILING_ERROR_PERCENT / 100 / 2
     return rate
+
+
+def token_totals() -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Input and output tokens of each (chain, provider, model) since its first report: the
+    minutes kept plus what ``prune`` moved out of them, for ``/metrics`` (two queries)."""
+    totals: dict[tuple[str, str, str], tuple[int, int]] = {}
+    kept = (
+        ProviderHealthMinute.objects.exclude(model="")
+        .values_list("chain__name", "provider", "model")
+        .annotate(Sum("input_tokens"), Sum("output_tokens"))
+        .order_by()
+    )
+    moved = ProviderTokenTotal.objects.values_list("chain__name", "provider", "model", "input_tokens", "output_tokens")
+    for chain, provider, model, tokens_in, tokens_out in [*kept, *moved]:
+        before = totals.get((chain, provider, model), (0, 0))
+        totals[chain, provider, model] = (before[0] + (tokens_in or 0), before[1] + (tokens_out or 0))
+    return {key: counts for key, counts in sorted(totals.items()) if any(counts)}
 
 
 def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:

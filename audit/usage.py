@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -318,9 +318,7 @@ def _bounded_health(health: Health, *, dropped: Dropped) -> tuple[list[provider_
             continue
         outcomes = {name: count for name, count in step.outcomes.items() if name in OUTCOME_CLASSES}
         dropped.outcome_classes += len(step.outcomes) - len(outcomes)
-        steps.append(
-            provider_health.StepReport(step.provider, step.model, outcomes, step.latency_ms, step.first_chunk_ms)
-        )
+        steps.append(replace(step, outcomes=outcomes))
     openings = {name: count for name, count in health.breaker_openings.items() if name in registry}
     dropped.breaker_openings = len(health.breaker_openings) - len(openings)
     return steps, openings

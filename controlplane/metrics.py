@@ -33,6 +33,7 @@ from audit import provider_health
 from audit.models import Alert, AlertKind, RefusedEvidence
 from controlplane import pool_metrics
 from presets.models import Action, Selection
+from presets.providers import price_of
 from presets.selectors import pin_age
 from presets.wire import OUTCOME_CLASSES
 from read_path.http import bearer_token
@@ -166,6 +167,30 @@ def _provider_health(now: datetime) -> Iterator[Metric]:
         if total:
             error_ratio.add_metric([chain, provider, model], errors / total)
     yield from (attempts, error_ratio, openings)
+    yield from _spend()
+
+
+def _spend() -> Iterator[Metric]:
+    """Tokens the fleet reported since each step's first report, and their estimated cost at the
+    registry's price now (a step without a price has no cost sample: unknown, not zero)."""
+    tokens = CounterMetricFamily(
+        "chain_tokens",
+        "Tokens the fleet reported using, by chain, provider, model and direction (input or output)",
+        labels=["chain", "provider", "model", "direction"],
+    )
+    cost = CounterMetricFamily(
+        "chain_cost_estimated",
+        "The reported tokens' cost at the provider registry's current price, in its currency (label currency); "
+        "a price change re-prices the tokens counted",
+        labels=["chain", "provider", "model", "currency"],
+    )
+    for (chain, provider, model), (tokens_in, tokens_out) in provider_health.token_totals().items():
+        tokens.add_metric([chain, provider, model, "input"], tokens_in)
+        tokens.add_metric([chain, provider, model, "output"], tokens_out)
+        price = price_of(provider, model)
+        if price is not None:
+            cost.add_metric([chain, provider, model, price.currency], price.cost(tokens_in, tokens_out))
+    yield from (tokens, cost)
 
 
 def registry() -> CollectorRegistry:

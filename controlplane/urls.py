@@ -42,6 +42,7 @@ api_v1 = [
     path("fleet/seen", fleet_api.FleetSeenView.as_view(), name="api-fleet-seen"),
     path("chains/<slug:name>/usage", fleet_api.UsageView.as_view(), name="api-usage"),
     path("chains/<slug:name>/health", fleet_api.ChainHealthView.as_view(), name="api-health"),
+    path("chains/<slug:name>/spend", fleet_api.ChainSpendView.as_view(), name="api-spend"),
     path("chains/<slug:name>/instances", fleet_api.ChainInstancesView.as_view(), name="api-instances"),
     path("plans", plans_api.PlanListView.as_view(), name="api-plans"),
     path("chains/<slug:name>/plans", plans_api.ChainPlansView.as_view(), name="api-chain-plans"),

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import drills, fleet, fleet_seen, provider_alerts, provider_health
+from audit import drills, fleet, fleet_seen, provider_alerts, provider_health, spend
 from audit import usage as usage_reports
 from audit.fleet_recorder import recorder
 from audit.models import MAX_CLIENT_LENGTH
@@ -20,7 +20,14 @@ from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerFi
 from http_api.schema import errors, serializer_for
 from presets import services
 from presets.exceptions import InvalidInput
-from presets.wire import CHAIN_MAX_STEPS, LATENCY_BOUNDS_MS, OUTCOME_CLASSES, REPORT_MAX_PROVIDERS, REPORT_MAX_STEPS
+from presets.wire import (
+    CHAIN_MAX_STEPS,
+    LATENCY_BOUNDS_MS,
+    OUTCOME_CLASSES,
+    REPORT_MAX_PROVIDERS,
+    REPORT_MAX_STEPS,
+    TOKEN_FIELDS,
+)
 from read_path.http import error_body
 
 log = logging.getLogger(__name__)
@@ -147,6 +154,33 @@ class HealthStepSerializer(serializers.Serializer):
         help_text="streamed attempts by time to their first chunk, bucketed as latency_ms; absent when none",
     )
 
+    # The tokens the step's attempts said they used (presets.wire.TOKEN_FIELDS); absent from a
+    # step none of whose attempts said any, or from an SDK that does not count them.
+    input_tokens = StrictIntegerField(min_value=0, max_value=10**15, required=False, default=0)
+    output_tokens = StrictIntegerField(min_value=0, max_value=10**15, required=False, default=0)
+    served_with_tokens = StrictIntegerField(
+        min_value=0,
+        max_value=10**12,
+        required=False,
+        default=0,
+        help_text="served attempts whose input and output tokens are both in the sums; the step's other served "
+        "attempts count as unknown, never as zero",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["served_with_tokens"] > attrs["outcomes"].get("served", 0):
+            raise serializers.ValidationError(
+                {"served_with_tokens": "more than the step's served attempts (outcomes.served)"}
+            )
+        # Spend is worked out from these sums: no attempt uses more than a context window's worth.
+        most = MAX_TOKENS_PER_ATTEMPT * sum(attrs["outcomes"].values())
+        for name in ("input_tokens", "output_tokens"):
+            if attrs[name] > most:
+                raise serializers.ValidationError(
+                    {name: f"more than {MAX_TOKENS_PER_ATTEMPT:,} tokens an attempt (over the step's outcomes)"}
+                )
+        return attrs
+
     def validate_outcomes(self, value: dict[str, int]) -> dict[str, int]:
         # Classes this control plane does not know are dropped and counted (a newer SDK may
         # have more); a step naming more than this is no SDK's.
@@ -158,6 +192,8 @@ class HealthStepSerializer(serializers.Serializer):
 
 
 MAX_OUTCOME_CLASSES = 50
+# More tokens than any model's context window holds, for one attempt's input or output.
+MAX_TOKENS_PER_ATTEMPT = 10_000_000
 
 
 class HealthSerializer(serializers.Serializer):
@@ -406,6 +442,7 @@ def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:
                     outcomes=step["outcomes"],
                     latency_ms=tuple(step["latency_ms"]),
                     first_chunk_ms=tuple(step.get("first_chunk_ms", ())),
+                    **{name: step[name] for name in TOKEN_FIELDS},
                 )
                 for step in health["steps"]
             ],
@@ -478,3 +515,17 @@ class ChainHealthView(APIView):
                 "held_alerts": provider_health.alert_evidence().held.get(selection.chain.name, []),
             }
         )
+
+
+class ChainSpendView(APIView):
+    """What a chain's traffic costs, per step: the tokens the fleet reported at the registry's
+    prices (``audit.spend``)."""
+
+    OutputSerializer = serializer_for(spend.ChainSpend, "ChainSpendSerializer")
+
+    @extend_schema(operation_id="chains_spend", responses={200: OutputSerializer, **errors(401, 404, 503)})
+    def get(self, request: Request, name: str) -> Response:
+        selection = services.revert_expired_and_read(chain=name)
+        live = [(step["provider"], step["model"]) for step in selection.steps]
+        health = provider_health.chain_health(selection.chain, first=live)
+        return Response(spend.chain_spend(selection.chain, health, live_head=live[0] if live else None))

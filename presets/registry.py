@@ -7,7 +7,16 @@ deployment may point the ``PROVIDER_REGISTRY`` setting at another module with a
 
 from __future__ import annotations
 
-from presets.providers import Provider
+from datetime import date
+from decimal import Decimal
+
+from presets.providers import Price, Provider
+
+
+def _usd(input_per_mtok: str, output_per_mtok: str) -> Price:
+    # The example vendors' list prices, as a deployment's registry records its own contract's.
+    return Price(Decimal(input_per_mtok), Decimal(output_per_mtok), "USD", date(2026, 12, 1), "example price list")
+
 
 PROVIDERS: dict[str, Provider] = {
     "vendor_a": Provider(
@@ -16,6 +25,7 @@ PROVIDERS: dict[str, Provider] = {
             "large": frozenset({"text", "images", "tools"}),
             "small": frozenset({"text", "tools"}),
         },
+        prices={"large": _usd("2.50", "10.00"), "small": _usd("0.15", "0.60")},
     ),
     "vendor_b": Provider(
         destination="vendor_b-eu",
@@ -23,6 +33,7 @@ PROVIDERS: dict[str, Provider] = {
             "large": frozenset({"text", "images", "tools"}),
             "small": frozenset({"text"}),
         },
+        prices={"large": _usd("8.00", "32.00"), "small": _usd("0.40", "1.60")},
     ),
     "self_hosted": Provider(
         destination="self-hosted",
@@ -30,5 +41,6 @@ PROVIDERS: dict[str, Provider] = {
             "8b": frozenset({"text"}),
             "vision-11b": frozenset({"text", "images"}),
         },
+        # Run on the deployment's own machines: no price per token here (the pages say unknown).
     ),
 }

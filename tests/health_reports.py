@@ -30,12 +30,16 @@ def step(
     histogram: list[int] | None = None,
     *,
     first_chunk: list[int] | None = None,
+    tokens: tuple[int, int, int] | None = None,
 ) -> dict[str, Any]:
     """One step of a report; ``first_chunk``: its streamed attempts' time-to-first-chunk
-    histogram, left out (as an SDK does for a step that never streamed) when None."""
+    histogram, left out (as an SDK does for a step that never streamed) when None; ``tokens``:
+    (input tokens, output tokens, served attempts that said both), left out when None."""
     reported = {"provider": provider, "model": model, "outcomes": outcomes, "latency_ms": histogram or latency()}
     if first_chunk is not None:
         reported["first_chunk_ms"] = first_chunk
+    if tokens is not None:
+        reported["input_tokens"], reported["output_tokens"], reported["served_with_tokens"] = tokens
     return reported
 
 

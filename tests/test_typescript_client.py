@@ -354,6 +354,7 @@ def test_the_typescript_wire_constants_are_the_python_sdk_s(built: Path) -> None
     assert tuple(ts["FAILURE_POLICY_COMMITS"]) == wire.FAILURE_POLICY_COMMITS
     assert tuple(ts["OUTCOME_CLASSES"]) == wire.OUTCOME_CLASSES
     assert tuple(ts["LATENCY_BOUNDS_MS"]) == wire.LATENCY_BOUNDS_MS
+    assert tuple(ts["TOKEN_FIELDS"]) == wire.TOKEN_FIELDS
     assert ts["SIGNATURE_CONTEXT"].encode() == wire.SIGNATURE_CONTEXT
     document = {"a": 1, "b": "\u00e9", "signature": {"alg": "ed25519", "key_id": "k", "signed_at": "t", "value": "v"}}
     assert ts["signed"].encode("latin1") == wire.signed_content(document)

@@ -1,7 +1,10 @@
 /**
  * Provider health from the fleet, for the usage report's `"health"` key: each step's
  * attempts by outcome class, served latencies and streams' first chunks in fixed buckets,
- * and breaker openings. Only counts leave the process.
+ * the tokens the attempts' receipts say they used, and breaker openings. Only counts leave
+ * the process. A step's tokens are sums, with the served attempts that said both counts
+ * (`served_with_tokens`): the control plane counts its other served attempts as unknown,
+ * never as zero.
  */
 
 import type { Attempt } from "./receipts.js";
@@ -42,7 +45,23 @@ interface StepHealth {
   outcomes: Map<OutcomeClass, number>;
   latency_ms: number[];
   first_chunk_ms: number[];
+  input_tokens: number;
+  output_tokens: number;
+  /** Served attempts whose input and output tokens are both in the sums. */
+  served_with_tokens: number;
+  /** An attempt said its tokens (a served one, or one that failed after using some). */
+  tokens_reported: boolean;
 }
+
+const stepHealth = (): StepHealth => ({
+  outcomes: new Map(),
+  latency_ms: histogram(),
+  first_chunk_ms: histogram(),
+  input_tokens: 0,
+  output_tokens: 0,
+  served_with_tokens: 0,
+  tokens_reported: false,
+});
 
 export interface HealthCounts {
   steps: Map<string, { provider: string; model: string; health: StepHealth }>;
@@ -61,6 +80,12 @@ export function healthBody(counts: HealthCounts): Record<string, unknown> | null
         latency_ms: [...health.latency_ms],
       };
       if (health.first_chunk_ms.some(Boolean)) entry["first_chunk_ms"] = [...health.first_chunk_ms];
+      // A step none of whose attempts said its tokens reads as it did before tokens.
+      if (health.tokens_reported) {
+        entry["input_tokens"] = health.input_tokens;
+        entry["output_tokens"] = health.output_tokens;
+        entry["served_with_tokens"] = health.served_with_tokens;
+      }
       return entry;
     }),
     breaker_openings: Object.fromEntries(counts.openings),
@@ -77,13 +102,20 @@ export class HealthTally {
     let entry = this.counts.steps.get(key);
     if (entry === undefined) {
       if (this.counts.steps.size >= REPORT_MAX_STEPS) return;
-      entry = { provider: attempt.provider, model: attempt.model, health: { outcomes: new Map(), latency_ms: histogram(), first_chunk_ms: histogram() } };
+      entry = { provider: attempt.provider, model: attempt.model, health: stepHealth() };
       this.counts.steps.set(key, entry);
     }
     const health = entry.health;
     health.outcomes.set(kind, (health.outcomes.get(kind) ?? 0) + 1);
     if (kind === "served") health.latency_ms[latencyBucket(attempt.elapsed_s)] += 1;
     if (attempt.first_chunk_s !== null) health.first_chunk_ms[latencyBucket(attempt.first_chunk_s)] += 1;
+    const { input_tokens, output_tokens } = attempt;
+    if (input_tokens !== null || output_tokens !== null) {
+      health.tokens_reported = true;
+      health.input_tokens += input_tokens ?? 0;
+      health.output_tokens += output_tokens ?? 0;
+      if (kind === "served" && input_tokens !== null && output_tokens !== null) health.served_with_tokens += 1;
+    }
   }
 
   recordOpening(provider: string): void {
@@ -106,6 +138,10 @@ export class HealthTally {
         for (const [kind, count] of entry.health.outcomes) held.health.outcomes.set(kind, (held.health.outcomes.get(kind) ?? 0) + count);
         entry.health.latency_ms.forEach((count, i) => (held.health.latency_ms[i] += count));
         entry.health.first_chunk_ms.forEach((count, i) => (held.health.first_chunk_ms[i] += count));
+        held.health.input_tokens += entry.health.input_tokens;
+        held.health.output_tokens += entry.health.output_tokens;
+        held.health.served_with_tokens += entry.health.served_with_tokens;
+        held.health.tokens_reported ||= entry.health.tokens_reported;
       } else if (taken.steps.size < REPORT_MAX_STEPS) {
         taken.steps.set(key, entry);
       }

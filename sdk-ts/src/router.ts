@@ -902,7 +902,9 @@ export class Router {
     let tokens: [number | null, number | null] = [null, null];
     if (value instanceof Answer) {
       modelId = value.model_id;
-      tokens = [value.input_tokens, value.output_tokens];
+      // Only whole numbers of at least 0, as the Python SDK counts them: the usage report sums
+      // them, and the control plane refuses a whole report over one bad count.
+      tokens = [tokenCount(value.input_tokens), tokenCount(value.output_tokens)];
       value = value.value;
     }
     let v = classify(
@@ -1162,6 +1164,10 @@ export class RouteStream implements AsyncIterable<unknown> {
       },
     };
   }
+}
+
+function tokenCount(count: unknown): number | null {
+  return Number.isInteger(count) && (count as number) >= 0 ? (count as number) : null;
 }
 
 function shortError(a: Attempt): string {

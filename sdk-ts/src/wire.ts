@@ -1,10 +1,10 @@
 /**
  * What the control plane and every chainclient must agree on, as the Python SDK's
  * `chainclient/wire.py` states it: the step rules, the longest long poll, the usage report's
- * health classes and buckets, the bytes a document's signature covers, and what a failover
- * drill's clients and server agree on (its faults, share bounds, report cadence and the
- * digest naming a service that takes part), and a chain's failure policy (its commit points
- * and bounds).
+ * health classes, buckets and token counts, the bytes a document's signature covers, and what
+ * a failover drill's clients and server agree on (its faults, share bounds, report cadence and
+ * the digest naming a service that takes part), and a chain's failure policy (its commit
+ * points and bounds).
  */
 
 import { createHash } from "node:crypto";
@@ -34,6 +34,13 @@ export type OutcomeClass = (typeof OUTCOME_CLASSES)[number];
 
 /** Upper bounds (inclusive) of the latency buckets; one more bucket counts the rest. */
 export const LATENCY_BOUNDS_MS = [100, 250, 500, 1000, 2500, 5000, 10000, 30000] as const;
+/**
+ * A usage report's step says the tokens its attempts used with these counts, when one of them
+ * said any: input and output tokens summed over the attempts that said them, and how many
+ * served attempts said both. The control plane counts a step's other served attempts (and
+ * every served attempt of a step without them) as unknown, never as zero tokens.
+ */
+export const TOKEN_FIELDS = ["input_tokens", "output_tokens", "served_with_tokens"] as const;
 export const REPORT_MAX_STEPS = 50;
 export const REPORT_MAX_PROVIDERS = 50;
 

@@ -1,6 +1,6 @@
 // ChainClient over real HTTP (node:http, its default): a local scripted control plane.
 // Long polls, stop() in the middle of one, Retry-After, usage reports from the background loop,
-// and one state file shared by two clients never going back.
+// the health section's token counts, and one state file shared by two clients never going back.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
-import { ChainClient, Registry, step } from "../dist/index.js";
+import { Answer, ChainClient, ProviderError, Registry, Router, TOKEN_FIELDS, step } from "../dist/index.js";
 
 const registry = new Registry({
   vendor_a: { destination: "vendor_a-us", models: { large: ["text"] } },
@@ -121,6 +121,98 @@ test("usage reports go out from the background loop; one refused with Retry-Afte
     await client.stop();
     plane.retryAfter = null;
   }
+});
+
+// An attempt as the Router settles it; `more` sets what a test is about.
+function attempt(provider, more = {}) {
+  return {
+    task_id: "t", attempt_id: "t-1", provider, model: "large", dispatch: "dispatched_known", outcome: "ok", status: null,
+    elapsed_s: 0.05, timeout_s: 20, reason: "", error: "", destination: "", model_id: "", contract: "none", epoch: 0, version: 0,
+    chunks: null, first_chunk_s: null, input_tokens: null, output_tokens: null, drill: null, ...more,
+  };
+}
+
+// A client that only reports when flushUsage() is called, to the plane above.
+function reporter() {
+  plane.reports = [];
+  plane.usageStatus = 202;
+  return new ChainClient(url, { chain: "chat", token: "tok", registry, default: defaults, longPoll: false, logger: quiet });
+}
+
+const stepsOf = (report) => Object.fromEntries(report.health.steps.map(({ provider, ...entry }) => [provider, entry]));
+
+test("the health section sums each step's tokens, with the served attempts that said both; a step that never said any has no token keys", async () => {
+  assert.deepEqual([...TOKEN_FIELDS], ["input_tokens", "output_tokens", "served_with_tokens"]);
+  const client = reporter();
+  client.record_attempt(attempt("vendor_a", { input_tokens: 10, output_tokens: 5 }));
+  client.record_attempt(attempt("vendor_a", { input_tokens: 7, output_tokens: 3, chunks: 4, first_chunk_s: 0.02 }));
+  // Said only its input: in the sum, not among the served that said both.
+  client.record_attempt(attempt("vendor_a", { input_tokens: 4 }));
+  // A failed attempt that used tokens: in the sums, never served.
+  client.record_attempt(attempt("vendor_a", { outcome: "failed", status: 500, input_tokens: 6, output_tokens: 1 }));
+  client.record_attempt(attempt("vendor_b"));
+  client.record_attempt(attempt("vendor_b", { outcome: "failed", status: 429 }));
+  await client.flushUsage();
+  const steps = stepsOf(plane.reports.at(-1));
+  assert.deepEqual(steps.vendor_a, {
+    model: "large",
+    outcomes: { served: 3, server_error: 1 },
+    latency_ms: [3, 0, 0, 0, 0, 0, 0, 0, 0],
+    first_chunk_ms: [1, 0, 0, 0, 0, 0, 0, 0, 0],
+    input_tokens: 27,
+    output_tokens: 9,
+    served_with_tokens: 2,
+  });
+  // After first_chunk_ms, as the Python SDK writes them.
+  assert.deepEqual(Object.keys(steps.vendor_a).slice(-4), ["first_chunk_ms", ...TOKEN_FIELDS]);
+  assert.deepEqual(steps.vendor_b, { model: "large", outcomes: { served: 1, rate_limited: 1 }, latency_ms: [1, 0, 0, 0, 0, 0, 0, 0, 0] });
+});
+
+test("a Router's attempts carry the tokens a transport's Answer said, integers only, into the report", async () => {
+  const client = reporter();
+  const answers = [new Answer("hi", "vendor_a/large-2", 12, 4), new Answer("hi", "vendor_a/large-2", 2.5, "7"), "hi"];
+  const router = new Router(client, { transports: { vendor_a: async () => answers.shift() }, logger: quiet });
+  const first = await router.complete("hi");
+  assert.deepEqual([first.attempts[0].input_tokens, first.attempts[0].output_tokens], [12, 4]);
+  const second = await router.complete("hi");
+  assert.deepEqual([second.attempts[0].input_tokens, second.attempts[0].output_tokens], [null, null], "not integers: unknown");
+  await router.complete("hi");
+  await client.flushUsage();
+  const { vendor_a } = stepsOf(plane.reports.at(-1));
+  assert.deepEqual([vendor_a.outcomes, vendor_a.input_tokens, vendor_a.output_tokens, vendor_a.served_with_tokens], [{ served: 3 }, 12, 4, 1]);
+});
+
+test("a failed report's token counts are merged with those recorded while it was out, whichever batch said them", async () => {
+  const reports = [];
+  let status = 503;
+  let whileOut = () => {};
+  const client = new ChainClient(url, {
+    chain: "chat", token: "tok", registry, default: defaults, longPoll: false, logger: quiet,
+    fetch: async (_url, init) => {
+      reports.push(JSON.parse(init.body));
+      whileOut();
+      return new Response("{}", { status });
+    },
+  });
+  client.record_attempt(attempt("vendor_a", { input_tokens: 10, output_tokens: 5 }));
+  client.record_attempt(attempt("vendor_b"));
+  // Recorded after the batch was taken and before it failed: put_back adds the two up.
+  whileOut = () => {
+    client.record_attempt(attempt("vendor_a", { input_tokens: 1, output_tokens: 2 }));
+    client.record_attempt(attempt("vendor_a"));
+    client.record_attempt(attempt("vendor_b", { input_tokens: 3, output_tokens: 2 }));
+    whileOut = () => {};
+  };
+  await client.flushUsage();
+  assert.equal(client.health().usage_report_failures, 1);
+  assert.equal(stepsOf(reports[0]).vendor_b.input_tokens, undefined, "the failed report's vendor_b said no tokens");
+  status = 202;
+  await client.flushUsage();
+  assert.equal(client.health().usage_report_failures, 0);
+  const steps = stepsOf(reports.at(-1));
+  const tokens = (entry) => [entry.outcomes.served, ...TOKEN_FIELDS.map((name) => entry[name])];
+  assert.deepEqual(tokens(steps.vendor_a), [3, 11, 7, 2]);
+  assert.deepEqual(tokens(steps.vendor_b), [2, 3, 2, 1], "tokens said only while the failed report was out still count");
 });
 
 test("two clients sharing a state directory never move the file back", async () => {

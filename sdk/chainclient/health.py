@@ -1,11 +1,15 @@
 """Provider health from the fleet: how each step's attempts ended, how long the served ones
-took, how soon streamed ones sent their first chunk, and how often each provider's circuit
-breaker opened, for the usage report.
+took, how soon streamed ones sent their first chunk, the tokens the provider said they used,
+and how often each provider's circuit breaker opened, for the usage report.
 
 The router tells its source about every attempt it settles (``record_attempt``) and every
 breaker it opens (``record_breaker_opened``); a ``ChainClient`` tallies them here and its
 usage thread sends them as the report's ``"health"`` key. Only counts leave the process:
-the provider, the model, an outcome class and latency buckets, never request content.
+the provider, the model, an outcome class, latency buckets and token counts, never request
+content. Tokens are the sums the attempts' receipts carry (``Attempt.input_tokens``, taken by
+the adapters from the libraries' usage fields, streams included), with the number of served
+attempts that said both (``served_with_tokens``): the control plane counts the rest of the
+served attempts as unknown, never as zero.
 Latencies go into a fixed histogram (``LATENCY_BOUNDS_MS``), as do times to a stream's first
 chunk (the same buckets), so the control plane merges the fleet's reports by adding them up.
 
@@ -70,6 +74,12 @@ def latency_bucket(elapsed_s: float) -> int:
     return bisect_left(LATENCY_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
 
 
+def _count(tokens: object) -> int | None:
+    """A token count as the report sums it: a whole number of at least 0 (a transport's answer
+    is not checked, and the control plane refuses a whole report over one bad count)."""
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+
+
 def _histogram() -> list[int]:
     return [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
@@ -82,10 +92,20 @@ class StepHealth:
     outcomes: dict[str, int] = field(default_factory=dict)
     latency_ms: list[int] = field(default_factory=_histogram)
     first_chunk_ms: list[int] = field(default_factory=_histogram)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    served_with_tokens: int = 0
+    """Served attempts whose input and output tokens are both in the sums."""
+    tokens_reported: bool = False
+    """An attempt said its tokens (a served one, or one that failed after using some)."""
 
     def add(self, other: StepHealth) -> None:
         for kind, count in other.outcomes.items():
             self.outcomes[kind] = self.outcomes.get(kind, 0) + count
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.served_with_tokens += other.served_with_tokens
+        self.tokens_reported = self.tokens_reported or other.tokens_reported
         self.latency_ms = [mine + theirs for mine, theirs in zip(self.latency_ms, other.latency_ms, strict=True)]
         self.first_chunk_ms = [
             mine + theirs for mine, theirs in zip(self.first_chunk_ms, other.first_chunk_ms, strict=True)
@@ -93,8 +113,8 @@ class StepHealth:
 
     def report(self, provider: str, model: str) -> dict[str, Any]:
         """This step's entry in the report's ``"steps"``, with ``first_chunk_ms`` only when
-        one of its attempts streamed a chunk: a step that never streamed reads as it did
-        before streams."""
+        one of its attempts streamed a chunk and the token counts only when one of them said
+        its tokens: a step that never streamed (or never said) reads as it did before."""
         entry: dict[str, Any] = {
             "provider": provider,
             "model": model,
@@ -104,6 +124,10 @@ class StepHealth:
         }
         if any(self.first_chunk_ms):
             entry["first_chunk_ms"] = list(self.first_chunk_ms)
+        if self.tokens_reported:
+            entry["input_tokens"] = self.input_tokens
+            entry["output_tokens"] = self.output_tokens
+            entry["served_with_tokens"] = self.served_with_tokens
         return entry
 
 
@@ -147,6 +171,7 @@ class HealthTally:
         bucket = latency_bucket(attempt.elapsed_s) if kind == "served" else -1
         first_chunk_s = attempt.first_chunk_s
         first = latency_bucket(first_chunk_s) if first_chunk_s is not None else -1
+        input_tokens, output_tokens = _count(attempt.input_tokens), _count(attempt.output_tokens)
         key = (attempt.provider, attempt.model)
         with self._lock:
             steps = self._steps
@@ -160,6 +185,12 @@ class HealthTally:
                 step.latency_ms[bucket] += 1
             if first >= 0:
                 step.first_chunk_ms[first] += 1
+            if input_tokens is not None or output_tokens is not None:
+                step.tokens_reported = True
+                step.input_tokens += input_tokens or 0
+                step.output_tokens += output_tokens or 0
+                if bucket >= 0 and input_tokens is not None and output_tokens is not None:
+                    step.served_with_tokens += 1
 
     def record_opening(self, provider: str) -> None:
         """Count one opening of ``provider``'s circuit breaker."""

@@ -66,6 +66,12 @@ def latency_percentile(histogram: Sequence[int], share: float) -> int | None:
     return LATENCY_BOUNDS_MS[-1]
 
 
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "served_with_tokens")
+"""A usage report's step says the tokens its attempts used with these counts, when one of
+them said any: input and output tokens summed over the attempts that said them, and how many
+served attempts said both. The control plane counts a step's other served attempts (and every
+served attempt of a step without them) as unknown, never as zero tokens."""
+
 REPORT_MAX_STEPS = 50
 """The most steps (provider and model) one usage report's health section may name."""
 

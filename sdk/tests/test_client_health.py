@@ -38,6 +38,7 @@ def attempt(
     *,
     chunks: int | None = None,
     first_chunk_s: float | None = None,
+    tokens: tuple[Any, Any] = (None, None),
 ) -> Attempt:
     return Attempt(
         task_id="t",
@@ -52,6 +53,8 @@ def attempt(
         reason="",
         chunks=chunks,
         first_chunk_s=first_chunk_s,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
     )
 
 
@@ -246,6 +249,27 @@ def test_a_put_back_adds_the_first_chunk_histograms_too():
         "vendor_a/large": ({"served": 2, "interrupted": 1}, latencies(b1=2, b3=1)),
         "vendor_b/large": ({"served": 2}, latencies(b4=1)),
     }
+
+
+def test_tokens_are_summed_per_step_and_only_served_attempts_with_both_counts_are_known():
+    tally = HealthTally()
+    tally.record(attempt(tokens=(1000, 200)))
+    tally.record(attempt(tokens=(500, None)))  # one count: in the sums, not a known request
+    tally.record(attempt())  # no counts: unknown, the control plane's count of the rest
+    tally.record(attempt(outcome="interrupted", chunks=3, first_chunk_s=0.2, tokens=(300, 40)))  # used, not served
+    tally.record(attempt(tokens=(-5, True)))  # not counts: ignored
+    tally.record(attempt(provider="vendor_b"))  # never said tokens: no token keys
+    taken = tally.take()
+    tally.record(attempt(tokens=(10, 1)))
+    tally.put_back(taken)
+
+    body = tally.take().body()
+    assert body is not None
+    steps = {f"{s['provider']}/{s['model']}": s for s in body["steps"]}
+    head = steps["vendor_a/large"]
+    assert (head["input_tokens"], head["output_tokens"], head["served_with_tokens"]) == (1810, 241, 2)
+    assert list(head)[-3:] == ["input_tokens", "output_tokens", "served_with_tokens"]
+    assert not {"input_tokens", "output_tokens", "served_with_tokens"} & set(steps["vendor_b/large"])
 
 
 # --- what the control plane receives ----------------------------------------------------

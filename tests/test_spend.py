@@ -1,0 +1,190 @@
+"""What a chain costs, from the fleet's token counts and the registry's prices: the figures
+equal tokens x prices, unknown prices and missing token counts say unknown (never zero), and a
+change's review estimates what it would cost."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.test import Client
+
+from audit import provider_health, spend
+from audit.models import ProviderHealthMinute
+from presets.models import Chain
+from presets.providers import Price, Provider, price_of
+from tests.health_reports import report, step
+from tests.metrics_text import value
+
+pytestmark = pytest.mark.usefixtures("synced")
+
+# Half past a minute: the last 5 minutes' pace divides by 5.5 minutes.
+T0 = datetime(2026, 12, 7, 2, 0, 30, tzinfo=UTC)
+A_LARGE = price_of("vendor_a", "large")
+B_LARGE = price_of("vendor_b", "large")
+
+
+def spend_of(client: Client, chain: str = "chat") -> dict[str, Any]:
+    response = client.get(f"/api/v1/chains/{chain}/spend")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}
+
+
+def test_the_spend_of_each_step_is_its_reported_tokens_at_the_registrys_price(reader: Client) -> None:
+    assert A_LARGE is not None and B_LARGE is not None
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            response = report(
+                reader,
+                f"i{n}",
+                [
+                    step("vendor_a", "large", {"served": 100}, tokens=(120_000, 30_000, 100)),
+                    step("vendor_b", "large", {"served": 10}, tokens=(11_000, 2_500, 10)),
+                ],
+            )
+            assert response.status_code == 202, response.content
+        document = spend_of(reader)
+
+    steps = by_step(document)
+    head, fallback = steps["vendor_a/large"], steps["vendor_b/large"]
+    a_cost = 3 * (120_000 * 2.50 + 30_000 * 10.00) / 1e6
+    b_cost = 3 * (11_000 * 8.00 + 2_500 * 32.00) / 1e6
+    assert head["head"] and not fallback["head"]
+    assert head["input_tokens"] == 360_000 and head["output_tokens"] == 90_000 and head["requests"] == 300
+    assert head["cost_last_hour"] == pytest.approx(a_cost, rel=0.01)
+    assert fallback["cost_last_hour"] == pytest.approx(b_cost, rel=0.01)
+    # The pace now: the last 5 minutes' (5.5 minutes long at half past) cost, an hour.
+    assert head["cost_per_hour"] == pytest.approx(a_cost * 60 / 5.5, rel=0.01)
+    assert head["requests_per_minute"] == pytest.approx(300 / 5.5, rel=0.01)
+    assert document["cost_per_hour"] == pytest.approx((a_cost + b_cost) * 60 / 5.5, rel=0.01)
+    assert document["fallback_cost_per_hour"] == pytest.approx(b_cost * 60 / 5.5, rel=0.01)
+    assert document["currency"] == "USD" and document["unknown"] == []
+    assert head["price"] == {
+        "input_per_mtok": "2.50",
+        "output_per_mtok": "10.00",
+        "currency": "USD",
+        "as_of": "2026-12-01",
+        "source": "example price list",
+    }
+    assert head["hours"][-1] == pytest.approx(a_cost, rel=0.01) and head["hours"][:-1] == [0.0] * 11
+    assert document["hour_starts"][-1] == "2026-12-07T02:00:00Z"
+    assert "an hour now" in head["summary"] and "of it on fallback steps" in document["summary"]
+
+
+def test_missing_token_counts_and_prices_are_unknown_never_zero(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        # An SDK that does not count tokens (no token fields), and one that does for half.
+        report(reader, "old", [step("vendor_a", "large", {"served": 10})])
+        report(reader, "new", [step("vendor_a", "large", {"served": 10}, tokens=(5_000, 1_000, 5))])
+        # self_hosted/8b has no price in the registry.
+        report(reader, "local", [step("self_hosted", "8b", {"served": 7}, tokens=(700, 70, 7))])
+        document = spend_of(reader)
+
+    steps = by_step(document)
+    head = steps["vendor_a/large"]
+    assert head["requests"] == 20 and head["requests_without_tokens"] == 15
+    assert head["cost_last_hour"] == pytest.approx((5_000 * 2.5 + 1_000 * 10) / 1e6)
+    assert "15 requests without token counts not included" in head["summary"]
+    local = steps["self_hosted/8b"]
+    assert local["price"] is None and local["cost_last_hour"] is None and local["cost_per_hour"] is None
+    assert "cost unknown (no price in the provider registry)" in local["summary"]
+    assert document["cost_per_hour"] is None and document["cost_last_hour"] is None
+    assert document["unknown"] == ["self_hosted/8b: no price in the provider registry"]
+
+    with time_machine.travel(T0 + timedelta(minutes=1), tick=False):
+        report(reader, "old", [step("vendor_b", "large", {"served": 4})])
+        b_only = by_step(spend_of(reader))["vendor_b/large"]
+    assert b_only["cost_last_hour"] is None and b_only["requests_without_tokens"] == 4
+    assert "its requests reported no token counts" in b_only["summary"]
+
+
+def test_a_report_claiming_more_tokens_than_attempts_could_use_is_refused_whole(reader: Client) -> None:
+    response = report(reader, "i0", [step("vendor_a", "large", {"served": 1}, tokens=(10**13, 0, 1))])
+    assert response.status_code == 400
+    assert "input_tokens" in response.content.decode()
+    response = report(reader, "i0", [step("vendor_a", "large", {"served": 1}, tokens=(10, 10, 2))])
+    assert response.status_code == 400
+    assert "more than the step's served attempts" in response.content.decode()
+    assert (
+        provider_health.step_health(Chain.objects.get(name="chat"), [("vendor_a", "large")])[0]["hour"]["input_tokens"]
+        == 0
+    )
+
+
+def test_the_cost_of_moving_the_head_is_estimated_from_the_pace_and_tokens_per_request(reader: Client) -> None:
+    chain = Chain.objects.get(name="chat")
+    live = [{"provider": "vendor_a", "model": "large"}, {"provider": "vendor_b", "model": "large"}]
+    pinned = [{"provider": "vendor_b", "model": "large"}, {"provider": "vendor_a", "model": "large"}]
+    with time_machine.travel(T0, tick=False):
+        report(reader, "i0", [step("vendor_a", "large", {"served": 220}, tokens=(220_000, 44_000, 220))])
+        health = provider_health.health_by_step(chain, [live, pinned])
+        cost = spend.change_cost(live_steps=live, steps=pinned, health=health)
+    assert cost is not None
+    per_minute = 220 / 5.5
+    now = per_minute * 60 * (1_000 * 2.50 + 200 * 10.00) / 1e6
+    after = per_minute * 60 * (1_000 * 8.00 + 200 * 32.00) / 1e6
+    assert cost.per_hour_now == pytest.approx(now, rel=0.01)
+    assert cost.per_hour_after == pytest.approx(after, rel=0.01)
+    assert cost.words == (
+        f"moves about 40 requests a minute from vendor_a/large to vendor_b/large: about "
+        f"+${after - now:,.2f} an hour (${now:,.2f} now, about ${after:,.2f} after), 3.2× the price per token"
+    )
+    assert spend.change_cost(live_steps=live, steps=live, health=health) is None
+    local = [{"provider": "self_hosted", "model": "8b"}]
+    with time_machine.travel(T0, tick=False):
+        unknown = spend.change_cost(live_steps=live, steps=local, health=health)
+    assert unknown is not None and unknown.words == "cost unknown: self_hosted/8b has no price in the provider registry"
+
+
+def test_prices_are_checked_when_the_registry_is_read() -> None:
+    with pytest.raises(ImproperlyConfigured, match="Decimal"):
+        Price(2.5, Decimal("1"), "USD", T0.date(), "x")  # type: ignore[arg-type]
+    with pytest.raises(ImproperlyConfigured, match="ISO 4217"):
+        Price(Decimal("1"), Decimal("1"), "usd", T0.date(), "x")
+    with pytest.raises(ImproperlyConfigured, match="models the provider does not have"):
+        Provider("x", {"a": frozenset()}, prices={"b": Price(Decimal("1"), Decimal("1"), "USD", T0.date(), "x")})
+
+
+def test_check_presets_flags_each_step_without_a_price(example_file: Any) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("check_presets", str(example_file), stdout=out, stderr=err)
+    assert "OK" in out.getvalue()
+    assert (
+        "warning: $.chains.chat.presets.normal.chain[2]: self_hosted/8b has no price in the provider registry"
+        in err.getvalue()
+    )
+    assert "vendor_a" not in err.getvalue()
+
+
+def test_metrics_count_tokens_and_their_cost_and_never_go_back_when_minutes_are_pruned(reader: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        report(reader, "i0", [step("vendor_a", "large", {"served": 10}, tokens=(10_000, 2_000, 10))])
+        report(reader, "i1", [step("self_hosted", "8b", {"served": 5}, tokens=(500, 50, 5))])
+    a = {"chain": "chat", "provider": "vendor_a", "model": "large"}
+    local = {"chain": "chat", "provider": "self_hosted", "model": "8b"}
+    cost = (10_000 * 2.5 + 2_000 * 10) / 1e6
+
+    def scrape() -> str:
+        return Client().get("/metrics").content.decode()
+
+    for moment in (T0, T0 + timedelta(hours=60)):  # the second after the minute was pruned
+        with time_machine.travel(moment, tick=False):
+            if moment != T0:
+                provider_health.prune()
+                assert not ProviderHealthMinute.objects.exists()
+            text = scrape()
+        assert value(text, "chain_tokens_total", {**a, "direction": "input"}) == 10_000
+        assert value(text, "chain_tokens_total", {**a, "direction": "output"}) == 2_000
+        assert value(text, "chain_cost_estimated_total", {**a, "currency": "USD"}) == pytest.approx(cost)
+        assert value(text, "chain_tokens_total", {**local, "direction": "input"}) == 500
+        assert value(text, "chain_cost_estimated_total", {**local, "currency": "USD"}) is None
