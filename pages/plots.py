@@ -1,18 +1,21 @@
-"""A drill report's two plots, drawn on the server as inline SVG (no script, no library), as
-the steps' sparklines are: latency per minute, drilled against not drilled, and the drilled
-requests of each minute by the hop that served them. Each is a ``<figure>`` whose SVG says
+"""A drill report's two plots and a chain's spend, drawn on the server as inline SVG (no
+script, no library), as the steps' sparklines are: latency per minute, drilled against not
+drilled, the drilled requests of each minute by the hop that served them, and a chain's spend
+in each of the last hours by step. Each is a ``<figure>`` whose SVG says
 what it shows in words (its ``<title>``) and whose legend names every line and colour; the
 figures themselves are in the report page's table below them. Colours and dashes come from
 the stylesheet's classes (the pages' CSP allows no inline style), so both themes hold."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+
+from audit.spend import format_money
 
 # The plot's own units (the SVG scales to the page's width): room on the left for the values,
 # below for the minutes.
@@ -195,31 +198,20 @@ def hops_figure(timeline: Sequence[dict[str, Any]], *, steps: Sequence[dict[str,
     top = nice_ceiling(max(tallest, 1))
     shapes = _axes(top, lambda value: f"{value:g}", [m["minute"] for m in timeline])
     served = {hop: SERVED_CLASSES[min(index, len(SERVED_CLASSES) - 1)] for index, hop in enumerate(hops)}
-    slot = PLOT_W / count
-    width = max(slot * 0.7, 1)
-    for index, minute in enumerate(timeline):
-        x = LEFT + index * slot + (slot - width) / 2
-        base = 0.0
-        parts = [(served[hop], minute["ended_on"].get(str(hop), 0), f"by hop {hop}") for hop in hops]
-        parts.append(("plot-failed", minute["failed"], "failed for the caller"))
-        for css, value, what in parts:
-            if not value:
-                continue
-            y = _y(base + value, top)
-            shapes.append(
-                format_html(
-                    '<rect class="{}" x="{}" y="{}" width="{}" height="{}"><title>{}: {} {}</title></rect>',
-                    css,
-                    _n(x),
-                    _n(y),
-                    _n(width),
-                    _n(_y(base, top) - y),
-                    _minute_label(minute["minute"]),
-                    value,
-                    what,
-                )
+    columns = []
+    for minute in timeline:
+        label = _minute_label(minute["minute"])
+        parts = [
+            (
+                served[hop],
+                minute["ended_on"].get(str(hop), 0),
+                f"{label}: {minute['ended_on'].get(str(hop), 0)} by hop {hop}",
             )
-            base += value
+            for hop in hops
+        ]
+        parts.append(("plot-failed", minute["failed"], f"{label}: {minute['failed']} failed for the caller"))
+        columns.append(parts)
+    shapes += _stacked_bars(columns, top)
     totals = {hop: sum(m["ended_on"].get(str(hop), 0) for m in timeline) for hop in hops}
     failed = sum(m["failed"] for m in timeline)
     served_words = ", ".join(f"{total} by hop {hop}" for hop, total in totals.items()) or "none served"
@@ -229,6 +221,76 @@ def hops_figure(timeline: Sequence[dict[str, Any]], *, steps: Sequence[dict[str,
     legend = [Series(served[hop], f"served by hop {hop} ({_step(steps, hop)})", bar=True) for hop in hops]
     legend.append(Series("plot-failed", "failed for the caller", bar=True))
     return _figure("hops-plot", "Drilled requests per minute, by the hop that served them", words, shapes, legend)
+
+
+def _stacked_bars(columns: Sequence[Sequence[tuple[str, float, str]]], top: float) -> list[SafeString]:
+    """One bar a slot, stacked from its parts (stylesheet class, value, words of its title)
+    from the bottom; a part of 0 draws nothing."""
+    shapes = []
+    slot = PLOT_W / len(columns)
+    width = max(slot * 0.7, 1)
+    for index, parts in enumerate(columns):
+        x = LEFT + index * slot + (slot - width) / 2
+        base = 0.0
+        for css, value, title in parts:
+            if not value:
+                continue
+            y = _y(base + value, top)
+            shapes.append(
+                format_html(
+                    '<rect class="{}" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
+                    css,
+                    _n(x),
+                    _n(y),
+                    _n(width),
+                    _n(_y(base, top) - y),
+                    title,
+                )
+            )
+            base += value
+    return shapes
+
+
+def spend_figure(spend: Mapping[str, Any]) -> SafeString:
+    """A chain's spend in each of the last hours (``audit.spend.chain_spend``), a bar an hour
+    stacked by step (the live head first); an hour whose cost is unknown for a step draws no
+    part for it, and the words say so."""
+    steps = [step for step in spend["steps"] if any(step["hours"])]
+    hours = spend["hour_starts"]
+    if not steps or not hours:
+        return format_html(
+            '<p class="empty" id="{}">No spend reported in the last {} hours.</p>', "spend-plot", len(hours)
+        )
+    unit = spend["currency"]
+    classes = {id(step): SERVED_CLASSES[min(index, len(SERVED_CLASSES) - 1)] for index, step in enumerate(steps)}
+    columns = []
+    for index, start in enumerate(hours):
+        label = _minute_label(start)
+        columns.append(
+            [
+                (
+                    classes[id(step)],
+                    step["hours"][index] or 0.0,
+                    f"{label}: {step['provider']}/{step['model']} {_money(step['hours'][index], unit)}",
+                )
+                for step in steps
+            ]
+        )
+    tallest = max(sum(value for _, value, _ in column) for column in columns)
+    top = nice_ceiling(tallest) if tallest > 0 else 1
+    shapes = _axes(top, lambda value: _money(value, unit), hours) + _stacked_bars(columns, top)
+    unknown = sorted({f"{s['provider']}/{s['model']}" for s in steps if None in s["hours"]})
+    words = f"Spend per hour over the last {len(hours)} hours, by step. This hour so far: " + ", ".join(
+        f"{s['provider']}/{s['model']} {_money(s['hours'][-1], unit)}" for s in steps
+    )
+    if unknown:
+        words += f". Unknown in some hours (no price or no token counts): {', '.join(unknown)}"
+    legend = [Series(classes[id(step)], f"{step['provider']}/{step['model']}", bar=True) for step in steps]
+    return _figure("spend-plot", "Spend per hour, by step", words + ".", shapes, legend)
+
+
+def _money(value: float | None, unit: str | None) -> str:
+    return "unknown" if value is None else format_money(value, unit)
 
 
 def _step(steps: Sequence[dict[str, Any]], hop: int) -> str:

@@ -29,12 +29,13 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
-from audit import actions, provider_health
+from audit import actions, provider_health, spend
 from audit import drills as fleet_drills
 from audit.alerts import alert_texts, recent_alerts
 from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
+from pages import plots
 from pages.display import (
     DRILL_STATUS_WORDS,
     DrillItem,
@@ -128,6 +129,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "guarded": s.chain_id in watching,
                 "guard_acted": acted.get(s.chain_id),
                 "last_drill": last_drills.get(s.chain_id),
+                "spend": _card_spend(s, health, now=now),
             }
         )
     context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
@@ -1080,6 +1082,9 @@ def _confirm_page(
             "live": live_card(live, now=now, health=health),
             "summary": summary,
             "dangers": [] if summary.get("blocked") else _dangers(summary, live, health, chain=name),
+            "cost": None
+            if summary.get("blocked")
+            else spend.change_cost(live_steps=live.steps, steps=steps, health=health, now=now),
             "step_rows": step_rows(steps, health),
             "form": form,
             "reason": form.data.get("reason", ""),
@@ -1284,8 +1289,27 @@ def _chain_page(
         # A refused change's errors, summed up at the top of the page and focused there.
         "refused_form": refused_form,
         "refresh": "notice",
+        **_spend_context(selection, now=now),
     }
     return render_page(request, "presets/chain.html", context, status=status)
+
+
+def _card_spend(selection: Selection, health: HealthMap, *, now: datetime) -> str | None:
+    """A dashboard card's spend line: the live steps' pace now, when they served in the last hour."""
+    live = [(step["provider"], step["model"]) for step in selection.steps]
+    steps = [health[key] for key in dict.fromkeys(live) if key in health]
+    if not any(step["hour"]["served"] for step in steps):
+        return None
+    return spend.chain_spend(selection.chain, steps, live_head=live[0], now=now, hours=False)["summary"]
+
+
+def _spend_context(selection: Selection, *, now: datetime) -> dict[str, Any]:
+    """The chain's spend per step (the live steps first, then any other reported in the last
+    hour) and its plot over the last hours."""
+    live = [(step["provider"], step["model"]) for step in selection.steps]
+    reported = provider_health.chain_health(selection.chain, first=live, now=now)
+    found = spend.chain_spend(selection.chain, reported, live_head=live[0] if live else None, now=now)
+    return {"spend": found, "spend_plot": plots.spend_figure(found)}
 
 
 def _guard_context(selection: Selection) -> dict[str, Any]:

@@ -355,6 +355,7 @@ def test_a_body_that_is_not_json_is_a_json_error(writer: Client, body, content_t
         ("post", "/api/v1/chains/chat/drills"),
         ("get", "/api/v1/drills/1"),
         ("post", "/api/v1/drills/1/abort"),
+        ("get", "/api/v1/chains/chat/spend"),
     ],
 )
 def test_every_endpoint_without_credentials_answers_401(client: Client, method, url) -> None:

@@ -43,6 +43,7 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/usage"),
     ("POST", "/api/v1/fleet/seen"),
     ("GET", "/api/v1/chains/{name}/health"),
+    ("GET", "/api/v1/chains/{name}/spend"),
     ("GET", "/api/v1/chains/{name}/instances"),
     ("GET", "/api/v1/alerts"),
     ("GET", "/api/v1/fleet"),

@@ -188,3 +188,54 @@ def test_metrics_count_tokens_and_their_cost_and_never_go_back_when_minutes_are_
         assert value(text, "chain_cost_estimated_total", {**a, "currency": "USD"}) == pytest.approx(cost)
         assert value(text, "chain_tokens_total", {**local, "direction": "input"}) == 500
         assert value(text, "chain_cost_estimated_total", {**local, "currency": "USD"}) is None
+
+
+# --- the pages ------------------------------------------------------------------------------
+
+
+def fleet_on_vendor_a(reader: Client, *, instances: int = 3) -> None:
+    """Each instance served 100 requests on chat's head (1,000 input and 250 output tokens
+    each) and 10 on self_hosted/8b, which has no price."""
+    for n in range(instances):
+        response = report(
+            reader,
+            f"i{n}",
+            [
+                step("vendor_a", "large", {"served": 100}, tokens=(100_000, 25_000, 100)),
+                step("self_hosted", "8b", {"served": 10}, tokens=(1_000, 100, 10)),
+            ],
+        )
+        assert response.status_code == 202, response.content
+
+
+def test_the_chain_page_shows_each_steps_spend_its_price_and_a_plot_and_the_dashboard_its_pace(
+    reader: Client, oncall: Client
+) -> None:
+    a_cost = 3 * (100_000 * 2.5 + 25_000 * 10) / 1e6
+    with time_machine.travel(T0, tick=False):
+        fleet_on_vendor_a(reader)
+        page = oncall.get("/chains/chat/").content.decode()
+        dashboard = oncall.get("/").content.decode()
+    panel = page[page.index('id="spend"') : page.index("</section>", page.index('id="spend"'))]
+    row = panel[panel.index('data-step="vendor_a/large"') : panel.index("</tr>", panel.index('data-step="vendor_a/large"'))]
+    assert f"${a_cost:,.2f}" in row and "300 requests" in row and "2.50 / 10.00 USD" in row and "as of 2026-12-01" in row
+    local = panel[panel.index('data-step="self_hosted/8b"') :]
+    assert "unknown" in local and "no price in the registry" in local
+    assert "spend unknown: self_hosted/8b: no price in the provider registry" in panel
+    assert '<figure class="plot-figure" id="spend-plot">' in panel and "Spend per hour over the last 12 hours" in panel
+    assert 'href="/api/v1/chains/chat/spend"' in panel
+    assert 'href="/chains/chat/#spend">Spend</a>: spend unknown' in dashboard
+
+
+def test_the_review_of_a_pin_says_what_it_would_cost_before_it_is_confirmed(reader: Client, oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            report(reader, f"i{n}", [step("vendor_a", "large", {"served": 110}, tokens=(110_000, 22_000, 110))])
+        page = oncall.post(
+            "/chains/chat/select",
+            {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1 try vendor_b", "expected_version": "1"},
+            follow=True,
+        ).content.decode()
+    note = page[page.index('id="cost-note"') : page.index("</p>", page.index('id="cost-note"'))]
+    assert "moves about 60 requests a minute from vendor_a/large to vendor_b/large" in note
+    assert "3.2× the price per token" in note

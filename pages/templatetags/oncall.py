@@ -19,6 +19,7 @@ from audit.delivery import first_attempt_overdue, next_retry_at
 from audit.messages import change_summary, expiry_words
 from audit.models import Alert, Deliverable, DeliveryState, Notification
 from audit.notifiers import LOG
+from audit.spend import format_money
 from pages import display, plots
 from presets.documents import format_duration, format_time
 from presets.guards import describe as describe_guard
@@ -336,3 +337,9 @@ def _delivery_words(alert: Deliverable, record: dict[str, Any], *, now: datetime
     if retry_at < now - timedelta(minutes=1):
         return f"{words}; the next try was due {clock(retry_at)}: is a worker running?"
     return f"{words}; next try at about {clock(retry_at)}"
+
+
+@register.filter
+def money(value: float | None, currency: str | None) -> str:
+    """'$1.24' (``audit.spend.format_money``); 'unknown' for None."""
+    return "unknown" if value is None else format_money(value, currency)
