@@ -193,6 +193,12 @@ def test_metrics_count_tokens_and_their_cost_and_never_go_back_when_minutes_are_
 # --- the pages ------------------------------------------------------------------------------
 
 
+def between(text: str, start: str, end: str) -> str:
+    """``text`` from ``start`` to the first ``end`` after it."""
+    at = text.index(start)
+    return text[at : text.index(end, at)]
+
+
 def fleet_on_vendor_a(reader: Client, *, instances: int = 3) -> None:
     """Each instance served 100 requests on chat's head (1,000 input and 250 output tokens
     each) and 10 on self_hosted/8b, which has no price."""
@@ -216,9 +222,10 @@ def test_the_chain_page_shows_each_steps_spend_its_price_and_a_plot_and_the_dash
         fleet_on_vendor_a(reader)
         page = oncall.get("/chains/chat/").content.decode()
         dashboard = oncall.get("/").content.decode()
-    panel = page[page.index('id="spend"') : page.index("</section>", page.index('id="spend"'))]
-    row = panel[panel.index('data-step="vendor_a/large"') : panel.index("</tr>", panel.index('data-step="vendor_a/large"'))]
-    assert f"${a_cost:,.2f}" in row and "300 requests" in row and "2.50 / 10.00 USD" in row and "as of 2026-12-01" in row
+    panel = between(page, 'id="spend"', "</section>")
+    row = between(panel, 'data-step="vendor_a/large"', "</tr>")
+    assert f"${a_cost:,.2f}" in row and "300 requests" in row
+    assert "2.50 / 10.00 USD" in row and "as of 2026-12-01" in row
     local = panel[panel.index('data-step="self_hosted/8b"') :]
     assert "unknown" in local and "no price in the registry" in local
     assert "spend unknown: self_hosted/8b: no price in the provider registry" in panel
@@ -233,9 +240,9 @@ def test_the_review_of_a_pin_says_what_it_would_cost_before_it_is_confirmed(read
             report(reader, f"i{n}", [step("vendor_a", "large", {"served": 110}, tokens=(110_000, 22_000, 110))])
         page = oncall.post(
             "/chains/chat/select",
-            {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1 try vendor_b", "expected_version": "1"},
+            {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1 vendor_b", "expected_version": "1"},
             follow=True,
         ).content.decode()
-    note = page[page.index('id="cost-note"') : page.index("</p>", page.index('id="cost-note"'))]
+    note = between(page, 'id="cost-note"', "</p>")
     assert "moves about 60 requests a minute from vendor_a/large to vendor_b/large" in note
     assert "3.2× the price per token" in note
