@@ -89,7 +89,8 @@ class Action:
 def for_alert(alert: Alert) -> list[Action]:
     """What to do about an alert raised: for a failing provider or a failed drill, pin the
     preset that was healthiest when it was raised (``remember_suggestion``); for a pin left on, extend it or
-    revert it. Nothing for an event or a condition a change cannot fix."""
+    revert it; for spend running away under a pin, revert it. Nothing for an event or a condition a
+    change cannot fix."""
     chain, at = alert.chain.name, int(alert.created_at.timestamp())
     if alert.kind in (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS, AlertKind.DRILL_FAILED):
         suggested = alert.details.get("suggested")
@@ -103,6 +104,10 @@ def for_alert(alert: Alert) -> list[Action]:
     if alert.kind == AlertKind.STALE_PIN:
         preset = str(alert.details.get("preset") or "")
         return pinned_actions(chain, alert.version, at=at, why=f"{chain} still pinned to {preset} after {alert.age}")
+    if alert.kind == AlertKind.SPEND and alert.details.get("pin"):
+        pin, words = alert.details["pin"], alert.details.get("words")
+        why = f"Reverted: {chain}'s {alert.subject} spend ran at {words} under pin {pin}"
+        return [Action(REVERT, chain, alert.version, reason=why[:200], at=at)]
     return []
 
 

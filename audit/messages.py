@@ -35,6 +35,7 @@ SEVERITY: dict[str, str] = {
     AlertKind.PUBLISH_FORGED: "critical",
     AlertKind.DRILL_FAILED: "warning",
     AlertKind.DRILL_PASSED: "info",
+    AlertKind.SPEND: "warning",
 }
 # PagerDuty refuses a summary longer than this.
 SUMMARY_MAX = 1024
@@ -127,6 +128,8 @@ def title_of(alert: Alert) -> str:
         return f"{alert.chain.name}: {alert.subject} held a document the control plane did not make; replaced"
     if alert.kind in (AlertKind.DRILL_FAILED, AlertKind.DRILL_PASSED):
         return f"{alert.chain.name}: {alert.subject} {details.get('verdict')} (report: {details.get('url')})"
+    if alert.kind == AlertKind.SPEND:
+        return f"{alert.chain.name}: {alert.subject} spend runs at {details.get('words', 'past its bound')}"
     return f"{alert.kind} on {alert.chain.name}"
 
 

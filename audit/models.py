@@ -18,6 +18,9 @@ sweeps racing can never raise it twice:
   not the control plane's, and it was replaced. ``subject`` names the target, ``version`` is the
   chain's version (the control plane's record) when it was found. An event, raised at every
   replacement: each is a write by someone else.
+- ``spend`` (``audit.spend_alerts``): ``subject`` is ``total`` (the chain's spend) or
+  ``fallback`` (what its steps other than the live head cost); one open per (chain, subject),
+  resolved when the pace is back under its bound.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class AlertKind(models.TextChoices):
     PUBLISH_FORGED = "publish_forged"
     DRILL_FAILED = "drill_failed"  # a failover drill failed or was aborted (``audit.drills``)
     DRILL_PASSED = "drill_passed"  # a failover drill passed: its summary, told like an alert
+    SPEND = "spend"  # a chain's spend, or its fallback steps', ran past its bound (``audit.spend_alerts``)
 
 
 PIN_ALERTS = (AlertKind.STALE_PIN, AlertKind.PIN_EXPIRED)
@@ -55,9 +59,11 @@ PLAN_ALERTS = (AlertKind.PLAN_SUSPENDED, AlertKind.PLAN_MISSED)
 PUBLISH_ALERTS = (AlertKind.PUBLISH_FORGED,)
 # A drill's alerts: ``subject`` is "drill <id>"; one per drill (each is an event).
 DRILL_ALERTS = (AlertKind.DRILL_FAILED, AlertKind.DRILL_PASSED)
+# A spend alert: ``subject`` is "total" or "fallback"; one open per chain and subject.
+SPEND_ALERTS = (AlertKind.SPEND,)
 # Alerts kept once while one is open for (kind, chain, subject); an event among them is never
 # open (it is raised resolved), so each one raised is new.
-SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS + PUBLISH_ALERTS + DRILL_ALERTS
+SUBJECT_ALERTS = PROVIDER_ALERTS + PLAN_ALERTS + PUBLISH_ALERTS + DRILL_ALERTS + SPEND_ALERTS
 # Alerts that report something that happened rather than a condition: raised already
 # resolved (``raise_alert(resolution=...)``), so the pages show them as events, not "resolved",
 # and PagerDuty is not paged for them.
@@ -142,6 +148,11 @@ class Alert(Deliverable):
                 fields=["kind", "chain", "subject"],
                 condition=models.Q(kind__in=PLAN_ALERTS, resolved_at__isnull=True),
                 name="plan_alert_one_open",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "chain", "subject"],
+                condition=models.Q(kind__in=SPEND_ALERTS, resolved_at__isnull=True),
+                name="spend_alert_one_open",
             ),
         ]
 

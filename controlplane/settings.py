@@ -6,6 +6,7 @@ Bad values fail at start with a message naming the variable and what it accepts.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from datetime import timedelta
@@ -48,6 +49,19 @@ def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = 
     if value < minimum or (maximum is not None and value > maximum):
         upper = "" if maximum is None else f" and at most {maximum}"
         raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}{upper}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number (use a decimal point: 2.5)") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw} must be a number of at least {minimum:g}")
     return value
 
 
@@ -549,6 +563,20 @@ FLEET_SEEN_PER_TOKEN_PER_MINUTE = env_int("FLEET_SEEN_PER_TOKEN_PER_MINUTE", 600
 # A page-level alert (provider_failing, provider_credentials) or a guard's restore needs its
 # evidence from this many distinct service tokens, or from one marked sole evidence.
 EVIDENCE_MIN_TOKENS = env_int("EVIDENCE_MIN_TOKENS", 2, minimum=1, maximum=100)
+# Spend alerts (audit/spend_alerts.py): a chain's spend pace over the last SPEND_ALERT_MINUTES
+# (the fleet's reported tokens at the registry's prices, in its currency an hour), or that of
+# its steps other than the live head ("fallback"), raises a ``spend`` alert when it is over
+# SPEND_ALERT_PER_HOUR / SPEND_ALERT_FALLBACK_PER_HOUR (0: no such bound), or SPEND_ALERT_RATIO
+# times its baseline (its pace over the SPEND_BASELINE_HOURS before the window, which needs an
+# hour of reports; 0: no ratio) while at least SPEND_ALERT_MIN_PER_HOUR (so cents never page).
+# Its evidence is weighed like a provider alert's (PROVIDER_ALERT_MIN_INSTANCES instances,
+# EVIDENCE_MIN_TOKENS tokens).
+SPEND_ALERT_MINUTES = env_int("SPEND_ALERT_MINUTES", 10, minimum=1, maximum=240)
+SPEND_ALERT_PER_HOUR = env_float("SPEND_ALERT_PER_HOUR", 0.0, minimum=0.0)
+SPEND_ALERT_FALLBACK_PER_HOUR = env_float("SPEND_ALERT_FALLBACK_PER_HOUR", 0.0, minimum=0.0)
+SPEND_ALERT_RATIO = env_float("SPEND_ALERT_RATIO", 3.0, minimum=0.0)
+SPEND_ALERT_MIN_PER_HOUR = env_float("SPEND_ALERT_MIN_PER_HOUR", 1.0, minimum=0.0)
+SPEND_BASELINE_HOURS = env_int("SPEND_BASELINE_HOURS", 24, minimum=1, maximum=47)
 for _name, _url in (("ALERT_WEBHOOK_URL", ALERT_WEBHOOK_URL), ("PUBLIC_BASE_URL", PUBLIC_BASE_URL)):
     if _url and not _url.startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")

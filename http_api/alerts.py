@@ -60,7 +60,7 @@ class AlertsView(APIView):
         subject = serializers.CharField(
             allow_blank=True,
             help_text="provider_failing: the step (vendor_a/large); provider_credentials: the provider; "
-            "blank for pin alerts",
+            "spend: total or fallback; blank for pin alerts",
         )
         message = serializers.CharField()
         url = serializers.URLField(help_text="the chain's page in the web UI")

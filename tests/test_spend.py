@@ -15,10 +15,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client
 
-from audit import provider_health, spend
-from audit.models import ProviderHealthMinute
+from audit import actions, provider_alerts, provider_health, spend
+from audit.models import Alert, AlertKind, ProviderHealthMinute
+from presets import services
 from presets.models import Chain
 from presets.providers import Price, Provider, price_of
+from tests.conftest import make_token
 from tests.health_reports import report, step
 from tests.metrics_text import value
 
@@ -246,3 +248,91 @@ def test_the_review_of_a_pin_says_what_it_would_cost_before_it_is_confirmed(read
     note = between(page, 'id="cost-note"', "</p>")
     assert "moves about 60 requests a minute from vendor_a/large to vendor_b/large" in note
     assert "3.2× the price per token" in note
+
+
+# --- spend alerts ---------------------------------------------------------------------------
+
+
+def spend_alerts() -> list[Alert]:
+    return list(Alert.objects.filter(kind=AlertKind.SPEND).order_by("id"))
+
+
+def a_minute_of_traffic(
+    client: Client, *, requests: int, fallback: int = 0, instances: int = 3, head: str = "vendor_a"
+) -> None:
+    """Each instance served ``requests`` on ``head``'s large model and ``fallback`` on the other
+    vendor's, 1,000 input and 200 output tokens each ($0.0045 a request on vendor_a/large,
+    $0.0144 on vendor_b/large)."""
+    other = "vendor_b" if head == "vendor_a" else "vendor_a"
+    for n in range(instances):
+        steps = [step(head, "large", {"served": requests}, tokens=(1_000 * requests, 200 * requests, requests))]
+        if fallback:
+            steps.append(
+                step(other, "large", {"served": fallback}, tokens=(1_000 * fallback, 200 * fallback, fallback))
+            )
+        response = report(client, f"i{n}", steps)
+        assert response.status_code == 202, response.content
+
+
+def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolves_when_it_falls_back(
+    reader: Client, settings: Any
+) -> None:
+    settings.SPEND_ALERT_MINUTES, settings.SPEND_ALERT_RATIO, settings.SPEND_ALERT_MIN_PER_HOUR = 10, 3.0, 1.0
+    start = T0 - timedelta(hours=3)
+    # Three hours of a steady 30 requests a minute ($8.10 an hour), reported every 5 minutes.
+    for minute in range(0, 180, 5):
+        with time_machine.travel(start + timedelta(minutes=minute), tick=False):
+            a_minute_of_traffic(reader, requests=50)  # 150 every 5 min: 30 a minute
+    with time_machine.travel(T0, tick=False):
+        assert provider_alerts.sweep().raised == 0  # the usual pace: nothing
+        assert spend_alerts() == []
+    # Then 4× the pace on the same head for the alert window: the first sweep after it raises.
+    for second in range(0, 600, 60):
+        with time_machine.travel(T0 + timedelta(seconds=second), tick=False):
+            a_minute_of_traffic(reader, requests=40)
+    with time_machine.travel(T0 + timedelta(seconds=600), tick=False):
+        provider_alerts.sweep()
+        provider_alerts.sweep()
+    (alert,) = spend_alerts()
+    assert alert.subject == "total" and alert.is_open
+    assert "over 3× its pace of the 3 h before" in alert.message and "SPEND_ALERT_RATIO" in alert.message
+    assert alert.details["per_hour"] > 3 * alert.details["baseline_per_hour"]
+    assert alert.details["tokens"] == ["reader"] and alert.details["instances"] == 3
+    assert alert.details["pin"] is None and actions.for_alert(alert) == []
+    # Back to the usual pace: resolved by the sweep after the window holds it.
+    with time_machine.travel(T0 + timedelta(minutes=30), tick=False):
+        a_minute_of_traffic(reader, requests=50)
+        provider_alerts.sweep()
+    alert.refresh_from_db()
+    assert not alert.is_open and "back within its bounds" in alert.resolution
+
+
+def test_fallback_spend_over_its_bound_raises_and_offers_to_end_the_pin_that_moved_it(
+    reader: Client, settings: Any
+) -> None:
+    settings.SPEND_ALERT_RATIO, settings.SPEND_ALERT_FALLBACK_PER_HOUR = 0, 5.0
+    with time_machine.travel(T0, tick=False):
+        services.select_preset(
+            chain="chat", preset="pin_secondary", expires_at=timedelta(hours=1), actor="carol", reason="INC-1"
+        )
+        # vendor_a/large falls back after vendor_b/large: 15 over the window are under $5 an hour, 1,200 over.
+        a_minute_of_traffic(reader, requests=1, fallback=5, head="vendor_b")
+        provider_alerts.sweep()
+        assert spend_alerts() == []
+        a_minute_of_traffic(reader, requests=1, fallback=400, head="vendor_b")
+        provider_alerts.sweep()
+    (alert,) = spend_alerts()
+    assert alert.subject == "fallback" and "SPEND_ALERT_FALLBACK_PER_HOUR" in alert.message
+    assert alert.details["pin"] == "pin_secondary"
+    (action,) = actions.for_alert(alert)
+    assert action.kind == actions.REVERT and "under pin pin_secondary" in action.reason
+
+
+def test_one_services_made_up_fleet_cannot_raise_a_spend_alert(settings: Any) -> None:
+    """The tokens of three instances of one service not marked sole evidence: no alert."""
+    settings.SPEND_ALERT_RATIO, settings.SPEND_ALERT_PER_HOUR = 0, 0.01
+    alone = Client(headers={"Authorization": f"Bearer {make_token('checkout', 'read')}"})
+    with time_machine.travel(T0, tick=False):
+        a_minute_of_traffic(alone, requests=100)
+        provider_alerts.sweep()
+    assert spend_alerts() == []
