@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
+from django.conf import settings
 from django.utils import timezone
 
 from audit.models import ProviderHealthMinute
 from audit.provider_health import HOUR, RECENT, StepHealth, WindowHealth, minute_of
 from presets.documents import Help, Time, format_time
+from presets.history import HistoryEntry
 from presets.models import Chain
 from presets.providers import Price, get_registry, price_of
 
@@ -332,8 +334,115 @@ def _count(per_minute: float) -> str:
     return f"{per_minute:.0f}" if per_minute >= 10 else f"{per_minute:.1f}".removesuffix(".0")
 
 
+# --- spend around each change (the history page, the audit export) --------------------------
+
+# A change's spend is the chain's pace over this long before it and after it (its own minute,
+# which holds both, left out).
+AROUND = timedelta(minutes=15)
+
+
+class ExportedChange(HistoryEntry):
+    """A change as the audit export writes it: the history entry and the chain's spend around it."""
+
+    spend_currency: Annotated[str | None, Help("The registry's currency; null when no model has a price.")]
+    spend_before_per_hour: Annotated[
+        float | None,
+        Help(
+            "The chain's spend an hour over the 15 minutes before the change; null: unknown (a step without a "
+            "price or token counts, or older than the health window keeps)."
+        ),
+    ]
+    spend_after_per_hour: Annotated[
+        float | None, Help("The same over the 15 minutes after it (so far, for a change less than 15 minutes old).")
+    ]
+
+
+# The audit export's columns for it, after the history entry's own.
+EXPORT_COLUMNS = tuple(name for name in ExportedChange.__annotations__ if name not in HistoryEntry.__annotations__)
+
+
+def around_changes(entries: Sequence[HistoryEntry], *, now: datetime | None = None) -> list[ExportedChange]:
+    """``entries`` (history entries: ``chain_name`` and ``at``) with the chain's spend an hour
+    over the ``AROUND`` before and after each (``EXPORT_COLUMNS``); None where it is unknown
+    (a step without a price or token counts, or minutes the health window no longer keeps).
+    One query for any number of entries."""
+    now = now or timezone.now()
+    unit = currency()
+    times = {(item["chain_name"], _parsed(item["at"])) for item in entries}
+    costs = _minute_costs(times, now=now)
+    kept_from = minute_of(now - timedelta(hours=settings.PROVIDER_HEALTH_RETENTION_HOURS)) + timedelta(minutes=1)
+    result = []
+    for item in entries:
+        chain, at = item["chain_name"], _parsed(item["at"])
+        minute = minute_of(at)
+        after_from = minute + timedelta(minutes=1)
+        changed: ExportedChange = {
+            **item,
+            "spend_currency": unit,
+            "spend_before_per_hour": _pace(costs.get(chain, {}), minute - AROUND, minute, kept_from=kept_from, now=now),
+            "spend_after_per_hour": _pace(
+                costs.get(chain, {}), after_from, after_from + AROUND, kept_from=kept_from, now=now
+            ),
+        }
+        result.append(changed)
+    return result
+
+
+def _parsed(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _minute_costs(times: set[tuple[str, datetime]], *, now: datetime) -> dict[str, dict[datetime, float | None]]:
+    """Each chain's cost in each minute around ``times`` (None: unknown that minute)."""
+    if not times:
+        return {}
+    since = minute_of(min(at for _, at in times)) - AROUND
+    until = minute_of(max(at for _, at in times)) + AROUND + timedelta(minutes=1)
+    rows = (
+        ProviderHealthMinute.objects.filter(
+            chain__name__in={chain for chain, _ in times}, minute__gte=since, minute__lte=until
+        )
+        .exclude(model="")
+        .values_list("chain__name", "provider", "model", "minute", "served", "input_tokens", "output_tokens")
+    )
+    costs: dict[str, dict[datetime, float | None]] = defaultdict(dict)
+    for chain, provider, model, minute, served, tokens_in, tokens_out in rows:
+        price = price_of(provider, model)
+        cost: float | None = 0.0
+        if tokens_in or tokens_out:
+            cost = None if price is None else price.cost(tokens_in, tokens_out)
+        elif served:
+            cost = None
+        known = costs[chain].get(minute, 0.0)
+        costs[chain][minute] = None if known is None or cost is None else known + cost
+    return costs
+
+
+def _pace(
+    minutes: Mapping[datetime, float | None], start: datetime, end: datetime, *, kept_from: datetime, now: datetime
+) -> float | None:
+    """The spend an hour over the minutes [start, end) (up to now); None when a minute of it is
+    unknown or no longer kept, or none of it has passed."""
+    end = min(end, minute_of(now))
+    if start < kept_from or end <= start:
+        return None
+    total = 0.0
+    minute = start
+    while minute < end:
+        cost = minutes.get(minute, 0.0)
+        if cost is None:
+            return None
+        total += cost
+        minute += timedelta(minutes=1)
+    return round(total * 60 / ((end - start).total_seconds() / 60), 6)
+
+
 __all__ = [
+    "AROUND",
+    "EXPORT_COLUMNS",
+    "ExportedChange",
     "PLOT_HOURS",
+    "around_changes",
     "ChainSpend",
     "ChangeCost",
     "StepSpend",

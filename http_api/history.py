@@ -15,9 +15,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from audit import spend
 from http_api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
-from presets.history import HistoryEntry
 from presets.history_export import NDJSON_MEDIA_TYPE, export_entries, ndjson_lines, start_export
 from presets.history_filter import FILTER_PARAMETERS, filter_from
 from presets.models import Action
@@ -38,7 +38,7 @@ class NdjsonRenderer(JSONRenderer):
 
 class HistoryExportView(APIView):
     renderer_classes = [JSONRenderer, NdjsonRenderer]
-    OutputSerializer = serializer_for(HistoryEntry, "HistoryOutputSerializer")
+    OutputSerializer = serializer_for(spend.ExportedChange, "HistoryOutputSerializer")
 
     @extend_schema(
         operation_id="history_export",
@@ -67,7 +67,8 @@ class HistoryExportView(APIView):
     def get(self, request: Request) -> StreamingHttpResponse:
         params = _parameters(request)
         export = start_export(filters=filter_from(params), after=params.get("after"))
-        chunks = (ndjson_lines(entries).encode() for entries in export_entries(export))
+        # Each change with the chain's spend around it (``audit.spend.around_changes``).
+        chunks = (ndjson_lines(spend.around_changes(entries)).encode() for entries in export_entries(export))
         return StreamingHttpResponse(
             _served(request, chunks), content_type=NDJSON_MEDIA_TYPE, headers={"Cache-Control": "no-store"}
         )

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from audit import spend
 from pages.display import is_shortening, restore_pin_version, restore_reason
 from pages.layout import live_card, live_or_404, render_page, viewer_required
 from presets import selectors, services
@@ -98,8 +99,9 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         filtered=bool(params),
         described=form.described(),
         items=[
-            _history_item(row, lives.get(row.chain.name), chain_urls, incident=incidents.get(row.history_id))
-            for row in page.rows
+            _history_item(row, changed, lives.get(row.chain.name), chain_urls, incident=incidents.get(row.history_id))
+            # Each change with the chain's spend before and after it: one read for the page.
+            for row, changed in zip(page.rows, spend.around_changes([entry(row) for row in page.rows]), strict=True)
         ],
         paged=bool(cursor),
         newest_url=_link(request, params),
@@ -130,7 +132,12 @@ def _cursor_errors(form: HistoryFilterForm) -> list[str]:
 
 
 def _history_item(
-    row: Any, live: Selection | None, chain_urls: dict[str, str], *, incident: str | None
+    row: Any,
+    changed: spend.ExportedChange,
+    live: Selection | None,
+    chain_urls: dict[str, str],
+    *,
+    incident: str | None,
 ) -> dict[str, Any]:
     """One history row with what its Restore button would do (the service decides if it may),
     its reason prefilled with ``incident``, the reason of the pin the restore brings back or ends."""
@@ -141,7 +148,7 @@ def _history_item(
         live_preset_id=live.preset_id if live is not None else None,
     )
     return {
-        "entry": entry(row),
+        "entry": changed,
         "key": f"{row.chain.name}-{row.version}",  # the entry's restore form and reason input
         "chain_url": chain_urls.get(row.chain.name) or reverse("chain", args=[row.chain.name]),
         "restore_block": refusal.field_message if refusal is not None else None,

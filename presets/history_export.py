@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -95,19 +95,20 @@ def _release_connection() -> None:
         connection.close()
 
 
-def ndjson_lines(entries: list[HistoryEntry]) -> str:
+def ndjson_lines(entries: Sequence[Mapping[str, Any]]) -> str:
     """One JSON object a line, each ending in a newline."""
     return "".join(json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n" for item in entries)
 
 
-def csv_header() -> str:
-    return _csv([CSV_COLUMNS])
+def csv_header(columns: tuple[str, ...] = CSV_COLUMNS) -> str:
+    return _csv([columns])
 
 
-def csv_lines(entries: list[HistoryEntry]) -> str:
-    """One CSV row an entry (RFC 4180: CRLF, quoted where needed); a list or an object is its
-    JSON in one cell, a null an empty cell."""
-    return _csv([_cell(item[column]) for column in CSV_COLUMNS] for item in entries)  # type: ignore[literal-required]
+def csv_lines(entries: Sequence[Mapping[str, Any]], columns: tuple[str, ...] = CSV_COLUMNS) -> str:
+    """One CSV row an entry (RFC 4180: CRLF, quoted where needed), ``columns`` in their order
+    (an interface may add its own after the entry's); a list or an object is its JSON in one
+    cell, a null an empty cell."""
+    return _csv([_cell(item[column]) for column in columns] for item in entries)
 
 
 def _csv(rows: Any) -> str:

@@ -4,6 +4,7 @@ manage.py export_history (NDJSON or CSV), both written by presets/history_export
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
 import json
@@ -23,6 +24,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
+from audit import spend
 from presets import services
 from read_path.front import ReadFront, answers_itself
 from tests.servers import get, require_tools, running_stack, select
@@ -74,15 +76,14 @@ def story(synced: None) -> None:
 
 
 def export(client: Client, query: str = "", *, when: datetime | None = LATER) -> list[dict[str, Any]]:
-    if when is None:
+    """The export's entries, read (the stream too: the spend after each change is so far) at ``when``."""
+    with time_machine.travel(when, tick=False) if when is not None else contextlib.nullcontext():
         response = client.get("/api/v1/history" + query)
-    else:
-        with time_machine.travel(when, tick=False):
-            response = client.get("/api/v1/history" + query)
-    assert response.status_code == 200, response.content
-    assert response["Content-Type"] == "application/x-ndjson"
-    assert response.streaming
-    return [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+        assert response.status_code == 200, response.content
+        assert response["Content-Type"] == "application/x-ndjson"
+        assert response.streaming
+        body = b"".join(response.streaming_content).decode()
+    return [json.loads(line) for line in body.splitlines()]
 
 
 def places(entries: list[dict[str, Any]]) -> list[str]:
@@ -101,8 +102,12 @@ def test_the_export_is_every_change_oldest_first_as_the_per_chain_history_gives_
         for name in ("chat", SUMMARY)
         for entry in reader.get(f"/api/v1/chains/{name}/history?limit=500").json()["entries"]
     }
-    assert lines == [per_chain[place] for place in EVERY_CHANGE]
+    # The export adds the chain's spend around each change (audit.spend.around_changes).
+    assert [{k: v for k, v in line.items() if k not in spend.EXPORT_COLUMNS} for line in lines] == [
+        per_chain[place] for place in EVERY_CHANGE
+    ]
     assert len(per_chain) == len(lines)
+    assert all(list(line)[-3:] == list(spend.EXPORT_COLUMNS) for line in lines)
 
 
 @pytest.mark.usefixtures("story")
@@ -302,9 +307,9 @@ def run_export(*args: str) -> tuple[str, str]:
 @pytest.mark.usefixtures("story")
 def test_the_command_writes_the_api_s_lines_and_says_how_to_continue(reader: Client) -> None:
     out, err = run_export()
-    with time_machine.travel(LATER, tick=False):
-        streamed = reader.get("/api/v1/history")
-    assert out == b"".join(streamed.streaming_content).decode()  # the same lines, byte for byte
+    with time_machine.travel(LATER, tick=False):  # read at the same moment: the spend after each change is so far
+        streamed = b"".join(reader.get("/api/v1/history").streaming_content).decode()
+    assert out == streamed  # the same lines, byte for byte
     assert [json.loads(line) for line in out.splitlines()] == export(reader)
     assert "exported 9 entries" in err and err.strip().endswith("to continue later: --after chat:6")
     rest, _ = run_export("--chain", "chat", "--after", "chat:3", "--since", "2030-01-01", "--until", "2030-01-01")
@@ -322,13 +327,14 @@ def test_the_command_writes_csv_that_reads_back_as_the_entries(reader: Client, t
     with open(path, newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     entries = export(reader, "?actor=alice")
-    assert list(rows[0]) == list(entries[0])  # the header: the entry's fields, in order
+    assert list(rows[0]) == list(entries[0])  # the header: the entry's fields, in order, then the spend's
     read_back = [
         {name: (json.loads(cell) if cell and name in JSON_COLUMNS else cell or None) for name, cell in row.items()}
         for row in rows
     ]
     expected = [
-        {name: str(value) if isinstance(value, int) else value for name, value in entry.items()} for entry in entries
+        {name: str(value) if isinstance(value, (int, float)) else value for name, value in entry.items()}
+        for entry in entries
     ]
     assert read_back == expected
     assert [p.name for p in tmp_path.iterdir()] == ["history.csv"]  # no partial file left behind

@@ -4,7 +4,9 @@ change's review estimates what it would cost."""
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -336,3 +338,39 @@ def test_one_services_made_up_fleet_cannot_raise_a_spend_alert(settings: Any) ->
         a_minute_of_traffic(alone, requests=100)
         provider_alerts.sweep()
     assert spend_alerts() == []
+
+
+# --- history and the audit export -----------------------------------------------------------
+
+
+def test_history_and_the_audit_export_carry_the_spend_before_and_after_each_change(
+    reader: Client, writer: Client, oncall: Client
+) -> None:
+    pin_at = T0 + timedelta(minutes=19, seconds=30)  # 02:20:00, after the traffic of 02:19
+    for minute in range(40):  # 3 x 10 requests a minute on vendor_a/large, then on vendor_b/large after the pin
+        with time_machine.travel(T0 + timedelta(minutes=minute, seconds=5), tick=False):
+            a_minute_of_traffic(reader, requests=10, head="vendor_a" if minute < 20 else "vendor_b")
+        if minute == 19:
+            with time_machine.travel(pin_at, tick=False):
+                services.select_preset(
+                    chain="chat", preset="pin_secondary", expires_at=timedelta(hours=2), actor="carol", reason="INC-1"
+                )
+    before, after = 30 * 0.0045 * 60, 30 * 0.0144 * 60  # $8.10 and $25.92 an hour
+    with time_machine.travel(T0 + timedelta(minutes=45), tick=False):
+        lines = [json.loads(line) for line in writer.get("/api/v1/history").getvalue().decode().splitlines()]
+        page = oncall.get("/chains/chat/history/").content.decode()
+        out = io.StringIO()
+        call_command("export_history", "--format", "csv", stdout=out)
+    pin = next(line for line in lines if line["action"] == "select")
+    assert pin["spend_currency"] == "USD"
+    assert pin["spend_before_per_hour"] == pytest.approx(before, rel=0.01)
+    assert pin["spend_after_per_hour"] == pytest.approx(after, rel=0.01)
+    first = next(line for line in lines if line["version"] == 1)
+    assert first["spend_before_per_hour"] == first["spend_after_per_hour"] == 0.0  # synced before any traffic
+    (later,) = spend.around_changes([pin], now=T0 + timedelta(hours=72))  # older than the health window keeps
+    assert later["spend_before_per_hour"] is None and later["spend_after_per_hour"] is None
+    assert f"Spend: ${before:,.2f} an hour in the 15 min before, ${after:,.2f} after" in page
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert float(next(row for row in rows if row["action"] == "select")["spend_after_per_hour"]) == pytest.approx(
+        after, rel=0.01
+    )

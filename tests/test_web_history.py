@@ -400,7 +400,11 @@ def queries(client: Client, url: str) -> list[str]:
     ids=["all", "all-filtered", "one-chain", "one-chain-filtered", "dashboard"],
 )
 def test_the_query_count_does_not_grow_with_the_history(oncall: Client, url: str) -> None:
+    # A few changes of each action first: every filtered page lists one (a page that lists none
+    # has no spend to read around its changes, one query less).
     services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="first")
+    services.revert_to_default(chain="chat", actor="carol", reason="back")
+    services.select_preset(chain="chat", preset="pin_secondary", actor="alice", reason="first again")
     few = queries(oncall, url)
     services.revert_to_default(chain="chat", actor="carol", reason="back")
     rounds(30)

@@ -13,9 +13,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit import spend
 from presets.documents import format_instant
 from presets.exceptions import InvalidInput
+from presets.history import HistoryEntry
 from presets.history_export import (
+    CSV_COLUMNS,
     FORMATS,
     csv_header,
     csv_lines,
@@ -55,12 +58,17 @@ class Command(BaseCommand):
             export = start_export(filters=filters, after=options["after"])
         except InvalidInput as exc:
             raise CommandError(f"--{exc.field}: {exc.field_message}") from None
-        encode = csv_lines if export_format == "csv" else ndjson_lines
+        columns = CSV_COLUMNS + spend.EXPORT_COLUMNS  # each change with the chain's spend around it
+
+        def encode(entries: list[HistoryEntry]) -> str:
+            found = spend.around_changes(entries)
+            return csv_lines(found, columns) if export_format == "csv" else ndjson_lines(found)
+
         count, last = 0, options["after"]
         try:
             with _destination(options["output"], self.stdout) as out:
                 if export_format == "csv":
-                    out.write(csv_header())
+                    out.write(csv_header(columns))
                 for entries in export_entries(export):
                     out.write(encode(entries))
                     count, last = count + len(entries), place(entries[-1])
