@@ -223,6 +223,8 @@ def _chain_words(spend: ChainSpend) -> str:
     words = f"about {format_money(spend['cost_per_hour'], unit)} an hour now"
     if spend["fallback_cost_per_hour"]:
         words += f" ({format_money(spend['fallback_cost_per_hour'], unit)} of it on fallback steps)"
+    if spend["unknown"]:
+        words += f"; the last hour's is unknown ({'; '.join(spend['unknown'])})"
     return words
 
 

@@ -227,11 +227,11 @@ def test_the_chain_page_shows_each_steps_spend_its_price_and_a_plot_and_the_dash
         page = oncall.get("/chains/chat/").content.decode()
         dashboard = oncall.get("/").content.decode()
     panel = between(page, 'id="spend"', "</section>")
-    row = between(panel, 'data-step="vendor_a/large"', "</tr>")
-    assert f"${a_cost:,.2f}" in row and "300 requests" in row
-    assert "2.50 / 10.00 USD" in row and "as of 2026-12-01" in row
+    row = between(panel, 'data-step="vendor_a/large"', "</li>")
+    assert f"${a_cost:,.2f} in the last hour" in row and "300 in the last hour" in row
+    assert "Price per million tokens: 2.50 in, 10.00 out (USD, as of 2026-12-01, example price list)" in row
     local = panel[panel.index('data-step="self_hosted/8b"') :]
-    assert "unknown" in local and "no price in the registry" in local
+    assert "cost unknown" in local and "No price in the provider registry" in local
     assert "spend unknown: self_hosted/8b: no price in the provider registry" in panel
     assert '<figure class="plot-figure" id="spend-plot">' in panel and "Spend per hour over the last 12 hours" in panel
     assert 'href="/api/v1/chains/chat/spend"' in panel
