@@ -281,7 +281,8 @@ def change_cost(
 ) -> ChangeCost | None:
     """What moving the chain from ``live_steps`` to ``steps`` would do to its spend, in words
     ("moves about 40 requests a minute from vendor_a/large to vendor_b/large: about +$2.10 an
-    hour, 3.2× the price per token"); None when the head stays the same (nothing moves)."""
+    hour, 3.2× the price per token"); None when the head stays the same or the fleet reported no
+    request in the last 5 minutes (nothing moves)."""
     if not steps or not live_steps:
         return None
     old = (live_steps[0]["provider"], live_steps[0]["model"])
@@ -300,7 +301,7 @@ def change_cost(
     per_minute = served / span
     old_name, new_name = "/".join(old), "/".join(new)
     if not served:
-        return ChangeCost(f"cost unknown: no {old_name} requests reported in the last 5 min", None, None)
+        return None  # no traffic reported: nothing moves, and nothing to say
     new_price = price_of(*new)
     if new_price is None:
         return ChangeCost(f"cost unknown: {new_name} has no price in the provider registry", None, None)

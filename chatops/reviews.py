@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from audit import provider_health
+from audit import provider_health, spend
 from audit.actions import EXTEND, PIN, Action
 from audit.change_risks import change_risks, reported_health
 from audit.messages import slack_escape
@@ -110,6 +110,9 @@ def summary(action: Action, selection: Selection, goal: Target) -> list[str]:
             health=health,
         )
         lines.extend(f":warning: Check first: {risk}" for risk in risks)
+        cost = spend.change_cost(live_steps=selection.steps, steps=goal.steps, health=health, now=now)
+        if cost is not None:
+            lines.append(f"Cost: {cost.words}")
     return [slack_escape(line) if not line.startswith("*") else line for line in lines]
 
 

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from audit import provider_health
+from audit import provider_health, spend
 from audit.change_risks import change_risks
 from presets import guards
 from presets.documents import format_duration, format_time
@@ -239,6 +239,9 @@ def make_change(
     command.stdout.write(changed(selection, now=now))
     for risk in risks(selection, now=now):
         command.stdout.write(f"warning: {risk}", style_func=command.style.WARNING)
+    cost = change_cost(selection, now=now)
+    if cost is not None:
+        command.stdout.write(f"cost: {cost.words}")
     return selection
 
 
@@ -255,6 +258,14 @@ def risks(selection: Selection, *, now: datetime) -> list[str]:
         steps=selection.steps,
         health=health,
     )
+
+
+def change_cost(selection: Selection, *, now: datetime) -> spend.ChangeCost | None:
+    """What the change that made ``selection`` costs, estimated as the review page estimates it
+    before a change (``audit.spend.change_cost``), from the chain's pace before it."""
+    previous = selection.previous_steps or []
+    health = provider_health.health_by_step(selection.chain, [previous, selection.steps], now=now)
+    return spend.change_cost(live_steps=previous, steps=selection.steps, health=health, now=now)
 
 
 def served(selection: Selection, *, now: datetime) -> str:

@@ -162,10 +162,12 @@ def test_selecting_a_preset_whose_new_head_is_failing_says_so(reader: Client) ->
         # The negative control: vendor_b heads pin_secondary and is healthy; nothing dropped.
         safe = run("select_preset", "chat", "pin_secondary", "--reason", "INC-9")
         risky = run("select_preset", "chat", "drop_vendor_b", "--reason", "INC-9 vendor_b quota")
-    assert len(safe.splitlines()) == 1
+    # No warning; what the pin costs, as the review page says it (these reports carry no tokens).
+    assert safe.splitlines()[1:] == ["cost: cost unknown: the fleet reports no token counts for these requests"]
     assert risky.splitlines()[1:] == [
         "warning: vendor_b will get no chat traffic",
         "warning: its head is failing now: vendor_a: 50.0 % errors (mostly 5xx), p95 2.5 s, 3 instances",
+        "cost: cost unknown: the fleet reports no token counts for these requests",
     ]
     assert chat().preset.name == "drop_vendor_b"
 

@@ -5,6 +5,7 @@ change's review estimates what it would cost."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -19,8 +20,9 @@ from django.test import Client
 
 from audit import actions, provider_alerts, provider_health, spend
 from audit.models import Alert, AlertKind, ProviderHealthMinute
+from chatops import reviews
 from presets import services
-from presets.models import Chain
+from presets.models import Chain, Selection
 from presets.providers import Price, Provider, price_of
 from tests.conftest import make_token
 from tests.health_reports import report, step
@@ -374,3 +376,23 @@ def test_history_and_the_audit_export_carry_the_spend_before_and_after_each_chan
     assert float(next(row for row in rows if row["action"] == "select")["spend_after_per_hour"]) == pytest.approx(
         after, rel=0.01
     )
+
+
+def test_the_pages_slack_and_the_command_line_say_the_same_cost_of_a_pin(reader: Client, oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        for n in range(3):
+            report(reader, f"i{n}", [step("vendor_a", "large", {"served": 110}, tokens=(110_000, 22_000, 110))])
+        page = oncall.post(
+            "/chains/chat/select",
+            {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-1 vendor_b", "expected_version": "1"},
+            follow=True,
+        ).content.decode()
+        on_page = html.unescape(between(page, 'id="cost-note"', "</p>")).split("</strong> ", 1)[1].removesuffix(".")
+        live = Selection.objects.select_related("chain", "preset").get(chain__name="chat")
+        action = actions.Action(actions.PIN, "chat", live.version, preset="pin_secondary", minutes=60)
+        in_slack = reviews.summary(action, live, reviews.target(action, live))
+        out = io.StringIO()
+        call_command("select_preset", "chat", "pin_secondary", "--minutes", "60", "--reason", "INC-1", stdout=out)
+    assert on_page.startswith("moves about 60 requests a minute from vendor_a/large to vendor_b/large")
+    assert f"Cost: {on_page}" in in_slack
+    assert f"cost: {on_page}" in out.getvalue().splitlines()
