@@ -57,16 +57,20 @@ def window_span_minutes(window: timedelta, *, now: datetime) -> float:
     return (now - minute_of(now - window)).total_seconds() / 60
 
 
+def tokens_cost(price: Price | None, *, served: int, input_tokens: int, output_tokens: int) -> float | None:
+    """What reported tokens cost at ``price``; None (unknown) when the step has no price, or
+    when it served requests and none of them said its tokens; 0 with neither requests nor
+    tokens. Every figure of spend (windows, hours, minutes, alerts) is priced here."""
+    if not (input_tokens or output_tokens):
+        return None if served else 0.0
+    return None if price is None else price.cost(input_tokens, output_tokens)
+
+
 def window_cost(window: WindowHealth, price: Price | None) -> float | None:
-    """What the tokens reported in ``window`` cost at ``price``; None (unknown) when the step
-    has no price, or when it served requests and none of them said its tokens. A window with
-    no request and no token costs 0."""
-    used = window["input_tokens"] or window["output_tokens"]
-    if not used and not window["served"]:
-        return 0.0
-    if price is None or not used:
-        return None
-    return price.cost(window["input_tokens"], window["output_tokens"])
+    """``tokens_cost`` of a health window's figures."""
+    return tokens_cost(
+        price, served=window["served"], input_tokens=window["input_tokens"], output_tokens=window["output_tokens"]
+    )
 
 
 class PriceJson(TypedDict):
@@ -248,11 +252,7 @@ def _hours(chain: Chain, *, now: datetime) -> dict[tuple[str, str], list[float |
     for key, buckets in sums.items():
         price = price_of(*key)
         costs[key] = [
-            0.0
-            if not (served or tokens_in or tokens_out)
-            else None
-            if price is None or not (tokens_in or tokens_out)
-            else price.cost(tokens_in, tokens_out)
+            tokens_cost(price, served=served, input_tokens=tokens_in, output_tokens=tokens_out)
             for served, tokens_in, tokens_out in buckets
         ]
     return costs
@@ -410,12 +410,7 @@ def _minute_costs(times: set[tuple[str, datetime]], *, now: datetime) -> dict[st
     )
     costs: dict[str, dict[datetime, float | None]] = defaultdict(dict)
     for chain, provider, model, minute, served, tokens_in, tokens_out in rows:
-        price = price_of(provider, model)
-        cost: float | None = 0.0
-        if tokens_in or tokens_out:
-            cost = None if price is None else price.cost(tokens_in, tokens_out)
-        elif served:
-            cost = None
+        cost = tokens_cost(price_of(provider, model), served=served, input_tokens=tokens_in, output_tokens=tokens_out)
         known = costs[chain].get(minute, 0.0)
         costs[chain][minute] = None if known is None or cost is None else known + cost
     return costs
@@ -453,6 +448,7 @@ __all__ = [
     "change_cost",
     "currency",
     "format_money",
+    "tokens_cost",
     "window_cost",
     "window_span_minutes",
 ]

@@ -1,5 +1,6 @@
 """``spend`` alerts: a chain's spend, or what its steps other than the live head cost (fallback
-spend), runs past a bound for SPEND_ALERT_MINUTES (``controlplane/settings.py``).
+spend), runs past a bound for SPEND_ALERT_MINUTES (``controlplane/settings.py``), or a pin's
+own spend bound (set with the pin: ``presets.services.select_preset(spend_bound=)``).
 
 The pace is the fleet's reported tokens over the window at the registry's prices
 (``audit.spend``), an hour; a step with requests but no price or no token counts makes the pace
@@ -33,7 +34,7 @@ from audit.evidence import weigh_tokens
 from audit.models import Alert, AlertKind, ProviderEvidence, ProviderHealthMinute
 from audit.notifications import notify_resolved
 from audit.provider_health import minute_of
-from audit.spend import currency, format_money
+from audit.spend import currency, format_money, tokens_cost
 from presets.models import Chain, Selection
 from presets.providers import price_of
 
@@ -84,10 +85,9 @@ def paces(*, now: datetime) -> dict[tuple[int, str], Pace]:
     costs: dict[tuple[int, str, str], float | None] = defaultdict(float)
     for side, found in (("now", window_rows), ("baseline", baseline_rows)):
         for chain, provider, model, served, tokens_in, tokens_out in found:
-            price = price_of(provider, model)
-            cost = None if price is None or not (tokens_in or tokens_out) else price.cost(tokens_in, tokens_out)
-            if not served and not (tokens_in or tokens_out):
-                cost = 0.0
+            cost = tokens_cost(
+                price_of(provider, model), served=served, input_tokens=tokens_in, output_tokens=tokens_out
+            )
             for subject in (TOTAL, FALLBACK) if heads.get(chain) != (provider, model) else (TOTAL,):
                 known = costs[chain, subject, side]
                 costs[chain, subject, side] = None if known is None or cost is None else known + cost
@@ -105,11 +105,16 @@ def paces(*, now: datetime) -> dict[tuple[int, str], Pace]:
     return result
 
 
-def over_bound(subject: str, pace: Pace) -> str | None:
-    """The bound ``pace`` is over, in words; None when it is within them all (or unknown)."""
+def over_bound(subject: str, pace: Pace, *, pin: Selection | None = None) -> str | None:
+    """The bound ``pace`` is over, in words; None when it is within them all (or unknown).
+    ``pin``: the chain's live pin, whose own spend bound (if it has one) bounds its total."""
     if pace.now is None:
         return None
     unit = currency()
+    if pin is not None and pin.is_pinned and pin.spend_bound_per_hour is not None and subject == TOTAL:
+        bound = float(pin.spend_bound_per_hour)
+        if pace.now > bound:
+            return f"over the bound of {format_money(bound, unit)} an hour set with pin {pin.preset.name}"
     limit = settings.SPEND_ALERT_PER_HOUR if subject == TOTAL else settings.SPEND_ALERT_FALLBACK_PER_HOUR
     if limit and pace.now > limit:
         name = "SPEND_ALERT_PER_HOUR" if subject == TOTAL else "SPEND_ALERT_FALLBACK_PER_HOUR"
@@ -133,7 +138,15 @@ def sweep(*, now: datetime | None = None) -> SpendSweep:
     open ones whose pace is back under it."""
     now = now or timezone.now()
     found = paces(now=now)
-    over = {key: bound for key, pace in found.items() if (bound := over_bound(key[1], pace)) is not None}
+    bounded = {
+        selection.chain_id: selection
+        for selection in Selection.objects.filter(spend_bound_per_hour__isnull=False).select_related("preset")
+    }
+    over = {
+        key: bound
+        for key, pace in found.items()
+        if (bound := over_bound(key[1], pace, pin=bounded.get(key[0]))) is not None
+    }
     raised = resolved = 0
     with transaction.atomic():
         chains = Chain.objects.in_bulk({chain for chain, _ in over})

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -90,6 +91,20 @@ def actor_from(options: dict[str, Any]) -> str:
     except (OSError, KeyError):
         raise CommandError("--actor: cannot tell who you are (no USER or LOGNAME): pass --actor NAME") from None
     return CLI_PREFIX + user
+
+
+def amount(option: str, value: Any) -> Decimal | None:
+    """A decimal amount option given as text (None stays None), or a one-line error naming it;
+    the service checks its bounds."""
+    if value is None:
+        return None
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise CommandError(f"{option}: {value!r} is not an amount (e.g. 25 or 12.50)") from None
+    if not number.is_finite():
+        raise CommandError(f"{option}: {value!r} is not an amount (e.g. 25 or 12.50)")
+    return number
 
 
 def whole_number(option: str, value: Any, *, minimum: int = 1, maximum: int = 2**31 - 1) -> int | None:

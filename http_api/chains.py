@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, TypedDict
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -251,6 +252,16 @@ class SelectView(WriteView):
             "(GET .../guard reads it). Omitted or null: as GUARD_PINS_BY_DEFAULT says. Only a pin that "
             "changes the chain's head is guarded.",
         )
+        spend_bound_per_hour = serializers.DecimalField(
+            max_digits=12,
+            decimal_places=2,
+            min_value=Decimal("0.01"),
+            required=False,
+            allow_null=True,
+            error_messages=dict(services.SPEND_BOUND_ERRORS),
+            help_text="a spend alert when the chain's spend passes this an hour (the provider registry's currency) "
+            "while the pin is live; omitted or null: no bound. It lasts as long as the pin (extend keeps it).",
+        )
 
     @extend_schema(operation_id="chains_select", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
@@ -258,7 +269,12 @@ class SelectView(WriteView):
         # The answer stays the chain document (signed, parsed by the SDK): the guard is read apart.
         return document_response(
             services.select_preset(
-                chain=name, preset=data["preset"], expires_at=expiry_from(data), guard=data.get("guard"), **who
+                chain=name,
+                preset=data["preset"],
+                expires_at=expiry_from(data),
+                guard=data.get("guard"),
+                spend_bound=data.get("spend_bound_per_hour"),
+                **who,
             )
         )
 

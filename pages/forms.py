@@ -5,6 +5,7 @@ views put a service's ``InvalidInput`` onto the field it names (``add_service_er
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -16,7 +17,7 @@ from pages.display import format_minutes
 from presets.documents import format_time
 from presets.exceptions import InvalidInput
 from presets.models import PRESET_NAME_MAX
-from presets.services import REASON_MAX
+from presets.services import REASON_MAX, SPEND_BOUND_ERRORS
 from presets.wording import SHORTEN_IN_API, Phrase, for_people
 
 # Offered pin lengths; the configured default and maximum are always among them.
@@ -125,7 +126,17 @@ class SelectForm(DurationMixin, ChangeForm):
     guard = forms.BooleanField(required=False, label="Guard this pin")
     # The box was on the form: unticked means no guard. A post without it: the setting decides.
     guard_asked = forms.BooleanField(required=False, widget=forms.HiddenInput)
-    field_order = ["preset", "duration_minutes", "guard", "reason"]
+    spend_bound_per_hour = forms.DecimalField(
+        required=False,
+        min_value=Decimal("0.01"),
+        max_digits=12,
+        decimal_places=2,
+        label="Spend bound, an hour (optional)",
+        help_text="A spend alert if the chain's spend passes this much an hour while the pin is live, in the "
+        "provider registry's currency. Empty: none.",
+        error_messages=SPEND_BOUND_ERRORS,
+    )
+    field_order = ["preset", "duration_minutes", "guard", "spend_bound_per_hour", "reason"]
     not_done = "Nothing was pinned"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

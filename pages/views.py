@@ -336,7 +336,9 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
                 "duration_minutes": data["duration_minutes"],
                 "guard": "on" if data.get("guard") else "",
                 "guard_asked": "on" if data.get("guard_asked") else "",
+                "spend_bound_per_hour": data.get("spend_bound_per_hour") or "",
             },
+            "spend_bound": data.get("spend_bound_per_hour"),
             "warning": idle_head_warning(live.chain, preset.steps),
             "guard_note": _guard_note(live, preset.steps, guard=guard),
         }
@@ -345,7 +347,12 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         expiry = timedelta(minutes=data["duration_minutes"])
         guard = SelectForm.guard_of(data)
         return services.select_preset(
-            chain=name, preset=data["preset"], expires_at=expiry, guard=guard, **_who(request, data)
+            chain=name,
+            preset=data["preset"],
+            expires_at=expiry,
+            guard=guard,
+            spend_bound=data.get("spend_bound_per_hour"),
+            **_who(request, data),
         )
 
     def already(live: Selection, data: dict[str, Any]) -> bool:
@@ -1082,6 +1089,7 @@ def _confirm_page(
             "live": live_card(live, now=now, health=health),
             "summary": summary,
             "dangers": [] if summary.get("blocked") else _dangers(summary, live, health, chain=name),
+            "currency": spend.currency(),
             "cost": None
             if summary.get("blocked")
             else spend.change_cost(live_steps=live.steps, steps=steps, health=health, now=now),
@@ -1309,7 +1317,8 @@ def _spend_context(selection: Selection, *, now: datetime) -> dict[str, Any]:
     live = [(step["provider"], step["model"]) for step in selection.steps]
     reported = provider_health.chain_health(selection.chain, first=live, now=now)
     found = spend.chain_spend(selection.chain, reported, live_head=live[0] if live else None, now=now)
-    return {"spend": found, "spend_plot": plots.spend_figure(found)}
+    bound = selection.spend_bound_per_hour if selection.is_pinned else None
+    return {"spend": found, "spend_plot": plots.spend_figure(found), "spend_bound": bound}
 
 
 def _guard_context(selection: Selection) -> dict[str, Any]:

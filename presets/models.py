@@ -174,6 +174,14 @@ class Selection(models.Model):
     # The served preset's failure policy, as this version serves it (with its steps and
     # marking: a later change of the preset is a later version).
     failure_policy = models.JSONField(null=True, blank=True, default=None)
+    spend_bound_per_hour = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="a pin's spend bound (the registry's currency an hour): a spend alert when the chain's spend "
+        "passes it while the pin is live; it lasts as long as the pin",
+    )
     updated_by = models.CharField(max_length=150)
     reason = models.CharField(max_length=500)
     updated_at = models.DateTimeField()

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +92,16 @@ def select_preset(
     expires_at: Expiry = None,
     expected_version: int | None = None,
     guard: bool | None = None,
+    spend_bound: Decimal | None = None,
 ) -> Selection:
     """Make a reviewed preset live. A non-default preset is a pin and always expires.
 
     ``guard``: watch the pin (``presets.guards``) and restore what it replaced if the fleet
-    finds its head clearly worse; None: as ``GUARD_PINS_BY_DEFAULT`` says."""
+    finds its head clearly worse; None: as ``GUARD_PINS_BY_DEFAULT`` says. ``spend_bound``: the
+    chain's spend an hour (the registry's currency) past which a spend alert is raised while
+    the pin is live (``audit.spend_alerts``); None: none."""
     reason = clean_reason(reason)
+    spend_bound = clean_spend_bound(spend_bound)
     now = _now()
     with _changing(chain, expected_version, preset=preset) as selection:
         target = active_preset(selection, preset)
@@ -108,8 +113,21 @@ def select_preset(
                 "expires_at",
                 f"{preset!r} is the default preset, which never expires: leave the duration out",
             )
+        if target.is_default and spend_bound is not None:
+            raise InvalidInput(
+                "spend_bound_per_hour", f"{preset!r} is the default preset: a spend bound is for a pin; leave it out"
+            )
         expiry = None if target.is_default else resolve_expiry(expires_at, now=now)
-        _apply(selection, preset=target, action=Action.SELECT, actor=actor, reason=reason, expires_at=expiry, now=now)
+        _apply(
+            selection,
+            preset=target,
+            action=Action.SELECT,
+            actor=actor,
+            reason=reason,
+            expires_at=expiry,
+            now=now,
+            spend_bound=spend_bound,
+        )
         _watch(selection, guard=guard, now=now)
         return selection
 
@@ -559,6 +577,36 @@ def _serve_default(selection: Selection, *, action: str, actor: str, reason: str
     )
 
 
+# ``_apply``'s default: keep the live pin's spend bound while that pin goes on.
+KEEP_BOUND = object()
+# The largest spend bound (the column's digits), in the registry's currency an hour.
+SPEND_BOUND_MAX = Decimal("9999999999.99")
+
+
+# What a form or an API field says of a spend bound it cannot read (Django's and DRF's keys).
+SPEND_BOUND_ERRORS = {
+    "invalid": "a spend bound is an amount, like 25 or 12.50 (or leave it out for none)",
+    "min_value": "a spend bound is more than 0 (or leave it out for none)",
+    "max_value": f"a spend bound is at most {SPEND_BOUND_MAX}",
+    "max_digits": f"a spend bound is at most {SPEND_BOUND_MAX}",
+    "max_whole_digits": f"a spend bound is at most {SPEND_BOUND_MAX}",
+    "max_decimal_places": "a spend bound is to the cent: at most 2 decimal places",
+}
+
+
+def clean_spend_bound(value: Decimal | None) -> Decimal | None:
+    """A pin's spend bound, checked: above 0 and at most ``SPEND_BOUND_MAX``, to the cent."""
+    if value is None:
+        return None
+    if not isinstance(value, Decimal) or not value.is_finite() or value <= 0 or value > SPEND_BOUND_MAX:
+        raise InvalidInput(
+            "spend_bound_per_hour",
+            f"a spend bound is an amount an hour above 0 and at most {SPEND_BOUND_MAX} (e.g. 25.00); "
+            "leave it out for none",
+        )
+    return value.quantize(Decimal("0.01"))
+
+
 def _apply(
     selection: Selection,
     *,
@@ -571,8 +619,13 @@ def _apply(
     steps: list[dict[str, Any]] | None = None,
     marking: dict[str, Any] | None = None,
     drill: Drill | None = None,
+    spend_bound: Decimal | None | object = KEEP_BOUND,
 ) -> Selection:
     """Write one new version, recording the value it replaces (one history row).
+
+    ``spend_bound``: the new pin's spend bound (a select); left out, the live one is kept
+    while the same preset stays pinned (extend, a drill, a sync) and dropped otherwise: a
+    bound lasts as long as its pin.
 
     ``drill``: the failover drill the new version's document carries (``presets.drills``
     starts and ends one with ``Action.DRILL``). Any other change takes a running drill out of
@@ -580,6 +633,10 @@ def _apply(
     the chain is pinned, and it drills the steps it was started on, no others."""
     before = f"v{selection.version} {selection.preset.name}"
     interrupted = selection.drill_id if action != Action.DRILL else None
+    if spend_bound is KEEP_BOUND:
+        same_pin = preset.pk == selection.preset_id and expires_at is not None
+        spend_bound = selection.spend_bound_per_hour if same_pin else None
+    selection.spend_bound_per_hour = spend_bound  # type: ignore[assignment]
     selection.previous_version = selection.version
     selection.previous_preset = selection.preset
     selection.previous_steps = selection.steps

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import time_machine
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from audit import actions, provider_alerts, provider_health, spend
@@ -396,3 +396,79 @@ def test_the_pages_slack_and_the_command_line_say_the_same_cost_of_a_pin(reader:
     assert on_page.startswith("moves about 60 requests a minute from vendor_a/large to vendor_b/large")
     assert f"Cost: {on_page}" in in_slack
     assert f"cost: {on_page}" in out.getvalue().splitlines()
+
+
+# --- a pin's own spend bound ------------------------------------------------------------------
+
+
+def test_a_pins_spend_bound_raises_a_spend_alert_when_crossed_and_lasts_as_long_as_the_pin(
+    reader: Client, writer: Client, settings: Any
+) -> None:
+    settings.SPEND_ALERT_RATIO = 0
+    with time_machine.travel(T0, tick=False):
+        response = writer.post(
+            "/api/v1/chains/chat/select",
+            {"preset": "pin_secondary", "reason": "INC-3", "duration_minutes": 60, "spend_bound_per_hour": "2.50"},
+            content_type="application/json",
+        )
+        assert response.status_code == 200, response.content
+        pinned = Selection.objects.get(chain__name="chat")
+        assert pinned.spend_bound_per_hour == Decimal("2.50")
+        # 3 x 3 requests on vendor_b/large: $0.13 over 10.5 minutes, $0.74 an hour: under the bound.
+        a_minute_of_traffic(reader, requests=3, head="vendor_b")
+        provider_alerts.sweep()
+        assert spend_alerts() == []
+        a_minute_of_traffic(reader, requests=20, head="vendor_b")  # $5.67 an hour: over it
+        provider_alerts.sweep()
+        (alert,) = spend_alerts()
+        assert (
+            alert.subject == "total" and "over the bound of $2.50 an hour set with pin pin_secondary" in alert.message
+        )
+        services.extend_pin(chain="chat", actor="carol", reason="still down", expires_at=timedelta(hours=2))
+        assert Selection.objects.get(chain__name="chat").spend_bound_per_hour == Decimal("2.50")
+        services.revert_to_default(chain="chat", actor="carol", reason="back")
+        assert Selection.objects.get(chain__name="chat").spend_bound_per_hour is None
+        provider_alerts.sweep()  # no pin, no bound: the alert resolves
+    alert.refresh_from_db()
+    assert not alert.is_open
+
+
+@pytest.mark.parametrize(
+    ("bound", "says"),
+    [("0", "more than 0"), ("abc", "an amount, like 25 or 12.50"), ("1.234", "at most 2 decimal places")],
+)
+def test_a_bad_spend_bound_is_refused_whole_in_the_api(writer: Client, bound: str, says: str) -> None:
+    response = writer.post(
+        "/api/v1/chains/chat/select",
+        {"preset": "pin_secondary", "reason": "INC-3", "spend_bound_per_hour": bound},
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert says in response.json()["error"]["details"]["fields"]["spend_bound_per_hour"][0]
+    assert Selection.objects.get(chain__name="chat").version == 1
+
+
+def test_the_command_line_and_the_pages_set_a_pins_spend_bound(oncall: Client) -> None:
+    with pytest.raises(CommandError, match=r"--spend-bound: 'lots' is not an amount"):
+        call_command("select_preset", "chat", "pin_secondary", "--reason", "INC-4", "--spend-bound", "lots")
+    with pytest.raises(CommandError, match=r"--spend-bound: a spend bound is an amount an hour above 0"):
+        call_command("select_preset", "chat", "pin_secondary", "--reason", "INC-4", "--spend-bound", "-1")
+    assert Selection.objects.get(chain__name="chat").version == 1
+
+    form = {"preset": "pin_secondary", "duration_minutes": "60", "reason": "INC-4", "expected_version": "1"}
+    refused = oncall.post("/chains/chat/select", {**form, "spend_bound_per_hour": "1.234"}, follow=True)
+    assert "a spend bound is to the cent: at most 2 decimal places" in refused.content.decode()
+    review = oncall.post("/chains/chat/select", {**form, "spend_bound_per_hour": "12.5"}, follow=True)
+    note = between(review.content.decode(), 'id="spend-bound-note"', "</p>")
+    assert "a spend alert if chat's spend passes $12.50 an hour while this pin is live" in note
+    oncall.post("/chains/chat/select", {**form, "spend_bound_per_hour": "12.50", "confirmed": "on"})
+    assert Selection.objects.get(chain__name="chat").spend_bound_per_hour == Decimal("12.50")
+    page = oncall.get("/chains/chat/").content.decode()
+    assert "Pin pin_secondary has a spend bound of $12.50 an hour" in html.unescape(
+        between(page, 'id="spend-bound"', "</p>")
+    )
+    # Serving the default again is no pin: it takes no bound.
+    with pytest.raises(
+        CommandError, match=r"--spend-bound: 'normal' is the default preset: a spend bound is for a pin"
+    ):
+        call_command("select_preset", "chat", "normal", "--reason", "INC-4", "--spend-bound", "3")

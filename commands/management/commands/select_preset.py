@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from commands.operations import (
     add_change_arguments,
     add_expiry_arguments,
+    amount,
     expiry_option_names,
     expiry_options,
     guard_line,
@@ -39,6 +40,12 @@ class Command(BaseCommand):
             help="guard the pin, or not (--no-guard); default: as GUARD_PINS_BY_DEFAULT says. Only a pin "
             "that changes the chain's head is guarded",
         )
+        parser.add_argument(
+            "--spend-bound",
+            metavar="AMOUNT",
+            help="a spend alert when the chain's spend passes AMOUNT an hour (the provider registry's currency) "
+            "while the pin is live (e.g. 25.00)",
+        )
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -49,7 +56,8 @@ class Command(BaseCommand):
             preset=options["preset"],
             expires_at=expiry_options(options),
             guard=options["guard"],
-            names=expiry_option_names(options),
+            spend_bound=amount("--spend-bound", options["spend_bound"]),
+            names={**expiry_option_names(options), "spend_bound_per_hour": "--spend-bound"},
         )
         guard = guards.live_guard(chain=selection.chain.name)
         if guard is not None and guard.pin_version == selection.version:
