@@ -30,8 +30,10 @@ from tests.metrics_text import value
 
 pytestmark = pytest.mark.usefixtures("synced")
 
-# Half past a minute: the last 5 minutes' pace divides by 5.5 minutes.
-T0 = datetime(2026, 12, 7, 2, 0, 30, tzinfo=UTC)
+# Half past a minute: the last 5 minutes' pace divides by 5.5 minutes. An hour or two after
+# the tests' own sync of the presets (at the real time, so always before it) and their
+# sessions' sign-in (which still holds then).
+T0 = (datetime.now(UTC) + timedelta(hours=2)).replace(minute=0, second=30, microsecond=0)
 A_LARGE = price_of("vendor_a", "large")
 B_LARGE = price_of("vendor_b", "large")
 
@@ -83,7 +85,7 @@ def test_the_spend_of_each_step_is_its_reported_tokens_at_the_registrys_price(re
         "source": "example price list",
     }
     assert head["hours"][-1] == pytest.approx(a_cost, rel=0.01) and head["hours"][:-1] == [0.0] * 11
-    assert document["hour_starts"][-1] == "2026-12-07T02:00:00Z"
+    assert document["hour_starts"][-1] == T0.replace(second=0).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert "an hour now" in head["summary"] and "of it on fallback steps" in document["summary"]
 
 
@@ -367,8 +369,8 @@ def test_history_and_the_audit_export_carry_the_spend_before_and_after_each_chan
     assert pin["spend_currency"] == "USD"
     assert pin["spend_before_per_hour"] == pytest.approx(before, rel=0.01)
     assert pin["spend_after_per_hour"] == pytest.approx(after, rel=0.01)
-    first = next(line for line in lines if line["version"] == 1)
-    assert first["spend_before_per_hour"] == first["spend_after_per_hour"] == 0.0  # synced before any traffic
+    first = next(line for line in lines if line["version"] == 1)  # the sync, an hour or two before any traffic
+    assert first["spend_before_per_hour"] == first["spend_after_per_hour"] == 0.0
     (later,) = spend.around_changes([pin], now=T0 + timedelta(hours=72))  # older than the health window keeps
     assert later["spend_before_per_hour"] is None and later["spend_after_per_hour"] is None
     assert f"Spend: ${before:,.2f} an hour in the 15 min before, ${after:,.2f} after" in page
