@@ -13,7 +13,7 @@ per pin however many sweeps run and however often the pin is extended.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -328,3 +328,19 @@ def _stale_message(selection: Selection, start: PinStart, *, age: timedelta) -> 
         f"{start.reason}); it expires at {format_time(selection.expires_at)}. Keep it on "
         f"purpose (extend) or revert to {default}."
     )
+
+
+def resolve_ended(kind: str, *, still: set[tuple[str, str]], now: datetime, resolution: Callable[[Alert], str]) -> int:
+    """Resolve the open alerts of ``kind`` whose (chain name, subject) is no longer in
+    ``still``, each with ``resolution(alert)`` saying how it ended, and tell the notifiers;
+    returns how many. Inside the sweep's transaction: the rows are locked as they are read."""
+    resolved = 0
+    for alert in Alert.objects.select_for_update().filter(kind=kind, resolved_at__isnull=True).select_related("chain"):
+        if (alert.chain.name, alert.subject) in still:
+            continue
+        alert.resolution = resolution(alert)
+        alert.resolved_at = now
+        alert.save(update_fields=["resolution", "resolved_at"])
+        notify_resolved(alert=alert, now=now)
+        resolved += 1
+    return resolved

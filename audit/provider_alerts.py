@@ -30,9 +30,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import actions, provider_health, spend_alerts
-from audit.alerts import raise_alert
+from audit.alerts import raise_alert, resolve_ended
 from audit.models import Alert, AlertKind
-from audit.notifications import notify_resolved
 from presets.models import Chain, Selection
 
 # Usage reports arrive many per second from a large fleet: judge at most this often.
@@ -124,28 +123,22 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
 def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:
     """Resolve the open alerts of ``kind`` whose (chain, subject) is no longer in ``still``."""
     minutes = settings.PROVIDER_FAILING_MINUTES
-    resolved = 0
-    for alert in Alert.objects.select_for_update().filter(kind=kind, resolved_at__isnull=True).select_related("chain"):
-        if (alert.chain.name, alert.subject) in still:
-            continue
+
+    def resolution(alert: Alert) -> str:
         if kind == AlertKind.PROVIDER_FAILING:
-            alert.resolution = (
+            return (
                 f"{alert.subject} is below {settings.PROVIDER_FAILING_ERROR_PERCENT} % errors over the last "
                 f"{minutes} min, had fewer than {settings.PROVIDER_FAILING_MIN_ATTEMPTS} attempts to judge, or "
                 f"fewer than {settings.PROVIDER_ALERT_MIN_INSTANCES} instances polling the chain see it failing, "
                 f"or its evidence came from fewer than {settings.EVIDENCE_MIN_TOKENS} tokens"
             )
-        else:
-            alert.resolution = (
-                f"fewer than {provider_health.credential_instances_needed()} instances polling the chain saw "
-                f"{alert.subject} reject their credentials in the last {minutes} min, or with fewer than "
-                f"{settings.EVIDENCE_MIN_TOKENS} tokens"
-            )
-        alert.resolved_at = now
-        alert.save(update_fields=["resolution", "resolved_at"])
-        notify_resolved(alert=alert, now=now)
-        resolved += 1
-    return resolved
+        return (
+            f"fewer than {provider_health.credential_instances_needed()} instances polling the chain saw "
+            f"{alert.subject} reject their credentials in the last {minutes} min, or with fewer than "
+            f"{settings.EVIDENCE_MIN_TOKENS} tokens"
+        )
+
+    return resolve_ended(kind, still=still, now=now, resolution=resolution)
 
 
 __all__ = ["EVALUATE_EVERY_S", "ProviderSweep", "sweep", "sweep_after_report"]

@@ -29,10 +29,9 @@ from django.db import transaction
 from django.db.models import Min, Sum
 from django.utils import timezone
 
-from audit.alerts import raise_alert
+from audit.alerts import raise_alert, resolve_ended
 from audit.evidence import weigh_tokens
 from audit.models import Alert, AlertKind, ProviderEvidence, ProviderHealthMinute
-from audit.notifications import notify_resolved
 from audit.provider_health import minute_of
 from audit.spend import currency, format_money, tokens_cost
 from presets.models import Chain, Selection
@@ -208,21 +207,14 @@ def _evidence(chains: set[int], *, now: datetime) -> dict[int, tuple[set[str], s
 
 
 def _resolve(*, still: set[tuple[str, str]], now: datetime) -> int:
-    resolved = 0
-    open_alerts = Alert.objects.select_for_update().filter(kind=AlertKind.SPEND, resolved_at__isnull=True)
-    for alert in open_alerts.select_related("chain"):
-        if (alert.chain.name, alert.subject) in still:
-            continue
-        alert.resolution = (
+    def resolution(alert: Alert) -> str:
+        return (
             f"the {alert.subject} spend of the last {settings.SPEND_ALERT_MINUTES} min is back within its bounds "
             f"(or no longer known, or reported by fewer than {settings.PROVIDER_ALERT_MIN_INSTANCES} instances "
             f"or {settings.EVIDENCE_MIN_TOKENS} tokens)"
         )
-        alert.resolved_at = now
-        alert.save(update_fields=["resolution", "resolved_at"])
-        notify_resolved(alert=alert, now=now)
-        resolved += 1
-    return resolved
+
+    return resolve_ended(AlertKind.SPEND, still=still, now=now, resolution=resolution)
 
 
 __all__ = ["FALLBACK", "SUBJECTS", "TOTAL", "Pace", "SpendSweep", "over_bound", "paces", "sweep"]

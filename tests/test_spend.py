@@ -38,6 +38,13 @@ A_LARGE = price_of("vendor_a", "large")
 B_LARGE = price_of("vendor_b", "large")
 
 
+def each_instance_reports(client: Client, steps: list[dict[str, Any]], *, instances: int = 3) -> None:
+    """The instances ``i0``, ``i1``, ... each read chat and report ``steps``."""
+    for n in range(instances):
+        response = report(client, f"i{n}", steps)
+        assert response.status_code == 202, response.content
+
+
 def spend_of(client: Client, chain: str = "chat") -> dict[str, Any]:
     response = client.get(f"/api/v1/chains/{chain}/spend")
     assert response.status_code == 200, response.content
@@ -51,16 +58,13 @@ def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_the_spend_of_each_step_is_its_reported_tokens_at_the_registrys_price(reader: Client) -> None:
     assert A_LARGE is not None and B_LARGE is not None
     with time_machine.travel(T0, tick=False):
-        for n in range(3):
-            response = report(
-                reader,
-                f"i{n}",
-                [
-                    step("vendor_a", "large", {"served": 100}, tokens=(120_000, 30_000, 100)),
-                    step("vendor_b", "large", {"served": 10}, tokens=(11_000, 2_500, 10)),
-                ],
-            )
-            assert response.status_code == 202, response.content
+        each_instance_reports(
+            reader,
+            [
+                step("vendor_a", "large", {"served": 100}, tokens=(120_000, 30_000, 100)),
+                step("vendor_b", "large", {"served": 10}, tokens=(11_000, 2_500, 10)),
+            ],
+        )
         document = spend_of(reader)
 
     steps = by_step(document)
@@ -207,19 +211,16 @@ def between(text: str, start: str, end: str) -> str:
     return text[at : text.index(end, at)]
 
 
-def fleet_on_vendor_a(reader: Client, *, instances: int = 3) -> None:
+def fleet_on_vendor_a(reader: Client) -> None:
     """Each instance served 100 requests on chat's head (1,000 input and 250 output tokens
     each) and 10 on self_hosted/8b, which has no price."""
-    for n in range(instances):
-        response = report(
-            reader,
-            f"i{n}",
-            [
-                step("vendor_a", "large", {"served": 100}, tokens=(100_000, 25_000, 100)),
-                step("self_hosted", "8b", {"served": 10}, tokens=(1_000, 100, 10)),
-            ],
-        )
-        assert response.status_code == 202, response.content
+    each_instance_reports(
+        reader,
+        [
+            step("vendor_a", "large", {"served": 100}, tokens=(100_000, 25_000, 100)),
+            step("self_hosted", "8b", {"served": 10}, tokens=(1_000, 100, 10)),
+        ],
+    )
 
 
 def test_the_chain_page_shows_each_steps_spend_its_price_and_a_plot_and_the_dashboard_its_pace(
@@ -270,14 +271,10 @@ def a_minute_of_traffic(
     vendor's, 1,000 input and 200 output tokens each ($0.0045 a request on vendor_a/large,
     $0.0144 on vendor_b/large)."""
     other = "vendor_b" if head == "vendor_a" else "vendor_a"
-    for n in range(instances):
-        steps = [step(head, "large", {"served": requests}, tokens=(1_000 * requests, 200 * requests, requests))]
-        if fallback:
-            steps.append(
-                step(other, "large", {"served": fallback}, tokens=(1_000 * fallback, 200 * fallback, fallback))
-            )
-        response = report(client, f"i{n}", steps)
-        assert response.status_code == 202, response.content
+    steps = [step(head, "large", {"served": requests}, tokens=(1_000 * requests, 200 * requests, requests))]
+    if fallback:
+        steps.append(step(other, "large", {"served": fallback}, tokens=(1_000 * fallback, 200 * fallback, fallback)))
+    each_instance_reports(client, steps, instances=instances)
 
 
 def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolves_when_it_falls_back(
