@@ -603,11 +603,13 @@ export class Router {
       let chars = 0;
       let delivered = 0;
       let firstChunkS: number | null = null;
+      let opened: AsyncIterable<unknown> | null = null;
       let iterator: AsyncIterator<unknown> | null = null;
       let finished = false;
       const idleS = idleBound ?? turn.step.timeout_ms / 1000;
       try {
-        iterator = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal)[Symbol.asyncIterator]();
+        opened = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal);
+        iterator = opened[Symbol.asyncIterator]();
         for (;;) {
           const committed = delivered > 0;
           // The first chunk with content is due within the attempt's timeout (its first-chunk
@@ -665,9 +667,9 @@ export class Router {
         if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
         // The caller left the stream early (a break, return()): the provider's stream is
         // closed, and the attempt counts as served.
-        if (!finished && delivered > 0) this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS });
+        if (!finished && delivered > 0) this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
       }
-      const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS });
+      const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
       if (result !== null) return result as RouteResult<null>;
     }
     throw this.ended(this.exhausted(walk));
@@ -895,11 +897,11 @@ export class Router {
     threw: boolean,
     raised: unknown,
     value: unknown,
-    stream?: { chunks: number; firstChunkS: number | null },
+    stream?: { chunks: number; firstChunkS: number | null; modelId?: string; tokens?: [number | null, number | null] },
     index?: number,
   ): RouteResult | null {
-    let modelId = "";
-    let tokens: [number | null, number | null] = [null, null];
+    let modelId = stream?.modelId ?? "";
+    let tokens: [number | null, number | null] = stream?.tokens ?? [null, null];
     if (value instanceof Answer) {
       modelId = value.model_id;
       // Only whole numbers of at least 0, as the Python SDK counts them: the usage report sums
@@ -1164,6 +1166,19 @@ export class RouteStream implements AsyncIterable<unknown> {
       },
     };
   }
+}
+
+/**
+ * What a provider stream said of itself once read, as the Python SDK reads it: the model that
+ * served (`model_id`) and its tokens (`input_tokens`, `output_tokens`), properties a stream
+ * transport's iterable may carry (an adapter sets them from the library's usage event).
+ */
+function streamReport(stream: unknown): { modelId: string; tokens: [number | null, number | null] } {
+  const said = (stream ?? {}) as { model_id?: unknown; input_tokens?: unknown; output_tokens?: unknown };
+  return {
+    modelId: typeof said.model_id === "string" ? said.model_id : "",
+    tokens: [tokenCount(said.input_tokens), tokenCount(said.output_tokens)],
+  };
 }
 
 function tokenCount(count: unknown): number | null {

@@ -154,3 +154,28 @@ test("complete() aborts an attempt that outlives its timeout and records a timeo
   assert.equal(result.value, "fast");
   assert.deepEqual([result.receipt.attempts[0].outcome, result.receipt.attempts[0].dispatch], ["timeout", "dispatched_unknown"]);
 });
+
+test("a stream's model and tokens, said on its iterable once read (as an adapter sets them from the usage event), are in its receipt", async () => {
+  const withUsage = (_step, _request, _timeoutS, _signal) => {
+    const stream = {
+      model_id: "",
+      input_tokens: null,
+      output_tokens: null,
+      async *[Symbol.asyncIterator]() {
+        yield "he";
+        yield "llo";
+        // The usage event comes last, after the content.
+        stream.model_id = "vendor_a/large-2026";
+        stream.input_tokens = 1200;
+        stream.output_tokens = 2.5; // not a count: unknown
+      },
+    };
+    return stream;
+  };
+  const { seen, result } = await collect(router({ vendor_a: withUsage }).stream({}));
+  assert.deepEqual(seen, ["he", "llo"]);
+  const [attempt] = result.attempts;
+  assert.deepEqual([attempt.model_id, attempt.input_tokens, attempt.output_tokens], ["vendor_a/large-2026", 1200, null]);
+  const plain = await collect(router({ vendor_a: chunks(["x"]) }).stream({}));
+  assert.deepEqual([plain.result.attempts[0].input_tokens, plain.result.attempts[0].output_tokens], [null, null]);
+});
