@@ -38,7 +38,7 @@ class NdjsonRenderer(JSONRenderer):
 
 class HistoryExportView(APIView):
     renderer_classes = [JSONRenderer, NdjsonRenderer]
-    OutputSerializer = serializer_for(spend.ExportedChange, "HistoryOutputSerializer")
+    OutputSerializer = serializer_for(spend.ExportedChange, "HistoryExportEntrySerializer")
 
     @extend_schema(
         operation_id="history_export",

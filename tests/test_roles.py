@@ -178,6 +178,7 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("api-fleet", "GET", "/api/v1/fleet", None, API_READ),
     ("api-instances", "GET", "/api/v1/chains/chat/instances", None, API_READ),
     ("api-provider-health", "GET", "/api/v1/chains/chat/health", None, API_READ),
+    ("api-spend", "GET", "/api/v1/chains/chat/spend", None, API_READ),
     ("api-access-history", "GET", "/api/v1/access-history", None, ACCESS_API),
     ("api-select", "POST", "/api/v1/chains/chat/select", {"preset": "drop_vendor_b", "reason": "INC-7"}, API_CHANGE),
     ("api-revert", "POST", "/api/v1/chains/chat/revert", {"reason": "INC-7"}, API_CHANGE),

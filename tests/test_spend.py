@@ -370,7 +370,8 @@ def test_history_and_the_audit_export_carry_the_spend_before_and_after_each_chan
     assert first["spend_before_per_hour"] == first["spend_after_per_hour"] == 0.0
     (later,) = spend.around_changes([pin], now=T0 + timedelta(hours=72))  # older than the health window keeps
     assert later["spend_before_per_hour"] is None and later["spend_after_per_hour"] is None
-    assert f"Spend: ${before:,.2f} an hour in the 15 min before, ${after:,.2f} after" in page
+    shown = between(page, 'id="chat-v2"', "</li>")  # the pin's entry: its details say the spend around it
+    assert f'<dd class="entry-spend">${before:,.2f} an hour in the 15 min before, ${after:,.2f} after</dd>' in shown
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert float(next(row for row in rows if row["action"] == "select")["spend_after_per_hour"]) == pytest.approx(
         after, rel=0.01
