@@ -7,7 +7,8 @@ The pace is the fleet's reported tokens over the window at the registry's prices
 unknown, and an unknown pace raises nothing (the chain page says why). Two bounds, each off at
 0: an absolute pace (SPEND_ALERT_PER_HOUR, SPEND_ALERT_FALLBACK_PER_HOUR), and a ratio over
 the same pace in the SPEND_BASELINE_HOURS before the window (SPEND_ALERT_RATIO; only with an
-hour of reports there, and a pace of at least SPEND_ALERT_MIN_PER_HOUR, so cents never page).
+hour of reports there, and a pace of at least SPEND_ALERT_MIN_PER_HOUR, so cents never page; a
+baseline under SPEND_ALERT_MIN_PER_HOUR counts as that much).
 
 Usage reports are evidence, never authority: a spend alert also needs the reports of
 PROVIDER_ALERT_MIN_INSTANCES instances that poll the chain, from EVIDENCE_MIN_TOKENS tokens (or
@@ -119,11 +120,13 @@ def over_bound(subject: str, pace: Pace, *, pin: Selection | None = None) -> str
         name = "SPEND_ALERT_PER_HOUR" if subject == TOTAL else "SPEND_ALERT_FALLBACK_PER_HOUR"
         return f"over {format_money(limit, unit)} an hour ({name})"
     ratio = settings.SPEND_ALERT_RATIO
+    # A baseline of nothing (fallback steps that never served) is taken as SPEND_ALERT_MIN_PER_HOUR:
+    # any spend is infinitely more than none, and a head's brief hiccup must not page anyone.
     if (
         ratio
         and pace.baseline is not None
         and pace.now >= settings.SPEND_ALERT_MIN_PER_HOUR
-        and pace.now > ratio * pace.baseline
+        and pace.now > ratio * max(pace.baseline, settings.SPEND_ALERT_MIN_PER_HOUR)
     ):
         return (
             f"over {ratio:g}× its pace of the {pace.baseline_hours:.0f} h before "

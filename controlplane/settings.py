@@ -568,7 +568,8 @@ EVIDENCE_MIN_TOKENS = env_int("EVIDENCE_MIN_TOKENS", 2, minimum=1, maximum=100)
 # its steps other than the live head ("fallback"), raises a ``spend`` alert when it is over
 # SPEND_ALERT_PER_HOUR / SPEND_ALERT_FALLBACK_PER_HOUR (0: no such bound), or SPEND_ALERT_RATIO
 # times its baseline (its pace over the SPEND_BASELINE_HOURS before the window, which needs an
-# hour of reports; 0: no ratio) while at least SPEND_ALERT_MIN_PER_HOUR (so cents never page).
+# hour of reports; 0: no ratio; a baseline under SPEND_ALERT_MIN_PER_HOUR counts as that much)
+# while at least SPEND_ALERT_MIN_PER_HOUR (so cents never page).
 # Its evidence is weighed like a provider alert's (PROVIDER_ALERT_MIN_INSTANCES instances,
 # EVIDENCE_MIN_TOKENS tokens).
 SPEND_ALERT_MINUTES = env_int("SPEND_ALERT_MINUTES", 10, minimum=1, maximum=240)

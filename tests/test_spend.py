@@ -310,6 +310,25 @@ def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolve
     assert not alert.is_open and "back within its bounds" in alert.resolution
 
 
+def test_fallback_spend_from_nothing_raises_no_alert_until_it_passes_the_ratio_of_the_smallest_pace(
+    reader: Client, settings: Any
+) -> None:
+    """Fallback steps that never served have a baseline of nothing: any spend is infinitely more,
+    so the ratio is taken over SPEND_ALERT_MIN_PER_HOUR ($1): $1.54 an hour raises nothing, $3.60 does."""
+    settings.SPEND_ALERT_RATIO, settings.SPEND_ALERT_MIN_PER_HOUR = 3.0, 1.0
+    for minute in range(0, 120, 10):  # two hours on the head alone
+        with time_machine.travel(T0 - timedelta(hours=2) + timedelta(minutes=minute), tick=False):
+            a_minute_of_traffic(reader, requests=10)
+    with time_machine.travel(T0, tick=False):
+        a_minute_of_traffic(reader, requests=0, fallback=6)  # 18 x $0.0144 over 10.5 min: $1.48 an hour
+        provider_alerts.sweep()
+        assert spend_alerts() == []
+        a_minute_of_traffic(reader, requests=0, fallback=15)  # 45 more: $5.18 an hour
+        provider_alerts.sweep()
+    (alert,) = [alert for alert in spend_alerts() if alert.subject == "fallback"]
+    assert "over 3× its pace of the 2 h before ($0.00 an hour" in alert.message
+
+
 def test_fallback_spend_over_its_bound_raises_and_offers_to_end_the_pin_that_moved_it(
     reader: Client, settings: Any
 ) -> None:
