@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from audit import actions, provider_health, spend_alerts
+from audit import actions, provider_health
 from audit.alerts import raise_alert, resolve_ended
 from audit.models import Alert, AlertKind
 from presets.models import Chain, Selection
@@ -115,9 +115,7 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
             raised += created
         resolved += _resolve(AlertKind.PROVIDER_FAILING, still=set(failing), now=now)
         resolved += _resolve(AlertKind.PROVIDER_CREDENTIALS, still=set(credentials), now=now)
-    # Spend alerts weigh the same reports, at the same cadence.
-    spent = spend_alerts.sweep(now=now)
-    return ProviderSweep(raised=raised + spent.raised, resolved=resolved + spent.resolved)
+    return ProviderSweep(raised=raised, resolved=resolved)
 
 
 def _resolve(kind: str, *, still: set[tuple[str, str]], now: datetime) -> int:

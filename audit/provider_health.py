@@ -351,10 +351,15 @@ def _read(
 
 
 def chain_health(
-    chain: Chain, *, first: Iterable[tuple[str, str]] = (), now: datetime | None = None
+    chain: Chain,
+    *,
+    first: Iterable[tuple[str, str]] = (),
+    now: datetime | None = None,
+    known: Mapping[tuple[str, str], StepHealth] | None = None,
 ) -> list[StepHealth]:
     """Health of the ``first`` steps in their order (the live chain's, say), then of every
-    other step reported for ``chain`` in the last hour, worst error rate first."""
+    other step reported for ``chain`` in the last hour, worst error rate first. ``known``:
+    health already read at ``now`` (``health_by_step``), not read again."""
     now = now or timezone.now()
     first = list(dict.fromkeys(first))
     reported = (
@@ -364,7 +369,10 @@ def chain_health(
         .distinct()
     )
     others = sorted(set(reported) - set(first))
-    health = step_health(chain, first + others, now=now)
+    known = known or {}
+    missing = [step for step in first + others if step not in known]
+    read = dict(zip(missing, step_health(chain, missing, now=now), strict=True)) if missing else {}
+    health = [known.get(step) or read[step] for step in first + others]
     ordered, rest = health[: len(first)], health[len(first) :]
     return ordered + sorted(rest, key=lambda step: -(step["recent"]["error_rate"] or 0.0))
 

@@ -16,7 +16,9 @@ one marked sole evidence), as a provider alert does, and the control plane refus
 claiming more tokens than its attempts could use (``http_api.fleet``). One service's made-up
 fleet cannot page anyone about money.
 
-``sweep`` runs with the provider alerts (after usage reports, and from the beat).
+``sweep`` runs from the beat, in the provider alerts' task (every PROVIDER_ALERTS_EVERY_SECONDS),
+never after a usage report: it weighs a day of every chain's spend, and a window of
+SPEND_ALERT_MINUTES needs no answer within seconds.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit import provider_health, spend
-from audit.change_risks import change_risks
+from audit.change_risks import HealthMap, change_risks
 from presets import guards
 from presets.documents import format_duration, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
@@ -252,19 +252,21 @@ def make_change(
     )
     now = timezone.now()
     command.stdout.write(changed(selection, now=now))
-    for risk in risks(selection, now=now):
+    # The fleet's health of the steps before and after, read once for the risks and the cost.
+    health = provider_health.health_by_step(selection.chain, [selection.previous_steps or [], selection.steps], now=now)
+    for risk in risks(selection, health):
         command.stdout.write(f"warning: {risk}", style_func=command.style.WARNING)
-    cost = change_cost(selection, now=now)
+    cost = spend.change_cost(live_steps=selection.previous_steps or [], steps=selection.steps, health=health, now=now)
     if cost is not None:
+        # What the change costs, estimated as the review page estimates it before a change.
         command.stdout.write(f"cost: {cost.words}")
     return selection
 
 
-def risks(selection: Selection, *, now: datetime) -> list[str]:
+def risks(selection: Selection, health: HealthMap) -> list[str]:
     """What is risky about what ``selection`` now serves instead of the steps it replaced: the
     dangers the review page names before a change (``audit.change_risks``), said after it here
     as the on-call chose it."""
-    health = provider_health.health_by_step(selection.chain, [selection.steps], now=now)
     return change_risks(
         chain=selection.chain.name,
         target=selection.preset.name,
@@ -273,14 +275,6 @@ def risks(selection: Selection, *, now: datetime) -> list[str]:
         steps=selection.steps,
         health=health,
     )
-
-
-def change_cost(selection: Selection, *, now: datetime) -> spend.ChangeCost | None:
-    """What the change that made ``selection`` costs, estimated as the review page estimates it
-    before a change (``audit.spend.change_cost``), from the chain's pace before it."""
-    previous = selection.previous_steps or []
-    health = provider_health.health_by_step(selection.chain, [previous, selection.steps], now=now)
-    return spend.change_cost(live_steps=previous, steps=selection.steps, health=health, now=now)
 
 
 def served(selection: Selection, *, now: datetime) -> str:

@@ -1297,7 +1297,7 @@ def _chain_page(
         # A refused change's errors, summed up at the top of the page and focused there.
         "refused_form": refused_form,
         "refresh": "notice",
-        **_spend_context(selection, now=now),
+        **_spend_context(selection, health, now=now),
     }
     return render_page(request, "presets/chain.html", context, status=status)
 
@@ -1311,11 +1311,11 @@ def _card_spend(selection: Selection, health: HealthMap, *, now: datetime) -> st
     return spend.chain_spend(selection.chain, steps, live_head=live[0], now=now, hours=False)["summary"]
 
 
-def _spend_context(selection: Selection, *, now: datetime) -> dict[str, Any]:
+def _spend_context(selection: Selection, health: HealthMap, *, now: datetime) -> dict[str, Any]:
     """The chain's spend per step (the live steps first, then any other reported in the last
-    hour) and its plot over the last hours."""
+    hour) and its plot over the last hours; ``health``: the page's, read once."""
     live = [(step["provider"], step["model"]) for step in selection.steps]
-    reported = provider_health.chain_health(selection.chain, first=live, now=now)
+    reported = provider_health.chain_health(selection.chain, first=live, now=now, known=health)
     found = spend.chain_spend(selection.chain, reported, live_head=live[0] if live else None, now=now)
     bound = selection.spend_bound_per_hour if selection.is_pinned else None
     return {"spend": found, "spend_plot": plots.spend_figure(found), "spend_bound": bound}

@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from audit import actions, provider_alerts, provider_health, spend
+from audit import actions, provider_health, spend
 from audit.models import Alert, AlertKind, ProviderHealthMinute
 from chatops import reviews
 from presets import services
@@ -27,6 +27,7 @@ from presets.providers import Price, Provider, price_of
 from tests.conftest import make_token
 from tests.health_reports import report, step
 from tests.metrics_text import value
+from worker.tasks import alert_providers
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -270,15 +271,15 @@ def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolve
         with time_machine.travel(start + timedelta(minutes=minute), tick=False):
             a_minute_of_traffic(reader, requests=50)  # 150 every 5 min: 30 a minute
     with time_machine.travel(T0, tick=False):
-        assert provider_alerts.sweep().raised == 0  # the usual pace: nothing
+        assert alert_providers() == 0  # the usual pace: nothing
         assert spend_alerts() == []
     # Then 4× the pace on the same head for the alert window: the first sweep after it raises.
     for second in range(0, 600, 60):
         with time_machine.travel(T0 + timedelta(seconds=second), tick=False):
             a_minute_of_traffic(reader, requests=40)
     with time_machine.travel(T0 + timedelta(seconds=600), tick=False):
-        provider_alerts.sweep()
-        provider_alerts.sweep()
+        alert_providers()
+        alert_providers()
     (alert,) = spend_alerts()
     assert alert.subject == "total" and alert.is_open
     assert "over 3× its pace of the 3 h before" in alert.message and "SPEND_ALERT_RATIO" in alert.message
@@ -288,7 +289,7 @@ def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolve
     # Back to the usual pace: resolved by the sweep after the window holds it.
     with time_machine.travel(T0 + timedelta(minutes=30), tick=False):
         a_minute_of_traffic(reader, requests=50)
-        provider_alerts.sweep()
+        alert_providers()
     alert.refresh_from_db()
     assert not alert.is_open and "back within its bounds" in alert.resolution
 
@@ -304,10 +305,10 @@ def test_fallback_spend_from_nothing_raises_no_alert_until_it_passes_the_ratio_o
             a_minute_of_traffic(reader, requests=10)
     with time_machine.travel(T0, tick=False):
         a_minute_of_traffic(reader, requests=0, fallback=6)  # 18 x $0.0144 over 10.5 min: $1.48 an hour
-        provider_alerts.sweep()
+        alert_providers()
         assert spend_alerts() == []
         a_minute_of_traffic(reader, requests=0, fallback=15)  # 45 more: $5.18 an hour
-        provider_alerts.sweep()
+        alert_providers()
     (alert,) = [alert for alert in spend_alerts() if alert.subject == "fallback"]
     assert "over 3× its pace of the 2 h before ($0.00 an hour" in alert.message
 
@@ -322,10 +323,10 @@ def test_fallback_spend_over_its_bound_raises_and_offers_to_end_the_pin_that_mov
         )
         # vendor_a/large falls back after vendor_b/large: 15 over the window are under $5 an hour, 1,200 over.
         a_minute_of_traffic(reader, requests=1, fallback=5, head="vendor_b")
-        provider_alerts.sweep()
+        alert_providers()
         assert spend_alerts() == []
         a_minute_of_traffic(reader, requests=1, fallback=400, head="vendor_b")
-        provider_alerts.sweep()
+        alert_providers()
     (alert,) = spend_alerts()
     assert alert.subject == "fallback" and "SPEND_ALERT_FALLBACK_PER_HOUR" in alert.message
     assert alert.details["pin"] == "pin_secondary"
@@ -339,7 +340,7 @@ def test_one_services_made_up_fleet_cannot_raise_a_spend_alert(settings: Any) ->
     alone = Client(headers={"Authorization": f"Bearer {make_token('checkout', 'read')}"})
     with time_machine.travel(T0, tick=False):
         a_minute_of_traffic(alone, requests=100)
-        provider_alerts.sweep()
+        alert_providers()
     assert spend_alerts() == []
 
 
@@ -419,10 +420,10 @@ def test_a_pins_spend_bound_raises_a_spend_alert_when_crossed_and_lasts_as_long_
         assert pinned.spend_bound_per_hour == Decimal("2.50")
         # 3 x 3 requests on vendor_b/large: $0.13 over 10.5 minutes, $0.74 an hour: under the bound.
         a_minute_of_traffic(reader, requests=3, head="vendor_b")
-        provider_alerts.sweep()
+        alert_providers()
         assert spend_alerts() == []
         a_minute_of_traffic(reader, requests=20, head="vendor_b")  # $5.67 an hour: over it
-        provider_alerts.sweep()
+        alert_providers()
         (alert,) = spend_alerts()
         assert (
             alert.subject == "total" and "over the bound of $2.50 an hour set with pin pin_secondary" in alert.message
@@ -431,7 +432,7 @@ def test_a_pins_spend_bound_raises_a_spend_alert_when_crossed_and_lasts_as_long_
         assert Selection.objects.get(chain__name="chat").spend_bound_per_hour == Decimal("2.50")
         services.revert_to_default(chain="chat", actor="carol", reason="back")
         assert Selection.objects.get(chain__name="chat").spend_bound_per_hour is None
-        provider_alerts.sweep()  # no pin, no bound: the alert resolves
+        alert_providers()  # no pin, no bound: the alert resolves
     alert.refresh_from_db()
     assert not alert.is_open
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from audit import alerts, delivery, drills, guards, provider_alerts, provider_health, slack
+from audit import alerts, delivery, drills, guards, provider_alerts, provider_health, slack, spend_alerts
 
 
 @shared_task(name="audit.tasks.alert_stale_pins")
@@ -21,12 +21,14 @@ def alert_stale_pins() -> int:
 
 @shared_task(name="audit.tasks.alert_providers")
 def alert_providers() -> int:
-    """Raise and resolve provider_failing and provider_credentials alerts, then queue
-    deliveries that are due (beat: every PROVIDER_ALERTS_EVERY_SECONDS, 15 s; usage reports
-    also run it). Returns how many alerts it raised."""
+    """Raise and resolve provider_failing and provider_credentials alerts (usage reports also
+    run that sweep) and spend alerts (only here: they weigh a day of spend, and a window of
+    SPEND_ALERT_MINUTES needs no answer within seconds), then queue deliveries that are due
+    (beat: every PROVIDER_ALERTS_EVERY_SECONDS, 15 s). Returns how many alerts it raised."""
     sweep = provider_alerts.sweep()
+    spent = spend_alerts.sweep()
     delivery.queue_due_deliveries()
-    return sweep.raised
+    return sweep.raised + spent.raised
 
 
 @shared_task(name="audit.tasks.check_guards")

@@ -74,12 +74,6 @@ def latency_bucket(elapsed_s: float) -> int:
     return bisect_left(LATENCY_BOUNDS_US, int(elapsed_s * 1_000_000.0 + 0.5))
 
 
-def _count(tokens: object) -> int | None:
-    """A token count as the report sums it: a whole number of at least 0 (a transport's answer
-    is not checked, and the control plane refuses a whole report over one bad count)."""
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
-
-
 def _histogram() -> list[int]:
     return [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
@@ -171,7 +165,7 @@ class HealthTally:
         bucket = latency_bucket(attempt.elapsed_s) if kind == "served" else -1
         first_chunk_s = attempt.first_chunk_s
         first = latency_bucket(first_chunk_s) if first_chunk_s is not None else -1
-        input_tokens, output_tokens = _count(attempt.input_tokens), _count(attempt.output_tokens)
+        input_tokens, output_tokens = attempt.input_tokens, attempt.output_tokens  # checked: ``token_count``
         key = (attempt.provider, attempt.model)
         with self._lock:
             steps = self._steps

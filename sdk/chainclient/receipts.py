@@ -185,6 +185,13 @@ class Answer:
     """Token usage the provider reported, for the attempt's receipt."""
 
 
+def token_count(tokens: object) -> int | None:
+    """A token count a transport or a stream reported, as an attempt keeps it: a whole number
+    of at least 0, else None (unknown). Nothing checks a transport's answer, and the usage
+    report sums these: the control plane refuses a whole report over one bad count."""
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+
+
 @dataclass(frozen=True)
 class CredentialAlert:
     """A provider rejected our credentials (HTTP 401/403): someone must fix the key."""
@@ -209,4 +216,5 @@ __all__ = [
     "Outcome",
     "Receipt",
     "RouteResult",
+    "token_count",
 ]

@@ -57,6 +57,7 @@ from chainclient.receipts import (
     Attempt,
     CredentialAlert,
     RouteResult,
+    token_count,
 )
 from chainclient.streaming import StreamBounds, StreamProgress
 from chainclient.tracing import AttemptSpan, attempt_ended, attempt_interrupted, attempt_started
@@ -575,8 +576,8 @@ class RouterCore(Generic[TransportT]):
             version=document.version,
             chunks=chunks,
             first_chunk_s=first_chunk_s,
-            input_tokens=tokens[0] if isinstance(tokens[0], int) else None,
-            output_tokens=tokens[1] if isinstance(tokens[1], int) else None,
+            input_tokens=token_count(tokens[0]),
+            output_tokens=token_count(tokens[1]),
             drill=turn.drill.id if turn.drill is not None else None,
         )
         walk.attempts.append(attempt)

@@ -257,7 +257,6 @@ def test_tokens_are_summed_per_step_and_only_served_attempts_with_both_counts_ar
     tally.record(attempt(tokens=(500, None)))  # one count: in the sums, not a known request
     tally.record(attempt())  # no counts: unknown, the control plane's count of the rest
     tally.record(attempt(outcome="interrupted", chunks=3, first_chunk_s=0.2, tokens=(300, 40)))  # used, not served
-    tally.record(attempt(tokens=(-5, True)))  # not counts: ignored
     tally.record(attempt(provider="vendor_b"))  # never said tokens: no token keys
     taken = tally.take()
     tally.record(attempt(tokens=(10, 1)))

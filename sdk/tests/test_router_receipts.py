@@ -68,6 +68,24 @@ def test_a_printed_seed_receipt_names_each_destination_and_the_contract() -> Non
     assert lines[4].strip().startswith("t-3 self_hosted/8b @ self-hosted: ok")
 
 
+@pytest.mark.parametrize(
+    ("tokens", "kept"),
+    [((1200, 300), (1200, 300)), ((-5, True), (None, None)), ((2.5, "7"), (None, None)), ((0, None), (0, None))],
+    ids=["counts", "negative-and-bool", "float-and-text", "zero-and-none"],
+)
+def test_an_answers_token_counts_are_kept_only_as_whole_numbers_of_at_least_0(
+    tokens: tuple[Any, Any], kept: tuple[int | None, int | None]
+) -> None:
+    """The receipt (and the usage report, which sums them) keeps what can be counted; the rest
+    is unknown: one bad count would have the control plane refuse the whole report."""
+
+    def vendor_a(step: Step, request: Any, timeout_s: float) -> Any:
+        return Answer("hi", model_id="large", input_tokens=tokens[0], output_tokens=tokens[1])
+
+    attempt = seed_router({"vendor_a": vendor_a}).complete("hello").attempts[0]
+    assert (attempt.input_tokens, attempt.output_tokens) == kept
+
+
 def test_an_error_s_receipt_names_the_destinations_too() -> None:
     router = seed_router({"vendor_a": 503, "vendor_b": 503, "self_hosted": 529})
 
