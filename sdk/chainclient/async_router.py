@@ -17,16 +17,16 @@ import asyncio
 import inspect
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from chainclient.admission import Contract
-from chainclient.errors import ProviderTimeout
+from chainclient.errors import ProviderTimeout, RoutingError
 from chainclient.receipts import RouteResult
-from chainclient.routing import Pause, RouterCore, set_by_call
-from chainclient.streaming import NOT_WAITING, StreamBounds, StreamedRoute, StreamProgress
+from chainclient.routing import RouterCore
+from chainclient.streaming import NOT_WAITING, StreamBounds, StreamedRoute, StreamProgress, set_by_call, stream_bounds
 from chainclient.streams import AsyncStreamTransport
 from chainclient.types import Step
-from chainclient.walk import Walk
+from chainclient.walk import Pause, Turn, Walk
 
 AsyncTransport = Callable[[Step, Any, float], Awaitable[Any]]
 """``async def call(step, request, timeout_s) -> value``; raises the errors in
@@ -119,7 +119,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             retry_same_step=retry_same_step,
             policy_set=set_by_call(commit_after_chars, first_chunk_s, idle_s, retry_same_step),
         )
-        bounds = self._stream_bounds(walk, commit_after_chars, first_chunk_s, idle_s)
+        bounds = stream_bounds(walk.document.failure_policy, commit_after_chars, first_chunk_s, idle_s)
         route = AsyncRouteStream()
         route._chunks = self._streaming(walk, request, bounds, route)
         return route
@@ -129,7 +129,51 @@ class AsyncRouter(RouterCore[AsyncTransport]):
     ) -> AsyncGenerator[Any, None]:
         """``Router._streaming``, awaiting the provider; see there."""
         now = self._now
-        real_clock = self._real_clock
+        turn, progress, alarm, ended = await self._first_to_commit(walk, request, bounds)
+        self._committed(turn)
+        route._commit(turn.step, walk.document, progress)
+        try:
+            for chunk in progress.release():
+                progress.chunks += 1
+                yield chunk
+            if not ended:
+                pull = progress.stream.__anext__
+                for_each = progress.arm
+                ring_by_due = alarm.set
+                while True:
+                    for_each(now())
+                    ring_by_due()
+                    try:
+                        chunk = await pull()
+                    except StopAsyncIteration:
+                        break
+                    except asyncio.CancelledError:
+                        if not progress.expired:
+                            raise
+                        raise _late(progress, alarm, now()) from None
+                    arrived = now()
+                    if arrived > progress.due or progress.expired:
+                        raise _late(progress, alarm, arrived)
+                    progress.due = NOT_WAITING
+                    progress.chunks += 1
+                    yield chunk
+        except GeneratorExit:  # the caller stopped reading: its choice, not a failure
+            await _close(progress, alarm)
+            route.result = self._settle(walk, turn, None, None, progress)
+            raise
+        except Exception as broke:
+            raise await self._broke(walk, turn, progress, alarm, broke) from None
+        except BaseException as interruption:
+            self._interrupted(turn, interruption)
+            await _close(progress, alarm)
+            raise
+        await _close(progress, alarm)
+        route.result = self._settle(walk, turn, None, None, progress)
+
+    async def _first_to_commit(
+        self, walk: Walk, request: Any, bounds: StreamBounds
+    ) -> tuple[Turn, StreamProgress, _Alarm, bool]:
+        """``Router._first_to_commit``, awaiting the provider; also the attempt's alarm."""
         for index, step in self._steps(walk):
             if walk.pause_s:  # before a same-step retry
                 await _pause(walk.pause_s)
@@ -152,14 +196,14 @@ class AsyncRouter(RouterCore[AsyncTransport]):
                 idle_s=bounds.idle_s or step.timeout_s,
                 deadline=walk.deadline,
             )
-            alarm: _Alarm | None = None
+            alarm: _Alarm = _NO_ALARM
             ended = False
             try:
                 raised, opened = await _open(self._stream_transports[step.provider], step, request, turn.timeout)
                 if raised is None:
                     progress.attach(opened)
-                    alarm = _Alarm(progress, now) if real_clock else None
-                    raised, ended = await _until_commit(progress, alarm, now, bounds.commit_after_chars)
+                    alarm = _LoopAlarm(progress, self._now) if self._real_clock else _NO_ALARM
+                    raised, ended = await _until_commit(progress, alarm, self._now, bounds.commit_after_chars)
             except BaseException as interruption:  # the task was cancelled
                 self._interrupted(turn, interruption)
                 await _close(progress, alarm)
@@ -168,50 +212,19 @@ class AsyncRouter(RouterCore[AsyncTransport]):
                 await _close(progress, alarm)
                 self._settle(walk, turn, raised, None, progress)
                 continue
-            self._committed(turn)
-            route._commit(step, walk.document, progress)
-            try:
-                for chunk in progress.release():
-                    progress.chunks += 1
-                    yield chunk
-                if not ended:
-                    pull = progress.stream.__anext__
-                    for_each = progress.arm
-                    while True:
-                        for_each(now())
-                        if alarm is not None:
-                            alarm.set()
-                        try:
-                            chunk = await pull()
-                        except StopAsyncIteration:
-                            break
-                        except asyncio.CancelledError:
-                            if not progress.expired:
-                                raise
-                            raise _late(progress, alarm, now()) from None
-                        arrived = now()
-                        if arrived > progress.due or progress.expired:
-                            raise _late(progress, alarm, arrived)
-                        progress.due = NOT_WAITING
-                        progress.chunks += 1
-                        yield chunk
-            except GeneratorExit:  # the caller stopped reading: its choice, not a failure
-                await _close(progress, alarm)
-                route.result = self._settle(walk, turn, None, None, progress)
-                raise
-            except Exception as broke:
-                if progress.expired and alarm is not None:
-                    alarm.uncancel()
-                await _close(progress, alarm)
-                raise self._broken(walk, turn, progress, broke) from None
-            except BaseException as interruption:
-                self._interrupted(turn, interruption)
-                await _close(progress, alarm)
-                raise
-            await _close(progress, alarm)
-            route.result = self._settle(walk, turn, None, None, progress)
-            return
+            return turn, progress, alarm, ended
         raise self._exhausted(walk)
+
+    async def _broke(
+        self, walk: Walk, turn: Turn, progress: StreamProgress, alarm: _Alarm, broke: Exception
+    ) -> RoutingError:
+        """The error for a stream that broke after its commit point (``Router._broken``),
+        once it is closed; a bound that passed takes back its alarm's cancellation (it
+        became this timeout)."""
+        if progress.expired:
+            alarm.uncancel()
+        await _close(progress, alarm)
+        return self._broken(walk, turn, progress, broke)
 
 
 class AsyncRouteStream(StreamedRoute):
@@ -237,7 +250,37 @@ class AsyncRouteStream(StreamedRoute):
         await self.aclose()
 
 
-class _Alarm:
+class _Alarm(Protocol):
+    """What bounds an attempt's waits for a chunk: ``set()`` before each wait,
+    ``uncancel()`` once its ringing became a timeout, ``stop()`` when the stream is closed."""
+
+    def set(self) -> None: ...
+
+    def uncancel(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class _NoAlarm:
+    """The alarm of an attempt under a test's clock: it never rings (a late chunk is only
+    refused when it comes), so waiting for a chunk asks nothing of the event loop."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        pass
+
+    def uncancel(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+_NO_ALARM = _NoAlarm()
+
+
+class _LoopAlarm:
     """Cancels the task waiting for a chunk once its ``due`` passes: one timer handle on the
     event loop, re-armed only when it fires early (a chunk moved ``due`` on), so waiting
     for a chunk costs a store, not a timer."""
@@ -293,9 +336,9 @@ class _Alarm:
         self.handle, self.at = None, NOT_WAITING
 
 
-def _late(progress: StreamProgress, alarm: _Alarm | None, now: float) -> ProviderTimeout:
+def _late(progress: StreamProgress, alarm: _Alarm, now: float) -> ProviderTimeout:
     """The timeout for a chunk that did not come in time (the alarm's cancellation taken back)."""
-    if alarm is not None and progress.expired:
+    if progress.expired:
         alarm.uncancel()
     return ProviderTimeout(True, progress.why_late or progress.late(now))
 
@@ -314,13 +357,13 @@ async def _open(
 
 
 async def _until_commit(
-    progress: StreamProgress, alarm: _Alarm | None, now: Callable[[], float], commit_after_chars: int
+    progress: StreamProgress, alarm: _Alarm, now: Callable[[], float], commit_after_chars: int
 ) -> tuple[Exception | None, bool]:
     """Read and hold chunks until the commit point (as the synchronous one)."""
     pull = progress.stream.__anext__
+    ring_by_due = alarm.set
     while True:
-        if alarm is not None:
-            alarm.set()
+        ring_by_due()
         try:
             chunk = await pull()
         except StopAsyncIteration:
@@ -340,11 +383,10 @@ async def _until_commit(
             return None, False
 
 
-async def _close(progress: StreamProgress, alarm: _Alarm | None) -> None:
+async def _close(progress: StreamProgress, alarm: _Alarm) -> None:
     """Close the attempt's provider stream (whatever happened) and stop its alarm."""
     progress.due = NOT_WAITING
-    if alarm is not None:
-        alarm.stop()
+    alarm.stop()
     stream = progress.stream
     if stream is None:
         return

@@ -21,27 +21,32 @@ by the parts it composes:
 - ``health``: the attempts and breaker openings those reports carry (``record_attempt``);
 - ``drills``: whether this service takes part in a failover drill (``takes_part``), and what
   its routers recorded of one (``record_drill``) for those reports;
-- ``stats``: the counters ``health()`` reports, and the episodes logged once each.
+- ``stats``: the counters ``health()`` reports, and the episodes logged once each;
+- ``client_options``: the options checked at construction; ``forks``: the fork hook.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import math
 import os
-import socket
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from chainclient.applier import Applier
 from chainclient.applier import OnChange as OnChange
-from chainclient.drills import DrillRequest, takes_part_in
+from chainclient.client_options import (
+    check_header_values,
+    check_options,
+    check_source,
+    default_instance,
+    routable_steps,
+)
+from chainclient.drills import DrillRequest, TakingPart
+from chainclient.forks import restart_after_fork
 from chainclient.poller import REPOLL_SPREAD_S as REPOLL_SPREAD_S
 from chainclient.poller import Poller, PollSettings
 from chainclient.receipts import Attempt
@@ -55,7 +60,6 @@ from chainclient.transport import Endpoint
 from chainclient.types import ChainDocument, Drill, Registry, Step
 from chainclient.usage import MAX_REPORTED_REJECTIONS as MAX_REPORTED_REJECTIONS
 from chainclient.usage import UsageReporter
-from chainclient.wire import MAX_WAIT_S
 
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
@@ -110,13 +114,13 @@ class ChainClient:
             "usage_interval": usage_interval,
             "ahead_after_s": ahead_after_s,
         }
-        _check_options(chain, durations=durations, wait_s=wait_s)
-        _check_source(published=published, token=token, trusted_keys=trusted_keys)
+        check_options(chain, durations=durations, wait_s=wait_s)
+        check_source(published=published, token=token, trusted_keys=trusted_keys)
         # A defaulted instance names this process, so a forked child renames itself.
         self._instance_is_pid = instance is None
-        instance = instance if instance is not None else _default_instance()
-        _check_header_values({"token": token or "", "service": service, "instance": instance})
-        steps = _routable_steps(default, registry)
+        instance = instance if instance is not None else default_instance()
+        check_header_values({"token": token or "", "service": service, "instance": instance})
+        steps = routable_steps(default, registry)
         # Loaded before anything reads a document: the state file is verified too.
         keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
         endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=f"{service}/{instance}", timeout=timeout)
@@ -129,10 +133,7 @@ class ChainClient:
         self._on_change = on_change
         self._service = service
         self._endpoint = endpoint
-        # The token's SHA-256, as the control plane stores it: a drill names the services
-        # taking part by digests of it (``wire.drill_service_digest``). Hashed once.
-        self._token_sha256 = hashlib.sha256(token.encode()).hexdigest() if token else None
-        self._drill_part: tuple[int, tuple[str, ...], bool] | None = None
+        self._takes_part = TakingPart(token)
         self._pid = os.getpid()
         # Wall-clock time, because a pin's expiry is a wall-clock instant; tests replace it.
         self._clock: Callable[[], float] = time.time
@@ -196,7 +197,7 @@ class ChainClient:
                 )
         # The only shared mutable state the read path sees: one reference to a frozen value.
         self._snapshot: Snapshot = snapshot_of(loaded.document or ChainDocument.compiled_default(chain, steps), steps)
-        _CLIENTS.add(self)  # for after_fork() in every forked child
+        restart_after_fork(self, chain=chain)
 
     @property
     def registry(self) -> Registry:
@@ -313,12 +314,7 @@ class ChainClient:
         client without a token (published documents) takes part only in a drill of every
         service. A Router asks it once per document carrying a drill; the answer is computed
         once per drill id (the digest included), then read."""
-        cached = self._drill_part
-        if cached is not None and cached[0] == drill.id and cached[1] == drill.services:
-            return cached[2]
-        part = takes_part_in(drill, self._token_sha256)
-        self._drill_part = (drill.id, drill.services, part)
-        return part
+        return self._takes_part(drill)
 
     def record_drill(self, drill: Drill, request: DrillRequest) -> None:
         """Count one request a Router routed while ``drill`` was active (how it ended: a
@@ -385,7 +381,7 @@ class ChainClient:
         self._stop_event = threading.Event()
         self._stats.after_fork()
         if self._instance_is_pid:
-            self._endpoint = dataclasses.replace(self._endpoint, client_id=f"{self._service}/{_default_instance()}")
+            self._endpoint = dataclasses.replace(self._endpoint, client_id=f"{self._service}/{default_instance()}")
         self._usage.after_fork(self._endpoint)
         # A new applier: the parent's poller may have held the old one's lock (a save to
         # the state file happens under it) at the instant of the fork.
@@ -445,66 +441,3 @@ class ChainClient:
         yet): what the usage thread reports on."""
         drill = self.current().drill
         return drill if drill is not None and self.takes_part(drill) else None
-
-
-# Every client of this process, for the fork hook; weak, so clients are still collected.
-_CLIENTS: weakref.WeakSet[ChainClient] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """Restart every client in a child of ``os.fork()``; a failure must not fail the fork."""
-    for client in list(_CLIENTS):
-        try:
-            client.after_fork()
-        except Exception:
-            logger.exception("chain %s: could not restart the client after fork()", client._chain)
-
-
-if hasattr(os, "register_at_fork"):  # POSIX; there is no fork() without it
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _default_instance() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _check_options(chain: str, *, durations: dict[str, float], wait_s: float) -> None:
-    """Raise ValueError naming the first option a client cannot run with."""
-    if not isinstance(chain, str) or not chain.strip():
-        raise ValueError("chain must be a non-empty string")
-    for label, seconds in durations.items():
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError(f"{label} must be a positive number of seconds")
-    if not 0 <= wait_s <= MAX_WAIT_S:
-        raise ValueError(f"wait_s must be within 0..{MAX_WAIT_S:g}")
-
-
-def _check_source(*, published: bool, token: str | None, trusted_keys: Mapping[str, str] | None) -> None:
-    """Raise ValueError when what the client reads from cannot be trusted or reached as asked."""
-    if published and trusted_keys is None:
-        raise ValueError(
-            "published=True needs trusted_keys: documents from a static host or bucket are applied only when "
-            "the control plane's signature verifies (manage.py signing_keys public --format json prints the keys)"
-        )
-    if not published and not token:
-        raise ValueError(
-            "token is required: a service token of the control plane (manage.py create_token NAME); "
-            "only a client of published documents (published=True) polls without one"
-        )
-
-
-def _check_header_values(values: dict[str, str]) -> None:
-    """Raise ValueError for a value that would break (or inject into) an HTTP header."""
-    for label, value in values.items():
-        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
-            raise ValueError(f"{label} must be a string usable in an HTTP header")
-
-
-def _routable_steps(default: Sequence[Step], registry: Registry) -> tuple[Step, ...]:
-    """The compiled-in default steps, checked: one the service cannot route is a build bug,
-    so it fails at start-up rather than when a pin expires onto it."""
-    steps = tuple(default)
-    if not all(isinstance(step, Step) for step in steps):
-        raise TypeError("default must be a sequence of Step")
-    registry.validate_steps(steps)
-    return steps

@@ -5,10 +5,10 @@ part, what the routers tell their client about the requests routed while a drill
 A drill makes a share of the chain's requests fail on purpose at one hop, before dispatch
 (the hop gets no call), so the fallback to the next hop is proven on live traffic. The
 document carries it while it runs (``types.Drill``, parsed with the document); the routers
-inject it (``routing.RouterCore``: ``_begin`` decides whether a request is routed in an
-active drill, ``_turn`` whether it is drilled at the hop, ``_settle`` records the fault
-instead of a call); a ``ChainClient`` tallies what they tell it (``DrillTally``) and reports
-it. ``verdict`` is the control plane's rule (``audit.drills``, which repeats it: the server
+inject it (``drill_injection``, asked by ``routing.RouterCore``: ``_begin`` whether a request
+is routed in an active drill, ``_turn`` whether it is drilled at the hop; ``_settle`` records
+the fault instead of a call); a ``ChainClient`` tallies what they tell it (``DrillTally``)
+and reports it. ``verdict`` is the control plane's rule (``audit.drills``, which repeats it: the server
 never imports the SDK), and the percentiles and the faults' words are the wire's
 (``wire.latency_percentile``, ``wire.DRILL_FAULT_WORDS``, which the server's copy shares), so
 ``chainclient.testing.run_drill`` judges and describes a drill run in CI as the control plane
@@ -17,6 +17,7 @@ does one on live traffic. Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -62,6 +63,25 @@ def takes_part_in(drill: Drill, token_sha256_hex: str | None) -> bool:
     if not drill.services:
         return True
     return token_sha256_hex is not None and drill_service_digest(drill.id, token_sha256_hex) in drill.services
+
+
+class TakingPart:
+    """``takes_part_in`` for the service holding ``token``: worked out once per drill id and
+    services (the digest included), then read."""
+
+    def __init__(self, token: str | None) -> None:
+        # The token's SHA-256, as the control plane stores it: a drill names the services
+        # taking part by digests of it (``wire.drill_service_digest``). Hashed once.
+        self._token_sha256 = hashlib.sha256(token.encode()).hexdigest() if token else None
+        self._known: tuple[int, tuple[str, ...], bool] | None = None
+
+    def __call__(self, drill: Drill) -> bool:
+        known = self._known
+        if known is not None and known[0] == drill.id and known[1] == drill.services:
+            return known[2]
+        part = takes_part_in(drill, self._token_sha256)
+        self._known = (drill.id, drill.services, part)
+        return part
 
 
 class DrillRequest(NamedTuple):
@@ -252,6 +272,7 @@ __all__ = [
     "DrillCounts",
     "DrillRequest",
     "DrillTally",
+    "TakingPart",
     "describe",
     "drilled_at",
     "takes_part_in",

@@ -30,11 +30,20 @@ from chainclient.receipts import DispatchState as DispatchState
 from chainclient.receipts import Outcome as Outcome
 from chainclient.receipts import Receipt as Receipt
 from chainclient.routing import REPORT_KEYS as REPORT_KEYS
-from chainclient.routing import ChainSource, Clock, Pause, RouterCore, set_by_call
-from chainclient.streaming import NOT_WAITING, WATCHDOG, StreamBounds, StreamedRoute, StreamProgress
+from chainclient.routing import ChainSource, Clock, RouterCore
+from chainclient.streaming import (
+    NOT_WAITING,
+    WATCHDOG,
+    StreamBounds,
+    StreamedRoute,
+    StreamProgress,
+    Watchdog,
+    set_by_call,
+    stream_bounds,
+)
 from chainclient.streams import ProviderStream, StreamTransport
 from chainclient.types import Step
-from chainclient.walk import Walk
+from chainclient.walk import Pause, Turn, Walk
 
 Transport = Callable[[Step, Any, float], Any]
 """``call(step, request, timeout_s) -> value``; raises the errors in ``chainclient.errors``.
@@ -160,7 +169,7 @@ class Router(RouterCore[Transport]):
             retry_same_step=retry_same_step,
             policy_set=set_by_call(commit_after_chars, first_chunk_s, idle_s, retry_same_step),
         )
-        bounds = self._stream_bounds(walk, commit_after_chars, first_chunk_s, idle_s)
+        bounds = stream_bounds(walk.document.failure_policy, commit_after_chars, first_chunk_s, idle_s)
         route = RouteStream()
         route._chunks = self._streaming(walk, request, bounds, route)
         return route
@@ -168,12 +177,57 @@ class Router(RouterCore[Transport]):
     def _streaming(
         self, walk: Walk, request: Any, bounds: StreamBounds, route: RouteStream
     ) -> Generator[Any, None, None]:
-        """The walk for a stream: each admitted step is opened and read to its commit point;
-        the first to reach it is handed over chunk by chunk. Written apart from
-        ``_walking`` because the request outlives its last attempt's settling: it
-        settles when the stream ends, after the caller has read it."""
+        """The walk for a stream: each admitted step is opened and read to its commit point
+        (``_first_to_commit``); the first to reach it is handed over chunk by chunk. Written
+        apart from ``_walking`` because the request outlives its last attempt's settling: it
+        settles when the stream ends, after the caller has read it. The loop below runs once
+        per chunk: it stays in this one frame (a generator delegated to would add a frame's
+        resumption to every chunk)."""
         now = self._now
         watchdog = WATCHDOG if self._real_clock else None
+        turn, progress, ended = self._first_to_commit(walk, request, bounds, watchdog)
+        self._committed(turn)
+        route._commit(turn.step, walk.document, progress)
+        try:
+            for chunk in progress.release():
+                progress.chunks += 1
+                yield chunk
+            if not ended:
+                pull = progress.stream.__next__
+                for_each = progress.arm
+                while True:
+                    for_each(now())
+                    try:
+                        chunk = pull()
+                    except StopIteration:
+                        break
+                    arrived = now()
+                    if arrived > progress.due or progress.expired:
+                        raise ProviderTimeout(True, progress.why_late or progress.late(arrived))
+                    progress.due = NOT_WAITING
+                    progress.chunks += 1
+                    yield chunk
+        except GeneratorExit:  # the caller stopped reading: its choice, not a failure
+            _close(progress, watchdog)
+            route.result = self._settle(walk, turn, None, None, progress)
+            raise
+        except Exception as broke:
+            _close(progress, watchdog)
+            raise self._broken(walk, turn, progress, broke) from None
+        except BaseException as interruption:
+            self._interrupted(turn, interruption)
+            _close(progress, watchdog)
+            raise
+        _close(progress, watchdog)
+        route.result = self._settle(walk, turn, None, None, progress)
+
+    def _first_to_commit(
+        self, walk: Walk, request: Any, bounds: StreamBounds, watchdog: Watchdog | None
+    ) -> tuple[Turn, StreamProgress, bool]:
+        """Open each admitted step's stream in turn and read it to its commit point: the first
+        attempt to reach it (its turn, its stream, and whether the stream already ended);
+        an attempt that fails before it is settled, and the next step tried. Raises the
+        request's error when no step reaches it."""
         for index, step in self._steps(walk):
             if walk.pause_s:  # before a same-step retry
                 _pause(walk.pause_s)
@@ -203,7 +257,7 @@ class Router(RouterCore[Transport]):
                     progress.attach(opened)
                     if watchdog is not None:
                         watchdog.watch(progress)
-                    raised, ended = _until_commit(progress, now, bounds.commit_after_chars)
+                    raised, ended = _until_commit(progress, self._now, bounds.commit_after_chars)
             except BaseException as interruption:  # Ctrl-C while waiting
                 self._interrupted(turn, interruption)
                 _close(progress, watchdog)
@@ -212,42 +266,7 @@ class Router(RouterCore[Transport]):
                 _close(progress, watchdog)
                 self._settle(walk, turn, raised, None, progress)
                 continue
-            self._committed(turn)
-            route._commit(step, walk.document, progress)
-            try:
-                for chunk in progress.release():
-                    progress.chunks += 1
-                    yield chunk
-                if not ended:
-                    stream = progress.stream
-                    pull = stream.__next__
-                    for_each = progress.arm
-                    while True:
-                        for_each(now())
-                        try:
-                            chunk = pull()
-                        except StopIteration:
-                            break
-                        arrived = now()
-                        if arrived > progress.due or progress.expired:
-                            raise ProviderTimeout(True, progress.why_late or progress.late(arrived))
-                        progress.due = NOT_WAITING
-                        progress.chunks += 1
-                        yield chunk
-            except GeneratorExit:  # the caller stopped reading: its choice, not a failure
-                _close(progress, watchdog)
-                route.result = self._settle(walk, turn, None, None, progress)
-                raise
-            except Exception as broke:
-                _close(progress, watchdog)
-                raise self._broken(walk, turn, progress, broke) from None
-            except BaseException as interruption:
-                self._interrupted(turn, interruption)
-                _close(progress, watchdog)
-                raise
-            _close(progress, watchdog)
-            route.result = self._settle(walk, turn, None, None, progress)
-            return
+            return turn, progress, ended
         raise self._exhausted(walk)
 
 
@@ -304,7 +323,7 @@ def _until_commit(
             return None, False
 
 
-def _close(progress: StreamProgress, watchdog: Any) -> None:
+def _close(progress: StreamProgress, watchdog: Watchdog | None) -> None:
     """Close the attempt's provider stream (whatever happened) and stop watching it."""
     progress.due = NOT_WAITING
     stream: ProviderStream | None = progress.stream

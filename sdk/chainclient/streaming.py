@@ -18,6 +18,10 @@ with one process-wide ``Watchdog`` thread, which calls the provider stream's ``a
 (a blocked read cannot be interrupted otherwise) once ``due`` passes; the asynchronous one
 cancels its own wait with a timer on the event loop. Either way the late chunk, if one
 comes, is not delivered. Per chunk this costs two clock reads and two stores.
+
+A stream's commit point and bounds are the call's where it gives them, else the document's
+failure policy's (``stream_bounds``); the receipt names the ones the call set
+(``set_by_call``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chainclient.streams import chunk_text
+from chainclient.types import FailurePolicy
 
 logger = logging.getLogger("chainclient.router")
 
@@ -62,6 +68,41 @@ class StreamBounds:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive (or None for the step's timeout)")
+
+
+# Python's largest int: a stream whose policy commits it complete holds every chunk until it ends.
+COMPLETE = sys.maxsize
+
+
+def stream_bounds(
+    policy: FailurePolicy | None, commit_after_chars: int | None, first_chunk_s: float | None, idle_s: float | None
+) -> StreamBounds:
+    """A stream's commit point and bounds: the call's where it gives them, else the
+    document's failure ``policy``'s, else the defaults (the first chunk with content, the
+    step's timeout)."""
+    if policy is None:
+        return StreamBounds(1 if commit_after_chars is None else commit_after_chars, first_chunk_s, idle_s)
+    if commit_after_chars is None:
+        commit_after_chars = COMPLETE if policy.commit == "complete" else 1
+    if first_chunk_s is None and policy.first_chunk_ms is not None:
+        first_chunk_s = policy.first_chunk_ms / 1000
+    if idle_s is None and policy.idle_ms is not None:
+        idle_s = policy.idle_ms / 1000
+    return StreamBounds(commit_after_chars, first_chunk_s, idle_s)
+
+
+def set_by_call(
+    commit_after_chars: int | None, first_chunk_s: float | None, idle_s: float | None, retry_same_step: bool | None
+) -> tuple[str, ...]:
+    """The stream's arguments the call gave, which override a failure policy's settings (for
+    its receipt)."""
+    given = (
+        ("commit_after_chars", commit_after_chars),
+        ("first_chunk_s", first_chunk_s),
+        ("idle_s", idle_s),
+        ("retry_same_step", retry_same_step),
+    )
+    return tuple(name for name, value in given if value is not None)
 
 
 class StreamProgress:
@@ -267,4 +308,14 @@ class StreamedRoute:
         self.progress = progress
 
 
-__all__ = ["NOT_WAITING", "WATCHDOG", "StreamBounds", "StreamProgress", "StreamedRoute", "Watchdog"]
+__all__ = [
+    "COMPLETE",
+    "NOT_WAITING",
+    "WATCHDOG",
+    "StreamBounds",
+    "StreamProgress",
+    "StreamedRoute",
+    "Watchdog",
+    "set_by_call",
+    "stream_bounds",
+]

@@ -1,19 +1,21 @@
-"""One request's way along its snapshot of the chain, and how it ends.
+"""One request's way along its snapshot of the chain, step by step, and how it ends.
 
 A ``Walk`` holds what the request asked for (its contract, side effects, fallback, verify
 and budget), collects the attempts made and the steps admission refused, which become the
 request's receipt, and builds what the request ends with: a ``RouteResult``, or the
 ``RoutingError`` that names the ending (a stop, an exhausted chain, a spent budget) with a
-headline that tells the whole story in one log line.
+headline that tells the whole story in one log line. Each step admitted for an attempt is
+a ``Turn``; a ``Pause`` is the wait before a same-step retry.
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from chainclient.admission import Contract
+from chainclient.breaker import CircuitBreaker
 from chainclient.errors import (
     AllProvidersFailed,
     ContentPolicyRejected,
@@ -26,6 +28,7 @@ from chainclient.errors import (
 )
 from chainclient.outcomes import Action
 from chainclient.receipts import Attempt, Receipt, RouteResult
+from chainclient.tracing import AttemptSpan
 from chainclient.types import ChainDocument, Drill, Step
 
 
@@ -194,10 +197,30 @@ class Walk:
         )
 
 
+class Turn(NamedTuple):
+    """A step admitted for one attempt: its share of the budget, when it started, and its
+    OpenTelemetry span (None without OpenTelemetry: see ``tracing``). ``drill``: the drill
+    whose fault this attempt is (no call is made; ``breaker`` is then None)."""
+
+    step: Step
+    timeout: float
+    breaker: CircuitBreaker | None
+    started: float
+    span: AttemptSpan | None = None
+    drill: Drill | None = None
+
+
+class Pause(NamedTuple):
+    """What the walk yields before a step's same-step retry: its driver waits ``seconds`` (in
+    the caller's thread, or awaited), then sends anything back."""
+
+    seconds: float
+
+
 def _short_error(attempt: Attempt) -> str:
     if attempt.status is not None:
         return f"HTTP {attempt.status}"
     return attempt.outcome if not attempt.error else f"{attempt.outcome}: {attempt.error}"
 
 
-__all__ = ["Walk"]
+__all__ = ["Pause", "Turn", "Walk"]
