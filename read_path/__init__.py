@@ -6,5 +6,8 @@ LISTEN that applies it), ``worker_threads`` (database work off the event loop), 
 (the per-process live tokens), ``counters`` (what this process answered, for /metrics),
 ``request_context`` (the request id, routes as URL patterns, the access line; Django's
 middleware shares them) and ``http`` (the HTTP rules the DRF API shares: error body, ETag
-match, the ``wait`` parameter, the bearer header). Nothing here imports DRF.
+match, the ``wait`` parameter, the bearer header). ``held`` (the documents held for the wire
+and the long polls on them) and ``answers`` (the answers on the wire, the plain read's fast
+path included) are the relay's too: they, ``http`` and ``request_ids`` import no Django.
+Nothing here imports DRF.
 """

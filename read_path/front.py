@@ -6,7 +6,8 @@ polls included, are answered here from the per-process ``Snapshot``; everything 
 history, sessions, the UI, the admin) goes to Django unchanged. The front shares Django's
 code for what matters: tokens are held by the snapshot (``tokens.TokenSet``), documents come from
 ``Selection.to_document``, expiry from ``services.revert_expired_and_read``, and errors, ETag
-matching and the bearer header from ``read_path.http`` (which the DRF API uses too).
+matching and the bearer header from ``read_path.http`` (which the DRF API uses too). It shares
+with the relay how its answers go on the wire, the plain read's included (``read_path.answers``).
 
 Most reads are plain (a token already seen live, a chain with no pin due, no long poll): they
 are answered first, in ``__call__`` itself, in a few dictionary lookups; the rest go through
@@ -22,11 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from math import inf
 from typing import Any
 
@@ -36,6 +36,16 @@ from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
 from presets.exceptions import InvalidInput
 from presets.expiry import has_passed
 from read_path import counters, request_context
+from read_path.answers import (
+    EMPTY_BODY,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    plain_read,
+    respond,
+    respond_error,
+)
 from read_path.held import Entry, departure, read_query
 from read_path.http import (
     BEARER_HELP,
@@ -43,7 +53,6 @@ from read_path.http import (
     CHAINS_PATH,
     TOKEN_REFUSED,
     bearer_token,
-    error_body,
     matches,
     not_served_yet,
 )
@@ -55,15 +64,12 @@ from read_path.request_context import (
     log_access,
     reads_log,
 )
-from read_path.request_ids import ACCEPTED_ID_BYTES, new_request_id_bytes, request_id_from
+from read_path.request_ids import request_id_from
 from read_path.snapshot import Snapshot
 from read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 # Django's ASGIHandler types its arguments more narrowly than the ASGI spec: any callable.
 ASGIApp = Callable[..., Awaitable[None]]
 
@@ -82,9 +88,6 @@ _EXPIRY_UNAVAILABLE = (
 )
 BEARERS_MAX = 10_000
 _UNPARSED: Any = object()
-_JSON = (b"content-type", b"application/json")
-_NO_CACHE = (b"cache-control", b"no-cache")
-_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 # The duration labels of the plain reads (``__call__``).
 _PLAIN_200 = (CHAIN_ROUTE, "GET", 200)
 _PLAIN_304 = (CHAIN_ROUTE, "GET", 304)
@@ -174,31 +177,18 @@ class ReadFront:
         # (ACCESS_LOG_READS off, as read at start). They are answered first, here, in a few dictionary lookups, with no
         # coroutine, request context or log record of their own (nothing logs meanwhile);
         # every other request falls through to ``_answer`` (which does the same and the rest)
-        # or to Django. ``_token_read``'s rule, ``TokenSet.use``, ``request_id_from``,
-        # ``_respond`` and ``Durations.observe`` are spelled out here: each call saved is a
-        # percent or two of a plain read's time under granian (bench/README.md).
+        # or to Django. ``_token_read``'s rule, ``TokenSet.use`` and ``Durations.observe`` are
+        # spelled out here: each call saved is a percent or two of a plain read's time under
+        # granian (bench/README.md). The headers and the answer are the relay's too: one call
+        # (``answers.plain_read``).
         if self._plain_reads and scope["type"] == "http" and scope["method"] == "GET":
             snapshot = self.snapshot
             # Keyed by the whole path: one lookup says it is a chain read, and of which chain.
             entry = snapshot.by_path.get(scope["path"])
             if entry is not None:
-                # The headers a plain read looks at, in one pass (the last of each, as
-                # ``dict(headers)`` would keep): cheaper than the dict for a client's few.
-                header = tag = request_id = client = None
-                applied = b""
-                for key, value in scope["headers"]:
-                    if key == b"authorization":
-                        header = value
-                    elif key == b"if-none-match":
-                        tag = value
-                    elif key == b"x-request-id":
-                        request_id = value
-                    elif key == b"x-chain-client":
-                        client = value
-                    elif key == b"x-chain-applied-version":
-                        applied = value
+                started = _clock()
+                header, client, applied, start, body = plain_read(entry, scope["headers"])
                 if header is not None:
-                    started = _clock()
                     tokens = snapshot.tokens
                     token = tokens.by_header.get(header)
                     if not (
@@ -210,20 +200,9 @@ class ReadFront:
                         tokens.used.add(token.pk)
                         if client is not None:  # an SDK instance: fleet status
                             self._note_identity(entry.name, client, applied, token.pk)
-                        if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
-                            request_id = new_request_id_bytes()
-                        if tag is not None and (
-                            tag == entry.etag_header[1] or matches(tag.decode("latin-1"), entry.etag)
-                        ):
-                            status_headers = [_NO_CACHE, (b"x-request-id", request_id), entry.etag_header]
-                            await send({"type": "http.response.start", "status": 304, "headers": status_headers})
-                            await send(_EMPTY_BODY)
-                            row = self._plain_304
-                        else:
-                            status_headers = [_NO_CACHE, (b"x-request-id", request_id), _JSON, entry.etag_header]
-                            await send({"type": "http.response.start", "status": 200, "headers": status_headers})
-                            await send(entry.body_message)
-                            row = self._plain_200
+                        await send(start)
+                        await send(body)
+                        row = self._plain_304 if body is EMPTY_BODY else self._plain_200
                         seconds = _clock() - started
                         row[0] += seconds
                         # Nearly every plain read falls in the first bucket: one comparison.
@@ -236,20 +215,9 @@ class ReadFront:
         if token_read is not None:
             await self._answer(scope, receive, send, scope["path"], token_read)
         elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self._start, self.stop)
         else:
             await self.django_app(scope, receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await self._start()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send, path: str, headers: dict[bytes, bytes]) -> None:
         """One token read: its request id in the answer and in every log record meanwhile;
@@ -491,30 +459,13 @@ class _Answer(RequestContext):
         self.held: float | None = None
 
 
-async def _respond(
-    send: _Answer,
-    status: int,
-    body: bytes,
-    etag_header: tuple[bytes, bytes] | None = None,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    send.status = status
-    headers = [_NO_CACHE, (b"x-request-id", send.request_id.encode())]
-    if status != 304:
-        headers.append(_JSON)
-    if etag_header is not None:
-        headers.append(etag_header)
-    if extra:
-        headers += extra
-    await send.send({"type": "http.response.start", "status": status, "headers": headers})
-    await send.send({"type": "http.response.body", "body": body})
+async def _respond(answer: _Answer, status: int, body: bytes, etag_header: tuple[bytes, bytes] | None = None) -> None:
+    answer.status = status  # for /metrics and the access line
+    await respond(answer.send, status, body, answer.request_id.encode(), etag_header)
 
 
 async def _error(
-    send: _Answer, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
+    answer: _Answer, status: int, message: str, *, auth: bool = False, details: dict[str, Any] | None = None
 ) -> None:
-    extra = [(b"www-authenticate", b"Bearer")] if auth else None
-    if status == 503:
-        extra = [(b"retry-after", b"1")]
-    body = json.dumps(error_body(status, message, details)).encode()
-    await _respond(send, status, body, extra=extra)
+    answer.status = status
+    await respond_error(answer.send, status, message, answer.request_id.encode(), auth=auth, details=details)

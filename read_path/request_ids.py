@@ -43,6 +43,14 @@ def request_id_from(header: str | bytes | None) -> str:
 
 
 def new_request_id_bytes() -> bytes:
-    """A new id, as ``request_id_from`` makes them, as the bytes of a header (the read
-    front's plain reads)."""
+    """A new id, as ``request_id_from`` makes them, as the bytes of a header (the plain reads
+    of the read front and the relay)."""
     return b"%x" % next(_id_numbers)
+
+
+def request_id_bytes(header: bytes | None) -> bytes:
+    """``request_id_from`` for a relay's request, as the bytes of a header: ``header`` (its
+    X-Request-ID) when well formed, else a new id."""
+    if header is None or not ACCEPTED_ID_BYTES.fullmatch(header):
+        return new_request_id_bytes()
+    return header

@@ -1,4 +1,4 @@
-"""``python -m relay``: run a relay (README, "Relays").
+"""``python -m relay``: run a relay (docs/relays.md).
 
 Settings come from the environment (``relay.config``); the options here override the most
 used ones. The process is granian serving ``relay.asgi:application``, like the control

@@ -34,33 +34,20 @@ import math
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from presets.document_signatures import KINDS, NOT_A_DOCUMENT, Refusal
 from presets.exceptions import InvalidInput
+from read_path.answers import Receive, Scope, Send, lifespan, plain_read, respond, respond_error
 from read_path.held import Entry, HeldDocuments, departure, read_query
-from read_path.http import (
-    BEARER_HELP,
-    CHAIN_PATH,
-    CHAINS_PATH,
-    TOKEN_REFUSED,
-    bearer_token,
-    error_body,
-    matches,
-    not_served_yet,
-)
-from read_path.request_ids import ACCEPTED_ID_BYTES, new_request_id_bytes
+from read_path.http import BEARER_HELP, CHAIN_PATH, CHAINS_PATH, TOKEN_REFUSED, bearer_token, matches, not_served_yet
+from read_path.request_ids import request_id_bytes
 from relay import disk
 from relay.config import RelayConfig
 from relay.evidence import Degradation, TrustedKeys
 from relay.upstream import Upstream, UpstreamDown
 
 log = logging.getLogger("relay")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 STALE_HEADER = b"x-chain-stale"
 FLEET_SEEN_PATH = "/api/v1/fleet/seen"
@@ -80,10 +67,7 @@ BACKOFF_MAX_S = 5.0
 STALE_POLL_S = 2
 FRESH_MAX = 10_000
 UNKNOWN_CHAIN_S = 5.0
-_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 _clock = time.monotonic
-_NO_CACHE = (b"cache-control", b"no-cache")
-_JSON = (b"content-type", b"application/json")
 _EXPIRED = "this chain's pin has expired and the relay has not yet received its revert from its upstream; retry shortly"
 _CANNOT_CHECK = "the relay cannot reach its upstream to check this token; retry shortly"
 _NOTHING_YET = "the relay has not yet reached its upstream and has nothing on disk; retry shortly"
@@ -576,42 +560,21 @@ class Relay:
         # Most reads are plain, as on the control plane's front (read_path/front.py): a GET of a
         # chain the relay holds fresh, with no query, by a token checked within its cache time
         # (``_fresh``: by the Authorization header as sent). They are answered here in a few
-        # lookups; everything else goes through ``_read`` and the rest.
+        # lookups, their headers and answer by the read front's own code (``answers.plain_read``);
+        # everything else goes through ``_read`` and the rest.
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
             entry = self.documents.by_path.get(scope["path"])
             if entry is not None and entry.name not in self.documents.marked:
-                header = tag = client = request_id = None
-                applied = b""
-                for key, value in scope["headers"]:
-                    if key == b"authorization":
-                        header = value
-                    elif key == b"if-none-match":
-                        tag = value
-                    elif key == b"x-request-id":
-                        request_id = value
-                    elif key == b"x-chain-client":
-                        client = value
-                    elif key == b"x-chain-applied-version":
-                        applied = value
+                header, client, applied, start, body = plain_read(entry, scope["headers"])
                 if header is not None and self._fresh.get(header, 0.0) > _clock() and not entry.is_expired(time.time()):
                     if client is not None and len(self.seen) < SEEN_MAX:
                         self.seen[(entry.name, client)] = applied
-                    if request_id is None or not ACCEPTED_ID_BYTES.fullmatch(request_id):
-                        request_id = new_request_id_bytes()
-                    if tag is not None and (tag == entry.etag_header[1] or matches(tag.decode("latin-1"), entry.etag)):
-                        start = {"type": "http.response.start", "status": 304}
-                        start["headers"] = [_NO_CACHE, (b"x-request-id", request_id), entry.etag_header]
-                        await send(start)
-                        await send(_EMPTY_BODY)
-                    else:
-                        start = {"type": "http.response.start", "status": 200}
-                        start["headers"] = [_NO_CACHE, (b"x-request-id", request_id), _JSON, entry.etag_header]
-                        await send(start)
-                        await send(entry.body_message)
+                    await send(start)
+                    await send(body)
                     return
         kind = scope["type"]
         if kind == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self.start, self.stop)
             return
         if kind != "http":
             return
@@ -620,9 +583,7 @@ class Relay:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = dict(scope["headers"])
-        request_id = headers.get(b"x-request-id", b"")
-        if not ACCEPTED_ID_BYTES.fullmatch(request_id):
-            request_id = new_request_id_bytes()
+        request_id = request_id_bytes(headers.get(b"x-request-id"))
         name = path[len(CHAIN_PATH) :]
         if method == "GET" and (path == CHAINS_PATH or (path.startswith(CHAIN_PATH) and "/" not in name)):
             await self._read(scope, receive, send, name if path != CHAINS_PATH else "", headers, request_id)
@@ -631,24 +592,13 @@ class Relay:
         elif method == "POST" and path == FLEET_SEEN_PATH:
             await self._take_seen(receive, send, headers, request_id)
         elif method == "GET" and path == "/healthz":
-            await _respond(send, 200, json.dumps(self.health()).encode(), request_id)
+            await respond(send, 200, json.dumps(self.health()).encode(), request_id)
         elif method == "GET" and path == "/readyz":
             ready = self.loaded
             body = {"status": "ready" if ready else "starting", **self.health()}
-            await _respond(send, 200 if ready else 503, json.dumps(body).encode(), request_id)
+            await respond(send, 200 if ready else 503, json.dumps(body).encode(), request_id)
         else:
-            await _error(send, 404 if method in ("GET", "HEAD") else 405, _NOT_HERE, request_id)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await self.start()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+            await respond_error(send, 404 if method in ("GET", "HEAD") else 405, _NOT_HERE, request_id)
 
     def health(self) -> dict[str, Any]:
         now = time.time()
@@ -685,14 +635,14 @@ class Relay:
         header = headers.get(b"authorization")
         token = bearer_token(header)
         if token is None:
-            await _error(send, 401, BEARER_HELP, request_id, auth=True)
+            await respond_error(send, 401, BEARER_HELP, request_id, auth=True)
             return False
         valid = await self.tokens.valid(token, chain)
         if valid is None:
-            await _error(send, 503, _CANNOT_CHECK, request_id)
+            await respond_error(send, 503, _CANNOT_CHECK, request_id)
             return False
         if not valid:
-            await _error(send, 401, TOKEN_REFUSED, request_id, auth=True)
+            await respond_error(send, 401, TOKEN_REFUSED, request_id, auth=True)
             return False
         until = self.tokens.fresh_until(token)
         if until is not None and header is not None:
@@ -709,18 +659,18 @@ class Relay:
         degradation = self.documents.degraded.get(name)
         if degradation is not None and name not in self.documents.entries:
             message = _REFUSED_ONLY.format(kind=degradation.kind)
-            await _error(send, 503, message, request_id, details={"chain": name}, extra=[degradation.header])
+            await respond_error(send, 503, message, request_id, details={"chain": name}, extra=[degradation.header])
             return
         if not self.loaded:
-            await _error(send, 503, _NOTHING_YET, request_id)
+            await respond_error(send, 503, _NOTHING_YET, request_id)
             return
         if not name:
-            await _respond(send, 200, self.documents.list_body, request_id)
+            await respond(send, 200, self.documents.list_body, request_id)
             return
         try:
             wait, minimum = read_query(scope.get("query_string"))
         except InvalidInput as exc:
-            await _error(send, 400, exc.message, request_id, details=exc.details)
+            await respond_error(send, 400, exc.message, request_id, details=exc.details)
             return
         entry = self.documents.entries.get(name)
         if entry is None and self.upstream_reachable and self._unknown.get(name, 0.0) <= _clock():
@@ -732,13 +682,13 @@ class Relay:
                     self._unknown.clear()
                 self._unknown[name] = _clock() + UNKNOWN_CHAIN_S
         if entry is None:
-            await _error(send, 404, f"unknown chain {name!r}", request_id, details={"chain": name})
+            await respond_error(send, 404, f"unknown chain {name!r}", request_id, details={"chain": name})
             return
         if minimum is not None and entry.order < minimum:
             entry = await self._catch_up(name, entry, minimum)
             if entry.order < minimum:
                 refusal = not_served_yet(name, entry.order, minimum)
-                await _error(send, 409, refusal.message, request_id, details=refusal.details)
+                await respond_error(send, 409, refusal.message, request_id, details=refusal.details)
                 return
         client = headers.get(b"x-chain-client")
         if client is not None and len(self.seen) < SEEN_MAX:
@@ -748,7 +698,7 @@ class Relay:
         if entry.is_expired(time.time()):
             entry = await self._unexpired(name, entry)
             if entry is None:
-                await _error(send, 503, _EXPIRED, request_id)
+                await respond_error(send, 503, _EXPIRED, request_id)
                 return
         if wait and matches(if_none_match, entry.etag):
             gone = await departure(receive)
@@ -762,13 +712,13 @@ class Relay:
                 return  # revoked while held: not one more document
             entry = waited
             if entry.is_expired(time.time()):
-                await _error(send, 503, _EXPIRED, request_id)
+                await respond_error(send, 503, _EXPIRED, request_id)
                 return
         extra = self.documents.marks(name, time.time())
         if matches(if_none_match, entry.etag):
-            await _respond(send, 304, b"", request_id, entry.etag_header, extra)
+            await respond(send, 304, b"", request_id, entry.etag_header, extra)
         else:
-            await _respond(send, 200, entry.body, request_id, entry.etag_header, extra)
+            await respond(send, 200, entry.body, request_id, entry.etag_header, extra)
 
     async def _hold(self, name: str, held: Entry, wait: float, gone: asyncio.Future[Any]) -> Entry | None:
         """The chain's entry once it changes, its pin expires, or ``wait`` passes; None if the
@@ -835,13 +785,13 @@ class Relay:
     ) -> None:
         name = path[len(CHAIN_PATH) : -len(USAGE_SUFFIX)]
         if not name or "/" in name:
-            await _error(send, 404, _NOT_HERE, request_id)
+            await respond_error(send, 404, _NOT_HERE, request_id)
             return
         if not await self._authorized(send, headers, request_id, name):
             return
         body = await self._body(receive)
         if body is None:
-            await _error(send, 413, f"a usage report is at most {REPORT_MAX_BYTES} bytes", request_id)
+            await respond_error(send, 413, f"a usage report is at most {REPORT_MAX_BYTES} bytes", request_id)
             return
         token = bearer_token(headers.get(b"authorization")) or ""
         forwarded = {
@@ -852,14 +802,16 @@ class Relay:
         if len(self.reports) == self.reports.maxlen:
             self.reports_dropped += 1  # the oldest gives way
         self.reports.append((path, body, forwarded, token))
-        await _respond(send, 202, b'{"accepted":true,"dropped":{},"relayed":true}', request_id)
+        await respond(send, 202, b'{"accepted":true,"dropped":{},"relayed":true}', request_id)
 
     async def _take_seen(self, receive: Receive, send: Send, headers: dict[bytes, bytes], request_id: bytes) -> None:
         if not await self._authorized(send, headers, request_id, None):
             return
         body = await self._body(receive, SEEN_MAX_BYTES)
         if body is None:
-            await _error(send, 413, f"a fleet report is at most {SEEN_MAX_BYTES} bytes: send more, smaller", request_id)
+            await respond_error(
+                send, 413, f"a fleet report is at most {SEEN_MAX_BYTES} bytes: send more, smaller", request_id
+            )
             return
         try:
             items = json.loads(body or b"")["instances"]
@@ -869,13 +821,13 @@ class Relay:
             }
         except (ValueError, KeyError, TypeError) as exc:
             expected = "expected {'instances': [{chain, client, applied_version}, ...]}"
-            await _error(send, 400, f"{expected} ({exc})", request_id)
+            await respond_error(send, 400, f"{expected} ({exc})", request_id)
             return
         for key, version in seen.items():
             if len(self.seen) >= SEEN_MAX:
                 break
             self.seen[key] = version
-        await _respond(send, 202, json.dumps({"accepted": len(seen), "dropped": 0}).encode(), request_id)
+        await respond(send, 202, json.dumps({"accepted": len(seen), "dropped": 0}).encode(), request_id)
 
 
 def _mtime(path: Any) -> float:
@@ -891,38 +843,3 @@ def _refusal(body: bytes) -> str:
         return f": {json.loads(body)['error']['message']}"
     except (ValueError, KeyError, TypeError):
         return ""
-
-
-async def _respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    request_id: bytes,
-    etag_header: tuple[bytes, bytes] | None = None,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    headers = [_NO_CACHE, (b"x-request-id", request_id)]
-    if status != 304:
-        headers.append(_JSON)
-    if etag_header is not None:
-        headers.append(etag_header)
-    if extra:
-        headers += extra
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _error(
-    send: Send,
-    status: int,
-    message: str,
-    request_id: bytes,
-    *,
-    auth: bool = False,
-    details: dict[str, Any] | None = None,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    extra = [*(extra or []), *([(b"www-authenticate", b"Bearer")] if auth else [])]
-    if status == 503:
-        extra.append((b"retry-after", b"1"))
-    await _respond(send, status, json.dumps(error_body(status, message, details)).encode(), request_id, extra=extra)

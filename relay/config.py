@@ -78,7 +78,7 @@ def _trusted_keys(environ: Mapping[str, str]) -> tuple[PublicKeys | None, Path |
 
 
 def from_env(environ: Mapping[str, str] = os.environ) -> RelayConfig:
-    """The relay's settings (README, "Relays"); raises ConfigError."""
+    """The relay's settings (docs/relays.md); raises ConfigError."""
     upstream = environ.get("RELAY_UPSTREAM", "").strip().rstrip("/")
     parts = urlsplit(upstream)
     if parts.scheme not in ("http", "https") or not parts.hostname:
