@@ -1,6 +1,6 @@
-"""What the on-call can do about an event, from where the page arrives (README, "Acting from
-the alert"): the actions a notification suggests (pin the healthiest preset, extend the pin an
-hour, revert to the default) and the deep links that open each one's review.
+"""What the on-call can do about an event, from where the page arrives (docs/on-call.md, "Acting
+from the alert"): the actions a notification suggests (pin the healthiest preset, extend the pin
+an hour, revert to the default) and the deep links that open each one's review.
 
 A suggestion carries no authority. Its deep link is signed so that the review can say the
 control plane suggested it (a link someone else made, or changed, is refused and opens

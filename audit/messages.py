@@ -1,4 +1,4 @@
-"""What the notifiers say (README, "Change notifications"): each event (a change, an alert
+"""What the notifiers say (docs/notifications.md): each event (a change, an alert
 raised, an alert resolved) as the signed webhook's JSON, a Slack message, a PagerDuty Events
 v2 event and a mail. Pure: no network, no writes; ``audit.notifiers`` sends what this builds.
 """

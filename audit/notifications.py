@@ -1,4 +1,4 @@
-"""Notifications of changes and of alerts' resolutions (README, "Change notifications"):
+"""Notifications of changes and of alerts' resolutions (docs/notifications.md):
 recorded inside the transaction that made the change or resolved the alert, handed to a
 worker when it commits (``audit.delivery``), and read by the alerts page and
 GET /api/v1/notifications.
@@ -31,7 +31,8 @@ from presets.models import Chain, Selection
 log = logging.getLogger(__name__)
 
 
-# What the API says of an error kept from its reader (README, "The webhook rules").
+# What the API says of an error kept from its reader (docs/notifications.md, "The webhook
+# rules").
 LAST_ERROR_HELP = (
     "why the last attempt failed (the status or the network failure, never what the target answered); "
     "empty once delivered; null unless the reader is a signed-in on-call engineer or staff "

@@ -1,4 +1,4 @@
-"""Where alerts and changes go (DESIGN §9; README, "Change notifications"): a log line for
+"""Where alerts and changes go (DESIGN §9; docs/notifications.md): a log line for
 every alert; the signed webhook, Slack, PagerDuty Events v2 and email when configured.
 
 A notifier says which events it takes (``takes``) and delivers one event or raises
@@ -6,9 +6,9 @@ A notifier says which events it takes (``takes``) and delivers one event or rais
 ``audit.delivery`` keeps the state of each delivery and decides when to try again. The HTTP
 notifiers share one small ``http.client`` POST (``post_json``) rather than a notification
 library's: the webhook's signature covers the exact bytes sent, PagerDuty needs its
-``dedup_key`` and ``resolve``, and the webhook rules (README, "The webhook rules") need a
-client that follows no redirect, reads nothing of the answer but its status, connects only
-to the address it checked, and ends each attempt by a deadline.
+``dedup_key`` and ``resolve``, and the webhook rules (docs/notifications.md, "The webhook
+rules") need a client that follows no redirect, reads nothing of the answer but its status,
+connects only to the address it checked, and ends each attempt by a deadline.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from audit.models import EVENT_KINDS, Alert, DeliveryState
 log = logging.getLogger(__name__)
 
 USER_AGENT = "controlplane-notify/1"
-# The webhook's headers (README, "Verifying the webhook's signature").
+# The webhook's headers (docs/notifications.md, "Verifying the signature").
 EVENT_ID_HEADER = "X-Controlplane-Event-Id"
 EVENT_TYPE_HEADER = "X-Controlplane-Event"
 TIMESTAMP_HEADER = "X-Controlplane-Timestamp"

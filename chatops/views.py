@@ -1,5 +1,5 @@
-"""The Slack app's two endpoints (README, "Acting from Slack"), both signed by Slack and
-refused (401, nothing changed) otherwise; 404 while ``SLACK_SIGNING_SECRET`` is unset.
+"""The Slack app's two endpoints (docs/on-call.md, "Acting from Slack"), both signed by Slack
+and refused (401, nothing changed) otherwise; 404 while ``SLACK_SIGNING_SECRET`` is unset.
 
 - ``POST /slack/actions`` (interactivity): a button under an alert opens the action's review
   in a modal; submitting the modal makes the change as the Slack user's control-plane account,

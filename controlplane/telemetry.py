@@ -1,10 +1,11 @@
 """OpenTelemetry tracing, opt-in through OpenTelemetry's own environment variables.
 
 Off unless the environment asks for traces the way the OpenTelemetry specification says
-(README, "OpenTelemetry"): ``OTEL_TRACES_EXPORTER`` set to an exporter other than ``none``,
-or an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)
-with no exporter named; ``OTEL_SDK_DISABLED=true`` turns it off whatever else is set. Off,
-nothing of OpenTelemetry is imported and no request pays for it.
+(docs/configuration.md, "OpenTelemetry"): ``OTEL_TRACES_EXPORTER`` set to an exporter other than
+``none``, or an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) with no exporter named; ``OTEL_SDK_DISABLED=true`` turns
+it off whatever else is set. Off, nothing of OpenTelemetry is imported and no request pays for
+it.
 
 On, each process sets up the SDK's tracer provider (resource, sampler, batch processor,
 limits and the OTLP exporter's endpoint, headers and timeout all read by the SDK from the

@@ -1,6 +1,6 @@
 """``GET /api/v1/history``: every chain's changes, oldest first, streamed as NDJSON (one
 history entry a line, as the per-chain history API's entries), filtered like the history
-pages and resumable after any entry (``presets/history_export.py``; README "Audit export")."""
+pages and resumable after any entry (``presets/history_export.py``; docs/audit-export.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GET /api/v1/notifications: the change notifications and alert resolutions, and where each
-was sent (README, "Change notifications"). The view only translates HTTP to
+was sent (docs/notifications.md). The view only translates HTTP to
 ``audit.notifications``."""
 
 from __future__ import annotations

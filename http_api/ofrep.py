@@ -1,4 +1,4 @@
-"""The OpenFeature Remote Evaluation Protocol (OFREP, README "OpenFeature (OFREP)"): any
+"""The OpenFeature Remote Evaluation Protocol (OFREP, docs/ofrep.md): any
 OpenFeature SDK with the community's OFREP provider reads a chain as a flag whose key is the
 chain's name and whose value is its signed chain document (an object), so services in any
 language can follow a chain without this project's SDK.

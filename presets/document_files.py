@@ -110,9 +110,9 @@ def locked(path: Path) -> Iterator[None]:
 
 # A file being written has no name (Linux's O_TMPFILE) until it is complete, then this hidden
 # one from its link until its rename over the document: web servers told to deny dotfiles (as
-# the README's nginx example is) never serve it, and the next ``keep`` of the chain removes one
-# a writer killed between the two left. Where O_TMPFILE is missing (another system, a file
-# system without it), the file is written under this name from the start.
+# docs/publishing.md's nginx example is) never serve it, and the next ``keep`` of the chain
+# removes one a writer killed between the two left. Where O_TMPFILE is missing (another system,
+# a file system without it), the file is written under this name from the start.
 TEMPORARY_SUFFIX = ".tmp"
 _TOKEN_BYTES = 8
 # The names this module gave its temporary files before (``tempfile.mkstemp(prefix=".",

@@ -1,5 +1,5 @@
-"""Guarded pins: a pin that restores what it replaced when it makes things worse (README,
-"Guarded pins").
+"""Guarded pins: a pin that restores what it replaced when it makes things worse
+(docs/on-call.md, "Guarded pins").
 
 A guard is made with its pin (``services.select_preset(guard=...)``, ``services._watch``) when
 the pin changes the chain's head. ``audit.guards`` weighs the fleet's evidence during its bake

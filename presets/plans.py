@@ -1,7 +1,8 @@
-"""Pins planned ahead: a reviewed preset for a chain from a start to an end (README, "Planned
-pins"). The operations follow ``presets.services``: keyword-only, one transaction holding the
-chain's locks (``services.chain_locked``), refusals as ``InvalidInput``/``NotFound``, and the
-start made by ``services.start_planned_pin`` (``_apply``, the single writer of selections).
+"""Pins planned ahead: a reviewed preset for a chain from a start to an end (docs/on-call.md,
+"Planned pins"). The operations follow ``presets.services``: keyword-only, one transaction
+holding the chain's locks (``services.chain_locked``), refusals as
+``InvalidInput``/``NotFound``, and the start made by ``services.start_planned_pin`` (``_apply``,
+the single writer of selections).
 
 - **Planning** checks the window (a future start, an end after it, no longer than the longest
   pin, at most ``PLAN_MAX_DAYS_AHEAD`` ahead) and refuses a plan that overlaps another one of the

@@ -72,7 +72,7 @@ def test_it_lists_alerts_newest_first_with_their_delivery_state(reader: Client, 
         assert set(entry) == ALERT_FIELDS
     newest = entries[0]
     assert (newest["created_at"], newest["resolved_at"], newest["age"]) == ("2026-11-29T04:32:00Z", None, "1 h 1 min")
-    assert newest["deliveries"] == {  # a read token sees no error text (README, "The webhook rules")
+    assert newest["deliveries"] == {  # a read token sees no error text (docs/notifications.md)
         "log": {"state": "delivered", "attempts": 1, "last_error": None, "delivered_at": "2026-11-29T04:32:00Z"}
     }
     assert entries[2]["resolution"].startswith("pin ended by v3: expire to normal")

@@ -11,9 +11,9 @@ rest wait for one):
 
 In each, every request that needs the database answers 503 (the JSON error on /api, the
 outage page elsewhere, not-ready on /readyz) within DATABASE_POOL_TIMEOUT +
-DATABASE_STATEMENT_TIMEOUT (README, "During a PostgreSQL outage"), plain token reads keep
-answering 200 from the process's memory, and once the fault ends everything answers again by
-itself. Before the deadline on every wait, requests that held a connection hung as long as
+DATABASE_STATEMENT_TIMEOUT (docs/deploy.md, "During a PostgreSQL outage"), plain token reads
+keep answering 200 from the process's memory, and once the fault ends everything answers again
+by itself. Before the deadline on every wait, requests that held a connection hung as long as
 the kernel kept it (150 s and more).
 
 Slow by nature: each fault waits out the real timeouts (~6 s) and the recovery (~5 s).
@@ -36,7 +36,7 @@ from tests.servers import Stack, get, request, require_tools, stack_servers, wai
 
 POOL_TIMEOUT_S = 3
 STATEMENT_TIMEOUT_S = 3
-# The bound the README promises, and slack for a loaded 2-core CI machine (the figures seen
+# The bound docs/deploy.md promises, and slack for a loaded 2-core CI machine (the figures seen
 # are printed with -s).
 BOUND_S = POOL_TIMEOUT_S + STATEMENT_TIMEOUT_S
 SLACK_S = 2.5

@@ -1,4 +1,4 @@
-"""Acting from where the page arrives (README, "Acting from the alert"): every notifier
+"""Acting from where the page arrives (docs/on-call.md, "Acting from the alert"): every notifier
 (Slack, PagerDuty, email, the webhook) carries a deep link per suggested action (pin the
 healthiest preset, extend the pin, revert it) that opens that change's review, prefilled.
 Links carry no authority: the review and the confirmation check the person's role and the

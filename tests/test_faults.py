@@ -6,7 +6,7 @@ ASGI: the read front and Django) against them. They stop and start those servers
 shared ones. They need initdb/pg_ctl, runuser and the postgres user, redis-server and
 granian: skipped without them, failed in CI.
 
-Behaviour under test (README, "Deploy and scale"): with PostgreSQL down, everything that needs
+Behaviour under test (docs/deploy.md): with PostgreSQL down, everything that needs
 it answers 503 quickly (JSON on /api, a page elsewhere), warm chain reads keep answering from
 the web process's snapshot, an expired pin is never served (503 instead), and everything
 recovers by itself. With Redis down (the Celery broker only), reads, changes and pages work.

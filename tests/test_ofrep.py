@@ -1,4 +1,4 @@
-"""The OpenFeature Remote Evaluation Protocol (README, "OpenFeature (OFREP)"): a chain is a flag
+"""The OpenFeature Remote Evaluation Protocol (docs/ofrep.md): a chain is a flag
 whose value is its signed document; bulk evaluation answers 304 while nothing changed; errors
 in OFREP's shape; the same service tokens (Bearer or X-API-Key). And OpenFeature's own Python
 SDK with its OFREP provider reading a chain from a running control plane, seeing a change."""

@@ -1,6 +1,7 @@
 """The production environments pass Django's deploy checks at WARNING level, in a process of
-their own, with no local key to fall back on and no "AXES: BEGIN" banner: the one README.md
-documents ("Production settings"), and docker-compose.yml's with its documented HTTPS switch."""
+their own, with no local key to fall back on and no "AXES: BEGIN" banner: the one
+docs/security.md documents ("Production settings"), and docker-compose.yml's with its
+documented HTTPS switch."""
 
 from __future__ import annotations
 
@@ -8,23 +9,25 @@ import re
 import secrets
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.deployment_files import compose, deploy_check, interpolate, read_env_file
 
-README = Path(settings.BASE_DIR) / "README.md"
+SECURITY_PAGE = Path(settings.BASE_DIR) / "docs" / "security.md"
 
 
 def documented_environment() -> dict[str, str]:
-    """NAME=value lines of README's production block, with a freshly generated SECRET_KEY."""
-    block = re.search(r"```sh\n# production environment[^\n]*\n(.*?)```", README.read_text(), re.DOTALL)
-    assert block, "README.md has no production environment block"
+    """NAME=value lines of the documented production block, with a freshly generated SECRET_KEY."""
+    block = re.search(r"```sh\n# production environment[^\n]*\n(.*?)```", SECURITY_PAGE.read_text(), re.DOTALL)
+    assert block, "docs/security.md has no production environment block"
     environment = dict(line.split("=", 1) for line in block.group(1).splitlines() if "=" in line)
     assert environment["SECRET_KEY"].startswith("<")  # a placeholder: the reader makes one
     environment["SECRET_KEY"] = secrets.token_urlsafe(50)
     return environment
 
 
+@pytest.mark.system
 def test_the_documented_production_environment_passes_the_deploy_checks(tmp_path: Path) -> None:
     environment = documented_environment()
     assert environment["HTTPS"] == "true" and environment["ALLOWED_HOSTS"]
@@ -35,6 +38,7 @@ def test_the_documented_production_environment_passes_the_deploy_checks(tmp_path
     assert not (tmp_path / "secret_key").exists()  # the key came from SECRET_KEY
 
 
+@pytest.mark.system
 def test_the_same_environment_on_plain_http_fails_them(tmp_path: Path) -> None:
     done = deploy_check(tmp_path, documented_environment(), HTTPS="false")
     assert done.returncode != 0
@@ -49,6 +53,7 @@ def compose_environment() -> dict[str, str]:
     return {name: str(value) for name, value in interpolate(compose()["services"]["web"]["environment"], env).items()}
 
 
+@pytest.mark.system
 def test_compose_behind_its_tls_proxy_passes_the_deploy_checks(tmp_path: Path) -> None:
     # Compose serves plain http until the operator puts it behind TLS (a first run on
     # localhost); production is the documented switch: HTTPS=true behind the proxy.

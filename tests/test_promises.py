@@ -229,7 +229,7 @@ LOAD_SECONDS = 60
 
 
 def test_64_mixed_clients_for_60_s_get_no_5xx_and_connections_stay_bounded(stack: Stack) -> None:
-    bound = WORKERS * (POOL + 1)  # README: processes x (pool + 1 listener)
+    bound = WORKERS * (POOL + 1)  # docs/deploy.md: processes x (pool + 1 listener)
     stop = threading.Event()
     statuses: Counter[int] = Counter()
     kinds: Counter[str] = Counter()

@@ -1,4 +1,4 @@
-"""Signed chain documents end to end, with real processes (README, "Signed documents"): the
+"""Signed chain documents end to end, with real processes (docs/sdk.md, "Signed documents"): the
 production web process (granian, 2 workers) signs every document it serves, and real
 ChainClients given ``trusted_keys`` read it through a relay this test controls
 (``TamperingProxy``, a compromised CDN or proxy between the control plane and a service).
@@ -308,6 +308,7 @@ def signatures(client: ChainClient) -> dict[str, Any]:
 # --- relays and proxies on the way -----------------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("tamper", "why"), TAMPERINGS)
 def test_a_relay_that_alters_a_document_is_refused_and_the_last_valid_one_kept(
     server: str, key: SigningKey, read_token: str, write_token: str, tamper: Tamper, why: str | None
@@ -399,6 +400,7 @@ def _strip_saved_signature(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+@pytest.mark.system
 def test_a_state_file_edited_after_the_client_wrote_it_is_refused_at_start(
     server: str, key: SigningKey, read_token: str, write_token: str, tmp_path: Path
 ) -> None:
@@ -475,6 +477,7 @@ def _every_process_signs_with(url: str, token: str, key_id: str, *, activated_at
     return all(served(url, token)["signature"]["key_id"] == key_id for _ in range(8))
 
 
+@pytest.mark.system
 def test_a_key_rotation_has_no_gap_for_clients_that_trust_the_new_key(
     rotating_server: str, key: SigningKey, next_key: SigningKey, read_token: str, write_token: str, tmp_path: Path
 ) -> None:

@@ -98,6 +98,7 @@ def _candidates(text: str) -> Iterator[bytes]:
             pass
 
 
+@pytest.mark.system
 @pytest.mark.postgres
 def test_a_pg_dump_of_the_database_holds_no_private_key_that_signs(tmp_path: Path, secret: Any) -> None:
     keys("create")
@@ -185,6 +186,7 @@ def executor() -> Iterator[MigrationExecutor]:
     latest.migrate(latest.loader.graph.leaf_nodes())
 
 
+@pytest.mark.system
 def test_migration_0013_seals_clear_keys_that_keep_verifying_and_goes_back(
     executor: MigrationExecutor, read_token: str, secret: Any
 ) -> None:
@@ -374,10 +376,10 @@ def test_the_sealing_secret_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 def test_the_command_reseal_is_documented_with_its_settings() -> None:
     from django.conf import settings
 
-    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    configuration = (Path(settings.BASE_DIR) / "docs" / "configuration.md").read_text()
     for name in ("SIGNING_KEYS_SECRET", "SIGNING_KEYS_SECRET_FILE", "SIGNING_KEYS_SECRET_FALLBACKS"):
-        assert f"`{name}`" in readme
-    assert "signing_keys reseal" in readme
+        assert f"`{name}`" in configuration
+    assert "signing_keys reseal" in configuration
     out = StringIO()
     call_command("signing_keys", "reseal", stdout=out, stderr=StringIO())
     assert out.getvalue() == "no signing key yet: nothing to reseal\n"

@@ -1,6 +1,6 @@
-"""Acting from Slack (README, "Acting from Slack"), against a local fake Slack: requests signed
-and built as Slack builds them (interactivity's form-encoded ``payload``, the slash command's
-form fields), the Web API (``views.open``, ``chat.update``, ``users.info``) and a
+"""Acting from Slack (docs/on-call.md, "Acting from Slack"), against a local fake Slack: requests
+signed and built as Slack builds them (interactivity's form-encoded ``payload``, the slash
+command's form fields), the Web API (``views.open``, ``chat.update``, ``users.info``) and a
 ``response_url`` answered by a local server. A button opens the action's review in a modal;
 submitting it changes the chain as the Slack user's account (``slack:<username>``), updates the
 message, then the fleet's progress; refusals change nothing."""
@@ -102,7 +102,7 @@ def fake(settings: Any, synced: None) -> Iterator[FakeSlack]:
 
 @pytest.fixture
 def linked(alice: User, bob: User) -> None:
-    """alice (on-call) and bob (viewer) linked by an admin, as README says to."""
+    """alice (on-call) and bob (viewer) linked by an admin, as docs/on-call.md says to."""
     call_command("slack_link", "alice", "--team", TEAM, "--slack-user", ALICE, "--actor", "admin")
     call_command("slack_link", "bob", "--team", TEAM, "--slack-user", BOB, "--actor", "admin")
 
@@ -472,7 +472,7 @@ def test_following_stops_after_two_minutes_saying_how_far_the_fleet_got(fake, li
     assert update["text"] == "done\n:satellite: 0 of 1 instances on v2 after 121 s"
 
 
-def test_the_readme_s_app_manifest_parses_and_points_at_these_endpoints() -> None:
+def test_the_documented_app_manifest_parses_and_points_at_these_endpoints() -> None:
     import re
     from pathlib import Path
 
@@ -480,8 +480,8 @@ def test_the_readme_s_app_manifest_parses_and_points_at_these_endpoints() -> Non
     from django.conf import settings as django_settings
     from django.urls import resolve
 
-    readme = (Path(django_settings.BASE_DIR) / "README.md").read_text()
-    section = readme[readme.index("### Acting from Slack") :]
+    on_call = (Path(django_settings.BASE_DIR) / "docs" / "on-call.md").read_text()
+    section = on_call[on_call.index("### Acting from Slack") :]
     manifest = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))
     interactivity = urlsplit(manifest["settings"]["interactivity"]["request_url"]).path
     [chains] = manifest["features"]["slash_commands"]

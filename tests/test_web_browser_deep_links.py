@@ -2,7 +2,7 @@
 email, the webhook) carries for an alert opens the right review, prefilled, in one tap (after
 signing in when needed); confirming makes the change as the person signed in; a viewer who
 follows one is refused and nothing changes. Each review without horizontal scrolling or any
-axe violation (README, "Acting from the alert")."""
+axe violation (docs/on-call.md, "Acting from the alert")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The webhook rules (README, "The webhook rules"), for every notifier that POSTs over HTTP
-(the webhooks, Slack, PagerDuty), against real local HTTP servers: a redirect is a failed
-attempt and is never followed; what a target answers (its body, its headers, its own reason
-phrase) is recorded and shown nowhere; why a delivery failed is shown to on-call engineers
-and staff only; link-local and cloud metadata addresses are refused unless allowed; an
-attempt ends by its deadline; and the lease that keeps two workers from delivering one row
-twice is renewed while an attempt runs, handed from task to task, and taken over only when
-it ran out."""
+"""The webhook rules (docs/notifications.md, "The webhook rules"), for every notifier that POSTs
+over HTTP (the webhooks, Slack, PagerDuty), against real local HTTP servers: a redirect is a
+failed attempt and is never followed; what a target answers (its body, its headers, its own
+reason phrase) is recorded and shown nowhere; why a delivery failed is shown to on-call
+engineers and staff only; link-local and cloud metadata addresses are refused unless allowed; an
+attempt ends by its deadline; and the lease that keeps two workers from delivering one row twice
+is renewed while an attempt runs, handed from task to task, and taken over only when it ran
+out."""
 
 from __future__ import annotations
 

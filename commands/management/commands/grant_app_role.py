@@ -1,5 +1,6 @@
 """Grant the app's database role what web, worker and beat need, and nothing more
-(README: Database roles). Run as the owner, right after ``migrate``, on every release."""
+(docs/deploy.md, "Database roles"). Run as the owner, right after ``migrate``, on every
+release."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Publish the chains' signed documents now (README, "Publishing to a static host or object store")."""
+"""Publish the chains' signed documents now (docs/publishing.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         if not publishing.enabled():
             raise CommandError(
                 "nothing to publish to: set PUBLISH_DIRECTORY (a directory a web server serves) or "
-                'PUBLISH_S3_BUCKET (README, "Publishing to a static host or object store")'
+                "PUBLISH_S3_BUCKET (docs/publishing.md)"
             )
         chains = [options["chain"]] if options["chain"] else None
         try:

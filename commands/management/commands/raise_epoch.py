@@ -1,4 +1,5 @@
-"""Raise the epoch after restoring the database from a backup (README: Backup and restore)."""
+"""Raise the epoch after restoring the database from a backup (docs/deploy.md, "Backup and
+restore")."""
 
 from __future__ import annotations
 

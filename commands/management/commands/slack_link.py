@@ -1,5 +1,5 @@
-"""Link a Slack user to a control-plane account (README, "Acting from Slack"): what they do
-from Slack is done as that account, with its role, in history as ``slack:<username>``.
+"""Link a Slack user to a control-plane account (docs/on-call.md, "Acting from Slack"): what
+they do from Slack is done as that account, with its role, in history as ``slack:<username>``.
 Recorded in the access history, like every identity link."""
 
 from __future__ import annotations
