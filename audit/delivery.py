@@ -4,7 +4,7 @@ Two tables hold what is delivered (``Deliverable`` rows): alerts being raised (`
 notifications of changes and of alerts' resolutions (``Notification``). Each row records, per
 notifier, ``pending``, ``delivered`` or ``failed`` (after ``ALERT_DELIVERY_MAX_ATTEMPTS``) with
 the attempts and the last error. The deliveries are sent by a Celery task per row
-(``audit.tasks.deliver_alert``, ``audit.tasks.deliver_notification``), retried with
+(``worker.tasks.deliver_alert``, ``worker.tasks.deliver_notification``), retried with
 exponential backoff and jitter. A broker that is down when a delivery is queued leaves the row
 due (``delivery_due_at``), and the next alert sweep (every 15 s) queues it again; so does a
 delivery task that got lost. Nothing here can fail the change or the sweep that made the row.
@@ -70,14 +70,14 @@ class Outbox:
 
 ALERTS = Outbox(
     model=Alert,
-    task="audit.tasks.deliver_alert",
+    task="worker.tasks.deliver_alert",
     related=("chain",),
     event=messages.raised,
     describe=lambda alert: f"alert {alert.kind} on {alert.chain.name} v{alert.version}",
 )
 NOTIFICATIONS = Outbox(
     model=Notification,
-    task="audit.tasks.deliver_notification",
+    task="worker.tasks.deliver_notification",
     related=("chain", "alert", "alert__chain"),
     event=messages.of_notification,
     describe=lambda notification: (

@@ -1,6 +1,7 @@
-"""Slack's Web API for the Slack app (README, "Acting from Slack"): the calls the interactive
-endpoints make (``views.open``, ``chat.update``, ``users.info``, a ``response_url``), and
-following a change made from Slack until the fleet has it, to say so in the message.
+"""Slack's Web API for the Slack app (docs/on-call.md, "Acting from Slack"): the calls the
+interactive endpoints make (``views.open``, ``chat.update``, ``users.info``, a
+``response_url``), and following a change made from Slack until the fleet has it, to say so in
+the message.
 
 One small JSON POST with the bot token, bounded by a timeout; a Slack error (``ok: false``,
 an HTTP error, no answer) is logged and returned as ``{}``, never raised into a request.
@@ -27,7 +28,7 @@ from presets import selectors
 log = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 5
-FOLLOW_TASK = "audit.tasks.follow_slack_convergence"
+FOLLOW_TASK = "worker.tasks.follow_slack_convergence"
 # How long a change made from Slack is followed, and how often its fleet is looked at.
 FOLLOW_FOR = timedelta(minutes=2)
 FOLLOW_EVERY_SECONDS = 2.0

@@ -170,7 +170,7 @@ else:
     # thread of its own, and persistent per-thread connections ran PostgreSQL out of them.
     # A request finding the pool busy waits up to DATABASE_POOL_TIMEOUT seconds for one.
     # Connections at most = web processes x (pool + 1 LISTEN) + worker processes x pool
-    # (README: "Database connections"). 0 turns pooling off (a connection per request).
+    # (docs/deploy.md, "Database connections"). 0 turns pooling off (a connection per request).
     DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 8, minimum=0, maximum=1000)
     # Django's backend, answering within a bound whatever the database does
     # (controlplane/postgresql/base.py): at once while PostgreSQL is down, and within
@@ -269,7 +269,8 @@ AXES_LOCKOUT_CALLABLE = "controlplane.login_lockout.lockout_response"
 AXES_VERBOSE = False
 
 # --- Single sign-on: OpenID Connect, a trusted proxy's headers, local passwords ----------
-# README "Single sign-on". OpenID Connect (controlplane/sso.py) is on when OIDC_ISSUER is set:
+# docs/security.md, "Single sign-on".
+# OpenID Connect (controlplane/sso.py) is on when OIDC_ISSUER is set:
 # the sign-in page offers "Sign in with OIDC_PROVIDER_NAME", the provider's endpoints come from
 # <OIDC_ISSUER>/.well-known/openid-configuration at the first sign-in (each OIDC_*_ENDPOINT
 # given replaces its entry), and the provider sends people back to /accounts/oidc/callback/.
@@ -590,17 +591,17 @@ for _address in ALERT_EMAILS:
 ALERT_DELIVERY_MAX_ATTEMPTS = env_int("ALERT_DELIVERY_MAX_ATTEMPTS", 8, minimum=1)
 ALERT_DELIVERY_BACKOFF_SECONDS = env_int("ALERT_DELIVERY_BACKOFF_SECONDS", 10, minimum=1)
 ALERT_WEBHOOK_TIMEOUT_SECONDS = env_int("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
-# Change notifications (README, "Change notifications"): every change and every alert raised
+# Change notifications (docs/notifications.md): every change and every alert raised
 # and resolved go to each target set here, with the delivery, retries and backoff above.
 # NOTIFY_WEBHOOK_URL gets every event, signed with NOTIFY_WEBHOOK_SECRET (HMAC-SHA256);
 # ALERT_WEBHOOK_URL, its older alerts-only form, keeps its body when it is set instead.
 NOTIFY_WEBHOOK_URL = env_str("NOTIFY_WEBHOOK_URL", "").strip()
 NOTIFY_WEBHOOK_SECRET = env_str("NOTIFY_WEBHOOK_SECRET", "").strip()
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL", "").strip()
-# Acting from the alert (README, "Acting from the alert"): the deep links in notifications
-# open a prefilled review for this long; Slack's buttons, modals and slash command need the
-# Slack app's signing secret (each request's signature, 5-minute replay window) and its bot
-# token (views.open, chat.update, users.info); SLACK_API_URL only changes in tests.
+# Acting from the alert (docs/on-call.md, "Acting from the alert"): the deep links in
+# notifications open a prefilled review for this long; Slack's buttons, modals and slash command
+# need the Slack app's signing secret (each request's signature, 5-minute replay window) and its
+# bot token (views.open, chat.update, users.info); SLACK_API_URL only changes in tests.
 DEEP_LINK_MAX_AGE_HOURS = env_int("DEEP_LINK_MAX_AGE_HOURS", 24, minimum=1, maximum=24 * 30)
 SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "").strip()
 SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN", "").strip()
@@ -644,11 +645,11 @@ for _name, _url in (
         raise ImproperlyConfigured(f"{_name}={_url!r} must be an http:// or https:// URL")
 if PAGERDUTY_ROUTING_KEY and not (PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL):
     raise ImproperlyConfigured("PAGERDUTY_EVENTS_URL and PAGERDUTY_CHANGE_EVENTS_URL must not be empty")
-# The webhook rules (README): no notifier POSTs to a link-local address (169.254.0.0/16,
-# fe80::/10) or a cloud's metadata address (fd00:ec2::254, 100.100.100.200,
-# metadata.google.internal), where instances get their credentials, unless this is true.
-# A URL naming one is refused here; audit/notifiers.py checks where each name resolves at
-# every attempt.
+# The webhook rules (docs/notifications.md): no notifier POSTs to a link-local address
+# (169.254.0.0/16, fe80::/10) or a cloud's metadata address (fd00:ec2::254, 100.100.100.200,
+# metadata.google.internal), where instances get their credentials, unless this is true. A URL
+# naming one is refused here; audit/notifiers.py checks where each name resolves at every
+# attempt.
 WEBHOOK_ALLOW_LINK_LOCAL = env_bool("WEBHOOK_ALLOW_LINK_LOCAL", False)
 _METADATA_NAMES = {"metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"}
 _LINK_LOCAL_NETWORKS = tuple(
@@ -698,7 +699,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "controlplane@localhost")
 # how an administrator sets a new password (`manage.py changepassword NAME`).
 PASSWORD_RESET_ENABLED = bool(os.environ.get("EMAIL_HOST", "").strip())
 
-# --- Publishing (README, "Publishing to a static host or object store") ----------------------
+# --- Publishing (docs/publishing.md) ---------------------------------------------------------
 # On every change the worker writes each chain's signed document to a directory a static web
 # server serves and/or to an S3-compatible bucket (presets/publishing.py), at
 # <directory or bucket/prefix>/api/v1/chains/<name>. Empty: not published there.
@@ -759,39 +760,39 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "expire-pins": {
-        "task": "presets.tasks.expire_pins",
+        "task": "worker.pins.expire_pins",
         "schedule": float(env_int("EXPIRE_PINS_EVERY_SECONDS", 15, minimum=1)),
     },
     # Planned pins start within this (presets/plans.py): the issue's bar is 15 s.
     "run-plans": {
-        "task": "presets.tasks.run_plans",
+        "task": "worker.pins.run_plans",
         "schedule": float(env_int("RUN_PLANS_EVERY_SECONDS", 5, minimum=1, maximum=15)),
     },
     "check-guards": {
-        "task": "audit.tasks.check_guards",
+        "task": "worker.tasks.check_guards",
         "schedule": float(env_int("GUARD_EVERY_SECONDS", 15, minimum=1, maximum=300)),
     },
     "alert-stale-pins": {
-        "task": "audit.tasks.alert_stale_pins",
+        "task": "worker.tasks.alert_stale_pins",
         "schedule": float(env_int("ALERT_STALE_PINS_EVERY_SECONDS", 60, minimum=1)),
     },
     "alert-providers": {
-        "task": "audit.tasks.alert_providers",
+        "task": "worker.tasks.alert_providers",
         "schedule": float(env_int("PROVIDER_ALERTS_EVERY_SECONDS", 15, minimum=1)),
     },
     # Failover drills start, end and are judged within this (presets/drills.py, audit/drills.py).
     "run-drills": {
-        "task": "audit.tasks.run_drills",
+        "task": "worker.tasks.run_drills",
         "schedule": float(env_int("RUN_DRILLS_EVERY_SECONDS", 5, minimum=1, maximum=15)),
     },
     "prune-provider-health": {
-        "task": "audit.tasks.prune_provider_health",
+        "task": "worker.tasks.prune_provider_health",
         "schedule": float(env_int("PRUNE_PROVIDER_HEALTH_EVERY_SECONDS", 600, minimum=1)),
     },
 }
 if (PUBLISH_DIRECTORY or PUBLISH_S3_BUCKET) and PUBLISH_EVERY_SECONDS:
     CELERY_BEAT_SCHEDULE["publish-chains"] = {
-        "task": "presets.tasks.publish_chains",
+        "task": "worker.publishing.publish_chains",
         "schedule": float(PUBLISH_EVERY_SECONDS),
     }
 

@@ -1,5 +1,5 @@
 """Publishing every chain's signed document to a static host and to S3-compatible object storage
-(README, "Publishing to a static host or object store").
+(docs/publishing.md).
 
 - **Where**: ``<PUBLISH_DIRECTORY>/api/v1/chains/<name>`` and the object
   ``<PUBLISH_S3_PREFIX>/api/v1/chains/<name>`` in ``PUBLISH_S3_BUCKET``: the read API's path, so
@@ -8,7 +8,7 @@
 - **What**: the chain's document exactly as the read path serves it (``encode_document``),
   signed when it is published by the key that signs then, read from the database (not a
   process's cache: a key activated a moment ago by another process signs it).
-- **When**: a change's commit queues ``presets.tasks.publish_chain`` for its chain
+- **When**: a change's commit queues ``worker.publishing.publish_chain`` for its chain
   (``publish_after_commit``: every new version and every raised epoch is announced by
   ``events.selection_changed``), and a key's activation queues it for every chain. The task
   reads the chain's document when it runs: a late or retried task publishes what is current
@@ -71,7 +71,7 @@ CONTENT_TYPE = "application/json"
 # A cache between a target and the services (a CDN) revalidates every poll (If-None-Match), so
 # a change reaches services at their next poll, not when a cached copy ages out.
 CACHE_CONTROL = "no-cache"
-PUBLISH_TASK = "presets.tasks.publish_chain"
+PUBLISH_TASK = "worker.publishing.publish_chain"
 BACKOFF_CAP_SECONDS = 300
 # Another publisher wrote between a read and the conditional write: read and decide again, at
 # most this many times before the attempt counts as failed (and is retried with backoff).

@@ -1,7 +1,7 @@
 """Change notifications: every change and every alert raised and resolved go to the signed
 webhook, Slack, PagerDuty Events v2 and email, each checked against a local HTTP server (or
 Django's locmem mail); retried with backoff, never failing the change; shown in the API and
-on the alerts page (README, "Change notifications")."""
+on the alerts page (docs/notifications.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from tests.test_provider_alerts import report as report_health
 
 T0 = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 REASON = "INC-7 vendor_a returns garbage"
-TASK = "audit.tasks.deliver_notification"
+TASK = "worker.tasks.deliver_notification"
 
 
 @pytest.fixture
@@ -60,7 +60,8 @@ def taken() -> Iterator[Callable[[], list[tuple[str, int]]]]:
 
 
 def verify(secret: str, headers: Any, body: bytes, tolerance: int = 300) -> bool:
-    """The receiver's check, as README ("Verifying the signature") says to write it."""
+    """The receiver's check, as docs/notifications.md ("Verifying the signature") says to write
+    it."""
     timestamp = headers["X-Controlplane-Timestamp"]
     if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > tolerance:
         return False
@@ -419,6 +420,7 @@ def test_the_webhook_gets_the_change_as_its_history_entry_under_a_stable_event_i
     assert all(action["url"].startswith("https://cp.example.com/act/") for action in first.json["actions"])
 
 
+@pytest.mark.slow
 def test_the_webhook_gets_alerts_raised_and_resolved(synced, webhook_target, reader: Client) -> None:
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)
@@ -438,7 +440,7 @@ def test_the_webhook_gets_alerts_raised_and_resolved(synced, webhook_target, rea
     assert resolved["id"] != raised["id"]
     [entry] = reader.get("/api/v1/alerts").json()["alerts"]
     assert entry["deliveries"]["webhook"]["state"] == "delivered"
-    assert entry["resolution_deliveries"] == {  # a read token sees no error text (README, "The webhook rules")
+    assert entry["resolution_deliveries"] == {  # a read token sees no error text (docs/notifications.md)
         "webhook": {"state": "delivered", "attempts": 1, "last_error": None, "delivered_at": "2026-11-29T03:01:00Z"}
     }
 
@@ -627,7 +629,7 @@ def test_get_notifications_lists_changes_newest_first_with_their_delivery(
     ]
     assert all(set(e) == NOTIFICATION_FIELDS for e in entries)
     revert, select = entries
-    assert revert["deliveries"] == {  # a read token sees no error text (README, "The webhook rules")
+    assert revert["deliveries"] == {  # a read token sees no error text (docs/notifications.md)
         "slack": {"state": "delivered", "attempts": 1, "last_error": None, "delivered_at": "2026-11-29T02:01:00Z"}
     }
     assert select["deliveries"]["slack"] == {

@@ -43,13 +43,13 @@ def test_the_beat_schedule_runs_every_sweep_as_registered_tasks(settings) -> Non
     app.loader.import_default_modules()
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert {entry["task"] for entry in schedule.values()} == {
-        "presets.tasks.expire_pins",
-        "presets.tasks.run_plans",
-        "audit.tasks.check_guards",
-        "audit.tasks.alert_stale_pins",
-        "audit.tasks.alert_providers",
-        "audit.tasks.prune_provider_health",
-        "audit.tasks.run_drills",
+        "worker.pins.expire_pins",
+        "worker.pins.run_plans",
+        "worker.tasks.check_guards",
+        "worker.tasks.alert_stale_pins",
+        "worker.tasks.alert_providers",
+        "worker.tasks.prune_provider_health",
+        "worker.tasks.run_drills",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks

@@ -225,6 +225,7 @@ def log_lines(stack: servers.Stack) -> list[dict[str, Any]]:
     return lines
 
 
+@pytest.mark.system
 def test_the_web_process_times_each_route_and_names_each_request_in_its_log(json_logging_stack: servers.Stack) -> None:
     stack = json_logging_stack
     status, headers, _ = servers.request(
@@ -348,7 +349,7 @@ def test_a_worker_with_its_own_metrics_directory_serves_its_task_metrics(
     url = f"http://127.0.0.1:{port}/metrics"
 
     def expiry_sweeps() -> float:
-        labels = {"task": "presets.tasks.expire_pins", "outcome": "success"}
+        labels = {"task": "worker.pins.expire_pins", "outcome": "success"}
         status, text = fetch(url, "worker-scrape-token")
         return (value(text, "controlplane_celery_task_duration_seconds_count", labels) or 0.0) if status == 200 else 0.0
 

@@ -1,6 +1,6 @@
-"""Publishing to a static host and to object storage (README, "Publishing to a static host or
-object store"), with real processes: a real Celery worker on Redis and the test database,
-real nginx serving the published directory, and moto's S3 server.
+"""Publishing to a static host and to object storage (docs/publishing.md), with real processes:
+a real Celery worker on Redis and the test database, real nginx serving the published directory,
+and moto's S3 server.
 
 The promises: a change (made by a runbook command, committed, queued, published by the worker)
 reaches an SDK polling nginx and one polling the bucket; so do a key's activation (documents
@@ -9,12 +9,12 @@ version that queued it; an older document offered to a publisher, or written by 
 publisher at the same moment, never replaces a newer one; a publish is retried until the target
 is back; what is written is the exact signed bytes, as application/json.
 
-The evidence (README, "Evidence"): what a target holds counts only if it verifies with the
-control plane's trusted keys and is not beyond the chain's own record; anything else is replaced
-and reported (the command's exit status and stderr, the worker's log, the ``publish_forged``
-alert, ``controlplane_publish_replaced_total``). And a publisher killed at any point leaves no
-temporary file a static host serves (nginx with the README's own example config), and never a
-half-written document.
+The evidence (docs/publishing.md, "Evidence"): what a target holds counts only if it verifies
+with the control plane's trusted keys and is not beyond the chain's own record; anything else is
+replaced and reported (the command's exit status and stderr, the worker's log, the
+``publish_forged`` alert, ``controlplane_publish_replaced_total``). And a publisher killed at any
+point leaves no temporary file a static host serves (nginx with the documentation's own example
+config), and never a half-written document.
 """
 
 from __future__ import annotations
@@ -666,11 +666,11 @@ def test_publishing_settings_are_taken_and_the_beat_publishes_only_when_set(monk
     )
     assert (loaded["PUBLISH_S3_BUCKET"], loaded["PUBLISH_S3_PREFIX"]) == ("chains.example-1", "prod")
     assert loaded["CELERY_BEAT_SCHEDULE"]["publish-chains"] == {
-        "task": "presets.tasks.publish_chains",
+        "task": "worker.publishing.publish_chains",
         "schedule": 60.0,
     }
     app.loader.import_default_modules()
-    assert {"presets.tasks.publish_chains", publishing.PUBLISH_TASK} <= set(app.tasks)
+    assert {"worker.publishing.publish_chains", publishing.PUBLISH_TASK} <= set(app.tasks)
 
 
 # --- evidence: what a target holds counts only if the control plane made it ------------------------
@@ -975,13 +975,12 @@ RANDOM_KILLS = 25
 INJECTED = [("write", "unnamed"), ("link", "unnamed"), ("rename", "unnamed"), ("write", "named"), ("rename", "named")]
 
 
-def readme_nginx(root: Path, run: Path) -> Nginx:
-    """nginx with the README's example server block as written (only its port and root
-    changed), so what the README tells people to deploy is what is checked."""
-    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
-    section = readme[readme.index("## Publishing to a static host or object store") :]
+def documented_nginx(root: Path, run: Path) -> Nginx:
+    """nginx with docs/publishing.md's example server block as written (only its port and root
+    changed), so what the documentation tells people to deploy is what is checked."""
+    section = (Path(settings.BASE_DIR) / "docs" / "publishing.md").read_text()
     block = re.search(r"```nginx\n(.*?)```", section, re.S)
-    assert block is not None, "the README's publishing section has no nginx example"
+    assert block is not None, "docs/publishing.md has no nginx example"
     server = block.group(1)
     assert "listen 80;" in server and "root /srv/chains;" in server, server
     server = server.replace("{", "{{").replace("}", "}}")
@@ -995,7 +994,7 @@ def test_a_publisher_killed_at_any_point_leaves_nothing_served_but_whole_verifie
 ) -> None:
     """A writer is SIGKILLed 25 times after a random delay and once at each point of a write
     (mid-write, before the link, before the rename; also where O_TMPFILE is missing). After
-    every kill, nginx with the README's config serves only whole documents that verify, and
+    every kill, nginx with the documented config serves only whole documents that verify, and
     denies every hidden file (the locks, a temporary one left between link and rename, a
     half-written one where there is no O_TMPFILE). With O_TMPFILE a kill before the link leaves
     no file at all; the next publish (a real ``manage.py publish``) removes what is left.
@@ -1017,7 +1016,7 @@ def test_a_publisher_killed_at_any_point_leaves_nothing_served_but_whole_verifie
         bodies.append(path)
     run = served / f".nginx-{site.name}"
     run.mkdir()
-    server = readme_nginx(site, run)
+    server = documented_nginx(site, run)
     chains = site / CHAINS
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)

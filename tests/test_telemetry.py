@@ -256,10 +256,10 @@ def test_a_task_runs_in_the_trace_that_queued_it_with_its_statements(stack: Stac
         assert wait_for(lambda: run_with_statements() is not None, 60), collector.trace(trace_id)
         run = run_with_statements()
         assert run is not None
-        assert run.name == "run/presets.tasks.expire_pins"
+        assert run.name == "run/worker.pins.expire_pins"
         assert run.service == "controlplane-worker"
         (queueing,) = [span for span in collector.trace(trace_id) if span.span_id == run.parent_id]
-        assert queueing.name == "apply_async/presets.tasks.expire_pins"
+        assert queueing.name == "apply_async/worker.pins.expire_pins"
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(30)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-
 from presets import plans, services
+from worker.names import task
 
 
-@shared_task(name="presets.tasks.expire_pins")
+@task(formerly="presets.tasks.expire_pins")
 def expire_pins() -> int:
     """Revert every pin past its expiry (beat: every EXPIRE_PINS_EVERY_SECONDS, 15 s)."""
     return services.expire_pins()
 
 
-@shared_task(name="presets.tasks.run_plans")
+@task(formerly="presets.tasks.run_plans")
 def run_plans() -> dict[str, list[int]]:
     """Start, suspend, end or miss the planned pins whose time has come (beat: every
     RUN_PLANS_EVERY_SECONDS, 5 s)."""

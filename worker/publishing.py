@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
-
 from presets import publishing
 from presets.exceptions import NotFound
+from worker.names import task
 
 
 # Attempts are Celery's retries of this one task; the service decides when the next one comes
 # and when to stop (PUBLISH_BACKOFF_SECONDS, PUBLISH_MAX_ATTEMPTS). The chain's document is
 # read when the task runs, so a retry publishes what is current then.
-@shared_task(bind=True, name=publishing.PUBLISH_TASK, max_retries=None)
+@task(formerly="presets.tasks.publish_chain", bind=True, max_retries=None)
 def publish_chain(self: Any, chain: str) -> int:
     """Publish the chain's current document to every target (queued when a change commits);
     retry with backoff while one fails. A target that held a document the control plane did not
@@ -33,7 +32,7 @@ def publish_chain(self: Any, chain: str) -> int:
     return sum(outcome.written for outcome in outcomes)
 
 
-@shared_task(name="presets.tasks.publish_chains")
+@task(formerly="presets.tasks.publish_chains")
 def publish_chains() -> int:
     """Publish every chain (beat: every PUBLISH_EVERY_SECONDS, when publishing is set up), so a
     publish lost on the way is made good. Returns how many documents were written."""
