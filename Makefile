@@ -11,7 +11,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_PROCESSES ?= 3
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: install run serve relay test lint bench clean wire
+.PHONY: install run serve relay test test-fast lint docs bench clean wire
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,9 @@ install: $(VENV)/.installed
 
 # Local runs sign sessions with a random key generated once under VAR_DIR (mode 0600), which
 # later manage.py commands in this checkout read too; a deployment sets SECRET_KEY instead
-# (README, "Secret key"; controlplane/secret_key.py).
+# (docs/security.md, "Secret key"; controlplane/secret_key.py).
 LOCAL_SECRET_KEY = $(or $(VAR_DIR),var)/secret_key
-run test lint bench: $(LOCAL_SECRET_KEY)
+run test test-fast lint bench: $(LOCAL_SECRET_KEY)
 $(LOCAL_SECRET_KEY): | $(VENV)/.installed
 	$(PY) -m controlplane.secret_key $@
 
@@ -53,7 +53,7 @@ serve: install
 		--static-path-route /static --static-path-mount $${VAR_DIR:-var}/static \
 		controlplane.asgi:application
 
-# A relay (README, "Relays"): the services' read API from UPSTREAM, with no database. Needs a
+# A relay (docs/relays.md): the services' read API from UPSTREAM, with no database. Needs a
 # service token of the upstream in RELAY_TOKEN.
 RELAY_PORT ?= 8100
 relay: install
@@ -62,6 +62,13 @@ relay: install
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
 
+# The loop while changing code: every test but the system tests (they start real processes,
+# browsers or clusters, or commit for one to read: tests/parallel.py), the property-based ones
+# with fewer examples. CI runs the whole suite (`make test`).
+test-fast: install
+	DATABASE_URL=$(TEST_DATABASE_URL) FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-20} $(PY) -m pytest -n $(TEST_PROCESSES) \
+		--dist loadgroup -m "not system and not slow" $(PYTEST_ARGS)
+
 # ruff (lint and format), mypy (mypy.ini: django-stubs for the apps, strict for the SDK) and
 # import-linter (.importlinter: the layers of docs/ARCHITECTURE.md). .ci/run runs it.
 lint: install
@@ -69,6 +76,12 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy controlplane http_api pages read_path commands worker chatops audit presets relay sdk/chainclient
 	$(VENV)/bin/lint-imports --no-cache
+
+# The documentation site (mkdocs.yml) into var/site: strict, so a broken link or anchor, or a
+# page left out of the nav, fails it. NO_MKDOCS_2_WARNING: Material's banner on every build
+# about its end of life (May 2027), which is not about these pages.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 BENCHMARKS = sdk_current.py router_overhead.py breaker_recovery.py stream_overhead.py read_throughput.py select_latency.py propagation.py long_polls.py promises.py provider_health_ingest.py history_pages.py export_history.py signing.py relay.py
 bench: install

@@ -11,6 +11,13 @@ its files run in a few processes at once; each keeps to itself what is per proce
   ``live_server``) runs in its module's group (``--dist loadgroup``), so a module's real stack
   or browser is started once, in one process.
 
+The tests that commit are the suite's system tests too: they commit because a real process
+(a web server, a worker, a browser's page, a relay, a disposable cluster) reads what they
+wrote. They get the ``system`` marker here, as do the tests that use a browser or a set-up
+their module shares (module-scoped: a stack, a cluster, nginx); the others that start a
+process (``make run``, the linters, a build) carry it themselves.
+``make test-fast`` leaves every ``system`` test out (README, "The two commands").
+
 Each process runs the tests it is given in the suite's order (pytest-django's: those in a
 rolled-back transaction first, then those that commit), so a test never finds the rows the
 migrations made (the role groups) flushed by a committing test that ran before it.
@@ -34,5 +41,23 @@ if WORKER:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if {"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"transactional_db", "live_server"} & fixtures:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+        if {"transactional_db", "live_server", "browser"} & fixtures or _shares_a_module_set_up(item):
+            item.add_marker(pytest.mark.system)
+
+
+def _shares_a_module_set_up(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture of its own module: in the control plane's
+    suite those start what a module's tests share (a stack of real processes, a cluster,
+    nginx, Node's packages), which is why they are module-scoped. (The SDK's module-scoped
+    fixtures read files or set up tracing: its suite marks its few system tests itself.)"""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    module = item.nodeid.split("::")[0]
+    return module.startswith("tests/") and any(
+        definitions[-1].scope == "module" and definitions[-1].baseid == module
+        for definitions in info.name2fixturedefs.values()
+    )

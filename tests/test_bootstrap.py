@@ -128,6 +128,7 @@ def test_the_local_admin_made_elsewhere_keeps_its_password(settings: Any, tmp_pa
     assert not (tmp_path / "admin-password.txt").exists()
 
 
+@pytest.mark.system
 def test_make_run_shows_the_sign_in_box_last_once_web_and_worker_are_up(tmp_path: Path) -> None:
     """`python -m controlplane.run_local` (make run's last step) on SQLite and the filesystem
     broker: the box comes after the worker's banner and ready line, when the web answers."""

@@ -126,6 +126,7 @@ def test_the_caddyfile_is_valid_with_the_site_address_compose_gives_it(tmp_path:
 # --- the stack on this machine, as compose runs it ------------------------------------------
 
 
+@pytest.mark.system
 def test_the_stack_runs_here_as_compose_runs_it_and_the_first_admin_signs_in_over_http() -> None:
     """Each service's command and environment from docker-compose.yml with .env.example's
     values, the container host names swapped for a PostgreSQL cluster and a Redis of its own:

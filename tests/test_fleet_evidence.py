@@ -83,6 +83,7 @@ async def read(app: ReadFront, token: str, client: str) -> int:
     return statuses[0]
 
 
+@pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_one_tokens_made_up_fleet_stays_at_its_cap_and_the_fleet_says_so(settings: Any) -> None:
     """10,000 reads through the real read front (in process: the ASGI app production runs, its
@@ -323,6 +324,7 @@ def guarded_pin_going_bad(clock: Any, tokens: list[str]) -> list[int]:
     return acted
 
 
+@pytest.mark.slow
 def test_one_tokens_instances_cannot_move_a_guard_and_the_guard_says_why(
     clock: Any, settings: Any, reader: Client
 ) -> None:

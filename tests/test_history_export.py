@@ -396,6 +396,7 @@ def read_chunked(url: str, path: str, token: str) -> tuple[str, list[bytes]]:
         return head.decode(), chunks
 
 
+@pytest.mark.system
 def test_the_production_web_process_streams_the_export_in_chunks() -> None:
     require_tools("the export's system test")
     env = {"HISTORY_EXPORT_SETTLE_SECONDS": "0", "HISTORY_EXPORT_BATCH_ROWS": "1"}

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from django.conf import settings
 
 from controlplane.logging_json import JsonFormatter
@@ -41,6 +42,7 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_the_process_logs_json_when_asked_and_plain_by_default() -> None:
     code = "import logging; logging.getLogger('presets').warning('pin %s expired', 'chat')"
     result = manage("shell", "-c", code, LOG_FORMAT="json")

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.conftest import needs
@@ -47,6 +48,7 @@ def answers_200(url: str) -> bool:
         return False
 
 
+@pytest.mark.system
 def test_make_run_serves_the_pages_without_npm_or_any_configuration(tmp_path: Path) -> None:
     make = shutil.which("make")
     if make is None:

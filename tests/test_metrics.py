@@ -40,6 +40,7 @@ def reads(text: str, status: int) -> float:
     return value(text, "controlplane_chain_read_requests_total", {"status": str(status)}) or 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("synced")
 def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
     text = scrape()
@@ -84,6 +85,7 @@ def test_changes_expiries_and_alerts_are_counted_from_the_database(settings: Any
     assert value(text, "controlplane_chain_pinned", {"chain": "chat"}) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("synced")
 def test_reads_answered_by_django_are_counted_by_status(client: Client, bob: User) -> None:
     before = scrape()
@@ -141,6 +143,7 @@ def test_long_poll_waiters_of_this_process_are_in_the_sum() -> None:
     assert three is not None and five is not None and five - three == 2
 
 
+@pytest.mark.system
 @pytest.mark.django_db
 def test_counts_of_another_web_process_are_summed_into_the_scrape() -> None:
     """Another process writing into the same directory (as a second granian worker does)."""

@@ -179,6 +179,7 @@ def test_instances_that_saw_their_credentials_rejected_are_counted(reader: Clien
     assert "mostly rejected credentials" in head["summary"]
 
 
+@pytest.mark.slow
 def test_storage_stays_within_the_window_over_three_simulated_days(reader: Client, settings) -> None:
     settings.PROVIDER_HEALTH_RETENTION_HOURS = 48
     with time_machine.travel(T0, tick=False) as clock:

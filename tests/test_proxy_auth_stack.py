@@ -9,6 +9,8 @@ import http.client
 import re
 from urllib.parse import urlsplit
 
+import pytest
+
 from tests.servers import Stack, require_tools, running_stack
 
 HEADERS = {"X-Forwarded-User": "frank", "X-Forwarded-Groups": "engineering, llm-oncall"}
@@ -32,6 +34,7 @@ def page(stack: Stack, headers: dict[str, str] | None = None) -> tuple[int, str,
         connection.close()
 
 
+@pytest.mark.system
 def test_the_headers_count_only_from_a_trusted_peer() -> None:
     require_tools("the proxy sign-in's system test")
     with running_stack("proxyauth", env=ENVIRONMENT) as stack:

@@ -400,6 +400,7 @@ def change_in_another_process(preset: str, delay: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR)
 
 
+@pytest.mark.system
 @pytest.mark.postgres
 def test_a_waiting_request_wakes_on_a_change_made_by_another_process(read_token) -> None:
     async def body(app):
@@ -460,6 +461,7 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
         assert (instance.chain.name, instance.applied_version) == ("chat", 1)
 
 
+@pytest.mark.slow
 def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_token) -> None:
     pinned = services.select_preset(
         chain="chat", preset="pin_secondary", actor="alice", reason="INC-1", expires_at=timedelta(minutes=5)

@@ -152,6 +152,7 @@ def test_token_use_is_recorded_at_most_once_a_minute_in_one_batch(read_token) ->
     assert second["reader"] - first["reader"] >= timedelta(seconds=70)
 
 
+@pytest.mark.system
 def test_a_process_that_cannot_load_its_tokens_answers_503_not_a_hung_read() -> None:
     """A front started while its database is down (a closed port here) answers a read 503
     after a bounded wait, in a process of its own."""

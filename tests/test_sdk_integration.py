@@ -179,6 +179,7 @@ def _up(url: str) -> bool:
         return False
 
 
+@pytest.mark.system
 @pytest.mark.postgres
 def test_a_long_polling_sdk_applies_a_change_without_waiting_for_its_poll_interval(
     production_server: str, read_token, write_token, tmp_path: Path

@@ -90,6 +90,7 @@ def test_without_a_key_the_process_refuses_to_start_in_one_line(tmp_path: Path) 
     assert not (tmp_path / "secret_key").exists()
 
 
+@pytest.mark.system
 def test_with_the_key_the_makefile_generates_or_with_debug_it_starts(tmp_path: Path) -> None:
     generated = subprocess.run(
         [sys.executable, "-m", "controlplane.secret_key", str(tmp_path / "made" / "secret_key")],

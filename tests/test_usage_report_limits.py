@@ -299,6 +299,7 @@ def at_version(version: int) -> int:
     return Selection.objects.get(chain__name="chat").version
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)  # each report commits, as in production
 def test_a_flood_of_maximal_reports_from_one_token_gets_429s_and_adds_little(reader: Client) -> None:
@@ -339,6 +340,7 @@ def test_a_flood_of_maximal_reports_from_one_token_gets_429s_and_adds_little(rea
     assert not Alert.objects.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_fleet_of_made_up_polling_instances_adds_a_bounded_amount_per_chain_and_minute(

@@ -52,6 +52,9 @@ from chainclient.integrations.anthropic import AnthropicMessages, AsyncAnthropic
 from chainclient.integrations.openai import AsyncOpenAIChat, OpenAIChat  # noqa: E402
 from chainclient.testing import FakeClock, fake_document  # noqa: E402
 
+# Seconds on purpose (the module docstring): `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 STEP_TIMEOUT_S = 0.5
 IDLE_S = 0.3

@@ -126,6 +126,7 @@ def _wheel_metadata(wheel: Path) -> tuple[list[str], Message]:
         return names, Parser().parsestr(archive.read(metadata).decode())
 
 
+@pytest.mark.system
 def test_the_sdist_carries_the_docs_the_license_and_the_package(dists: dict[str, Path]) -> None:
     sdist = dists["sdist"]
     assert sdist.name == f"chainclient-{chainclient.__version__}.tar.gz"
@@ -138,6 +139,7 @@ def test_the_sdist_carries_the_docs_the_license_and_the_package(dists: dict[str,
     assert not stray, f"bytecode in the sdist: {stray}"
 
 
+@pytest.mark.system
 def test_the_wheel_carries_py_typed_and_the_metadata(dists: dict[str, Path]) -> None:
     wheel = dists["wheel"]
     assert wheel.name == f"chainclient-{chainclient.__version__}-py3-none-any.whl"
@@ -164,6 +166,7 @@ def test_the_wheel_carries_py_typed_and_the_metadata(dists: dict[str, Path]) -> 
     assert any(classifier.startswith("Topic :: ") for classifier in classifiers)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("extra", "pulled"),
     [("", set()), ("[openai]", {"openai"}), ("[anthropic]", {"anthropic"}), ("[verify]", {"cryptography"})],
@@ -258,6 +261,7 @@ print("HARNESS " + _harness_json.dumps({
 """
 
 
+@pytest.mark.system
 def test_the_readme_quick_start_runs_from_the_installed_wheel(
     dists: dict[str, Path], control_plane: ControlPlane, document: Any, tmp_path: Path
 ) -> None:
