@@ -147,7 +147,6 @@ def test_a_pin_expired_alert_names_the_pin_and_the_revert(synced, settings, webh
     assert body["url"] == "http://localhost:8000/chains/chat/"
 
 
-@pytest.mark.slow
 def test_a_webhook_answering_500_is_retried_with_exponential_backoff_and_jitter(synced, settings, webhook) -> None:
     settings.ALERT_WEBHOOK_URL = webhook.url
     settings.ALERT_DELIVERY_BACKOFF_SECONDS = 10
@@ -189,7 +188,6 @@ def test_the_backoff_doubles_up_to_a_cap_with_jitter(settings) -> None:
         assert len(delays) > 1  # jittered
 
 
-@pytest.mark.slow
 def test_the_task_retries_a_refused_webhook_until_it_gives_up_and_the_alert_keeps_its_state(
     synced, settings, refused_url
 ) -> None:

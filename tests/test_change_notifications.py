@@ -420,7 +420,6 @@ def test_the_webhook_gets_the_change_as_its_history_entry_under_a_stable_event_i
     assert all(action["url"].startswith("https://cp.example.com/act/") for action in first.json["actions"])
 
 
-@pytest.mark.slow
 def test_the_webhook_gets_alerts_raised_and_resolved(synced, webhook_target, reader: Client) -> None:
     with time_machine.travel(T0, tick=False) as clock:
         alert = stale_alert(clock)

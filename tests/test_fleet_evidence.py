@@ -324,7 +324,6 @@ def guarded_pin_going_bad(clock: Any, tokens: list[str]) -> list[int]:
     return acted
 
 
-@pytest.mark.slow
 def test_one_tokens_instances_cannot_move_a_guard_and_the_guard_says_why(
     clock: Any, settings: Any, reader: Client
 ) -> None:

@@ -40,7 +40,6 @@ def reads(text: str, status: int) -> float:
     return value(text, "controlplane_chain_read_requests_total", {"status": str(status)}) or 0.0
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("synced")
 def test_each_chain_shows_its_version_whether_pinned_and_the_pin_age() -> None:
     text = scrape()
@@ -85,7 +84,6 @@ def test_changes_expiries_and_alerts_are_counted_from_the_database(settings: Any
     assert value(text, "controlplane_chain_pinned", {"chain": "chat"}) == 0
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("synced")
 def test_reads_answered_by_django_are_counted_by_status(client: Client, bob: User) -> None:
     before = scrape()

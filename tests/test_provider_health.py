@@ -181,6 +181,8 @@ def test_instances_that_saw_their_credentials_rejected_are_counted(reader: Clien
 
 @pytest.mark.slow
 def test_storage_stays_within_the_window_over_three_simulated_days(reader: Client, settings) -> None:
+    """Slow on purpose (432 reports through the API and 72 prunes): the bound only shows once
+    the window has been passed more than once, a day and a half over it."""
     settings.PROVIDER_HEALTH_RETENTION_HOURS = 48
     with time_machine.travel(T0, tick=False) as clock:
         for tick in range(3 * 24 * 6):  # a report every 10 minutes for 3 days

@@ -463,6 +463,8 @@ def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> No
 
 @pytest.mark.slow
 def test_a_long_poll_held_on_a_pin_answers_with_the_revert_at_its_expiry(read_token) -> None:
+    """Slow on purpose: the poll is held on the real clock until the pin's expiry (1.5 s), as
+    what is tested is that the held poll itself wakes at the expiry, with no worker running."""
     pinned = services.select_preset(
         chain="chat", preset="pin_secondary", actor="alice", reason="INC-1", expires_at=timedelta(minutes=5)
     )

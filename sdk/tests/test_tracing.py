@@ -257,7 +257,6 @@ def test_opentelemetry_is_imported_at_the_first_attempt_not_with_the_package(rou
     assert done.stdout.strip() == "lazy"
 
 
-@pytest.mark.slow
 def test_a_streamed_attempt_is_a_span_with_its_chunks_and_first_chunk_time(
     exporter: InMemorySpanExporter, router_kind: str
 ) -> None:
