@@ -91,3 +91,8 @@ def vendor_a_failing(reader: Client, instances: int = 3) -> None:
             ],
         )
         assert response.status_code == 202, response.content
+
+
+def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A chain's health or spend document's steps by ``provider/model``."""
+    return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}

@@ -38,13 +38,17 @@ if WORKER:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
 
 
+# The fixtures of a test that commits (for a real process to read what it wrote).
+COMMITS = {"transactional_db", "live_server"}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if {"transactional_db", "live_server"} & fixtures:
+        if COMMITS & fixtures:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-        if {"transactional_db", "live_server", "browser"} & fixtures or _shares_a_module_set_up(item):
+        if COMMITS & fixtures or "browser" in fixtures or _shares_a_module_set_up(item):
             item.add_marker(pytest.mark.system)
 
 

@@ -17,7 +17,7 @@ from audit import provider_health
 from audit.models import ProviderEvidence, ProviderHealthMinute, ProviderReporter, ProviderUsage, ReportWindow
 from presets.models import Chain
 from presets.selectors import active_presets
-from tests.health_reports import BOUNDS, latency, report, step
+from tests.health_reports import BOUNDS, by_step, latency, report, step
 from tests.metrics_text import value
 from worker.tasks import prune_provider_health
 
@@ -30,10 +30,6 @@ def health_of(client: Client, chain: str = "chat") -> dict[str, Any]:
     response = client.get(f"/api/v1/chains/{chain}/health")
     assert response.status_code == 200, response.content
     return response.json()
-
-
-def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}
 
 
 def test_reports_from_many_instances_merge_into_rates_latency_and_instance_counts(reader: Client) -> None:

@@ -25,7 +25,7 @@ from presets import services
 from presets.models import Chain, Selection
 from presets.providers import Price, Provider, price_of
 from tests.conftest import make_token
-from tests.health_reports import report, step
+from tests.health_reports import by_step, report, step
 from tests.metrics_text import value
 from worker.tasks import alert_providers
 
@@ -50,10 +50,6 @@ def spend_of(client: Client, chain: str = "chat") -> dict[str, Any]:
     response = client.get(f"/api/v1/chains/{chain}/spend")
     assert response.status_code == 200, response.content
     return response.json()
-
-
-def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}
 
 
 def test_the_spend_of_each_step_is_its_reported_tokens_at_the_registrys_price(reader: Client) -> None:
