@@ -12,10 +12,10 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
-from presets import services
 from presets.models import ServiceToken
 from presets.presets_file import load_presets_file
 from presets.providers import get_registry
+from tests.example_sync import sync_example
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -72,8 +72,9 @@ def example_file() -> Path:
 
 @pytest.fixture
 def synced(db: Any, example_file: Path) -> None:
-    """The example presets loaded: chat and incident-summary at v1 on their defaults."""
-    services.sync_presets(presets_file=load_presets_file(example_file, registry=get_registry()))
+    """The example presets loaded: chat and incident-summary at v1 on their defaults (synced
+    for real once a process, then written from its rows: tests/example_sync.py)."""
+    sync_example(load_presets_file(example_file, registry=get_registry()))
 
 
 @pytest.fixture
@@ -203,7 +204,6 @@ def subprocess_env(transactional_db: Any, tmp_path: Path) -> dict[str, str]:
         {
             "DATABASE_URL": f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
             "VAR_DIR": str(tmp_path / "var"),  # the beat schedule file and any filesystem queue
-            "PYTHONDONTWRITEBYTECODE": "1",
         }
     )
     return env

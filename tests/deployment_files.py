@@ -4,6 +4,7 @@ with a given environment (tests/test_deployment.py, tests/test_production_settin
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -85,7 +86,8 @@ def read_env_file(path: Path) -> dict[str, str]:
 def deploy_check(tmp_path: Path, environment: dict[str, str], **overrides: str) -> subprocess.CompletedProcess[str]:
     """``manage.py check --deploy --fail-level WARNING`` in a process of its own with only
     ``environment`` (and ``overrides``): no local key under VAR_DIR to fall back on."""
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **environment}
+    bytecode = {key: os.environ[key] for key in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE") if key in os.environ}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **bytecode, **environment}
     env.update({"VAR_DIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"), **overrides})
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

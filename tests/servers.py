@@ -423,7 +423,6 @@ def _environment(root: Path, postgres: Postgres, broker_url: str, env: dict[str,
             "VAR_DIR": str(root / "var"),
             "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             "LOG_LEVEL": "ERROR",
-            "PYTHONDONTWRITEBYTECODE": "1",
             **(env or {}),
         }
     )

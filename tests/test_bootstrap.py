@@ -134,7 +134,7 @@ def test_make_run_shows_the_sign_in_box_last_once_web_and_worker_are_up(tmp_path
     broker: the box comes after the worker's banner and ready line, when the web answers."""
     port = servers.free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DATABASE_", "CELERY_", "ADMIN_"))}
-    env.update({"VAR_DIR": str(tmp_path), "SECRET_KEY": secrets.token_urlsafe(50), "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update({"VAR_DIR": str(tmp_path), "SECRET_KEY": secrets.token_urlsafe(50)})
     python = [sys.executable, "manage.py"]
     subprocess.run([*python, "migrate", "--no-input", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120)
     (tmp_path / "static").mkdir()
