@@ -8,15 +8,18 @@ its files run in a few processes at once; each keeps to itself what is per proce
   each process a ``PROMETHEUS_MULTIPROC_DIR`` of its own, so a test that counts requests counts
   only its own;
 - the set-ups its system tests share: every test that commits (``transactional_db``,
-  ``live_server``) runs in its module's group (``--dist loadgroup``), so a module's real stack
-  or browser is started once, in one process.
+  ``live_server``, ``django_db(transaction=True)``) runs in its module's group
+  (``--dist loadgroup``), so a module's real stack or browser is started once, in one
+  process.
 
 The tests that commit are the suite's system tests too: they commit because a real process
 (a web server, a worker, a browser's page, a relay, a disposable cluster) reads what they
 wrote. They get the ``system`` marker here, as do the tests that use a browser or a set-up
 their module shares (module-scoped: a stack, a cluster, nginx); the others that start a
 process (``make run``, the linters, a build) carry it themselves.
-``make test-fast`` leaves every ``system`` test out (README, "The two commands").
+``make test-fast`` leaves every ``system`` test out (README, "The two commands"). A test
+without the marker that starts a process (``subprocess``, in its fixtures too) fails, saying
+to mark it: the fast loop runs none, and the marks stay true.
 
 Each process runs the tests it is given in the suite's order (pytest-django's: those in a
 rolled-back transaction first, then those that commit), so a test never finds the rows the
@@ -26,9 +29,12 @@ migrations made (the role groups) flushed by a committing test that ran before i
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pytest_django.plugin import validate_django_db
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
@@ -46,10 +52,17 @@ COMMITS = {"transactional_db", "live_server"}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if COMMITS & fixtures:
+        if _commits(item, fixtures):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-        if COMMITS & fixtures or "browser" in fixtures or _shares_a_module_set_up(item):
+        if _commits(item, fixtures) or "browser" in fixtures or _shares_a_module_set_up(item):
             item.add_marker(pytest.mark.system)
+
+
+def _commits(item: pytest.Item, fixtures: set[str]) -> bool:
+    """Whether the test commits: it uses a fixture that does, or its ``django_db`` mark says
+    ``transaction=True``, as pytest-django reads the mark."""
+    marker = item.get_closest_marker("django_db")
+    return bool(COMMITS & fixtures) or (marker is not None and validate_django_db(marker)[0])
 
 
 def _shares_a_module_set_up(item: pytest.Item) -> bool:
@@ -65,3 +78,39 @@ def _shares_a_module_set_up(item: pytest.Item) -> bool:
         definitions[-1].scope == "module" and definitions[-1].baseid == module
         for definitions in info.name2fixturedefs.values()
     )
+
+
+# --- a test that starts a process is a system test ----------------------------------------
+
+_running: list[pytest.Item] = []
+_popen_init = subprocess.Popen.__init__
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """While a test runs (its fixtures too), note which it is: a process it starts is checked
+    against its marks."""
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def _checked_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    item = _running[-1] if _running else None
+    if item is not None and item.get_closest_marker("system") is None:
+        raise pytest.fail.Exception(
+            f"{item.nodeid} starts a process ({_command(args)}): mark it @pytest.mark.system "
+            "(tests/parallel.py), so that make test-fast, which runs no process, leaves it out",
+            pytrace=False,
+        )
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def _command(args: Any) -> str:
+    words = [str(word) for word in ([args] if isinstance(args, str | os.PathLike) else args)]
+    return " ".join(Path(words[0]).name.split() + words[1:3]) + (" ..." if len(words) > 3 else "")
+
+
+subprocess.Popen.__init__ = _checked_popen_init  # type: ignore[method-assign]

@@ -41,6 +41,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_the_code_keeps_every_import_contract() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -133,6 +134,7 @@ DOMAIN_HTTP = [
 ]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("module", "statement"), DOMAIN_HTTP, ids=[m for m, _ in DOMAIN_HTTP])
 def test_the_domain_importing_django_http_fails_the_lint(module: str, statement: str) -> None:
     clean = (ROOT / module).read_text()
@@ -142,6 +144,7 @@ def test_the_domain_importing_django_http_fails_the_lint(module: str, statement:
     assert "the domain speaks no HTTP" in result.stdout, result.stdout
 
 
+@pytest.mark.system
 def test_an_interface_may_import_django_http() -> None:
     assert ruff_check("pages/views.py", (ROOT / "pages/views.py").read_text()).returncode == 0
     assert "django.http" in (ROOT / "pages/views.py").read_text()

@@ -31,11 +31,13 @@ from tests.deployment_files import ROOT, compose, compose_variables, interpolate
 CHECK = [str(Path(sys.executable).parent / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec"]
 
 
+@pytest.mark.system
 def test_docker_compose_is_valid_against_the_compose_spec() -> None:
     result = subprocess.run(CHECK + [str(ROOT / "docker-compose.yml")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.system
 def test_the_compose_check_rejects_a_broken_file(tmp_path: Path) -> None:
     broken = compose()
     broken["services"]["web"]["depends_on"]["postgres"]["condition"] = "whenever"
@@ -104,6 +106,7 @@ def test_compose_serves_plain_http_until_switched_to_https() -> None:
     assert "localhost" in web["ALLOWED_HOSTS"].split(",")
 
 
+@pytest.mark.system
 def test_the_caddyfile_is_valid_with_the_site_address_compose_gives_it(tmp_path: Path) -> None:
     caddy = shutil.which("caddy")
     if caddy is None:

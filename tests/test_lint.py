@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 
+@pytest.mark.system
 def test_ruff_finds_nothing() -> None:
     ruff = Path(sys.executable).parent / "ruff"
     result = subprocess.run(
@@ -18,6 +20,7 @@ def test_ruff_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.system
 def test_ruff_format_would_change_nothing() -> None:
     ruff = Path(sys.executable).parent / "ruff"
     result = subprocess.run(

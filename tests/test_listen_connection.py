@@ -99,6 +99,7 @@ def test_listen_database_url_replaces_the_connection_settings_but_not_the_rest(s
     assert listen_settings()[1] == "DATABASE_URL"
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("database_url", "listen_url", "message"),
     [

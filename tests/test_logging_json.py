@@ -53,6 +53,7 @@ def test_the_process_logs_json_when_asked_and_plain_by_default() -> None:
     assert plain.stderr.splitlines()[-1].endswith("WARNING presets pin chat expired")
 
 
+@pytest.mark.system
 def test_a_bad_log_format_fails_at_start() -> None:
     result = manage("check", LOG_FORMAT="xml")
     assert result.returncode != 0

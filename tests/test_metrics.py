@@ -165,6 +165,7 @@ def test_with_a_metrics_token_a_scrape_needs_it(settings: Any) -> None:
     assert "controlplane_chain_read_requests" in scrape(Authorization="Bearer scrape-secret")
 
 
+@pytest.mark.system
 def test_a_new_server_cleans_the_directory_but_siblings_and_respawns_keep_it(tmp_path: Path) -> None:
     directory = tmp_path / "metrics"
     directory.mkdir()

@@ -81,6 +81,7 @@ def manage_check(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_without_a_key_the_process_refuses_to_start_in_one_line(tmp_path: Path) -> None:
     done = manage_check(tmp_path)
     assert done.returncode != 0

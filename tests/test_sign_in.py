@@ -129,6 +129,7 @@ def test_behind_a_proxy_one_client_spraying_does_not_pause_the_others(settings: 
         assert sign_in("alice", RIGHT, address=proxy, HTTP_X_FORWARDED_FOR=ELSEWHERE).status_code == 302
 
 
+@pytest.mark.system
 def test_an_address_limit_below_the_per_username_one_is_refused_at_start() -> None:
     env = {**os.environ, "LOGIN_FAILURE_LIMIT": "5", "LOGIN_ADDRESS_FAILURE_LIMIT": "3"}
     done = subprocess.run(
@@ -205,6 +206,7 @@ def test_with_mail_a_person_resets_their_password_by_the_mailed_link(
     assert "This link does not work" in client.get(link.group(1), follow=True).content.decode()
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("email_host,enabled", [("", "False"), ("smtp.example.com", "True")], ids=["unset", "set"])
 def test_password_reset_is_on_exactly_when_email_host_is_set(email_host: str, enabled: str) -> None:
     env = {key: value for key, value in os.environ.items() if key != "EMAIL_HOST"}

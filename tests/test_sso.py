@@ -380,6 +380,7 @@ def through_the_provider(client: Client, provider: RunningProvider, username: st
     return client.get(back.removeprefix("http://testserver"))
 
 
+@pytest.mark.system
 def test_a_person_signs_in_through_the_provider_with_the_roles_of_their_groups(
     client: Client, oidc: RunningProvider, synced: None
 ) -> None:
@@ -402,6 +403,7 @@ def test_a_person_signs_in_through_the_provider_with_the_roles_of_their_groups(
     assert client.get("/chains/chat/").status_code == 302
 
 
+@pytest.mark.system
 def test_a_refusal_lands_on_the_sign_in_page_saying_why(client: Client, oidc: RunningProvider) -> None:
     oidc.write_people(
         {"dana": {"password": "dana-at-the-provider", "claims": {"sub": "sub-dana", "preferred_username": "dana"}}}
@@ -413,12 +415,14 @@ def test_a_refusal_lands_on_the_sign_in_page_saying_why(client: Client, oidc: Ru
     assert not User.objects.filter(username="dana").exists()
 
 
+@pytest.mark.system
 def test_no_username_claim_is_refused_naming_the_setting(client: Client, oidc: RunningProvider) -> None:
     through_the_provider(client, oidc, "nameless", "nameless-pass")
     page = client.get("/accounts/login/").content.decode()
     assert "did not say who you are (no preferred_username claim)" in page and "OIDC_USERNAME_CLAIM" in page
 
 
+@pytest.mark.system
 def test_a_callback_used_twice_is_refused_without_an_error_page(client: Client, oidc: RunningProvider) -> None:
     start = client.get("/accounts/oidc/authenticate/")
     query = urlsplit(start["Location"]).query
@@ -437,6 +441,7 @@ def test_a_callback_used_twice_is_refused_without_an_error_page(client: Client, 
     assert "That sign-in was already used or has expired" in client.get("/accounts/login/").content.decode()
 
 
+@pytest.mark.system
 def test_a_provider_that_names_another_issuer_is_not_used(client: Client, oidc: RunningProvider, settings: Any) -> None:
     settings.OIDC_ISSUER = oidc.issuer.replace("127.0.0.1", "localhost")  # discovery says 127.0.0.1
     start = client.get("/accounts/oidc/authenticate/")
@@ -465,6 +470,7 @@ def sign_in_page(client: Client) -> str:
     return html.unescape(text(client.get("/accounts/login/")))
 
 
+@pytest.mark.system
 def test_a_second_person_at_the_provider_with_the_same_name_and_email_is_refused(
     client: Client, oidc: RunningProvider
 ) -> None:
@@ -490,6 +496,7 @@ def test_a_second_person_at_the_provider_with_the_same_name_and_email_is_refused
     assert AccessChange.objects.count() == history_before
 
 
+@pytest.mark.system
 def test_a_local_account_of_the_same_name_is_refused_until_an_admin_links_it(
     client: Client, oidc: RunningProvider
 ) -> None:
@@ -547,6 +554,7 @@ def test_a_local_account_of_the_same_name_is_refused_until_an_admin_links_it(
     assert "root is a local account here" in sign_in_page(client) and signed_in_user(client) is None
 
 
+@pytest.mark.system
 def test_an_email_is_a_username_only_when_the_provider_verified_it(
     client: Client, oidc: RunningProvider, settings: Any
 ) -> None:
@@ -564,6 +572,7 @@ def test_an_email_is_a_username_only_when_the_provider_verified_it(
     assert signed_in_user(client) == User.objects.get(username="dana@example.com")
 
 
+@pytest.mark.system
 def test_staff_and_superuser_follow_the_admin_group_at_every_sign_in(client: Client, oidc: RunningProvider) -> None:
     def sign_in_with(groups: list[str]) -> None:
         oidc.write_people({"dana": {"password": "dana-at-the-provider", "claims": {**DANA, "groups": groups}}})

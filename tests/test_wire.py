@@ -29,6 +29,7 @@ def test_the_servers_copy_is_the_sdks_file_with_its_header() -> None:
     assert copy == HEADER + source, "presets/wire.py differs from sdk/chainclient/wire.py: run `make wire`"
 
 
+@pytest.mark.system
 def test_make_wire_writes_the_copy(tmp_path: Path) -> None:
     (tmp_path / "sdk" / "chainclient").mkdir(parents=True)
     (tmp_path / "presets").mkdir()

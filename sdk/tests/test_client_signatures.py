@@ -82,6 +82,7 @@ CLIENT = """
 """
 
 
+@pytest.mark.system
 def test_without_the_verify_extra_trusted_keys_refuse_to_construct() -> None:
     result = _run(
         "import sys\nsys.modules['cryptography'] = None  # import cryptography... raises ImportError\n"
@@ -92,6 +93,7 @@ def test_without_the_verify_extra_trusted_keys_refuse_to_construct() -> None:
     assert "ValueError: trusted_keys needs the verify extra: pip install 'chainclient[verify]'" in result.stderr
 
 
+@pytest.mark.system
 def test_without_trusted_keys_cryptography_is_never_imported() -> None:
     result = _run(
         CLIENT

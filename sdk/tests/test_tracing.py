@@ -212,6 +212,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("router_kind", ["sync"], indirect=True)
 def test_routing_works_where_opentelemetry_cannot_be_imported(router_kind: str) -> None:
     done = _run(
@@ -236,6 +237,7 @@ def test_routing_works_where_opentelemetry_cannot_be_imported(router_kind: str) 
     assert "OpenTelemetry" not in done.stderr
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("router_kind", ["sync"], indirect=True)
 def test_opentelemetry_is_imported_at_the_first_attempt_not_with_the_package(router_kind: str) -> None:
     done = _run(
