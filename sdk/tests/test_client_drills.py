@@ -258,6 +258,7 @@ def test_a_drilled_request_served_by_the_fallback_is_counted_on_its_step(
     assert (section["fallback_attempts"], section["fallback_failures"]) == (2, 0)
 
 
+@pytest.mark.slow  # some 2 s of real polls: ten drill intervals pass with no report due
 def test_after_its_end_a_drill_gets_one_last_report_and_then_none(
     make_client: Any, control_plane: Any, eventually: Any, document: Any, drill_interval: float
 ) -> None:
@@ -280,6 +281,7 @@ def test_after_its_end_a_drill_gets_one_last_report_and_then_none(
     assert 1 <= after <= 2
 
 
+@pytest.mark.slow  # some 2 s of real polls: ten drill intervals pass with no report due
 def test_a_drill_taken_out_of_the_document_gets_its_last_report_at_once(
     make_client: Any, control_plane: Any, eventually: Any, document: Any, drill_interval: float
 ) -> None:

@@ -10,7 +10,8 @@ import pytest
 # The client's timeout is part of each case. An answer that fails by its status gets a
 # timeout no busy machine can reach, so the first (good) answer can never time out instead
 # (that once made the http-401 case flaky at 0.2 s). A slow answer must outlast the timeout:
-# it is held until the test ends, so only the client's timeout decides, however loaded.
+# it is held until the test ends, so only the client's timeout decides, however loaded. Those
+# two wait out the real 2 s timeout twice (two failures in a row): slow, on purpose.
 FAILURES = [
     pytest.param(
         {"status": 500, "body": {"error": {"code": "x", "message": "boom"}}},
@@ -26,8 +27,8 @@ FAILURES = [
         id="http-401",
     ),
     pytest.param({"status": 404}, 10.0, "HTTP 404", id="http-404"),
-    pytest.param({"status": 200, "delay": 600.0}, 2.0, "timed out", id="slow-answer"),
-    pytest.param({"hang": True}, 2.0, "timed out", id="never-answers"),
+    pytest.param({"status": 200, "delay": 600.0}, 2.0, "timed out", id="slow-answer", marks=pytest.mark.slow),
+    pytest.param({"hang": True}, 2.0, "timed out", id="never-answers", marks=pytest.mark.slow),
 ]
 
 
