@@ -227,6 +227,13 @@ def reads_well(page: Any, name: str) -> None:
     page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}-{size}-{scheme}.png"), full_page=True)
 
 
+def type_into_the_focus(page: Any, text: str, *, element_id: str = "id_reason") -> None:
+    """Type as a person does once the page opens: into the box the page gives the focus, after
+    it has it (keys typed before that are lost, the first letter of a reason on a busy machine)."""
+    page.wait_for_function(f"() => document.activeElement && document.activeElement.id === {element_id!r}")
+    page.keyboard.type(text)
+
+
 def sign_in_on_the_page(page: Any, username: str = "alice", password: str = "alice-pass-123") -> None:
     """Fill in and send the sign-in form the page shows, as a person does."""
     page.wait_for_url(re.compile(r"/accounts/login/"))

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
-from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations, sign_in_on_the_page
+from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations, sign_in_on_the_page, type_into_the_focus
 from tests.health_reports import report, step, vendor_a_failing
 
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
@@ -69,7 +69,7 @@ def test_pinning_from_the_dashboard_takes_three_clicks_and_the_api_serves_it(
     click = Clicks()
     click(page.locator("section[data-chain=chat]").get_by_role("link", name="pin_secondary"))
     assert page.get_by_role("radio", name="pin_secondary").is_checked()
-    page.keyboard.type(REASON)  # the reason box has the focus: no click needed
+    type_into_the_focus(page, REASON)  # the reason box has the focus: no click needed
     click(page.get_by_role("button", name="Review and pin…"))
     click(page.get_by_role("button", name="Pin pin_secondary for 4 h"))
 
@@ -190,7 +190,7 @@ def test_a_viewer_sees_no_change_buttons_and_a_forged_post_is_forbidden(
 
 def test_a_post_without_the_csrf_token_fails(open_page: Callable[..., Any], alice: User) -> None:
     page = open_page(alice, "/chains/chat/?preset=pin_secondary")
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)
     page.eval_on_selector_all("#choose input[name=csrfmiddlewaretoken]", "els => els.forEach(e => e.remove())")
     with page.expect_response(lambda r: r.request.method == "POST") as posted:
         page.get_by_role("button", name="Review and pin…").click()

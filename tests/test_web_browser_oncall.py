@@ -19,7 +19,7 @@ from audit import alerts
 from pages.history import HISTORY_PAGE_SIZE
 from presets import services
 from presets.models import Selection
-from tests.browser import SCREENS, Clicks, sign_in_on_the_page
+from tests.browser import SCREENS, Clicks, sign_in_on_the_page, type_into_the_focus
 from tests.health_reports import vendor_a_failing
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
@@ -83,7 +83,7 @@ def review_then_lose_the_session(page: Any) -> None:
 
 def test_signing_in_again_mid_change_lands_on_the_chain_page_not_an_error(open_as: Callable[..., Any]) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)
     review_then_lose_the_session(page)
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
     sign_in_on_the_page(page)
@@ -167,7 +167,7 @@ def test_a_crafted_select_of_the_default_reviews_as_a_revert(open_as: Callable[.
 
 def test_back_after_confirming_does_not_show_the_review_from_the_cache(open_as: Callable[..., Any]) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)
     page.get_by_role("button", name="Review and pin…").click()
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
     page.wait_for_url(re.compile(r"/chains/chat/$"))
@@ -267,9 +267,7 @@ def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
     page = open_as("/")
     page.get_by_role("link", name="Review pin_secondary…").first.click()
     page.wait_for_url(re.compile(r"/chains/chat/\?preset=pin_secondary&from=alert$"))
-    page.wait_for_function("() => document.activeElement.id === 'id_reason'")  # as the page opens
-
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)  # as the page opens
 
     assert page.locator("#id_reason").input_value() == REASON
     page.get_by_role("button", name="Review and pin…").click()
@@ -281,7 +279,7 @@ def test_following_the_healthier_now_suggestion_puts_typing_in_the_reason_box(
 
 def test_signing_in_again_mid_change_warns_and_keeps_the_typed_reason(open_as: Callable[..., Any], scheme: str) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)
     review_then_lose_the_session(page)
     page.get_by_role("button", name="Pin pin_secondary for 4 h").click()
 
@@ -301,7 +299,7 @@ def test_signing_in_again_mid_change_warns_and_keeps_the_typed_reason(open_as: C
 
 def test_back_after_confirming_is_a_normal_page_and_makes_nothing_again(open_as: Callable[..., Any]) -> None:
     page = open_as("/chains/chat/?preset=pin_secondary")
-    page.keyboard.type(REASON)
+    type_into_the_focus(page, REASON)
     page.get_by_role("button", name="Review and pin…").click()
     page.wait_for_url(re.compile(r"/chains/chat/select\?review="))  # the review is a GET
     page.reload()  # and reloading it sends nothing either
