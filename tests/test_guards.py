@@ -136,7 +136,10 @@ def test_a_slower_head_by_more_than_the_latency_margin_is_restored(clock: Any) -
     assert "p95 2500 ms against 500 ms" in live().reason
 
 
+@pytest.mark.slow
 def test_noise_inside_the_margin_never_acts_and_the_guard_passes_at_the_end_of_its_window(clock: Any) -> None:
+    """Slow on purpose: a guard's whole window (31 minutes of reports from four instances)
+    passes, as nothing short of its end shows that it passes."""
     instances = fleet(4)
     before_the_pin(instances, served=50, errors=1)  # 2 %
     pin(clock)

@@ -257,9 +257,12 @@ def a_minute_of_traffic(
     each_instance_reports(client, steps, instances=instances)
 
 
+@pytest.mark.slow
 def test_spend_over_its_baseline_raises_one_alert_within_two_sweeps_that_resolves_when_it_falls_back(
     reader: Client, settings: Any
 ) -> None:
+    """Slow on purpose (~140 usage reports through the API): the alert compares a window with
+    the three hours before it, so three hours of traffic come first."""
     settings.SPEND_ALERT_MINUTES, settings.SPEND_ALERT_RATIO, settings.SPEND_ALERT_MIN_PER_HOUR = 10, 3.0, 1.0
     start = T0 - timedelta(hours=3)
     # Three hours of a steady 30 requests a minute ($8.10 an hour), reported every 5 minutes.
@@ -343,9 +346,12 @@ def test_one_services_made_up_fleet_cannot_raise_a_spend_alert(settings: Any) ->
 # --- history and the audit export -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_history_and_the_audit_export_carry_the_spend_before_and_after_each_change(
     reader: Client, writer: Client, oncall: Client
 ) -> None:
+    """Slow on purpose (120 usage reports through the API): forty minutes of traffic, the
+    spend of twenty before a change and of twenty after it."""
     pin_at = T0 + timedelta(minutes=19, seconds=30)  # 02:20:00, after the traffic of 02:19
     for minute in range(40):  # 3 x 10 requests a minute on vendor_a/large, then on vendor_b/large after the pin
         with time_machine.travel(T0 + timedelta(minutes=minute, seconds=5), tick=False):

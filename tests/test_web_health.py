@@ -218,9 +218,13 @@ def test_the_sparkline_draws_one_bar_a_minute_scaled_to_the_error_rate(settings:
     assert str(sparkline(StepRow({"provider": "p", "model": "m"}))) == ""
 
 
+@pytest.mark.slow
 def test_health_costs_the_dashboard_the_same_queries_however_many_steps_and_minutes_were_reported(
     oncall: Client, reader: Client
 ) -> None:
+    """Slow on purpose (~60 reports through the API): the query count is compared before and
+    after 29 minutes of reports on more steps, and only those reports make them."""
+
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
             page(oncall, "/")
