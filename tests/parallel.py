@@ -18,8 +18,9 @@ wrote. They get the ``system`` marker here, as do the tests that use a browser o
 their module shares (module-scoped: a stack, a cluster, nginx); the others that start a
 process (``make run``, the linters, a build) carry it themselves.
 ``make test-fast`` leaves every ``system`` test out (README, "The two commands"). A test
-without the marker that starts a process (``subprocess``, in its fixtures too) fails, saying
-to mark it: the fast loop runs none, and the marks stay true.
+without the marker that starts a process (``subprocess``, ``os.fork``; in its fixtures too)
+fails, saying to mark it: the fast loop runs none, and the marks stay true
+(tests/test_parallel.py).
 
 Each process runs the tests it is given in the suite's order (pytest-django's: those in a
 rolled-back transaction first, then those that commit), so a test never finds the rows the
@@ -97,15 +98,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _running.pop()
 
 
-def _checked_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+def _unmarked(what: str) -> None:
+    """Fail the running test if it is not marked system: it starts ``what``."""
     item = _running[-1] if _running else None
     if item is not None and item.get_closest_marker("system") is None:
         raise pytest.fail.Exception(
-            f"{item.nodeid} starts a process ({_command(args)}): mark it @pytest.mark.system "
+            f"{item.nodeid} starts a process ({what}): mark it @pytest.mark.system "
             "(tests/parallel.py), so that make test-fast, which runs no process, leaves it out",
             pytrace=False,
         )
+
+
+def _checked_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    _unmarked(_command(args))
     _popen_init(self, args, *rest, **kwargs)
+
+
+def _checked_fork() -> int:
+    _unmarked("os.fork()")
+    return _fork()
 
 
 def _command(args: Any) -> str:
@@ -114,3 +125,6 @@ def _command(args: Any) -> str:
 
 
 subprocess.Popen.__init__ = _checked_popen_init  # type: ignore[method-assign]
+if hasattr(os, "fork"):
+    _fork = os.fork
+    os.fork = _checked_fork

@@ -25,6 +25,7 @@ from chainclient.drills import DrillRequest
 from chainclient.types import Drill
 
 pytestmark = [
+    pytest.mark.system,  # each test forks a process
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
     # Python 3.12+ warns about forking a process with threads: forking one is the point.
     pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning"),
