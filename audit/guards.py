@@ -37,7 +37,7 @@ from audit.evidence import weigh_tokens
 from audit.models import AlertKind, ProviderEvidence, ProviderHealthMinute
 from presets import guards
 from presets.documents import format_duration, format_time
-from presets.models import GuardState, PinGuard, Selection
+from presets.models import GuardState, PinGuard, Preset, Selection
 
 
 @dataclass(frozen=True)
@@ -214,35 +214,42 @@ def _baseline(guard: PinGuard, *, now: datetime) -> tuple[Figures, bool]:
     last minute has closed, then kept."""
     if guard.baseline is not None:
         return Figures.from_json(guard.baseline), True
-    pin_minute = provider_health.minute_of(guard.pinned_at)
-    last = pin_minute + timedelta(minutes=1)
-    figures = head_figures(
-        guard.chain_id,
-        guard.old_head,
-        first=provider_health.minute_of(guard.pinned_at - timedelta(minutes=settings.GUARD_BAKE_MINUTES)),
-        last=last,
-    )
+    first, last = baseline_minutes(guard.pinned_at)
+    figures = head_figures(guard.chain_id, guard.old_head, first=first, last=last)
     final = now >= last + timedelta(minutes=1)
     if final:
         guards.note(guard.pk, baseline=figures.as_json())
     return figures, final
 
 
+def baseline_minutes(pinned_at: datetime) -> tuple[datetime, datetime]:
+    """The minutes a pin made at ``pinned_at`` is judged against: the bake window's span before
+    it, and the pin's minute and the next (usage reports land in the minute they arrive in)."""
+    pin_minute = provider_health.minute_of(pinned_at)
+    first = provider_health.minute_of(pinned_at - timedelta(minutes=settings.GUARD_BAKE_MINUTES))
+    return first, pin_minute + timedelta(minutes=1)
+
+
 def _unfit_baseline(guard: PinGuard, baseline: Figures, *, final: bool) -> str | None:
     """Why the guard can never act on this baseline, or None."""
+    why = unfit(old_head=guard.old_head_text, previous_preset=guard.previous_preset, baseline=baseline, final=final)
+    return None if why is None else f"{why}, so the guard does not act"
+
+
+def unfit(*, old_head: str, previous_preset: Preset, baseline: Figures, final: bool, ahead: bool = False) -> str | None:
+    """Why a guard could never act on ``baseline`` (the replaced head's figures before the pin),
+    or None. ``ahead``: said before the pin is made (the review of a change), of the evidence
+    now, rather than of the pin's."""
+    was, before = ("is", "now") if ahead else ("was", "before the pin")
     if final and baseline.thin:
         return (
-            f"too little evidence about {guard.old_head_text} before the pin to judge by ({baseline.words()}; "
-            f"needs {settings.GUARD_MIN_ATTEMPTS} attempts from {settings.GUARD_MIN_INSTANCES} instances), "
-            "so the guard does not act"
+            f"there is too little evidence about {old_head} {before} to judge by ({baseline.words()}; "
+            f"needs {settings.GUARD_MIN_ATTEMPTS} attempts from {settings.GUARD_MIN_INSTANCES} instances)"
         )
     if provider_health.is_failing(attempts=baseline.attempts, errors=baseline.errors):
-        return (
-            f"{guard.old_head_text} was failing before the pin ({baseline.words()}): restoring it would not help, "
-            "so the guard does not act"
-        )
-    if (guard.previous_preset.marking or {}).get("degraded"):
-        return f"the replaced preset {guard.previous_preset.name} is marked degraded, so the guard does not act"
+        return f"{old_head} {was} failing {before} ({baseline.words()}): restoring it would not help"
+    if (previous_preset.marking or {}).get("degraded"):
+        return f"the replaced preset {previous_preset.name} is marked degraded"
     return None
 
 

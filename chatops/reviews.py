@@ -6,22 +6,22 @@ change, made by the same services as every interface, as ``slack:<username>``.""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from audit import provider_health, spend
+from audit import change_review
 from audit.actions import EXTEND, PIN, Action
-from audit.change_risks import change_risks, reported_health
+from audit.change_review import ChangeReview
+from audit.change_risks import reported_health
 from audit.messages import slack_escape
-from presets import selectors, services
+from presets import services
 from presets.documents import format_clock
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import Selection
-from presets.step_changes import compare_steps, step_label
+from presets.step_changes import step_label
 
 CALLBACK_ID = "controlplane.act"
 REASON_BLOCK = "reason"
@@ -31,16 +31,6 @@ class Refused(Exception):
     """Why an action cannot be made or reviewed, in words for Slack."""
 
 
-@dataclass(frozen=True)
-class Target:
-    """What the chain would serve: a preset's name, steps and marking, and until when."""
-
-    preset: str
-    steps: list[dict[str, Any]]
-    marking: dict[str, Any]
-    until: Any
-
-
 def live(chain: str) -> Selection:
     try:
         return services.revert_expired_and_read(chain=chain)
@@ -48,26 +38,15 @@ def live(chain: str) -> Selection:
         raise Refused(f"There is no chain named {chain}: `/chains status <chain>` names the chains.") from None
 
 
-def target(action: Action, selection: Selection) -> Target:
-    now = timezone.now()
-    if action.kind == PIN:
-        preset = selectors.active_presets(chain=selection.chain_id).get(action.preset)
-        if preset is None:
-            raise Refused(f"{action.preset} is not one of {action.chain}'s reviewed presets.")
-        return Target(preset.name, preset.steps, preset.marking or {}, now + timedelta(minutes=action.minutes))
-    if action.kind == EXTEND:
-        if selection.expires_at is None:
-            raise Refused(f"{action.chain} has no pin to extend: it serves its default {selection.preset.name}.")
-        return Target(
-            selection.preset.name,
-            selection.steps,
-            selection.marking or {},
-            selection.expires_at + timedelta(minutes=action.minutes),
-        )
-    if selection.is_default:
-        raise Refused(f"{action.chain} already serves its default {selection.preset.name}: nothing to revert.")
-    default = selection.chain.default
-    return Target(default.name, default.steps, default.marking or {}, None)
+def review(action: Action, selection: Selection) -> ChangeReview:
+    """The review of ``action`` (``audit.change_review``, as the pages and the commands say it);
+    Refused in the services' words when it would be refused. A pin from Slack is guarded."""
+    reviewed = change_review.review_of(
+        selection, action.kind, preset=action.preset, minutes=action.minutes, guard=action.kind == PIN or None
+    )
+    if reviewed.refusal is not None:
+        raise Refused(f"Nothing can be done: {reviewed.refusal.field_message}.")
+    return reviewed
 
 
 def stale(action: Action, selection: Selection) -> str:
@@ -80,39 +59,29 @@ def stale(action: Action, selection: Selection) -> str:
     )
 
 
-def summary(action: Action, selection: Selection, goal: Target) -> list[str]:
+def summary(action: Action, goal: ChangeReview) -> list[str]:
     """The review's lines, as the pages' review says them."""
     now = timezone.now()
-    health = provider_health.health_by_step(selection.chain, [selection.steps, goal.steps], now=now)
-    change = compare_steps(selection.steps, goal.steps)
-    lines = [f"*{action.chain}* now: v{selection.version} {selection.preset.name} → *{goal.preset}*"]
-    if action.kind == EXTEND:
-        assert selection.expires_at is not None
-        lines.append(
-            f"Pinned until {format_clock(selection.expires_at, now=now)} → {format_clock(goal.until, now=now)}"
-        )
+    selection = goal.live
+    lines = [f"*{action.chain}* now: v{selection.version} {selection.preset.name} → *{goal.target}*"]
+    if goal.was_until is not None and goal.until is not None:
+        lines.append(f"Pinned until {format_clock(goal.was_until, now=now)} → {format_clock(goal.until, now=now)}")
     elif goal.until is not None:
         lines.append(f"Pinned until {format_clock(goal.until, now=now)}, then back to the default by itself")
     else:
         lines.append("No expiry: the chain's default")
-    if change.new_head is not None:
-        lines.append(f"New head: {step_label(change.new_head)}")
-    if change.dropped:
-        lines.append(f"Dropped: {', '.join(change.dropped)} (no traffic)")
-    lines.extend(step_lines(goal.steps, health))
-    if action.kind != EXTEND:
-        risks = change_risks(
-            chain=action.chain,
-            target=goal.preset,
-            marking=goal.marking,
-            live_steps=selection.steps,
-            steps=goal.steps,
-            health=health,
-        )
-        lines.extend(f":warning: Check first: {risk}" for risk in risks)
-        cost = spend.change_cost(live_steps=selection.steps, steps=goal.steps, health=health, now=now)
-        if cost is not None:
-            lines.append(f"Cost: {cost.words}")
+    if goal.ends:
+        lines.append(goal.ends)
+    if goal.change is not None and goal.change.new_head is not None:
+        lines.append(f"New head: {step_label(goal.change.new_head)}")
+    if goal.change is not None and goal.change.dropped:
+        lines.append(f"Dropped: {', '.join(goal.change.dropped)} (no traffic)")
+    lines.extend(step_lines(goal.steps, goal.health))
+    lines.extend(f":warning: Check first: {risk}" for risk in goal.dangers)
+    if goal.guard is not None:
+        lines.append(goal.guard.text)
+    if goal.cost is not None:
+        lines.append(f"Cost: {goal.cost.words}")
     return [slack_escape(line) if not line.startswith("*") else line for line in lines]
 
 
@@ -127,9 +96,9 @@ def step_lines(steps: list[dict[str, Any]], health: Any) -> list[str]:
 
 def modal(action: Action, selection: Selection, *, metadata: dict[str, Any]) -> dict[str, Any]:
     """The modal that reviews ``action`` and asks for its reason."""
-    goal = target(action, selection)
-    lines = summary(action, selection, goal)
-    submit = {PIN: f"Pin {goal.preset}", EXTEND: "Extend"}.get(action.kind, f"Revert to {goal.preset}")
+    goal = review(action, selection)
+    lines = summary(action, goal)
+    submit = {PIN: f"Pin {goal.target}", EXTEND: "Extend"}.get(action.kind, f"Revert to {goal.target}")
     return {
         "type": "modal",
         "callback_id": CALLBACK_ID,

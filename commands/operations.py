@@ -22,9 +22,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from audit import provider_health, spend
-from audit.change_risks import HealthMap, change_risks
-from presets import guards
+from audit.change_review import ChangeReview
+from presets import guards, services
 from presets.documents import format_duration, format_time
 from presets.exceptions import Conflict, InvalidInput, NotFound, ServiceError
 from presets.models import PinGuard, Selection
@@ -234,47 +233,39 @@ def make_change(
     options: dict[str, Any],
     change: Callable[..., Selection],
     *,
+    review: Callable[[Selection], ChangeReview],
     names: dict[str, str] | None = None,
     **arguments: Any,
-) -> Selection:
+) -> tuple[Selection, ChangeReview]:
     """Make one change with what every change command takes (``add_change_arguments``: the
     chain, ``--reason``, ``--expected-version``, the actor) and ``arguments``; a refusal is a
-    one-line command error, and what the change did is printed in one line, then a
-    ``warning:`` line for each risk the review page would have shown (``risks``). Returns the
-    selection the change made."""
+    one-line command error. The change is reviewed first as the review page and Slack review
+    it (``review``: ``audit.change_review``) and made on the version it was reviewed against
+    (or refused if the chain moved meanwhile); what it did is printed in one line, then a
+    ``warning:`` line for each danger of the review, then its cost. Returns the selection the
+    change made and its review."""
     expected = whole_number("--expected-version", options["expected_version"])
     actor = actor_from(options)
+    live = run(lambda: services.revert_expired_and_read(chain=options["chain"]), names=names)
+    run(lambda: services.clean_reason(options["reason"]), names=names)  # first, as the services check it
+    reviewed = run(lambda: review(live), names=names)
     selection = run(
         lambda: change(
-            chain=options["chain"], actor=actor, reason=options["reason"], expected_version=expected, **arguments
+            chain=options["chain"],
+            actor=actor,
+            reason=options["reason"],
+            expected_version=live.version if expected is None else expected,
+            **arguments,
         ),
         names=names,
     )
-    now = timezone.now()
-    command.stdout.write(changed(selection, now=now))
-    # The fleet's health of the steps before and after, read once for the risks and the cost.
-    health = provider_health.health_by_step(selection.chain, [selection.previous_steps or [], selection.steps], now=now)
-    for risk in risks(selection, health):
-        command.stdout.write(f"warning: {risk}", style_func=command.style.WARNING)
-    cost = spend.change_cost(live_steps=selection.previous_steps or [], steps=selection.steps, health=health, now=now)
-    if cost is not None:
+    command.stdout.write(changed(selection, now=timezone.now()))
+    for danger in reviewed.dangers:
+        command.stdout.write(f"warning: {danger}", style_func=command.style.WARNING)
+    if reviewed.cost is not None:
         # What the change costs, estimated as the review page estimates it before a change.
-        command.stdout.write(f"cost: {cost.words}")
-    return selection
-
-
-def risks(selection: Selection, health: HealthMap) -> list[str]:
-    """What is risky about what ``selection`` now serves instead of the steps it replaced: the
-    dangers the review page names before a change (``audit.change_risks``), said after it here
-    as the on-call chose it."""
-    return change_risks(
-        chain=selection.chain.name,
-        target=selection.preset.name,
-        marking=selection.marking,
-        live_steps=selection.previous_steps or [],
-        steps=selection.steps,
-        health=health,
-    )
+        command.stdout.write(f"cost: {reviewed.cost.words}")
+    return selection, reviewed
 
 
 def served(selection: Selection, *, now: datetime) -> str:

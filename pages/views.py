@@ -29,11 +29,10 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_safe
 
-from audit import actions, provider_health, spend
+from audit import actions, change_review, provider_health, spend
 from audit import drills as fleet_drills
 from audit.alerts import alert_texts, recent_alerts
-from audit.change_risks import change_risks
-from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
+from audit.fleet import fleet_summaries, idle_head_warnings
 from audit.notifications import changes_notified, recent_notifications
 from pages import plots
 from pages.display import (
@@ -43,7 +42,6 @@ from pages.display import (
     LiveState,
     PlanItem,
     change_facts,
-    compare_steps,
     drill_status,
     fault_choices,
     format_clock,
@@ -52,7 +50,6 @@ from pages.display import (
     plan_preset_choices,
     preset_choices,
     start_words,
-    step_label,
     step_rows,
 )
 from pages.forms import (
@@ -250,8 +247,10 @@ def act(request: HttpRequest, token: str) -> HttpResponse:
     except actions.BadLink as error:
         messages.error(request, f"Nothing was prefilled: {error}.")
         return redirect("dashboard")
-    live_or_404(action.chain)
+    live = live_or_404(action.chain)
     _require_oncall(request)
+    if action.kind == actions.PIN and live.preset.name == action.preset:
+        return _suggested_pin_live(request, live, action)
     fields: dict[str, Any] = {"expected_version": action.version, "reason": action.reason}
     if action.kind == actions.PIN:
         fields |= {"preset": action.preset, "duration_minutes": action.minutes, "guard": "on", "guard_asked": "on"}
@@ -268,6 +267,25 @@ def act(request: HttpRequest, token: str) -> HttpResponse:
     )
     data = {key: [str(value)] for key, value in fields.items()}
     return _show_after_post(request, data, path=reverse(view, args=[action.chain]))
+
+
+def _suggested_pin_live(request: HttpRequest, live: Selection, action: actions.Action) -> HttpResponse:
+    """A deep link's pin of the preset that is live already (someone pinned it since the alert,
+    or the link is opened again): pinning it would only be refused, so the link offers what can
+    be done, extending that pin (or, on the default, nothing)."""
+    now, chain, preset = timezone.now(), live.chain.name, live.preset.name
+    by = f"v{live.version} by {live.updated_by} at {format_clock(live.updated_at, now=now)}"
+    if live.expires_at is None:
+        messages.info(request, f"{chain} already serves {preset}, its default ({by}): there is nothing to pin.")
+        return redirect("chain", name=chain)
+    messages.info(
+        request,
+        f"{preset} is already live on {chain}, pinned until {format_clock(live.expires_at, now=now)} ({by}): "
+        f"pinning it again would change nothing, so here is extending its pin by "
+        f"{format_minutes(action.minutes)} instead. Nothing has changed yet: check it and confirm.",
+    )
+    data = {"expected_version": [str(live.version)], "reason": [action.reason], "add_minutes": [str(action.minutes)]}
+    return _show_after_post(request, data, path=reverse("chain-extend", args=[chain]))
 
 
 def _keep_unsent_change(request: HttpRequest) -> None:
@@ -311,36 +329,33 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
     """Pin a reviewed preset (review, then confirm)."""
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
-        preset = selectors.active_presets(chain=live.chain_id).get(data["preset"])
-        if preset is None:
-            raise InvalidInput("preset", "choose one of this chain's reviewed presets below")
-        if preset.is_default:  # selecting the default serves it with no expiry: say so
+        review = change_review.review_pin(
+            live,
+            preset=data["preset"],
+            expires_at=timedelta(minutes=data["duration_minutes"]),
+            guard=SelectForm.guard_of(data),
+        )
+        review.refuse()
+        if review.to_default:  # selecting the default serves it with no expiry: say so
             return {
-                "title": f"Serve {name}'s default, {preset.name}, again?",
-                "confirm_label": f"Revert to {preset.name}",
-                **_target(live, preset.name, preset.steps, preset.marking),
-                "until": None,
-                "hidden": {"preset": preset.name, "duration_minutes": data["duration_minutes"]},
-                "caution": _ending_pin(live, preset.steps),
+                "title": f"Serve {name}'s default, {review.target}, again?",
+                "confirm_label": f"Revert to {review.target}",
+                **_summary(review),
+                "hidden": {"preset": review.target, "duration_minutes": data["duration_minutes"]},
             }
-        until = services.resolve_expiry(timedelta(minutes=data["duration_minutes"]), now=timezone.now())
-        asked = SelectForm.guard_of(data)
-        guard = settings.GUARD_PINS_BY_DEFAULT if asked is None else asked  # as the service decides
+        assert review.until is not None
         return {
-            "title": f"Pin {preset.name} on {name}?",
-            "confirm_label": f"Pin {preset.name} for {format_duration(until - timezone.now())}",
-            **_target(live, preset.name, preset.steps, preset.marking),
-            "until": until,
+            "title": f"Pin {review.target} on {name}?",
+            "confirm_label": f"Pin {review.target} for {format_duration(review.until - timezone.now())}",
+            **_summary(review),
             "hidden": {
-                "preset": preset.name,
+                "preset": review.target,
                 "duration_minutes": data["duration_minutes"],
                 "guard": "on" if data.get("guard") else "",
                 "guard_asked": "on" if data.get("guard_asked") else "",
                 "spend_bound_per_hour": data.get("spend_bound_per_hour") or "",
             },
             "spend_bound": data.get("spend_bound_per_hour"),
-            "warning": idle_head_warning(live.chain, preset.steps),
-            "guard_note": _guard_note(live, preset.steps, guard=guard),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
@@ -369,14 +384,13 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
     """Serve the chain's default preset again (review, then confirm)."""
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
-        default = live.chain.default
+        review = change_review.review_revert(live)
+        review.refuse()
         return {
-            "title": f"Revert {name} to its default, {default.name}?",
-            "confirm_label": f"Revert to {default.name}",
-            **_target(live, default.name, default.steps, default.marking),
-            "until": None,
+            "title": f"Revert {name} to its default, {review.target}?",
+            "confirm_label": f"Revert to {review.target}",
+            **_summary(review),
             "hidden": {},
-            "caution": _ending_pin(live, default.steps),
         }
 
     def apply(data: dict[str, Any]) -> Selection:
@@ -412,12 +426,10 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
         if not live.is_pinned:  # it ended meanwhile: the conflict banner says how
             return {"title": f"{name} has no pin to extend any more", "blocked": True}
         now = timezone.now()
-        expiry = until_of(live, data)
-        until = services.resolve_expiry(expiry, now=now)
-        refusal = services.expiry_change_refusal(live, until, shorten=shorten, expires_at=expiry)
-        if refusal is not None:
-            raise refusal
-        assert live.expires_at is not None
+        review = change_review.review_extend(live, expires_at=until_of(live, data), shorten=shorten)
+        review.refuse()
+        until = review.until
+        assert until is not None
         if shorten:
             title, label = f"End the pin of {live.preset.name} on {name} earlier?", "End the pin at"
         else:
@@ -428,9 +440,7 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
         return {
             "title": title,
             "confirm_label": label,
-            **_target(live, live.preset.name, live.steps, live.marking),
-            "until": until,
-            "was_until": live.expires_at,
+            **_summary(review),
             "hidden": {
                 "duration_minutes": data.get("duration_minutes") or "",
                 "add_minutes": data.get("add_minutes") or "",
@@ -465,17 +475,13 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
         raise Http404(f"{name} has no version {version}")
 
     def describe(live: Selection, data: dict[str, Any]) -> dict[str, Any]:
-        previous = row.previous_preset
-        refusal = services.restore_refusal(chain=name, version=version, previous=previous, live_preset_id=None)
-        if refusal is not None:
-            raise refusal
-        until = None if previous.is_default else services.resolve_expiry(None, now=timezone.now())
+        review = change_review.review_restore(live, version=version, previous=row.previous_preset)
+        review.refuse()
         return {
-            "title": f"Undo v{version} on {name}: serve {previous.name} again?",
-            "confirm_label": f"Restore {previous.name}",
+            "title": f"Undo v{version} on {name}: serve {review.target} again?",
+            "confirm_label": f"Restore {review.target}",
             "undo": entry(row),
-            **_target(live, previous.name, previous.steps, previous.marking),
-            "until": until,
+            **_summary(review),
             "hidden": {},
         }
 
@@ -803,24 +809,6 @@ def _drill_items(
     return now_items, recent
 
 
-def _guard_note(live: Selection, steps: list[dict[str, Any]], *, guard: bool) -> dict[str, Any]:
-    """What the review says of the pin's guard (``services._watch`` decides the same way):
-    ``guarded``, and in words."""
-    if not guard:
-        return {"guarded": False, "text": "Not guarded: nothing undoes this pin by itself before its expiry."}
-    new, old = step_label(steps[0]), step_label(live.steps[0])
-    if new == old:
-        text = f"Not guarded: the pin keeps the first step {old}, so the guard would have nothing to compare."
-        return {"guarded": False, "text": text}
-    return {
-        "guarded": True,
-        "text": (
-            f"Guarded for {format_minutes(settings.GUARD_BAKE_MINUTES)}: if {new} does clearly worse than {old} "
-            f"did before the pin, {live.preset.name} (v{live.version}) is restored, once."
-        ),
-    }
-
-
 # The forms that settle a plan: what did not happen when refused, and what to say in the reason.
 SETTLE_WORDS = {
     "cancel": ("The plan was not cancelled", "Why it must not start."),
@@ -932,30 +920,21 @@ def _who(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
     return {"actor": actor_of(request.user), "reason": data["reason"], "expected_version": data["expected_version"]}
 
 
-def _target(live: Selection, name: str, steps: list[dict[str, Any]], marking: dict[str, Any]) -> dict[str, Any]:
-    """What a change would serve, and how that differs from what is live."""
-    return {"target": name, "steps": steps, "marking": marking, "change": compare_steps(live.steps, steps)}
-
-
-def _ending_pin(live: Selection, steps: list[dict[str, Any]]) -> str | None:
-    """What ending the live pin does, said before it is confirmed."""
-    if not live.is_pinned or not steps:
-        return None
-    return f"This ends the pin of {live.preset.name}: {step_label(steps[0])} serves first again."
-
-
-def _dangers(summary: dict[str, Any], live: Selection, health: HealthMap, *, chain: str) -> list[str]:
-    """Why a change needs a second look (``audit.change_risks``: the runbook commands say the
-    same); a summary without steps to compare (``_target``) drops no provider."""
-    steps = summary.get("steps", [])
-    return change_risks(
-        chain=chain,
-        target=summary.get("target", ""),
-        marking=summary.get("marking"),
-        live_steps=live.steps if summary.get("change") is not None else steps,
-        steps=steps,
-        health=health,
-    )
+def _summary(review: change_review.ChangeReview) -> dict[str, Any]:
+    """What the review page shows of a change (``audit.change_review``, as every surface)."""
+    guard = review.guard
+    return {
+        "review": review,
+        "target": review.target,
+        "steps": review.steps,
+        "marking": review.marking,
+        "change": review.change,
+        "until": review.until,
+        "was_until": review.was_until,
+        "caution": review.ends,
+        "warning": review.warning,
+        "guard_note": None if guard is None else {"guarded": guard.acts, "text": guard.text},
+    }
 
 
 def _change(
@@ -1079,8 +1058,9 @@ def _confirm_page(
 ) -> HttpResponse:
     # The health of the steps about to serve, next to the live ones': one read for both.
     now = timezone.now()
+    review: change_review.ChangeReview | None = summary.get("review")
     steps = summary.get("steps", [])
-    health = provider_health.health_by_step(live.chain, [live.steps, steps], now=now)
+    health = review.health if review else provider_health.health_by_step(live.chain, [live.steps], now=now)
     response = render_page(
         request,
         "presets/confirm.html",
@@ -1088,11 +1068,9 @@ def _confirm_page(
             "chain_name": name,
             "live": live_card(live, now=now, health=health),
             "summary": summary,
-            "dangers": [] if summary.get("blocked") else _dangers(summary, live, health, chain=name),
+            "dangers": review.dangers if review else [],
             "currency": spend.currency(),
-            "cost": None
-            if summary.get("blocked")
-            else spend.change_cost(live_steps=live.steps, steps=steps, health=health, now=now),
+            "cost": review.cost if review else None,
             "step_rows": step_rows(steps, health),
             "form": form,
             "reason": form.data.get("reason", ""),

@@ -105,9 +105,9 @@ def select_preset(
     now = _now()
     with _changing(chain, expected_version, preset=preset) as selection:
         target = active_preset(selection, preset)
-        if target.pk == selection.preset_id:
-            hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
-            raise InvalidInput("preset", f"{preset!r} is already live on {chain}: {hint}")
+        refusal = already_live_refusal(selection, target)
+        if refusal is not None:
+            raise refusal
         if target.is_default and expires_at is not None:
             raise InvalidInput(
                 "expires_at",
@@ -132,12 +132,35 @@ def select_preset(
         return selection
 
 
+def already_live_refusal(selection: Selection, target: Preset) -> InvalidInput | None:
+    """Why pinning ``target`` is refused because it is what the chain serves, or None."""
+    if target.pk != selection.preset_id:
+        return None
+    hint = "use extend to keep it longer" if selection.is_pinned else "nothing to change"
+    return InvalidInput("preset", f"{target.name!r} is already live on {selection.chain.name}: {hint}")
+
+
+def revert_refusal(selection: Selection) -> InvalidInput | None:
+    """Why reverting is refused (the chain serves its default), or None."""
+    if selection.is_default:
+        return InvalidInput("chain", f"{selection.chain.name} already serves its default preset; nothing to revert")
+    return None
+
+
+def extend_refusal(selection: Selection) -> InvalidInput | None:
+    """Why moving the pin's expiry is refused (there is no pin), or None."""
+    if not selection.is_pinned:
+        return InvalidInput("chain", f"{selection.chain.name} is not pinned: only a pin can be extended")
+    return None
+
+
 def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: int | None = None) -> Selection:
     """End the pin: serve the chain's default preset again."""
     reason = clean_reason(reason)
     with _changing(chain, expected_version) as selection:
-        if selection.is_default:
-            raise InvalidInput("chain", f"{chain} already serves its default preset; nothing to revert")
+        refusal = revert_refusal(selection)
+        if refusal is not None:
+            raise refusal
         return _serve_default(selection, action=Action.REVERT, actor=actor, reason=reason, now=_now())
 
 
@@ -158,8 +181,9 @@ def extend_pin(
     reason = clean_reason(reason)
     now = _now()
     with _changing(chain, expected_version) as selection:
-        if not selection.is_pinned:
-            raise InvalidInput("chain", f"{chain} is not pinned: only a pin can be extended")
+        refusal = extend_refusal(selection)
+        if refusal is not None:
+            raise refusal
         until = resolve_expiry(expires_at, now=now)
         refusal = expiry_change_refusal(selection, until, shorten=shorten, expires_at=expires_at)
         if refusal is not None:
@@ -559,15 +583,22 @@ def _preset_from_row(row: tuple[Any, ...]) -> Preset:
 def active_preset(selection: Selection, name: str) -> Preset:
     """The preset ``name`` of the selection's chain, read by ``_lock``; refused if it does not
     exist or is retired."""
-    chain = selection.chain
     preset = selection.presets_read.get(name)
-    if preset is None or preset.is_retired:
-        active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
-        state = "is retired" if preset else "does not exist"
-        raise InvalidInput(
-            "preset", f"{name!r} {state} on {chain.name}: use one of {', '.join(active)}", choices=active
-        )
+    refusal = preset_refusal(selection.chain, name, preset)
+    if refusal is not None:
+        raise refusal
+    assert preset is not None  # refused above
     return preset
+
+
+def preset_refusal(chain: Chain, name: str, preset: Preset | None) -> InvalidInput | None:
+    """Why ``name`` (read as ``preset``, None if there is none) cannot be served on ``chain``:
+    it does not exist or is retired; None when it can."""
+    if preset is not None and not preset.is_retired:
+        return None
+    active = sorted(chain.presets.filter(retired_at__isnull=True).values_list("name", flat=True))
+    state = "is retired" if preset else "does not exist"
+    return InvalidInput("preset", f"{name!r} {state} on {chain.name}: use one of {', '.join(active)}", choices=active)
 
 
 def _serve_default(selection: Selection, *, action: str, actor: str, reason: str, now: datetime) -> Selection:

@@ -93,6 +93,14 @@ def vendor_a_failing(reader: Client, instances: int = 3) -> None:
         assert response.status_code == 202, response.content
 
 
+def vendor_a_healthy(reader: Client, instances: int = 3) -> None:
+    """vendor_a/large, the example's head, serves all of its 50 attempts on every instance
+    (``checkout/pod-0``, ...): evidence enough for a guard to judge a pin that replaces it by."""
+    for n in range(instances):
+        response = report(reader, f"pod-{n}", [step("vendor_a", "large", {"served": 50}, latency(b3=50))])
+        assert response.status_code == 202, response.content
+
+
 def by_step(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A chain's health or spend document's steps by ``provider/model``."""
     return {f"{s['provider']}/{s['model']}": s for s in document["steps"]}

@@ -188,6 +188,33 @@ def test_a_pin_link_opens_the_pin_s_review_guarded_and_a_revert_link_the_revert_
     assert live().is_default
 
 
+def test_a_pin_link_to_the_preset_live_already_offers_extending_that_pin_not_a_pin_that_would_fail(
+    synced, settings, oncall: Client
+) -> None:
+    settings.PUBLIC_BASE_URL = BASE
+    link = link_for("pin", preset="pin_secondary", minutes=240, reason="vendor_a failing")
+    pin()  # someone pinned it since the alert: v2, until T0 + 4 h
+    until = live().expires_at
+    page = review(oncall, link)
+    html = re.sub(r"\s+", " ", page.content.decode())
+    assert "Extend the pin of pin_secondary on chat?" in html
+    assert "pinning it again would change nothing, so here is extending its pin by 4 h instead" in html
+    assert "Pin pin_secondary" not in html  # no button that can only be refused
+    assert 'value="vendor_a failing"' in html
+    assert confirm(oncall, page).status_code == 302
+    selection = live()
+    assert (selection.version, selection.action, selection.updated_by) == (3, "extend", "alice")
+    assert selection.expires_at == until + timedelta(hours=4)
+
+
+def test_a_pin_link_to_the_default_live_already_says_there_is_nothing_to_pin(synced, settings, oncall: Client) -> None:
+    settings.PUBLIC_BASE_URL = BASE
+    response = oncall.get(path_of(link_for("pin", preset="normal", minutes=60, reason="x")), follow=True)
+    assert response.redirect_chain[-1][0] == "/chains/chat/"
+    assert "chat already serves normal, its default (v1 by" in response.content.decode()
+    assert "there is nothing to pin" in response.content.decode() and live().version == 1
+
+
 def test_a_viewer_following_a_link_is_refused_and_nothing_changes(synced, settings, viewer: Client) -> None:
     settings.PUBLIC_BASE_URL = BASE
     pin()

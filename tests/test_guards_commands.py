@@ -20,6 +20,7 @@ from django.test import Client
 from presets import guards, services
 from presets.models import GuardState, PinGuard, Selection
 from tests.commands import from_a_shell, refusal, run
+from tests.health_reports import vendor_a_failing, vendor_a_healthy
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -67,9 +68,10 @@ GUARD_CHOICES = [
     ("options", "by_default", "guarded"), [c[1:] for c in GUARD_CHOICES], ids=[c[0] for c in GUARD_CHOICES]
 )
 def test_select_preset_guards_the_pin_when_asked_or_as_the_setting_says(
-    settings: Any, options: list[str], by_default: bool, guarded: bool
+    settings: Any, reader: Client, options: list[str], by_default: bool, guarded: bool
 ) -> None:
     settings.GUARD_PINS_BY_DEFAULT = by_default
+    vendor_a_healthy(reader)  # evidence enough to judge the pin by
     lines = run(*PIN, *options).splitlines()
     assert lines[0].startswith("chat v2: pin_secondary (pinned until ")  # the change's line comes first
     assert lines[0].endswith(f"; was v1 normal; select by {ME}: INC-1 vendor_a slow")
@@ -82,8 +84,28 @@ def test_select_preset_says_when_a_guard_asked_for_was_not_made() -> None:
     # drop_vendor_b keeps vendor_a/large at the head: nothing for the fleet to compare.
     lines = run("select_preset", "chat", "drop_vendor_b", "--reason", "INC-2", "--guard").splitlines()
     assert lines[0].startswith("chat v2: drop_vendor_b")
-    assert lines[-1] == "warning: not guarded: only a pin that changes the chain's head (its first step) is guarded"
+    assert lines[-1] == (
+        "warning: Not guarded: the pin keeps the first step vendor_a/large, so the guard would have nothing to compare."
+    )
     assert not PinGuard.objects.exists()
+
+
+def test_select_preset_says_a_guard_will_not_act_where_the_head_it_replaces_is_failing(reader: Client) -> None:
+    vendor_a_failing(reader)
+    lines = run(*PIN, "--guard").splitlines()
+    assert lines[0].startswith("chat v2: pin_secondary")
+    assert GUARD_LINE not in lines
+    assert lines[-1] == (
+        "warning: The guard will not act: vendor_a/large is failing now (50.0 % errors, p95 2500 ms (300 attempts "
+        "from 3 instances)): restoring it would not help. Nothing undoes this pin by itself."
+    )
+
+
+def test_select_preset_says_a_guard_will_not_act_on_too_little_evidence() -> None:
+    lines = run(*PIN, "--guard").splitlines()
+    assert GUARD_LINE not in lines
+    too_little = "warning: The guard will not act: there is too little evidence about vendor_a/large now"
+    assert lines[-1].startswith(too_little)
 
 
 def test_select_preset_refuses_a_value_after_guard_as_argparse_does() -> None:

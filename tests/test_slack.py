@@ -381,7 +381,11 @@ def test_slash_pin_opens_the_same_review_and_submitting_it_pins(fake, linked) ->
     [posted] = fake.of("chat.postMessage")
     assert posted["channel"] == "C1" and posted["text"].startswith(":white_check_mark: alice pinned pin_secondary")
     assert command("pin chat").json()["text"] == "Name the preset to pin: `/chains pin chat <preset> [minutes]`."
-    assert command("pin chat nope").json()["text"] == "nope is not one of chat's reviewed presets."
+    # The services' words, as the pages and the command line say them.
+    assert command("pin chat nope").json()["text"] == (
+        "Nothing can be done: 'nope' does not exist on chat: use one of drop_vendor_b, local_only, normal, "
+        "pin_secondary."
+    )
     assert "needs the oncall role" in command("revert chat", user=BOB).json()["text"]
 
 
@@ -581,8 +585,9 @@ def test_a_modal_submitted_for_a_preset_gone_meanwhile_is_refused_in_the_modal(f
     assert (live().version, live().preset.name) == (1, "normal")
     assert fake.of("chat.update") == []
     press(fake, action)
-    assert fake.of("1")[-1]["text"] == "drop_vendor_b is not one of chat's reviewed presets."
-    assert command("pin chat drop_vendor_b").json()["text"] == "drop_vendor_b is not one of chat's reviewed presets."
+    refused = f"Nothing can be done: 'drop_vendor_b' {state} on chat: use one of "
+    assert fake.of("1")[-1]["text"].startswith(refused)
+    assert command("pin chat drop_vendor_b").json()["text"].startswith(refused)
     assert len(fake.of("views.open")) == 1
 
 

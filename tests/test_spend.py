@@ -395,7 +395,7 @@ def test_the_pages_slack_and_the_command_line_say_the_same_cost_of_a_pin(reader:
         on_page = html.unescape(between(page, 'id="cost-note"', "</p>")).split("</strong> ", 1)[1].removesuffix(".")
         live = Selection.objects.select_related("chain", "preset").get(chain__name="chat")
         action = actions.Action(actions.PIN, "chat", live.version, preset="pin_secondary", minutes=60)
-        in_slack = reviews.summary(action, live, reviews.target(action, live))
+        in_slack = reviews.summary(action, reviews.review(action, live))
         out = io.StringIO()
         call_command("select_preset", "chat", "pin_secondary", "--minutes", "60", "--reason", "INC-1", stdout=out)
     assert on_page.startswith("moves about 60 requests a minute from vendor_a/large to vendor_b/large")

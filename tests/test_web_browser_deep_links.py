@@ -116,6 +116,22 @@ def test_a_failing_provider_s_link_opens_the_suggested_pin_s_review(
     reads_well(page, "deep-link-pin")
 
 
+def test_a_pin_link_to_the_preset_live_already_opens_the_review_of_extending_that_pin(
+    open_page: Callable[..., Any], alice: User, targets: dict[str, Capture], mailoutbox: list[Any]
+) -> None:
+    raised(AlertKind.PROVIDER_FAILING, suggested={"preset": "pin_secondary", "reason": "its head 0.0 % errors"})
+    links = links_by_notifier(targets, mailoutbox, "Pin pin_secondary")
+    services.select_preset(chain="chat", preset="pin_secondary", actor="bob", reason="INC-7 pinned from Slack")
+    page = open_page(alice, links["email"], color_scheme="dark", viewport=PHONE)
+    page.wait_for_url(re.compile(r"/chains/chat/extend\?review="))
+    assert page.get_by_role("heading", level=1).inner_text() == "Extend the pin of pin_secondary on chat?"
+    assert "pinning it again would change nothing" in page.locator(".messages").inner_text()
+    assert page.get_by_role("button", name=re.compile("^Pin ")).count() == 0  # no button that can only fail
+    assert page.get_by_role("button", name=re.compile("^Extend until")).is_visible()
+    reads_well(page, "deep-link-pin-live")
+    assert services.revert_expired_and_read(chain="chat").version == 2  # opening it changed nothing
+
+
 def test_a_viewer_following_a_link_sees_a_refusal_and_nothing_changes(
     open_page: Callable[..., Any], bob: User, targets: dict[str, Capture], mailoutbox: list[Any]
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import time_machine
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from audit.alerts import raise_alert
@@ -20,6 +21,7 @@ from audit.models import AlertKind
 from presets import guards, services
 from presets.models import Chain, GuardState, PinGuard, Selection
 from tests.browser import SCREENS, reads_well
+from tests.health_reports import vendor_a_failing, vendor_a_healthy
 
 # 02:00 UTC on a Thursday: 21:00 on Wednesday in New York.
 T0 = datetime(2026, 12, 10, 2, 0, tzinfo=UTC)
@@ -49,9 +51,9 @@ def open_in_new_york(open_page: Callable[..., Any], user: User, path: str, scree
     return open_page(user, path, color_scheme=scheme, viewport=viewport, timezone_id=NEW_YORK, at=T0)
 
 
-def test_a_pin_made_from_an_alert_is_guarded_shown_on_both_cards_and_switched_off(
-    open_page: Callable[..., Any], alice: User, screen: Any
-) -> None:
+def alert_and_review_a_pin(open_page: Callable[..., Any], alice: User, screen: Any) -> Any:
+    """From the provider alert on the alerts page to the review of a pin of pin_secondary, its
+    guard box ticked as the alert's link ticks it."""
     raise_alert(
         kind=AlertKind.PROVIDER_FAILING,
         chain=Chain.objects.get(name="chat"),
@@ -73,7 +75,14 @@ def test_a_pin_made_from_an_alert_is_guarded_shown_on_both_cards_and_switched_of
     form.get_by_role("radio", name="pin_secondary").check()
     form.get_by_label("Reason").fill(REASON)
     form.get_by_role("button", name="Review and pin…").click()
+    return page
 
+
+def test_a_pin_made_from_an_alert_is_guarded_shown_on_both_cards_and_switched_off(
+    open_page: Callable[..., Any], alice: User, reader: Client, screen: Any
+) -> None:
+    vendor_a_healthy(reader)  # before the pin: evidence enough to judge it by
+    page = alert_and_review_a_pin(open_page, alice, screen)
     assert page.locator("#guard-note").inner_text() == (
         "Guarded for 30 min: if vendor_b/large does clearly worse than vendor_a/large did before the pin, "
         "normal (v1) is restored, once."
@@ -110,6 +119,19 @@ def test_a_pin_made_from_an_alert_is_guarded_shown_on_both_cards_and_switched_of
     guard.refresh_from_db()
     assert guard.state == GuardState.OFF
     reads_well(page, "guard-off")
+
+
+def test_the_review_of_a_pin_made_from_an_alert_says_the_guard_will_not_act_when_the_head_was_failing(
+    open_page: Callable[..., Any], alice: User, reader: Client
+) -> None:
+    vendor_a_failing(reader)  # why the alert was raised: restoring vendor_a would not help
+    page = alert_and_review_a_pin(open_page, alice, SCREENS["390x844-dark"])
+    assert page.locator("#guard-note").inner_text() == (
+        "The guard will not act: vendor_a/large is failing now (50.0 % errors, p95 2500 ms (300 attempts from 3 "
+        "instances)): restoring it would not help. Nothing undoes this pin by itself."
+    )
+    assert page.locator(".card-target .badge-guard").count() == 0  # no "Guarded" badge on what it would serve
+    reads_well(page, "guard-review-will-not-act")
 
 
 def test_switching_off_without_a_reason_is_refused_at_the_field(

@@ -22,7 +22,7 @@ from audit.alerts import raise_alert
 from audit.models import AlertKind
 from presets import guards, services
 from presets.models import Chain, GuardState, PinGuard, Selection
-from tests.health_reports import vendor_a_failing
+from tests.health_reports import vendor_a_failing, vendor_a_healthy
 
 pytestmark = pytest.mark.usefixtures("synced")
 
@@ -182,7 +182,8 @@ def test_the_cards_healthier_now_suggestion_leads_to_the_box_ticked(oncall: Clie
 # --- carried through the review to the service -------------------------------------------------
 
 
-def test_a_ticked_box_is_reviewed_as_guarded_and_makes_the_guard(oncall: Client) -> None:
+def test_a_ticked_box_is_reviewed_as_guarded_and_makes_the_guard(oncall: Client, reader: Client) -> None:
+    vendor_a_healthy(reader)  # evidence enough to judge the pin by
     review, done = review_and_pin(oncall, pin_data(guard="on"))
 
     assert part(review, r'<p class="guard-note[^"]*" id="guard-note">') == (
@@ -194,6 +195,28 @@ def test_a_ticked_box_is_reviewed_as_guarded_and_makes_the_guard(oncall: Client)
     guard = PinGuard.objects.get(chain__name="chat")
     assert (guard.pin_version, guard.state, guard.pinned_by) == (2, GuardState.WATCHING, "alice")
     assert guard.bake_until == T0 + timedelta(minutes=30)
+
+
+@pytest.mark.parametrize("evidence", ["failing", "none"])
+def test_the_review_says_the_guard_will_not_act_where_it_could_not(
+    oncall: Client, reader: Client, evidence: str
+) -> None:
+    # The pin made from a provider alert, whose head is failing: restoring it would not help.
+    if evidence == "failing":
+        vendor_a_failing(reader)
+    review, done = review_and_pin(oncall, pin_data(guard="on"))
+
+    note = part(review, r'<p class="guard-note[^"]*" id="guard-note">')
+    why = (
+        "vendor_a/large is failing now (50.0 % errors, p95 2500 ms (300 attempts from 3 instances)): restoring it "
+        "would not help"
+        if evidence == "failing"
+        else "there is too little evidence about vendor_a/large now to judge by (no errors (0 attempts from 0 "
+        "instances); needs 20 attempts from 3 instances)"
+    )
+    assert note == f"The guard will not act: {why}. Nothing undoes this pin by itself."
+    assert '<span class="badge badge-guard">Guarded</span>' not in review
+    assert done.status_code == 200 and Selection.objects.get(chain__name="chat").version == 2
 
 
 @pytest.mark.parametrize("by_default", [False, True], ids=["setting-off", "setting-on"])

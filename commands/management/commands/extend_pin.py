@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit import change_review
 from commands.operations import (
     add_change_arguments,
     add_expiry_arguments,
@@ -37,6 +38,7 @@ class Command(BaseCommand):
             self,
             options,
             services.extend_pin,
+            review=lambda live: change_review.review_extend(live, expires_at=expires, shorten=options["shorten"]),
             expires_at=expires,
             shorten=options["shorten"],
             names=expiry_option_names(options),

@@ -6,8 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from audit import change_review
 from commands.operations import add_change_arguments, make_change, whole_number
 from presets import services
+from presets.history import history_rows
+from presets.models import Selection
 
 
 class Command(BaseCommand):
@@ -25,4 +28,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         version = whole_number("VERSION", options["version"])
         assert version is not None
-        make_change(self, options, services.restore, version=version)
+
+        def review(live: Selection) -> change_review.ChangeReview:
+            entry = history_rows(chain=live.chain.name).filter(version=version).first()
+            if entry is None:  # the service says so in its words
+                return change_review.ChangeReview(change_review.RESTORE, live)
+            return change_review.review_restore(live, version=version, previous=entry.previous_preset)
+
+        make_change(self, options, services.restore, review=review, version=version)

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from audit import change_review
 from commands.operations import add_change_arguments, make_change
 from presets import services
 
@@ -18,4 +19,4 @@ class Command(BaseCommand):
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        make_change(self, options, services.revert_to_default)
+        make_change(self, options, services.revert_to_default, review=change_review.review_revert)

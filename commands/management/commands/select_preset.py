@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from audit import change_review
 from commands.operations import (
     add_change_arguments,
     add_expiry_arguments,
@@ -49,21 +51,24 @@ class Command(BaseCommand):
         add_change_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        selection = make_change(
+        expires_at = expiry_options(options)
+        selection, review = make_change(
             self,
             options,
             services.select_preset,
+            review=lambda live: change_review.review_pin(
+                live, preset=options["preset"], expires_at=expires_at, guard=options["guard"]
+            ),
             preset=options["preset"],
-            expires_at=expiry_options(options),
+            expires_at=expires_at,
             guard=options["guard"],
             spend_bound=amount("--spend-bound", options["spend_bound"]),
             names={**expiry_option_names(options), "spend_bound_per_hour": "--spend-bound"},
         )
         guard = guards.live_guard(chain=selection.chain.name)
-        if guard is not None and guard.pin_version == selection.version:
+        made = guard is not None and guard.pin_version == selection.version
+        if review.guard is not None and review.guard.acts and guard is not None and made:
             self.stdout.write(guard_line(guard))
-        elif options["guard"]:
-            self.stdout.write(
-                "warning: not guarded: only a pin that changes the chain's head (its first step) is guarded",
-                style_func=self.style.WARNING,
-            )
+        elif review.guard is not None and (options["guard"] or settings.GUARD_PINS_BY_DEFAULT):
+            # What the review says of the guard: none is made, or it will not act on today's evidence.
+            self.stdout.write(f"warning: {review.guard.text}", style_func=self.style.WARNING)
