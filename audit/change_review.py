@@ -159,8 +159,7 @@ def guard_forecast(
     """What the guard of a pin of ``steps`` made now would do (``presets.services._watch``
     decides whether one is made; ``audit.guards`` whether it can act): the replaced head's
     evidence so far is what it would be judged against."""
-    guarded = settings.GUARD_PINS_BY_DEFAULT if asked is None else asked
-    if not guarded:
+    if not services.guard_wanted(asked):
         return GuardForecast(False, "Not guarded: nothing undoes this pin by itself before its expiry.")
     new, old = step_label(steps[0]), step_label(live.steps[0])
     if new == old:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from audit.provider_health import StepHealth
+from presets.models import is_degraded
 from presets.step_changes import compare_steps
 
 # The fleet's health of each step, keyed by (provider, model): ``provider_health.health_by_step``.
@@ -46,7 +47,7 @@ def change_risks(
     instead of ``live_steps``, one sentence each; empty when nothing is."""
     risks = []
     marking = marking or {}
-    if marking.get("degraded"):
+    if is_degraded(marking):
         note = f": {marking['note']}" if marking.get("note") else ""
         risks.append(f"{target} is marked degraded{note}")
     dropped = compare_steps(live_steps, steps).dropped

@@ -248,7 +248,7 @@ def unfit(*, old_head: str, previous_preset: Preset, baseline: Figures, final: b
         )
     if provider_health.is_failing(attempts=baseline.attempts, errors=baseline.errors):
         return f"{old_head} {was} failing {before} ({baseline.words()}): restoring it would not help"
-    if (previous_preset.marking or {}).get("degraded"):
+    if previous_preset.is_degraded:
         return f"the replaced preset {previous_preset.name} is marked degraded"
     return None
 

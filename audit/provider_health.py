@@ -825,7 +825,7 @@ def healthiest_preset(
         return tuple(_risk(health[(step["provider"], step["model"])]) for step in preset.steps)
 
     def degraded(preset: Preset) -> bool:
-        return bool((preset.marking or {}).get("degraded"))
+        return preset.is_degraded
 
     by_name = {preset.name: preset for preset in candidates}
     if live not in by_name:

@@ -115,8 +115,8 @@ def modal(action: Action, selection: Selection, *, metadata: dict[str, Any]) -> 
                 "element": {
                     "type": "plain_text_input",
                     "action_id": REASON_BLOCK,
-                    "initial_value": action.reason[:500],
-                    "max_length": 500,
+                    "initial_value": action.reason[: services.REASON_MAX],
+                    "max_length": services.REASON_MAX,
                 },
             },
         ],

@@ -131,7 +131,7 @@ def switch_off(*, chain: str, actor: str, reason: str) -> PinGuard:
             raise InvalidInput("chain", f"{chain}'s live pin (v{selection.version}) has no guard on to switch off")
         guard.state, guard.state_reason, guard.updated_at = (
             GuardState.OFF,
-            _fit(f"switched off by {actor}: {reason}"),
+            services.fit_reason(f"switched off by {actor}: {reason}"),
             now,
         )
         guard.save(update_fields=["state", "state_reason", "updated_at"])
@@ -141,7 +141,7 @@ def switch_off(*, chain: str, actor: str, reason: str) -> PinGuard:
 def settle(guard_id: int, *, state: str, why: str, now: datetime | None = None) -> None:
     """End a guard's watch without acting (its bake window passed, its pin ended)."""
     PinGuard.objects.filter(pk=guard_id, state=GuardState.WATCHING).update(
-        state=state, state_reason=_fit(why), updated_at=now or _now()
+        state=state, state_reason=services.fit_reason(why), updated_at=now or _now()
     )
 
 
@@ -174,14 +174,16 @@ def restore(*, guard: int, reason: str, evidence: dict[str, Any]) -> Selection |
             target, expires_at = previous, held.previous_expires_at
         else:
             target, expires_at = selection.chain.default, None  # the replaced pin has expired since
-        services.restore_guarded(selection, preset=target, expires_at=expires_at, reason=_fit(reason), now=now)
+        services.restore_guarded(
+            selection, preset=target, expires_at=expires_at, reason=services.fit_reason(reason), now=now
+        )
         held.state, held.acted_version, held.evidence, held.updated_at = (
             GuardState.ACTED,
             selection.version,
             evidence,
             now,
         )
-        held.state_reason = _fit(f"restored {target.name} as v{selection.version}: {reason}")
+        held.state_reason = services.fit_reason(f"restored {target.name} as v{selection.version}: {reason}")
         held.save(update_fields=["state", "acted_version", "evidence", "updated_at", "state_reason"])
         return selection
 
@@ -194,10 +196,6 @@ def _locked(selection: Selection) -> PinGuard | None:
         .filter(chain_id=selection.chain_id, pin_version=pin_start(selection))
         .first()
     )
-
-
-def _fit(text: str, limit: int = services.REASON_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _now() -> datetime:

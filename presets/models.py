@@ -10,7 +10,7 @@ import functools
 import hashlib
 import secrets
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -151,6 +151,16 @@ class Preset(models.Model):
     def is_default(self) -> bool:
         """Whether this preset is its chain's default."""
         return self.chain.default_preset_id == self.pk
+
+    @property
+    def is_degraded(self) -> bool:
+        """Whether the reviewed file marks this preset degraded (``is_degraded``)."""
+        return is_degraded(self.marking)
+
+
+def is_degraded(marking: Mapping[str, Any] | None) -> bool:
+    """Whether a marking (a preset's, or the one a selection serves) says degraded."""
+    return bool((marking or {}).get("degraded"))
 
 
 class Action(models.TextChoices):

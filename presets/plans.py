@@ -138,7 +138,7 @@ def plan_pin(*, chain: str, preset: str, starts_at: datetime, ends_at: datetime,
             planned_by=actor,
             planned_at=now,
             based_on_version=selection.version,
-            planned_degraded=_degraded(target),
+            planned_degraded=target.is_degraded,
             updated_at=now,
         )
         _record(plan, PlanEventKind.PLANNED, actor=actor, reason=reason, now=now, details=_window_details(plan))
@@ -169,7 +169,7 @@ def change_plan(
         _refuse_overlap(selection, new_start, new_end, besides=held.pk)
         was_suspended = held.state == PlanState.SUSPENDED
         held.preset, held.starts_at, held.ends_at = target, new_start, new_end
-        held.based_on_version, held.planned_degraded = selection.version, _degraded(target)
+        held.based_on_version, held.planned_degraded = selection.version, target.is_degraded
         held.state, held.state_reason, held.updated_at = PlanState.PLANNED, "", now
         held.save()
         details = {"before": before, **_window_details(held)}
@@ -287,12 +287,12 @@ def _run_due(plan: PlannedPin, selection: Selection, *, now: datetime, sweep: Pl
     late = now - plan.starts_at
     when = f", {int(late.total_seconds())} s late" if late > LATE_START else ""
     reason = f"planned pin #{plan.pk} by {plan.planned_by}{when}: {plan.reason}"
-    _start(plan, selection, actor=PLAN_ACTOR, reason=_fit(reason), now=now)
+    _start(plan, selection, actor=PLAN_ACTOR, reason=services.fit_reason(reason), now=now)
     _record(
         plan,
         PlanEventKind.STARTED,
         actor=PLAN_ACTOR,
-        reason=_fit(reason),
+        reason=services.fit_reason(reason),
         now=now,
         details={"version": selection.version},
     )
@@ -304,7 +304,7 @@ def start_refusal(plan: PlannedPin, selection: Selection, *, now: datetime) -> s
     preset = plan.preset
     if preset.is_retired:
         return f"its preset {preset.name} was retired from the presets file at {format_time(preset.retired_at)}"
-    if _degraded(preset) and not plan.planned_degraded:
+    if preset.is_degraded and not plan.planned_degraded:
         note = (preset.marking or {}).get("note")
         return f"its preset {preset.name} has been marked degraded since it was planned" + (
             f" ({note})" if note else ""
@@ -351,10 +351,10 @@ def _end_if_over(plan: PlannedPin, selection: Selection, *, now: datetime, sweep
         if ended_by is not None
         else "ended"
     )
-    _move(plan, PlanState.ENDED, _fit(how), now=now)
+    _move(plan, PlanState.ENDED, services.fit_reason(how), now=now)
     actor = ended_by.updated_by if ended_by is not None else PLAN_ACTOR
     details = {"version": ended_by.version} if ended_by is not None else {}
-    _record(plan, PlanEventKind.ENDED, actor=actor, reason=_fit(how), now=at, details=details)
+    _record(plan, PlanEventKind.ENDED, actor=actor, reason=services.fit_reason(how), now=at, details=details)
     sweep.ended.append(plan.pk)
 
 
@@ -365,10 +365,12 @@ def _miss(plan: PlannedPin, *, now: datetime, sweep: PlanSweep) -> None:
         if was_suspended
         else f"not started before its end at {format_time(plan.ends_at)}: no worker ran the plans in its window"
     )
-    _move(plan, PlanState.MISSED, _fit(why), now=now)
-    _record(plan, PlanEventKind.MISSED, actor=PLAN_ACTOR, reason=_fit(why), now=now)
+    _move(plan, PlanState.MISSED, services.fit_reason(why), now=now)
+    _record(plan, PlanEventKind.MISSED, actor=PLAN_ACTOR, reason=services.fit_reason(why), now=now)
     if was_suspended:
-        events.plan_settled.send(sender=PlannedPin, plan=plan, now=now, resolution=_fit(f"missed: {why}"))
+        events.plan_settled.send(
+            sender=PlannedPin, plan=plan, now=now, resolution=services.fit_reason(f"missed: {why}")
+        )
     else:
         events.plan_missed.send(sender=PlannedPin, plan=plan, now=now)
     sweep.missed.append(plan.pk)
@@ -448,7 +450,7 @@ def _locked_plan(selection: Selection, plan_id: int) -> PlannedPin:
 
 
 def _move(plan: PlannedPin, state: str, why: str, *, now: datetime) -> None:
-    plan.state, plan.state_reason, plan.updated_at = state, _fit(why, 600), now
+    plan.state, plan.state_reason, plan.updated_at = state, services.fit_reason(why, 600), now
     plan.save(update_fields=["state", "state_reason", "updated_at", "started_version"])
 
 
@@ -460,7 +462,7 @@ def _record(
         chain_id=plan.chain_id,
         kind=kind,
         actor=actor,
-        reason=_fit(reason, 600),
+        reason=services.fit_reason(reason, 600),
         at=now,
         details=details or {},
     )
@@ -470,17 +472,9 @@ def _window_details(plan: PlannedPin) -> dict[str, Any]:
     return {"preset": plan.preset.name, "starts_at": format_time(plan.starts_at), "ends_at": format_time(plan.ends_at)}
 
 
-def _degraded(preset: Preset) -> bool:
-    return bool((preset.marking or {}).get("degraded"))
-
-
 def _preset_name(entry: Any) -> str:
     preset = Preset.objects.filter(pk=entry.preset_id).values_list("name", flat=True).first()
     return preset or "?"
-
-
-def _fit(text: str, limit: int = services.REASON_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _now() -> datetime:

@@ -132,6 +132,18 @@ def select_preset(
         return selection
 
 
+def guard_wanted(asked: bool | None) -> bool:
+    """Whether a pin is to be guarded: as asked, or, not asked, as GUARD_PINS_BY_DEFAULT says
+    (a guard is made only when the pin changes the head: ``_watch``)."""
+    return settings.GUARD_PINS_BY_DEFAULT if asked is None else asked
+
+
+def fit_reason(text: str, limit: int = REASON_MAX) -> str:
+    """A reason the control plane writes itself (a sweep's, a guard's, a plan's), cut to
+    ``limit`` with an ellipsis; a person's reason is refused instead (``clean_reason``)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def already_live_refusal(selection: Selection, target: Preset) -> InvalidInput | None:
     """Why pinning ``target`` is refused because it is what the chain serves, or None."""
     if target.pk != selection.preset_id:
@@ -276,9 +288,12 @@ def restore_guarded(
 def _watch(selection: Selection, *, guard: bool | None, now: datetime) -> PinGuard | None:
     """Guard the pin ``selection`` was just made with, if asked (or by the setting) and if it
     changed the head: the guard compares the two heads."""
-    if guard is None:
-        guard = settings.GUARD_PINS_BY_DEFAULT
-    if not guard or not selection.is_pinned or selection.previous_preset is None or not selection.previous_steps:
+    if (
+        not guard_wanted(guard)
+        or not selection.is_pinned
+        or selection.previous_preset is None
+        or not selection.previous_steps
+    ):
         return None
     assert selection.previous_version is not None  # _apply set it with the previous preset
     new_head, old_head = selection.steps[0], selection.previous_steps[0]
@@ -359,8 +374,7 @@ def carry_drill(selection: Selection, *, drill: Drill | None, actor: str, reason
     """A new version that serves what ``selection`` serves (preset, steps, marking, expiry),
     its document carrying ``drill`` (None: no drill): a drill's start or end, made by
     ``presets.drills`` inside ``locked``."""
-    if len(reason) > REASON_MAX:
-        reason = reason[: REASON_MAX - 1] + "…"
+    reason = fit_reason(reason)
     return _apply(
         selection,
         preset=selection.preset,
@@ -396,9 +410,7 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
                 f"at {format_time(selection.updated_at)} expired at "
                 f"{format_time(selection.expires_at)}; it was: "
             )
-            reason = ended + selection.reason
-            if len(reason) > REASON_MAX:
-                reason = reason[: REASON_MAX - 1] + "…"
+            reason = fit_reason(ended + selection.reason)
             _serve_default(selection, action=Action.EXPIRE, actor=EXPIRY_ACTOR, reason=reason, now=now)
             events.pin_expired.send(sender=Selection, selection=selection, now=now)
             reverted += 1

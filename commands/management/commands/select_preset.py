@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from audit import change_review
@@ -69,6 +68,6 @@ class Command(BaseCommand):
         made = guard is not None and guard.pin_version == selection.version
         if review.guard is not None and review.guard.acts and guard is not None and made:
             self.stdout.write(guard_line(guard))
-        elif review.guard is not None and (options["guard"] or settings.GUARD_PINS_BY_DEFAULT):
+        elif review.guard is not None and services.guard_wanted(options["guard"]):
             # What the review says of the guard: none is made, or it will not act on today's evidence.
             self.stdout.write(f"warning: {review.guard.text}", style_func=self.style.WARNING)
