@@ -1,6 +1,6 @@
 """The review of a change, worked out once for every surface that offers one (the pages' review,
 Slack's modal, the deep links, the runbook commands): given a chain as it is live now and an
-action (pin, extend, revert, restore), what would be served, until when, which pin it ends,
+action (pin, extend, revert, restore, a suspended plan's start), what would be served, until when, which pin it ends,
 its dangers (``change_risks``), what the guard would do on today's evidence, what it would
 cost, and whether the services would refuse it and in which words (the services' own
 refusals: ``presets.services.*_refusal``). Each surface renders this; none works it out again.
@@ -21,13 +21,13 @@ from audit import guards as guard_evidence
 from audit import provider_health, spend
 from audit.change_risks import HealthMap, change_risks
 from audit.fleet import idle_head_warning
-from presets import services
+from presets import plans, services
 from presets.documents import format_duration
 from presets.exceptions import InvalidInput, NotFound
-from presets.models import Preset, Selection
+from presets.models import PlannedPin, Preset, Selection
 from presets.step_changes import ChainChange, compare_steps, step_label
 
-PIN, EXTEND, REVERT, RESTORE = "pin", "extend", "revert", "restore"
+PIN, EXTEND, REVERT, RESTORE, PLAN_START = "pin", "extend", "revert", "restore", "plan_start"
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,15 @@ def review_restore(live: Selection, *, version: int, previous: Preset | None) ->
     return _review(RESTORE, live, previous, until=until, now=now)
 
 
+def review_plan_start(live: Selection, plan: PlannedPin) -> ChangeReview:
+    """Starting the suspended ``plan`` by hand: its preset pinned until the plan's end, now."""
+    now = timezone.now()
+    refusal = plans.start_anyway_refusal(plan, live, now=now)
+    if refusal is not None:
+        return ChangeReview(PLAN_START, live, target=plan.preset.name, refusal=refusal)
+    return _review(PLAN_START, live, plan.preset, until=plan.ends_at, now=now)
+
+
 def review_of(
     live: Selection,
     kind: str,
@@ -199,7 +208,7 @@ def _review(kind: str, live: Selection, target: Preset, *, until: datetime | Non
             steps=steps,
             health=health,
         ),
-        warning=idle_head_warning(live.chain, steps, now) if kind == PIN else None,
+        warning=idle_head_warning(live.chain, steps, now) if kind in (PIN, PLAN_START) else None,
         cost=spend.change_cost(live_steps=live.steps, steps=steps, health=health, now=now),
         health=health,
     )

@@ -213,19 +213,9 @@ def start_plan_anyway(
     now = _now()
     with services.chain_locked(chain, expected_version=expected_version) as selection:
         held = _locked_plan(selection, plan)
-        if held.state != PlanState.SUSPENDED:
-            raise InvalidInput("plan", f"plan #{plan} is {held.state}: only a suspended plan is started by hand")
-        if held.ends_at <= now:
-            raise InvalidInput("plan", f"plan #{plan} ended at {format_time(held.ends_at)}; plan it again")
-        target = held.preset
-        if target.is_retired:
-            raise InvalidInput(
-                "plan", f"{target.name!r} has been retired from the presets file: it cannot be served; cancel the plan"
-            )
-        if selection.preset_id == target.pk:
-            raise InvalidInput(
-                "plan", f"{target.name!r} is already live on {chain}: extend the pin instead, or cancel the plan"
-            )
+        refusal = start_anyway_refusal(held, selection, now=now)
+        if refusal is not None:
+            raise refusal
         _start(held, selection, actor=actor, reason=f"{reason} (plan #{held.pk}: {held.reason})", now=now)
         _record(
             held, PlanEventKind.STARTED, actor=actor, reason=reason, now=now, details={"version": selection.version}
@@ -234,6 +224,26 @@ def start_plan_anyway(
             sender=PlannedPin, plan=held, now=now, resolution=f"started anyway by {actor} as v{selection.version}"
         )
         return held
+
+
+def start_anyway_refusal(plan: PlannedPin, selection: Selection, *, now: datetime) -> InvalidInput | None:
+    """Why starting ``plan`` by hand on the chain serving ``selection`` is refused, or None
+    (``start_plan_anyway`` raises it; the review of starting it says it)."""
+    if plan.state != PlanState.SUSPENDED:
+        return InvalidInput("plan", f"plan #{plan.pk} is {plan.state}: only a suspended plan is started by hand")
+    if plan.ends_at <= now:
+        return InvalidInput("plan", f"plan #{plan.pk} ended at {format_time(plan.ends_at)}; plan it again")
+    target = plan.preset
+    if target.is_retired:
+        return InvalidInput(
+            "plan", f"{target.name!r} has been retired from the presets file: it cannot be served; cancel the plan"
+        )
+    if selection.preset_id == target.pk:
+        return InvalidInput(
+            "plan",
+            f"{target.name!r} is already live on {selection.chain.name}: extend the pin instead, or cancel the plan",
+        )
+    return None
 
 
 @dataclass

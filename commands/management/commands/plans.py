@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit import change_review
 from commands.operations import actor_from, add_actor_argument, refused, time_option, whole_number
-from presets import plans
+from presets import plans, services
 from presets.exceptions import NotFound, ServiceError
 from presets.models import Chain, PlannedPin, PlanState
+
+T = TypeVar("T")
 
 # The plans' refusals name their fields; this command names its own options.
 OPTION_OF = {
@@ -109,8 +112,28 @@ class Command(BaseCommand):
             plan = _run(lambda: plans.cancel_plan(chain=chain, plan=plan_id, actor=actor, reason=reason))
             self._done("cancelled", plan)
         else:
-            plan = _run(lambda: plans.start_plan_anyway(chain=chain, plan=plan_id, actor=actor, reason=reason))
-            self._done(f"started as {chain} v{plan.started_version}", plan)
+            self._start(chain, plan_id, actor=actor, reason=reason)
+
+    def _start(self, chain: str, plan_id: int, *, actor: str, reason: str) -> None:
+        """Start a suspended plan anyway, reviewed first as the chain page reviews it: what it
+        replaces is what the review was of (refused if the chain moved since), then a
+        ``warning:`` line for each of its dangers and its cost."""
+        held = PlannedPin.objects.filter(chain__name=chain, pk=plan_id).select_related("preset__chain").first()
+        if held is None:  # the plans say so in their words
+            _run(lambda: plans.start_plan_anyway(chain=chain, plan=plan_id, actor=actor, reason=reason))
+            return
+        live = _run(lambda: services.revert_expired_and_read(chain=chain))
+        review = change_review.review_plan_start(live, held)
+        plan = _run(
+            lambda: plans.start_plan_anyway(
+                chain=chain, plan=plan_id, actor=actor, reason=reason, expected_version=live.version
+            )
+        )
+        self._done(f"started as {chain} v{plan.started_version}", plan)
+        for danger in review.dangers:
+            self.stdout.write(f"warning: {danger}", style_func=self.style.WARNING)
+        if review.cost is not None:
+            self.stdout.write(f"cost: {review.cost.words}")
 
     def _list(self, options: dict[str, Any]) -> None:
         chain = options["chain"]
@@ -156,7 +179,7 @@ def _required_time(options: dict[str, Any], name: str) -> datetime:
     return value
 
 
-def _run(operation: Callable[[], PlannedPin]) -> PlannedPin:
+def _run(operation: Callable[[], T]) -> T:
     """One of the plans' operations, its refusal a one-line command error naming our option."""
     try:
         return operation()
