@@ -305,6 +305,19 @@ def preset_choices(
     ]
 
 
+# --- alerts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionLink:
+    """A suggested action (``audit.actions``) as the alerts page offers it: its Slack button's
+    words, the address of its review, prefilled, and whether it ends a pin (amber)."""
+
+    label: str
+    href: str
+    caution: bool = False
+
+
 # --- planned pins ------------------------------------------------------------------------------
 
 

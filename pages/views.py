@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any
@@ -34,10 +35,12 @@ from audit import drills as fleet_drills
 from audit.alerts import alert_texts, recent_alerts
 from audit.change_risks import change_risks
 from audit.fleet import fleet_summaries, idle_head_warning, idle_head_warnings
+from audit.models import Alert
 from audit.notifications import changes_notified, recent_notifications
 from pages import plots
 from pages.display import (
     DRILL_STATUS_WORDS,
+    ActionLink,
     DrillItem,
     HealthMap,
     LiveState,
@@ -1454,12 +1457,33 @@ def _alerts_context() -> dict[str, Any]:
         "alerts": alerts,
         # Each alert's words as of now (how long, the figures now), not those frozen when raised.
         "alert_texts": alert_texts(alerts, now=now),
+        "alert_actions": _alert_actions(still_open, now=now),
         "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
         "changes_notified": changes_notified(),
         # Provider alerts not raised because their evidence came from too few tokens, and why.
         "held": [
             (chain, held) for chain, alerts in provider_health.alert_evidence(now=now).held.items() for held in alerts
         ],
+    }
+
+
+def _alert_actions(still_open: list[Alert], *, now: datetime) -> dict[int, list[ActionLink]]:
+    """What each open alert suggests doing, by id: the actions its notifications offered
+    (``actions.for_alert``, Slack's buttons), each a link to its review, prefilled. The page
+    dates the links it makes: an alert still open after a deep link's age limit
+    (``DEEP_LINK_MAX_AGE_HOURS``) still offers its actions; the review checks the chain's
+    version, as every change does."""
+    at = int(now.timestamp())
+    return {
+        alert.pk: [
+            ActionLink(
+                label=action.label,
+                href=reverse("act", args=[actions.link_token(replace(action, at=at))]),
+                caution=action.kind == actions.REVERT,
+            )
+            for action in actions.for_alert(alert)
+        ]
+        for alert in still_open
     }
 
 
