@@ -349,6 +349,7 @@ class PlanItem:
     summary: str
     events: list[PlanEvent]
     replaces: str = ""  # what starting a suspended plan by hand would replace now
+    waiting: str = ""  # why a suspended plan still waits, on the chain as it is now
     start_blocked: str = ""  # why it cannot be started by hand now
     forms: dict[str, Any] = field(default_factory=dict)
     open: str = ""
@@ -356,6 +357,15 @@ class PlanItem:
     @property
     def is_suspended(self) -> bool:
         return self.plan.state == PlanState.SUSPENDED
+
+
+@dataclass(frozen=True)
+class PlanAhead:
+    """A plan a chain's card shows: a suspended one with why it still waits, on the chain as
+    it is now (``plans.why_waiting``), or the next to start."""
+
+    plan: PlannedPin
+    waiting: str = ""
 
 
 def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[str, str]:

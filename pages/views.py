@@ -44,6 +44,7 @@ from pages.display import (
     DrillItem,
     HealthMap,
     LiveState,
+    PlanAhead,
     PlanItem,
     change_facts,
     compare_steps,
@@ -117,7 +118,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
-    ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
+    holding = plans.holding_plans()  # every chain's plans to come in one
+    serving = {s.chain_id: s for s in selections}
+    waiting = {  # why each suspended plan still waits, on its chain as served now
+        p.pk: plans.why_waiting(p, serving[p.chain_id], now=now)
+        for p in holding
+        if p.state == PlanState.SUSPENDED and p.chain_id in serving
+    }
+    ahead = _plans_ahead(holding, waiting=waiting)
     watching, acted = _card_guards(selections, starts)  # every card's guard in one
     last_drills = fleet_drills.last_drill_by_chain([s.chain_id for s in selections])  # every chain's last drill in two
     cards = []
@@ -908,16 +916,17 @@ def _check_form(form: ReasonForm) -> None:
             form.add_service_error(error)
 
 
-def _plans_ahead(holding: list[PlannedPin]) -> dict[int, list[PlannedPin]]:
+def _plans_ahead(holding: list[PlannedPin], *, waiting: dict[int, str]) -> dict[int, list[PlanAhead]]:
     """By chain, the plans a chain's card shows: each suspended one (it waits for a person),
-    then the next to start; none started (its pin is the card's live one)."""
-    ahead: dict[int, list[PlannedPin]] = {}
+    with why it still waits now (``waiting``, by plan), then the next to start; none started
+    (its pin is the card's live one)."""
+    ahead: dict[int, list[PlanAhead]] = {}
     for held in sorted(holding, key=lambda p: (p.state != PlanState.SUSPENDED, p.starts_at, p.pk)):
         shown = ahead.setdefault(held.chain_id, [])
         if held.state == PlanState.SUSPENDED or (
-            held.state == PlanState.PLANNED and not any(p.state == PlanState.PLANNED for p in shown)
+            held.state == PlanState.PLANNED and not any(a.plan.state == PlanState.PLANNED for a in shown)
         ):
-            shown.append(held)
+            shown.append(PlanAhead(held, waiting.get(held.pk, "")))
     return ahead
 
 
@@ -1287,9 +1296,10 @@ def _chain_page(
         "guard_form": guard_form,
         **_guard_context(selection),
         "plans": plan_items,
-        "plans_ahead": _plans_ahead([item.plan for item in plan_items if item.plan.is_holding]).get(
-            selection.chain_id, []
-        ),
+        "plans_ahead": _plans_ahead(
+            [item.plan for item in plan_items if item.plan.is_holding],
+            waiting={item.plan.pk: item.waiting for item in plan_items if item.waiting},
+        ).get(selection.chain_id, []),
         "drill_form": drill_form,
         "drills_now": drills_now,
         "drills_recent": drills_recent,
@@ -1409,6 +1419,8 @@ def _plan_items(
     for held in plans.recent_plans(chain=live.chain):
         forms: dict[str, ReasonForm] = {}
         replaces, blocked = "", ""
+        # Why it still waits, worked out on the chain now; why it was suspended then is its history.
+        waiting = plans.why_waiting(held, live.selection, now=now) if held.state == PlanState.SUSPENDED else ""
         if oncall and held.state in (PlanState.PLANNED, PlanState.SUSPENDED):
             change = PlanChangeForm(
                 initial={
@@ -1438,6 +1450,7 @@ def _plan_items(
                 summary=plans.describe(held),
                 events=list(held.events.all()),
                 replaces=replaces,
+                waiting=waiting,
                 start_blocked=blocked,
                 forms=forms,
                 open=opened,
