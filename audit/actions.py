@@ -160,8 +160,13 @@ class BadLink(Exception):
 def deep_link(action: Action) -> str:
     """The address that opens ``action``'s review, prefilled: signed (the same address for
     the same action), dated by the action's ``at``, never authority."""
-    token = signing.Signer(salt=LINK_SALT).sign_object(action.to_value(), compress=True)
-    return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/act/{token}/"
+    return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/act/{link_token(action)}/"
+
+
+def link_token(action: Action) -> str:
+    """The signed part of ``action``'s deep link (``/act/<token>/``); the pages link to it on
+    the host they were reached on, the notifiers on ``PUBLIC_BASE_URL``."""
+    return signing.Signer(salt=LINK_SALT).sign_object(action.to_value(), compress=True)
 
 
 def read_link(token: str, *, now: datetime | None = None) -> Action:

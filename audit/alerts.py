@@ -29,9 +29,10 @@ from audit.models import SUBJECT_ALERTS, Alert, AlertKind, DeliveryState
 from audit.notifications import notify_resolved, resolution_deliveries
 from audit.notifiers import LOG, planned_deliveries
 from audit.provider_health import Failing, failing_steps
+from presets import plans
 from presets.documents import format_duration, format_time
 from presets.exceptions import NotFound
-from presets.models import Action, Chain, Selection, lock_selection
+from presets.models import Action, Chain, PlannedPin, PlanState, Selection, lock_selection
 from presets.selectors import PinStart, live_pin_start, pin_start
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,9 @@ def open_alert_count() -> int:
 
 
 def alert_texts(alerts: list[Alert], *, now: datetime) -> dict[int, str]:
-    """Each alert's words as shown at ``now`` (``alert_text``), by id: at most two reads, the
-    fleet's failing steps and the live pins of the stale alerts' chains, whatever the count."""
+    """Each alert's words as shown at ``now`` (``alert_text``), by id: two reads, the fleet's
+    failing steps and the live pins of the stale alerts' chains, whatever the count; and for
+    open suspended plans, two more and one per plan (``_plans_waiting``)."""
     failing: dict[tuple[str, str], Failing] = {}
     if any(a.kind == AlertKind.PROVIDER_FAILING and a.is_open for a in alerts):
         failing = {(f.chain, f"{f.provider}/{f.model}"): f for f in failing_steps(now=now)}
@@ -70,7 +72,34 @@ def alert_texts(alerts: list[Alert], *, now: datetime) -> dict[int, str]:
     if stale:
         live = Selection.objects.filter(chain_id__in=stale)
         pins = {c: (e, d) for c, e, d in live.values_list("chain_id", "expires_at", "chain__default_preset__name")}
-    return {a.pk: alert_text(a, now=now, failing=failing, pin=pins.get(a.chain_id)) for a in alerts}
+    waiting = _plans_waiting([a for a in alerts if a.kind == AlertKind.PLAN_SUSPENDED and a.is_open], now=now)
+    return {
+        a.pk: alert_text(a, now=now, failing=failing, pin=pins.get(a.chain_id), waiting=waiting.get(a.pk))
+        for a in alerts
+    }
+
+
+def _plans_waiting(suspended: list[Alert], *, now: datetime) -> dict[int, str]:
+    """Why the plan of each open ``plan_suspended`` alert still waits, worked out on its chain
+    as served now (``plans.why_waiting``), by alert id; none for a plan no longer suspended."""
+    if not suspended:
+        return {}
+    held = (
+        PlannedPin.objects.filter(pk__in=[a.details.get("plan") for a in suspended], state=PlanState.SUSPENDED)
+        .select_related("chain", "preset")
+        .in_bulk()
+    )
+    live = {
+        s.chain_id: s
+        for s in Selection.objects.filter(chain_id__in={p.chain_id for p in held.values()}).select_related(
+            "chain", "preset"
+        )
+    }
+    return {
+        alert.pk: plans.why_waiting(plan, live[plan.chain_id], now=now)
+        for alert in suspended
+        if (plan := held.get(alert.details.get("plan"))) is not None and plan.chain_id in live
+    }
 
 
 def alert_text(
@@ -79,13 +108,15 @@ def alert_text(
     now: datetime,
     failing: Mapping[tuple[str, str], Failing] | None = None,
     pin: tuple[datetime | None, str | None] | None = None,
+    waiting: str | None = None,
 ) -> str:
     """What ``alert`` says as it is shown at ``now``, from its data: how long its condition
     has lasted and, for a step failing still, the fleet's figures now (``failing``: the
     ``provider_health.failing_steps`` read, by chain and step), as the dashboard's "failing
     now" says them; for a stale pin still open, its expiry now and the chain's default
-    (``pin``: an extension moves the expiry). ``message`` stays as it was raised: what the
-    notifiers were sent."""
+    (``pin``: an extension moves the expiry); for a plan still suspended, why it waits now
+    (``waiting``: ``plans.why_waiting``), the chain may have changed since. ``message`` stays
+    as it was raised: what the notifiers were sent."""
     until = alert.resolved_at if alert.resolved_at is not None else now
     lasted = format_duration(until - alert.created_at)
     details = alert.details or {}
@@ -113,6 +144,8 @@ def alert_text(
                 f"until the next check resolves it). When raised: {alert.message}"
             )
         return f"{step.describe()}; failing for {lasted}, since {format_time(alert.created_at)}."
+    if alert.kind == AlertKind.PLAN_SUSPENDED and alert.is_open and waiting:
+        return f"{waiting} When raised: {alert.message}"
     if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
         span = f"for {lasted}" if alert.is_open else f"for {lasted}, until {format_time(until)}"
         return f"{alert.message} (seen {span}, since {format_time(alert.created_at)})."

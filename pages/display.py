@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from audit import change_review
 from audit.change_risks import HealthMap, health_class, reported_health
 from presets.documents import format_clock as format_clock  # the pages' templates and views read it here
 from presets.documents import format_duration
@@ -274,7 +275,7 @@ class PresetChoice:
 
     @property
     def degraded(self) -> bool:
-        return bool((self.preset.marking or {}).get("degraded"))
+        return self.preset.is_degraded
 
     @property
     def note(self) -> str:
@@ -305,6 +306,19 @@ def preset_choices(
     ]
 
 
+# --- alerts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionLink:
+    """A suggested action (``audit.actions``) as the alerts page offers it: its Slack button's
+    words, the address of its review, prefilled, and whether it ends a pin (amber)."""
+
+    label: str
+    href: str
+    caution: bool = False
+
+
 # --- planned pins ------------------------------------------------------------------------------
 
 
@@ -320,11 +334,7 @@ def format_day(value: datetime, *, now: datetime) -> str:
 def plan_preset_choices(presets: list[Preset]) -> list[tuple[str, str]]:
     """The presets a pin may be planned of (not the default, which the chain serves without
     one), as a plan form offers them."""
-    return [
-        (p.name, f"{p.name} (degraded)" if (p.marking or {}).get("degraded") else p.name)
-        for p in presets
-        if not p.is_default
-    ]
+    return [(p.name, f"{p.name} (degraded)" if p.is_degraded else p.name) for p in presets if not p.is_default]
 
 
 @dataclass(frozen=True)
@@ -336,6 +346,7 @@ class PlanItem:
     summary: str
     events: list[PlanEvent]
     replaces: str = ""  # what starting a suspended plan by hand would replace now
+    waiting: str = ""  # why a suspended plan still waits, on the chain as it is now
     start_blocked: str = ""  # why it cannot be started by hand now
     forms: dict[str, Any] = field(default_factory=dict)
     open: str = ""
@@ -345,17 +356,24 @@ class PlanItem:
         return self.plan.state == PlanState.SUSPENDED
 
 
+@dataclass(frozen=True)
+class PlanAhead:
+    """A plan a chain's card shows: a suspended one with why it still waits, on the chain as
+    it is now (``plans.why_waiting``), or the next to start."""
+
+    plan: PlannedPin
+    waiting: str = ""
+
+
 def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[str, str]:
-    """What starting a suspended ``plan`` by hand replaces on the chain ``live`` shows, or why
-    it cannot be (the service refuses it then, in the same words): (replaces, blocked)."""
-    s, preset, chain = live.selection, plan.preset, live.chain
-    if plan.ends_at <= now:
-        return "", f"Its end, {format_clock(plan.ends_at, now=now)}, has passed: it will be marked missed."
-    if preset.is_retired:
-        return "", f"{preset.name} was retired from the presets file: it cannot be served. Cancel the plan."
-    if s.preset_id == preset.pk:
-        return "", f"{preset.name} is already live on {chain}: extend the pin instead, or cancel the plan."
-    until = format_clock(plan.ends_at, now=now)
+    """What starting a suspended ``plan`` by hand replaces on the chain ``live`` shows, with the
+    dangers of its review (``audit.change_review``), or why it cannot be, in the words the
+    plans refuse it with: (replaces, blocked)."""
+    review = change_review.review_plan_start(live.selection, plan)
+    if review.refusal is not None:
+        words = review.refusal.field_message
+        return "", f"{words[0].upper()}{words[1:]}."
+    s, chain = live.selection, live.chain
     if s.is_pinned and s.expires_at is not None:
         now_serving = (
             f"the pin of {s.preset.name} (v{s.version}, pinned by {live.origin.actor}, "
@@ -363,10 +381,10 @@ def start_words(plan: PlannedPin, live: LiveState, *, now: datetime) -> tuple[st
         )
     else:
         now_serving = f"{chain}'s default, {s.preset.name} (v{s.version})"
-    words = f"Starting it replaces {now_serving} with {preset.name} until {until}, now."
-    note = (preset.marking or {}).get("note")
-    if (preset.marking or {}).get("degraded"):
-        words += f" {preset.name} is marked degraded" + (f": {note}" if note else ".")
+    until = format_clock(plan.ends_at, now=now)
+    words = f"Starting it replaces {now_serving} with {review.target} until {until}, now."
+    if review.dangers:
+        words += f" Check first: {'; '.join(review.dangers)}."
     return words, ""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any
@@ -33,13 +34,16 @@ from audit import actions, change_review, provider_health, spend
 from audit import drills as fleet_drills
 from audit.alerts import alert_texts, recent_alerts
 from audit.fleet import fleet_summaries, idle_head_warnings
+from audit.models import Alert
 from audit.notifications import changes_notified, recent_notifications
 from pages import plots
 from pages.display import (
     DRILL_STATUS_WORDS,
+    ActionLink,
     DrillItem,
     HealthMap,
     LiveState,
+    PlanAhead,
     PlanItem,
     change_facts,
     drill_status,
@@ -111,7 +115,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
-    ahead = _plans_ahead(plans.holding_plans())  # every chain's plans to come in one
+    holding = plans.holding_plans()  # every chain's plans to come in one
+    serving = {s.chain_id: s for s in selections}
+    waiting = {  # why each suspended plan still waits, on its chain as served now
+        p.pk: plans.why_waiting(p, serving[p.chain_id], now=now)
+        for p in holding
+        if p.state == PlanState.SUSPENDED and p.chain_id in serving
+    }
+    ahead = _plans_ahead(holding, waiting=waiting)
     watching, acted = _card_guards(selections, starts)  # every card's guard in one
     last_drills = fleet_drills.last_drill_by_chain([s.chain_id for s in selections])  # every chain's last drill in two
     cards = []
@@ -893,16 +904,17 @@ def _check_form(form: ReasonForm) -> None:
             form.add_service_error(error)
 
 
-def _plans_ahead(holding: list[PlannedPin]) -> dict[int, list[PlannedPin]]:
+def _plans_ahead(holding: list[PlannedPin], *, waiting: dict[int, str]) -> dict[int, list[PlanAhead]]:
     """By chain, the plans a chain's card shows: each suspended one (it waits for a person),
-    then the next to start; none started (its pin is the card's live one)."""
-    ahead: dict[int, list[PlannedPin]] = {}
+    with why it still waits now (``waiting``, by plan), then the next to start; none started
+    (its pin is the card's live one)."""
+    ahead: dict[int, list[PlanAhead]] = {}
     for held in sorted(holding, key=lambda p: (p.state != PlanState.SUSPENDED, p.starts_at, p.pk)):
         shown = ahead.setdefault(held.chain_id, [])
         if held.state == PlanState.SUSPENDED or (
-            held.state == PlanState.PLANNED and not any(p.state == PlanState.PLANNED for p in shown)
+            held.state == PlanState.PLANNED and not any(a.plan.state == PlanState.PLANNED for a in shown)
         ):
-            shown.append(held)
+            shown.append(PlanAhead(held, waiting.get(held.pk, "")))
     return ahead
 
 
@@ -1262,9 +1274,10 @@ def _chain_page(
         "guard_form": guard_form,
         **_guard_context(selection),
         "plans": plan_items,
-        "plans_ahead": _plans_ahead([item.plan for item in plan_items if item.plan.is_holding]).get(
-            selection.chain_id, []
-        ),
+        "plans_ahead": _plans_ahead(
+            [item.plan for item in plan_items if item.plan.is_holding],
+            waiting={item.plan.pk: item.waiting for item in plan_items if item.waiting},
+        ).get(selection.chain_id, []),
         "drill_form": drill_form,
         "drills_now": drills_now,
         "drills_recent": drills_recent,
@@ -1384,6 +1397,8 @@ def _plan_items(
     for held in plans.recent_plans(chain=live.chain):
         forms: dict[str, ReasonForm] = {}
         replaces, blocked = "", ""
+        # Why it still waits, worked out on the chain now; why it was suspended then is its history.
+        waiting = plans.why_waiting(held, live.selection, now=now) if held.state == PlanState.SUSPENDED else ""
         if oncall and held.state in (PlanState.PLANNED, PlanState.SUSPENDED):
             change = PlanChangeForm(
                 initial={
@@ -1413,6 +1428,7 @@ def _plan_items(
                 summary=plans.describe(held),
                 events=list(held.events.all()),
                 replaces=replaces,
+                waiting=waiting,
                 start_blocked=blocked,
                 forms=forms,
                 open=opened,
@@ -1432,12 +1448,33 @@ def _alerts_context() -> dict[str, Any]:
         "alerts": alerts,
         # Each alert's words as of now (how long, the figures now), not those frozen when raised.
         "alert_texts": alert_texts(alerts, now=now),
+        "alert_actions": _alert_actions(still_open, now=now),
         "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
         "changes_notified": changes_notified(),
         # Provider alerts not raised because their evidence came from too few tokens, and why.
         "held": [
             (chain, held) for chain, alerts in provider_health.alert_evidence(now=now).held.items() for held in alerts
         ],
+    }
+
+
+def _alert_actions(still_open: list[Alert], *, now: datetime) -> dict[int, list[ActionLink]]:
+    """What each open alert suggests doing, by id: the actions its notifications offered
+    (``actions.for_alert``, Slack's buttons), each a link to its review, prefilled. The page
+    dates the links it makes: an alert still open after a deep link's age limit
+    (``DEEP_LINK_MAX_AGE_HOURS``) still offers its actions; the review checks the chain's
+    version, as every change does."""
+    at = int(now.timestamp())
+    return {
+        alert.pk: [
+            ActionLink(
+                label=action.label,
+                href=reverse("act", args=[actions.link_token(replace(action, at=at))]),
+                caution=action.kind == actions.REVERT,
+            )
+            for action in actions.for_alert(alert)
+        ]
+        for alert in still_open
     }
 
 

@@ -339,6 +339,23 @@ def start_refusal(plan: PlannedPin, selection: Selection, *, now: datetime) -> s
     return None
 
 
+def why_waiting(plan: PlannedPin, selection: Selection, *, now: datetime) -> str:
+    """Why a suspended ``plan`` still waits, worked out against the chain as ``selection``
+    serves it at ``now`` by the rule that suspended it (``start_refusal``), as the pages and
+    the alerts say it: what would stop it starting by itself now, or that nothing would (a
+    suspended plan still waits for a person). The reason it was suspended with stays as it
+    was, in ``state_reason`` and its history."""
+    if plan.ends_at <= now:
+        return f"Its end at {format_time(plan.ends_at)} has passed: it will be marked missed."
+    refusal = start_refusal(plan, selection, now=now)
+    if refusal is None:
+        return (
+            f"Nothing on {selection.chain.name} stops it starting now, but a suspended plan waits for a "
+            "person: start it anyway, or cancel it."
+        )
+    return f"What stops it starting by itself now: {refusal}."
+
+
 def _start(plan: PlannedPin, selection: Selection, *, actor: str, reason: str, now: datetime) -> None:
     preset = plan.preset
     services.start_planned_pin(selection, preset=preset, ends_at=plan.ends_at, actor=actor, reason=reason, now=now)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import time_machine
 from django.test import override_settings
+from django.utils import timezone
 
 from audit.models import Alert, AlertKind
 from presets import plans, services
@@ -320,6 +321,39 @@ def test_a_suspended_plan_left_alone_is_missed_at_its_end_and_its_alert_resolved
     assert not alert.is_open and alert.resolution.startswith("missed")
     with pytest.raises(InvalidInput):
         plans.start_plan_anyway(chain="chat", plan=planned.pk, actor="carol", reason="late")
+
+
+def test_why_a_suspended_plan_waits_is_worked_out_on_the_chain_now_and_its_recorded_reason_stays(
+    clock: Any,
+) -> None:
+    services.select_preset(
+        chain="chat", preset="drop_vendor_b", actor="bob", reason="INC-9", expires_at=timedelta(hours=3)
+    )
+    planned = plan()
+    suspended_by(clock, planned)
+    recorded = PlannedPin.objects.get(pk=planned.pk).state_reason
+    assert recorded.startswith("chat serves the pin drop_vendor_b (v2 by bob, until 2026-12-10T03:00:00Z)")
+
+    def waiting() -> str:
+        return plans.why_waiting(PlannedPin.objects.get(pk=planned.pk), live(), now=timezone.now())
+
+    assert waiting() == f"What stops it starting by itself now: {recorded}."  # the same rule, nothing changed
+    clock.move_to(datetime(2026, 12, 10, 3, 0, 1, tzinfo=UTC))
+    services.expire_pins()  # v3 by the system: nothing stops it now
+    assert waiting() == (
+        "Nothing on chat stops it starting now, but a suspended plan waits for a person: start it anyway, or cancel it."
+    )
+    clock.move_to(datetime(2026, 12, 10, 3, 10, tzinfo=UTC))
+    services.select_preset(chain="chat", preset="local_only", actor="carol", reason="INC-10 vendor_a down")
+    assert waiting() == (
+        "What stops it starting by itself now: chat was changed by carol at 2026-12-10T03:10:00Z after it was "
+        "planned (v4, select local_only: INC-10 vendor_a down)."
+    )
+    clock.move_to(END)
+    assert waiting() == "Its end at 2026-12-10T04:00:00Z has passed: it will be marked missed."
+    held = PlannedPin.objects.get(pk=planned.pk)
+    assert (held.state, held.state_reason) == ("suspended", recorded)  # as suspended, in its history too
+    assert [(e.kind, e.reason) for e in held.events.all()][-1] == ("suspended", recorded)
 
 
 @override_settings(PLAN_MAX_DAYS_AHEAD=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -18,7 +19,7 @@ from django.db import connection
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from audit import alerts, provider_alerts
+from audit import actions, alerts, provider_alerts
 from audit import delivery as alert_delivery
 from audit.models import Alert
 from pages.errors import WayBack, way_back
@@ -144,6 +145,91 @@ def test_a_stale_pins_words_say_how_long_it_has_been_pinned_when_shown_not_when_
     assert "it expires at 08:46 UTC. Keep it on purpose (extend) or revert to normal." in later  # the extension's
     alert.refresh_from_db()
     assert "for 1 h 1 min" in alert.message and "06:00:00Z" in alert.message  # stored, and sent, as raised
+
+
+# --- what an open alert offers to do -------------------------------------------------------------
+
+
+def suggested_links(html: str) -> dict[str, str]:
+    """Each button to a suggested action's review on the page: its words -> its address."""
+    found = re.findall(r'<a class="button[^"]*" href="(/act/[^"]+)">(.*?)</a>', html, re.S)
+    return {text_of(words).strip(): href for href, words in found}
+
+
+def offered(href: str) -> actions.Action:
+    """The action a page's link carries, as its review reads it."""
+    return actions.read_link(href.split("/")[2])
+
+
+def test_an_open_stale_pin_offers_the_actions_its_notifications_offer_each_opening_its_review(
+    oncall: Client,
+) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        alert = stale_alert(clock)
+        links = suggested_links(page(oncall))
+        assert list(links) == ["Extend 1 h on chat…", "Revert to default on chat…"]
+        # The very actions Slack's buttons carry (``actions.for_alert``): kind, version, reason.
+        at = int(T0.timestamp()) + 61 * 60
+        assert [offered(href) for href in links.values()] == [replace(a, at=at) for a in actions.for_alert(alert)]
+        review = oncall.get(oncall.get(links["Extend 1 h on chat…"])["Location"]).content.decode()
+    assert "Extend the pin of pin_secondary on chat?" in review
+    assert 'value="Extended chat still pinned to pin_secondary after 1 h 1 min"' in review
+    assert Selection.objects.get(chain__name="chat").version == 2  # opening it changed nothing
+
+
+def test_a_viewer_and_a_resolved_alert_are_offered_no_change(oncall: Client, viewer: Client) -> None:
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)
+        assert suggested_links(page(viewer)) == {}
+        assert len(suggested_links(page(oncall))) == 2
+        services.revert_to_default(chain="chat", actor="carol", reason="vendor_a is back")
+        alerts.sweep_stale_pins()
+        assert suggested_links(page(oncall)) == {}
+
+
+def test_an_alert_open_longer_than_a_deep_link_lasts_still_opens_its_review(oncall: Client, settings: Any) -> None:
+    settings.DEEP_LINK_MAX_AGE_HOURS = 1
+    with time_machine.travel(T0, tick=False) as clock:
+        stale_alert(clock)
+        clock.shift(timedelta(hours=2))  # the alert was raised 2 h ago, its pin still live
+        href = suggested_links(page(oncall))["Revert to default on chat…"]
+        response = oncall.get(href)
+    assert response.status_code == 302 and "?review=" in response["Location"], response.get("Location")
+
+
+def test_a_spend_alert_under_a_pin_offers_one_way_to_end_it_beside_the_spend_step_by_step(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        selection = pin()
+        alerts.raise_alert(
+            kind="spend",
+            chain=selection.chain,
+            version=selection.version,
+            subject="total",
+            message="chat's spend runs at $12.00 an hour, over its bound of $10.00",
+            details={"words": "$12.00 an hour, over its bound of $10.00", "pin": "pin_secondary"},
+            now=T0,
+        )
+        html = page(oncall)
+    [item] = items(html)
+    assert list(suggested_links(html)) == ["Revert to default on chat…"]
+    assert "End the pin" not in item and "#revert" not in html
+    assert 'href="/chains/chat/#spend">Spend of chat, step by step</a>' in html
+
+
+def test_a_failing_provider_offers_its_suggested_pin_and_the_pin_form_guarded(oncall: Client) -> None:
+    with time_machine.travel(T0, tick=False):
+        alerts.raise_alert(
+            kind="provider_failing",
+            chain=Selection.objects.get(chain__name="chat").chain,
+            version=1,
+            subject="vendor_a/large",
+            message="vendor_a/large on chat: 48 % errors",
+            details={"suggested": {"preset": "pin_secondary", "reason": "error rate 0 %"}},
+            now=T0,
+        )
+        html = page(oncall)
+    assert list(suggested_links(html)) == ["Pin pin_secondary on chat…"]
+    assert 'href="/chains/chat/?from=alert">Pin another preset on chat, guarded…</a>' in html
 
 
 def test_a_failing_providers_alert_shows_the_figures_now_and_for_how_long(

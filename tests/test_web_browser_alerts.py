@@ -18,7 +18,7 @@ from audit import delivery as alert_delivery
 from audit.models import Alert
 from presets import services
 from presets.models import Selection
-from tests.browser import LAPTOP, PHONE, axe_violations, sign_in_on_the_page
+from tests.browser import LAPTOP, PHONE, SCREENS, axe_violations, reads_well, sign_in_on_the_page
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 THEMES = ["light", "dark"]
@@ -78,8 +78,37 @@ def test_the_alerts_page_reads_well_on_a_phone_in_both_themes(
     assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", page.locator("main").inner_text()), "an ISO time is shown"
     fits_a_phone_and_has_no_serious_violations(page)
 
-    page.locator(".alert-item").first.get_by_role("link", name="incident-summary").click()
+    page.locator(".alert-item").first.get_by_role("link", name="incident-summary", exact=True).click()
     page.wait_for_url(re.compile(r"/chains/incident-summary/$"))
+
+
+def test_an_open_stale_pin_offers_extend_and_revert_on_a_phone_and_revert_ends_the_pin(
+    open_page: Callable[..., Any], alice: User, bob: User
+) -> None:
+    now = timezone.now()
+    with time_machine.travel(now - timedelta(minutes=95), tick=False):
+        services.select_preset(chain="chat", preset="pin_secondary", actor="carol", reason=REASON)
+    with time_machine.travel(now - timedelta(minutes=30), tick=False):
+        assert alerts.sweep_stale_pins().raised == 1
+    size, scheme = SCREENS["390x844-dark"]
+    page = open_page(alice, "/alerts/", color_scheme=scheme, viewport=size)
+
+    item = page.locator(".alert-item").first
+    offered = item.locator(".alert-actions").get_by_role("link")
+    assert offered.all_inner_texts() == ["Extend 1 h on chat…", "Revert to default on chat…"]  # as Slack's buttons
+    reads_well(page, "alerts-stale-pin-actions")
+    viewer = open_page(bob, "/alerts/", color_scheme=scheme, viewport=size)
+    assert viewer.locator(".alert-actions").count() == 0  # a viewer is offered no change
+
+    item.get_by_role("link", name="Revert to default on chat…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/revert\?review="))
+    assert page.get_by_role("heading", level=1).inner_text() == "Revert chat to its default, normal?"
+    assert page.get_by_label("Reason").input_value() == "Reverted chat still pinned to pin_secondary after 1 h 5 min"
+    reads_well(page, "alerts-stale-pin-revert-review")
+    assert live().version == 2  # opening the review changed nothing
+    page.get_by_role("button", name="Revert to normal").click()
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert (live().version, live().preset.name, live().updated_by) == (3, "normal", "alice")
 
 
 def sign_out_and_in_again(page: Any) -> None:

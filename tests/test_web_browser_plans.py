@@ -247,3 +247,56 @@ def test_the_dashboard_shows_a_suspended_plan_loudly(
     note = page.locator("[data-chain=incident-summary] .plan-note-suspended")
     assert note.get_by_role("link", name=f"Start plan #{held.pk} anyway…").is_visible()
     reads_well(page, "dashboard-plan-suspended")
+
+
+def test_a_suspended_plan_says_why_it_waits_on_the_chain_as_it_is_now(
+    open_page: Callable[..., Any], alice: User, clock: Any
+) -> None:
+    services.select_preset(
+        chain="chat",
+        preset="drop_vendor_b",
+        actor="carol",
+        reason="INC-9 vendor_b leaks",
+        expires_at=timedelta(hours=2),
+    )
+    held = plans.plan_pin(
+        chain="chat",
+        preset="pin_secondary",
+        starts_at=T0 + timedelta(hours=1),
+        ends_at=T0 + timedelta(hours=4),
+        actor="alice",
+        reason=REASON,
+    )
+    clock.move_to(T0 + timedelta(hours=1, seconds=5))
+    assert plans.run_plans().suspended == [held.pk]
+    then = "chat serves the pin drop_vendor_b (v2 by carol, until 14:00 UTC)"
+    clock.move_to(T0 + timedelta(hours=2, minutes=1))  # carol's pin has expired since: the system's change
+    viewport, scheme = SCREENS["390x844-dark"]
+
+    page = open_page(alice, "/chains/chat/", color_scheme=scheme, viewport=viewport, at=T0 + timedelta(hours=2))
+    why = page.locator(f"#plan-{held.pk} .plan-why")
+    assert why.inner_text().startswith("Did not start by itself. Nothing on chat stops it starting now")
+    assert (
+        page.locator(".plan-note-suspended")
+        .inner_text()
+        .startswith(f"PLAN SUSPENDED Plan #{held.pk} did not start by itself. Nothing on chat stops it starting now")
+    )
+
+    clock.move_to(T0 + timedelta(hours=2, minutes=5))
+    services.select_preset(chain="chat", preset="local_only", actor="bob", reason="INC-10 vendor_a down")
+    page.reload()
+    now = "What stops it starting by itself now: chat was changed by bob at 14:05 UTC after it was planned (v4"
+    assert why.inner_text().startswith(f"Did not start by itself. {now}") and then not in why.inner_text()
+    assert now in page.locator(".plan-note-suspended").inner_text()
+    page.locator(f"#plan-{held.pk} .plan-events summary").click()
+    assert (
+        f"suspended by system:schedule, Wed 10 Mar 13:00 UTC: {then}"
+        in page.locator(f"#plan-{held.pk} .plan-events").inner_text()
+    )  # why it was suspended at the time
+    reads_well(page, "chain-plan-waiting-now")
+
+    page.goto("/alerts/")
+    alert = page.locator(".alert-item").first
+    assert alert.locator(".alert-message").inner_text().startswith(now)
+    assert f"When raised: chat: planned pin #{held.pk} did not start by itself: {then}" in alert.inner_text()
+    reads_well(page, "alerts-plan-waiting-now")

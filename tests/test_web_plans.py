@@ -362,7 +362,10 @@ def test_a_suspended_plan_says_why_and_what_starting_it_would_replace(oncall: Cl
     item = text(re.search(rf'<li class="plan plan-suspended" id="plan-{held.pk}".*?</li>\s*</ol>', html, re.S).group())
 
     assert f"Plan #{held.pk} pin_secondary suspended" in item
-    assert "Not started by itself: chat was changed by carol at 12:00 UTC after it was planned" in item
+    assert (
+        "Did not start by itself. What stops it starting by itself now: chat was changed by carol at 12:00 UTC "
+        "after it was planned"
+    ) in item
     assert (
         "Starting it replaces the pin of drop_vendor_b (v2, pinned by carol, until 16:00 UTC) "
         "with pin_secondary until 15:00 UTC, now."
@@ -373,6 +376,71 @@ def test_a_suspended_plan_says_why_and_what_starting_it_would_replace(oncall: Cl
     # The live card says so too, loudly, with the way to settle it.
     card = text(re.search(r'<section class="card.*?</section>', html, re.S).group())
     assert f"Plan suspended Plan #{held.pk} did not start by itself" in card
+
+
+def suspended_by_a_live_pin(clock: Any) -> PlannedPin:
+    """A plan of pin_secondary from T0+1h to T0+3h, suspended at its start because carol's pin
+    of drop_vendor_b, there when it was planned, is live until T0+2h."""
+    services.select_preset(
+        chain="chat", preset="drop_vendor_b", actor="carol", reason="INC-9", expires_at=timedelta(hours=2)
+    )
+    held = planned(T0 + timedelta(hours=1))
+    clock.move_to(T0 + timedelta(hours=1, seconds=5))
+    assert plans.run_plans().suspended == [held.pk]
+    held.refresh_from_db()
+    assert held.state_reason.startswith("chat serves the pin drop_vendor_b (v2 by carol, until 2027-03-10T14:00:00Z)")
+    return held
+
+
+def plan_item(html: str, held: PlannedPin) -> str:
+    return text(re.search(rf'<li class="plan plan-suspended" id="plan-{held.pk}".*?</li>\s*</ol>', html, re.S).group())
+
+
+def plan_note(html: str) -> str:
+    return text(re.search(r'<div class="plan-note plan-note-suspended">.*?</div>', html, re.S).group())
+
+
+def test_a_suspended_plan_says_why_it_waits_on_the_chain_as_it_is_now_not_as_it_was(oncall: Client, clock: Any) -> None:
+    held = suspended_by_a_live_pin(clock)
+    clock.move_to(T0 + timedelta(hours=1, minutes=10))
+    services.revert_to_default(chain="chat", actor="bob", reason="INC-9 over")
+    services.select_preset(chain="chat", preset="local_only", actor="bob", reason="INC-10 vendor_a down")
+    now = "What stops it starting by itself now: chat was changed by bob at 13:10 UTC after it was planned (v3, revert"
+    then = "chat serves the pin drop_vendor_b (v2 by carol, until 14:00 UTC)"
+
+    html = chain_page(oncall)
+    item = plan_item(html, held)
+    why = text(re.search(r'<p class="plan-why plan-why-suspended">.*?</p>', html, re.S).group())
+    assert why.startswith(f"Did not start by itself. {now}") and then not in why
+    assert f"suspended by system:schedule, Wed 10 Mar 13:00 UTC: {then}" in item  # its history keeps it
+    assert "Starting it replaces the pin of local_only (v4, pinned by bob" in item
+    assert plan_note(html).startswith(f"Plan suspended Plan #{held.pk} did not start by itself. {now}")
+    assert then not in plan_note(html)
+    dashboard = chain_page(oncall, "/")
+    assert plan_note(dashboard).startswith(f"Plan suspended Plan #{held.pk} did not start by itself. {now}")
+    alert = text(
+        re.search(r'<li class="alert-item alert-open">.*?</ul>\s*</li>', chain_page(oncall, "/alerts/"), re.S).group()
+    )
+    assert f"{now}" in alert and f"When raised: chat: planned pin #{held.pk} did not start by itself: {then}" in alert
+
+
+def test_a_suspended_plan_nothing_stops_now_says_so_and_waits_for_a_person(oncall: Client, clock: Any) -> None:
+    held = suspended_by_a_live_pin(clock)
+    clock.move_to(T0 + timedelta(hours=2, minutes=1))  # carol's pin has expired: the system's change
+    nothing = (
+        "Nothing on chat stops it starting now, but a suspended plan waits for a person: start it anyway, or cancel it."
+    )
+
+    html = chain_page(oncall)
+    assert f"Did not start by itself. {nothing} Why it was suspended at the time is in its history below." in plan_item(
+        html, held
+    )
+    assert f"Plan #{held.pk} did not start by itself. {nothing}" in plan_note(html)
+    assert f"Plan #{held.pk} did not start by itself. {nothing}" in plan_note(chain_page(oncall, "/"))
+    alerts = text(chain_page(oncall, "/alerts/"))
+    assert f"{nothing} When raised: chat: planned pin #{held.pk}" in alerts
+    held.refresh_from_db()
+    assert (held.state, live().version) == ("suspended", 3)  # reading the pages started nothing
 
 
 def test_starting_a_suspended_plan_anyway_pins_it_until_its_end(oncall: Client, clock: Any) -> None:
@@ -438,7 +506,8 @@ def test_a_suspended_plan_whose_preset_is_live_already_offers_no_start(oncall: C
     held = suspended(clock)
     services.select_preset(chain="chat", preset="pin_secondary", actor="carol", reason="INC-9 by hand")
     html = chain_page(oncall)
-    assert "pin_secondary is already live on chat: extend the pin instead, or cancel the plan." in text(html)
+    # The plans' own refusal, as 'plans start' and the API say it.
+    assert "'pin_secondary' is already live on chat: extend the pin instead, or cancel the plan." in text(html)
     assert f'action="/chains/chat/plans/{held.pk}/start"' not in html
     assert f'action="/chains/chat/plans/{held.pk}/cancel"' in html
 

@@ -240,6 +240,12 @@ def alert_words(alert: Alert, texts: dict[int, str]) -> str:
 
 
 @register.filter
+def suggested_actions(alert: Alert, by_alert: dict[int, list[display.ActionLink]]) -> list[display.ActionLink]:
+    """What ``alert`` suggests doing (read by the view for the open ones), as links to reviews."""
+    return by_alert.get(alert.pk, [])
+
+
+@register.filter
 def alert_state(alert: Alert) -> str:
     """``open`` or ``resolved`` for a condition (a stale pin, a failing provider); ``event``
     for something that happened (an expired pin), which is raised already resolved."""
