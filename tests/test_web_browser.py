@@ -306,6 +306,25 @@ def test_the_review_opens_with_the_typing_in_its_reason(open_page: Callable[...,
     assert (live().version, live().preset.name, live().reason) == (2, "pin_secondary", f"{REASON}, vendor_b fine")
 
 
+def test_a_length_edited_in_the_page_is_refused_in_plain_words_once(open_page: Callable[..., Any], alice: User) -> None:
+    page = open_page(alice, "/chains/chat/?preset=pin_secondary", color_scheme="dark", viewport=PHONE)
+    type_into_the_focus(page, REASON)
+    # The list offers whole lengths only: someone (or an extension) edits the page.
+    page.evaluate("() => { document.querySelector('#id_duration_minutes option:checked').value = '0'; }")
+    page.get_by_role("button", name="Review and pin…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/select\?review="))
+
+    words = "give a whole number of minutes from 1 to 1440, e.g. 240"
+    summary = page.locator("#error-summary").inner_text()
+    assert summary.count(f"Pin for: {words}") == 1 and summary.count(words) == 1
+    assert page.locator("#id_duration_minutes_error").inner_text() == words
+    body = page.inner_text("body")
+    assert not re.search(r"Ensure this value|Enter a (whole )?number|This field is required", body)
+    assert "choose how long" not in body
+    reads_well(page, "pin-length-refused")
+    assert live().version == 1
+
+
 # --- accessibility, themes, phone width -----------------------------------------------------
 
 
