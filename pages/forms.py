@@ -25,6 +25,19 @@ DURATION_STEPS = (30, 60, 120, 240, 480, 720, 1440)
 # Expiries this close are one (the pages show minutes): no length is offered that would move a
 # pin's end by less.
 SAME_MINUTE = timedelta(minutes=1)
+# What a field's error says when a NUL comes with the text (pasted from a terminal, say): no field takes one.
+NOT_TEXT = "holds a NUL character, which is not text: type it again"
+# A form's hidden fields say which page sent it; wrong, that page is out of date (``_errors.html``).
+PAGE_VERSION_ERRORS = {
+    "required": "the page did not say which version of the chain it showed",
+    "invalid": "the page's version of the chain is not a whole number",
+    "min_value": "the page's version of the chain is not a whole number",
+}
+PRESET_ERRORS = {
+    "required": "choose one of the presets",
+    "invalid": "that is not one of the presets: choose one on the page",
+    "max_length": "that is not one of the presets: choose one on the page",
+}
 
 
 def duration_choices() -> list[tuple[int, str]]:
@@ -78,6 +91,8 @@ class ReasonForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", self.field_ids)
         super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            field.error_messages.setdefault("null_characters_not_allowed", NOT_TEXT)
 
     def add_service_error(self, error: InvalidInput) -> None:
         """Show a service's refusal on the field it names, or above the form, in the pages'
@@ -93,7 +108,7 @@ class ChangeForm(ReasonForm):
 
     # The version on the page when it was loaded: the service refuses the change (a conflict)
     # when the chain moved meanwhile, so nobody overwrites a change they have not seen.
-    expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    expected_version = forms.IntegerField(min_value=0, widget=forms.HiddenInput, error_messages=PAGE_VERSION_ERRORS)
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
     service_fields = {"expires_at": "duration_minutes"}
 
@@ -115,14 +130,27 @@ class DurationMixin(forms.Form):
         field = self.fields["duration_minutes"]
         field.widget.choices = duration_choices()
         field.initial = settings.PIN_DEFAULT_MINUTES
+        # Only an edited page sends another value than the list's; the service's rule is the
+        # longest pin (a longer one is refused in its words).
+        self.set_minutes_errors(
+            f"give a whole number of minutes from 1 to {settings.PIN_MAX_MINUTES}, e.g. {settings.PIN_DEFAULT_MINUTES}"
+        )
+
+    def set_minutes_errors(self, words: str) -> None:
+        """What a length that is not a whole number of minutes, at least 1, is told."""
+        field = self.fields["duration_minutes"]
+        field.error_messages = {
+            **field.error_messages,
+            "required": "choose how long",
+            "invalid": words,
+            "min_value": words,
+        }
 
 
 class SelectForm(DurationMixin, ChangeForm):
     """Pin one of the chain's reviewed presets, guarded or not (``guard_of``)."""
 
-    preset = forms.SlugField(
-        max_length=PRESET_NAME_MAX, label="Preset", error_messages={"required": "choose one of the presets"}
-    )
+    preset = forms.SlugField(max_length=PRESET_NAME_MAX, label="Preset", error_messages=PRESET_ERRORS)
     guard = forms.BooleanField(required=False, label="Guard this pin")
     # The box was on the form: unticked means no guard. A post without it: the setting decides.
     guard_asked = forms.BooleanField(required=False, widget=forms.HiddenInput)
@@ -172,7 +200,15 @@ class ExtendForm(DurationMixin, ChangeForm):
 
     field_ids = "extend_%s"
     not_done = "The pin was not extended"
-    add_minutes = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+    add_minutes = forms.IntegerField(
+        min_value=1,
+        required=False,
+        widget=forms.HiddenInput,
+        error_messages={
+            "invalid": "the minutes to add are not a whole number",
+            "min_value": "the minutes to add are fewer than 1",
+        },
+    )
     shorten = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -185,7 +221,12 @@ class ExtendForm(DurationMixin, ChangeForm):
 
     def clean(self) -> dict[str, Any] | None:
         data = super().clean() or {}
-        if data.get("add_minutes") is None and data.get("duration_minutes") is None:
+        # One problem, one message: a length the field refused already says what to give.
+        if (
+            data.get("add_minutes") is None
+            and data.get("duration_minutes") is None
+            and not self.has_error("duration_minutes")
+        ):
             self.add_error("duration_minutes", "choose how long")
         return data
 
@@ -222,6 +263,7 @@ class ShortenForm(ExtendForm):
         duration.initial = SHORTEN_STEPS[0]
         duration.label = "End it in"
         duration.help_text = "Counted from now; it must be before the pin ends now. To end it now, revert."
+        self.set_minutes_errors(f"give a whole number of minutes, at least 1, e.g. {SHORTEN_STEPS[0]}")
         self.fields["shorten"].initial = True
         self.fields["reason"].help_text = "Why the pin can end sooner."
 
@@ -317,6 +359,7 @@ class WallClockForm(ReasonForm):
         max_length=ZONE_NAME_MAX,
         label="Times are in",
         widget=forms.Select,
+        error_messages={"max_length": "that is not a time zone: choose UTC"},
         help_text="The clock the start and the end are read on: UTC, or this browser's time zone.",
     )
     time_fields: tuple[str, ...] = ()
@@ -361,7 +404,7 @@ class PlanForm(WallClockForm):
         max_length=PRESET_NAME_MAX,
         label="Preset",
         widget=forms.Select,
-        error_messages={"required": "choose one of the presets"},
+        error_messages=PRESET_ERRORS,
     )
     starts_at = WallTimeField(label="Start", error_messages={"required": "give the start"})
     ends_at = WallTimeField(label="End", error_messages={"required": "give the end"})
@@ -397,7 +440,9 @@ class PlanSettleForm(ReasonForm):
     """Cancel a plan, or start a suspended one anyway: why (and, to start it, the version of
     the chain the person saw what it replaces on)."""
 
-    expected_version = forms.IntegerField(min_value=0, required=False, widget=forms.HiddenInput)
+    expected_version = forms.IntegerField(
+        min_value=0, required=False, widget=forms.HiddenInput, error_messages=PAGE_VERSION_ERRORS
+    )
 
     def __init__(self, *args: Any, not_done: str, help_text: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1230,9 +1230,9 @@ def _chain_page(
     )
     refused_form = next((form for form in forms if form.errors), None)
     # The reason box takes the focus when the person came to pin (a preset chosen on the
-    # dashboard, an alert's link, or an error to fix); on a pinned chain, "Revert" comes first
-    # instead; after signing in again, the form that holds what they typed before the session
-    # expired.
+    # dashboard, an alert's link, or an error to fix); after signing in again, the form that
+    # holds what they typed before the session expired. Never on a plain visit: on a phone the
+    # pin form is far down, and the page must open at its top (the live card, what a guard did).
     typed_form = {"revert": revert_form, "extend": extend_form, "shorten": shorten_form}.get(typed_into)
     if typed_form is not None and live.is_pinned:
         typed_form.fields["reason"].widget.attrs["autofocus"] = True
@@ -1246,7 +1246,7 @@ def _chain_page(
         drill_abort[1].fields["reason"].widget.attrs["autofocus"] = True
     elif focus is not None or plan_action is not None:
         pass  # the plan's form the person came to (``_plan_items``)
-    elif chosen or from_alert or select_form.is_bound or not live.is_pinned:
+    elif chosen or from_alert or select_form.is_bound or typed_into == "select":
         select_form.fields["reason"].widget.attrs["autofocus"] = True
     last_drills = fleet_drills.last_drills(selection.chain)
     choices = preset_choices(

@@ -25,7 +25,16 @@ from django.utils import timezone
 
 from presets import services
 from presets.models import Selection
-from tests.browser import LAPTOP, PHONE, Clicks, api_document, axe_violations, sign_in_on_the_page, type_into_the_focus
+from tests.browser import (
+    LAPTOP,
+    PHONE,
+    Clicks,
+    api_document,
+    axe_violations,
+    reads_well,
+    sign_in_on_the_page,
+    type_into_the_focus,
+)
 from tests.health_reports import report, step, vendor_a_failing
 
 SCREENSHOT = Path(settings.BASE_DIR) / "docs" / "screenshot.png"
@@ -244,6 +253,76 @@ def test_a_page_with_a_form_says_the_chain_changed_instead_of_reloading(
     notice = page.locator("#changed-notice")
     notice.filter(has_text="chat is now v2: local_only by carol").wait_for()
     assert page.locator("#id_reason").input_value() == "half typed"
+
+
+# --- the keyboard -----------------------------------------------------------------------------
+
+
+def tabs_to(page: Any, is_target: str, *, most: int = 40) -> int:
+    """Press Tab until ``is_target`` (a JavaScript test of an element ``e``) holds for the
+    focused element; the number of Tabs that took (0: the page gave it the focus)."""
+    page.wait_for_load_state("load")
+    test = f"() => {{ const e = document.activeElement; return !!e && ({is_target}); }}"
+    for tabs in range(most + 1):
+        if page.evaluate(test):
+            return tabs
+        page.keyboard.press("Tab")
+    raise AssertionError(f"{most} Tabs did not reach {is_target} on {page.url}")
+
+
+def test_from_the_dashboard_a_cards_first_pin_is_three_tabs_away_by_the_skip_link(
+    open_page: Callable[..., Any], alice: User
+) -> None:
+    page = open_page(alice, "/", color_scheme="dark", viewport=PHONE)
+    skip = page.get_by_role("link", name="Skip to the chains' cards")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.textContent") == "Skip to the chains' cards"
+    box = skip.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["y"] >= 0, "the skip link is not shown when it has the focus"
+    reads_well(page, "dashboard-skip-link")
+    page.keyboard.press("Enter")
+    first_pin = "e === document.querySelector('section[data-chain=chat] .preset-buttons a')"
+    assert 1 + tabs_to(page, first_pin) <= 3  # the Tab to the skip link, then to the pin
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/chains/chat/\?preset=drop_vendor_b$"))
+    assert page.get_by_role("radio", name="drop_vendor_b").is_checked()
+    type_into_the_focus(page, REASON)
+    assert page.locator("#id_reason").input_value() == REASON
+
+
+def test_the_review_opens_with_the_typing_in_its_reason(open_page: Callable[..., Any], alice: User) -> None:
+    page = open_page(alice, "/chains/chat/?preset=pin_secondary", color_scheme="dark", viewport=PHONE)
+    type_into_the_focus(page, REASON)
+    page.get_by_role("button", name="Review and pin…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/select\?review="))
+
+    assert tabs_to(page, "e.id === 'confirm_reason'") == 0
+    assert page.locator("#confirm_reason").input_value() == REASON
+    reads_well(page, "review-reason-focused")
+    page.keyboard.press("End")
+    page.keyboard.type(", vendor_b fine")
+    page.keyboard.press("Enter")  # the confirm bar's button is its form's first
+    page.wait_for_url(re.compile(r"/chains/chat/$"))
+    assert (live().version, live().preset.name, live().reason) == (2, "pin_secondary", f"{REASON}, vendor_b fine")
+
+
+def test_a_length_edited_in_the_page_is_refused_in_plain_words_once(open_page: Callable[..., Any], alice: User) -> None:
+    page = open_page(alice, "/chains/chat/?preset=pin_secondary", color_scheme="dark", viewport=PHONE)
+    type_into_the_focus(page, REASON)
+    # The list offers whole lengths only: someone (or an extension) edits the page.
+    page.evaluate("() => { document.querySelector('#id_duration_minutes option:checked').value = '0'; }")
+    page.get_by_role("button", name="Review and pin…").click()
+    page.wait_for_url(re.compile(r"/chains/chat/select\?review="))
+
+    words = "give a whole number of minutes from 1 to 1440, e.g. 240"
+    summary = page.locator("#error-summary").inner_text()
+    assert summary.count(f"Pin for: {words}") == 1 and summary.count(words) == 1
+    assert page.locator("#id_duration_minutes_error").inner_text() == words
+    body = page.inner_text("body")
+    assert not re.search(r"Ensure this value|Enter a (whole )?number|This field is required", body)
+    assert "choose how long" not in body
+    reads_well(page, "pin-length-refused")
+    assert live().version == 1
 
 
 # --- accessibility, themes, phone width -----------------------------------------------------

@@ -169,3 +169,40 @@ def test_what_a_guard_did_reads_well_on_both_cards(
     page.goto("/")
     assert page.locator("[data-chain=chat] .guard-acted").inner_text() == said
     reads_well(page, "guard-acted-dashboard")
+
+
+def in_view(page: Any, locator: Any) -> bool:
+    """Whether all of ``locator`` is on the screen as it is (no scrolling)."""
+    box, height = locator.bounding_box(), page.viewport_size["height"]
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
+
+
+def settled(page: Any) -> None:
+    """Wait for the page's load and two frames after it: a browser focuses (and scrolls to) an
+    autofocus field on a frame of its own."""
+    page.wait_for_load_state("load")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def test_after_a_guard_restored_the_chain_page_opens_at_what_it_did_not_at_the_pin_form(
+    open_page: Callable[..., Any], alice: User, clock: Any
+) -> None:
+    services.select_preset(chain="chat", preset="pin_secondary", actor="bob", reason=REASON, guard=True)
+    clock.move_to(T0 + timedelta(minutes=9))
+    assert guards.restore(guard=PinGuard.objects.get().pk, reason=EVIDENCE, evidence={}) is not None
+
+    page = open_in_new_york(open_page, alice, "/chains/chat/", SCREENS["390x844-dark"])
+    settled(page)
+    assert page.evaluate("() => window.scrollY") == 0
+    assert in_view(page, page.locator(".guard-acted"))
+    assert in_view(page, page.locator("#live-heading")) and in_view(page, page.locator(".live-preset"))
+    focused = page.evaluate("() => document.activeElement.tagName")
+    assert focused not in ("INPUT", "SELECT", "TEXTAREA"), f"a plain visit put the focus in a form field ({focused})"
+    reads_well(page, "guard-acted-plain-visit")
+
+    # Come to pin from an alert, and the typing goes to the pin form's reason, as before.
+    page.goto("/chains/chat/?from=alert")
+    page.wait_for_function("() => document.activeElement.id === 'id_reason'")
+    assert page.evaluate("() => window.scrollY") > 0
+    page.keyboard.type(REASON)
+    assert page.locator("#id_reason").input_value() == REASON

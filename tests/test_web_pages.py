@@ -43,6 +43,10 @@ def page(client: Client, url: str) -> str:
     return html
 
 
+def text_of(html: str) -> str:
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
 def hidden_value(html: str, name: str) -> str:
     match = re.search(rf'<input type="hidden" name="{name}" value="([^"]*)"', html)
     assert match, f"no hidden {name}"
@@ -248,6 +252,56 @@ def test_an_unknown_preset_and_a_too_long_pin_are_form_errors(oncall: Client) ->
     not_a_number = oncall.post("/chains/chat/select", select_data(duration_minutes="soon"), follow=True)
     assert not_a_number.status_code == 400
     assert live().version == 1
+
+
+# Django's own words for a bad value: none reaches an on-call person.
+STOCK = re.compile(r"Ensure this value|Enter a (whole )?number|Enter a valid|This field is required|Null characters")
+MINUTES = "give a whole number of minutes from 1 to 1440, e.g. 240"
+
+
+def summary_and_field(html: str, field_id: str) -> tuple[str, str]:
+    """The error summary's words and those beside the field ``field_id``, as text."""
+    summary = re.search(r'<div class="error-summary".*?</div>', html, re.S)
+    field = re.search(rf'<p class="field-error" id="{field_id}_error">(.*?)</p>', html, re.S)
+    assert summary and field, f"no error summary or no error at {field_id}"
+    return unescape(re.sub(r"<[^>]+>", " ", summary.group(0))), unescape(field.group(1))
+
+
+@pytest.mark.parametrize(
+    "url,fields,field_id,words",
+    [
+        ("/chains/chat/select", {"duration_minutes": "0"}, "id_duration_minutes", MINUTES),
+        ("/chains/chat/select", {"duration_minutes": "abc"}, "id_duration_minutes", MINUTES),
+        ("/chains/chat/select", {"duration_minutes": "1.5"}, "id_duration_minutes", MINUTES),
+        ("/chains/chat/extend", {"duration_minutes": "0"}, "extend_duration_minutes", MINUTES),
+        ("/chains/chat/extend", {"duration_minutes": "abc"}, "extend_duration_minutes", MINUTES),
+        ("/chains/chat/extend", {"duration_minutes": "30", "add_minutes": "x"}, "extend_duration_minutes", None),
+        ("/chains/chat/select", {"preset": "no such preset!"}, "id_preset", "that is not one of the presets"),
+    ],
+    ids=["pin-0", "pin-abc", "pin-1.5", "extend-0", "extend-abc", "extend-add-not-a-number", "preset-not-a-name"],
+)
+def test_an_edited_value_is_told_in_plain_words_once(
+    oncall: Client, url: str, fields: dict[str, str], field_id: str, words: str | None
+) -> None:
+    pin()  # extend needs a pin
+    posted = {"preset": "pin_secondary", "duration_minutes": "60", "reason": REASON, "expected_version": "2", **fields}
+    response = oncall.post(url, posted, follow=True)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert not STOCK.search(text_of(html)), STOCK.search(text_of(html))
+    if words is None:  # a hidden field: the page is out of date, said once in the summary
+        assert text_of(html).count("The page is out of date") == 1
+        assert "the minutes to add are not a whole number" in text_of(html)
+        return
+    label = {"id_duration_minutes": "Pin for", "extend_duration_minutes": "Keep it pinned for", "id_preset": "Preset"}
+    summary, at_field = summary_and_field(html, field_id)
+    # Each problem once in the summary, naming the field, and once beside the field: no second
+    # message for the same problem ("choose how long" after the length was refused).
+    assert summary.count(f"{label[field_id]}: {words}") == 1
+    assert summary.count(words) == 1
+    assert at_field.count(words) == 1 and at_field.strip().startswith(words)
+    assert "choose how long" not in html
+    assert live().version == 2
 
 
 def test_a_post_without_the_page_version_is_refused(oncall: Client) -> None:
