@@ -41,11 +41,16 @@ def live(chain: str) -> Selection:
 def review(action: Action, selection: Selection) -> ChangeReview:
     """The review of ``action`` (``audit.change_review``, as the pages and the commands say it);
     Refused in the services' words when it would be refused. A pin from Slack is guarded."""
-    reviewed = change_review.review_of(
-        selection, action.kind, preset=action.preset, minutes=action.minutes, guard=action.kind == PIN or None
-    )
-    if reviewed.refusal is not None:
-        raise Refused(f"Nothing can be done: {reviewed.refusal.field_message}.")
+    try:
+        reviewed = change_review.review_of(
+            selection, action.kind, preset=action.preset, minutes=action.minutes, guard=action.kind == PIN or None
+        )
+        reviewed.refuse()
+    except InvalidInput as refusal:  # the services' refusal, or minutes they would not take
+        words = refusal.field_message
+        if refusal.field == "duration_minutes" and words.startswith("must"):
+            words = f"the minutes {words}"  # "must be positive" names no field
+        raise Refused(f"Nothing can be done: {words}.") from None
     return reviewed
 
 

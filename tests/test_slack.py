@@ -386,6 +386,9 @@ def test_slash_pin_opens_the_same_review_and_submitting_it_pins(fake, linked) ->
         "Nothing can be done: 'nope' does not exist on chat: use one of drop_vendor_b, local_only, normal, "
         "pin_secondary."
     )
+    assert command("pin chat drop_vendor_b 0").json()["text"] == "Nothing can be done: the minutes must be positive."
+    too_long = command("pin chat drop_vendor_b 99999").json()["text"]
+    assert too_long.startswith("Nothing can be done: 99999 minutes is longer than the maximum pin of ")
     assert "needs the oncall role" in command("revert chat", user=BOB).json()["text"]
 
 
