@@ -10,7 +10,7 @@ checks the same refusals again under its lock."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from audit.change_risks import HealthMap, change_risks
 from audit.fleet import idle_head_warning
 from presets import plans, services
 from presets.documents import format_duration
-from presets.exceptions import InvalidInput, NotFound
+from presets.exceptions import InvalidInput
 from presets.models import PlannedPin, Preset, Selection
 from presets.step_changes import ChainChange, compare_steps, step_label
 
@@ -61,10 +61,6 @@ class ChangeReview:
     refusal: InvalidInput | None = None
 
     @property
-    def chain(self) -> str:
-        return self.live.chain.name
-
-    @property
     def to_default(self) -> bool:
         """Whether the change serves the chain's default again (no expiry)."""
         return self.until is None
@@ -94,7 +90,7 @@ def review_pin(
         return _review(REVERT, live, target, until=None, now=now)
     until = services.resolve_expiry(expires_at, now=now)
     review = _review(PIN, live, target, until=until, now=now)
-    return _with(review, guard=guard_forecast(live, target.steps, asked=guard, now=now))
+    return replace(review, guard=guard_forecast(live, target.steps, asked=guard, now=now))
 
 
 def review_extend(live: Selection, *, expires_at: services.Expiry, shorten: bool = False) -> ChangeReview:
@@ -107,7 +103,7 @@ def review_extend(live: Selection, *, expires_at: services.Expiry, shorten: bool
     if refusal is not None:
         return ChangeReview(EXTEND, live, target=live.preset.name, refusal=refusal)
     review = _review(EXTEND, live, live.preset, until=until, now=now)
-    return _with(review, was_until=live.expires_at)
+    return replace(review, was_until=live.expires_at)
 
 
 def review_revert(live: Selection) -> ChangeReview:
@@ -151,15 +147,13 @@ def review_of(
 ) -> ChangeReview:
     """A suggested action (``audit.actions``: a notification's buttons and deep links): pin
     ``preset`` for ``minutes`` (guarded as ``guard`` says), extend the pin by ``minutes`` from
-    its expiry, or revert."""
+    its expiry, or (any other kind) revert."""
     if kind == PIN:
         return review_pin(live, preset=preset, expires_at=timedelta(minutes=minutes), guard=guard)
     if kind == EXTEND:
         extended = live.expires_at + timedelta(minutes=minutes) if live.expires_at else timedelta(minutes=minutes)
         return review_extend(live, expires_at=extended)
-    if kind == REVERT:
-        return review_revert(live)
-    raise NotFound(f"no change named {kind!r}")
+    return review_revert(live)
 
 
 def guard_forecast(
@@ -212,10 +206,6 @@ def _review(kind: str, live: Selection, target: Preset, *, until: datetime | Non
         cost=spend.change_cost(live_steps=live.steps, steps=steps, health=health, now=now),
         health=health,
     )
-
-
-def _with(review: ChangeReview, **changes: Any) -> ChangeReview:
-    return ChangeReview(**{**review.__dict__, **changes})
 
 
 def ending_pin(live: Selection, steps: list[dict[str, Any]]) -> str | None:
