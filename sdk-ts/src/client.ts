@@ -135,6 +135,13 @@ interface OlderAnswer {
   since: number;
 }
 
+/** What applying a body came to: whether it became current, the ETag for the next poll (null: keep the one there is), whether it was refused for its signature. */
+interface Applied {
+  readonly changed: boolean;
+  readonly etag: string | null;
+  readonly forged?: boolean;
+}
+
 interface Refusal {
   version: number | null;
   reason: string;
@@ -240,6 +247,9 @@ export class ChainClient {
   private longPollOn: boolean;
   private notedUnheldLongPoll = false;
   private etag: string | null = null;
+  /** Copies refused for their signature in a row, and when to ask for a genuine one (clock seconds). */
+  private forgedCopies = 0;
+  private reaskAt: number | null = null;
   private lastRejection: string | null = null;
   private running = false;
   private stopper: AbortController | null = null;
@@ -505,6 +515,12 @@ export class ChainClient {
       url += `?wait=${g(this.waitS)}`;
       readTimeout += this.waitS;
     }
+    if (this.reaskAt !== null && now >= this.reaskAt) {
+      // The refused copy's ETag is kept meanwhile; now ask for anything but the held
+      // document, so a genuine copy comes if there is one.
+      this.reaskAt = null;
+      this.etag = null;
+    }
     const ifNoneMatch = this.etag ?? entityTag(current);
     const headers: Record<string, string> = {
       "If-None-Match": ifNoneMatch,
@@ -542,8 +558,9 @@ export class ChainClient {
     }
     if (status === 200) {
       this.succeeded();
-      const { changed, etag } = await this.apply(body, responseHeaders.get("ETag"));
+      const { changed, etag, forged } = await this.apply(body, responseHeaders.get("ETag"));
       if (etag !== null) this.etag = etag;
+      this.afterCopy(forged === true);
       return changed && longPoll ? uniform(0, Math.min(REPOLL_SPREAD_S, this.waitS)) : this.interval();
     }
     if (status === 400 && longPoll) {
@@ -559,6 +576,24 @@ export class ChainClient {
       delay = Math.max(delay, Math.min(wait, Math.max(this.maxBackoff, this.pollInterval)));
     }
     return delay;
+  }
+
+  /**
+   * After a copy refused for its signature, its ETag is sent (a server or a proxy still
+   * holding it answers 304, or holds the long poll, rather than sending it again); a genuine
+   * copy is asked for again two intervals later (the next poll still sends it), then twice as
+   * long after each copy refused in a row, up to `maxBackoff`: a permanent forger costs the control plane one full answer per
+   * `maxBackoff`, while damage done once on the way heals at the next ask.
+   */
+  private afterCopy(forged: boolean): void {
+    if (!forged) {
+      this.forgedCopies = 0;
+      this.reaskAt = null;
+      return;
+    }
+    this.forgedCopies += 1;
+    const ceiling = Math.max(this.maxBackoff, this.pollInterval);
+    this.reaskAt = this.clock() + Math.min(ceiling, this.pollInterval * 2 ** Math.min(this.forgedCopies, 30));
   }
 
   /** `call` with a signal aborted by `signal` or after `seconds`: one timer, no signal per poll kept. */
@@ -577,7 +612,7 @@ export class ChainClient {
     }
   }
 
-  private async apply(body: string, etag: string | null): Promise<{ changed: boolean; etag: string | null }> {
+  private async apply(body: string, etag: string | null): Promise<Applied> {
     let data: unknown;
     try {
       data = JSON.parse(body);
@@ -645,7 +680,7 @@ export class ChainClient {
     }
   }
 
-  private refuse(version: unknown, etag: string | null, why: string, signature = false): { changed: boolean; etag: string | null } {
+  private refuse(version: unknown, etag: string | null, why: string, signature = false): Applied {
     this.rejected += 1;
     if (signature) {
       this.signatureRefusals += 1;
@@ -659,9 +694,9 @@ export class ChainClient {
         this.refusals.splice(0, Math.max(0, this.refusals.length - MAX_REPORTED_REJECTIONS));
       }
     }
-    // An invalid document is what the server holds: keep its ETag. A bad signature is more
-    // likely damage on the way: ask again for anything but the held document.
-    const result = { changed: false, etag: signature ? entityTag(this.snapshot.document) : etag || null };
+    // Keep the refused document's ETag, so whoever still holds it answers the next polls with
+    // a 304; after a bad signature, afterCopy asks for a genuine copy again later.
+    const result = { changed: false, etag: etag || null, forged: signature };
     const key = JSON.stringify([etag ?? version ?? null, why]);
     if (key === this.lastRejection) return result;
     this.lastRejection = key;

@@ -43,6 +43,9 @@ class Applied(NamedTuple):
     """Whether the body became the held document."""
     etag: str | None
     """The ETag to send with the next poll; None to keep the one it has."""
+    forged: bool = False
+    """Whether the body was refused for its signature (the poller asks for a genuine copy
+    again later)."""
 
 
 class Applier:
@@ -190,12 +193,11 @@ class Applier:
     def _refuse(self, version: object, etag: str | None, why: str, *, signature: bool = False) -> Applied:
         self._stats.document_refused(signature=why if signature else None)
         self._usage.record_refused(version, why)
-        # An invalid document is what the server holds: keep its ETag so the server does not
-        # resend it every poll. A bad signature is, more likely, damage on the way (a proxy,
-        # a cache): ask again for anything but the held document, so the genuine one comes
-        # with the next poll (an interval away, as after any refusal) rather than with the
-        # next change.
-        applied = Applied(changed=False, etag=entity_tag(self._held().document) if signature else etag or None)
+        # Keep the refused document's ETag, so a server (or whatever sits on the way) still
+        # holding it answers the next polls with a 304 rather than the same body again. A
+        # bad signature may be damage on the way (a proxy, a cache): the poller asks for a
+        # genuine copy again later (``Poller``: after an interval, then less and less often).
+        applied = Applied(changed=False, etag=etag or None, forged=signature)
         key = (etag or version, why)
         if key == self._last_rejection:
             logger.debug("chain %s: refused the same document again: %s", self._chain, why)

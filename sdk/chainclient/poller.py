@@ -75,6 +75,9 @@ class Poller:
         self.worker: Worker | None = None
         self._noted_unheld_long_poll = False
         self._etag: str | None = None
+        # Copies refused for their signature in a row, and when to ask for a genuine one.
+        self._forged_copies = 0
+        self._reask_at: float | None = None
 
     def start(self, stop_event: threading.Event) -> None:
         """Start polling in a new thread, until ``stop_event`` is set."""
@@ -117,6 +120,11 @@ class Poller:
         if long_poll:
             path += f"?wait={self._settings.wait_s:g}"
             read_timeout += self._settings.wait_s
+        if self._reask_at is not None and self._now() >= self._reask_at:
+            # The refused copy's ETag is kept meanwhile; now ask for anything but the held
+            # document, so a genuine copy comes if there is one.
+            self._reask_at = None
+            self._etag = None
         if_none_match = self._etag or entity_tag(current)
         headers = self._endpoint.poll_headers(if_none_match=if_none_match, applied_version=current.version)
         started = time.monotonic()
@@ -173,6 +181,7 @@ class Poller:
         applied = self._applier.apply(body, headers.get("ETag"))
         if applied.etag is not None:
             self._etag = applied.etag
+        self._after_copy(forged=applied.forged)
         # After a change, the next long poll holds until the one after it (after a short
         # random pause); anything else (stale or refused) waits an interval so a server
         # ignoring If-None-Match is not hammered.
@@ -225,6 +234,22 @@ class Poller:
         else:
             logger.debug("chain %s: poll failed again (%d in a row): %s", self._chain, failures, why)
         return self._backoff(failures)
+
+    def _after_copy(self, *, forged: bool) -> None:
+        """After a copy refused for its signature, its ETag is sent (a server or a proxy still
+        holding it answers 304, or holds the long poll, rather than sending it again); a
+        genuine copy is asked for again two intervals later (the next poll still sends it),
+        then twice as long after each copy refused in a row, up to ``max_backoff``: what a permanent forger costs the
+        control plane is one full answer per ``max_backoff``, while damage done once on the
+        way heals at the next ask."""
+        if not forged:
+            self._forged_copies = 0
+            self._reask_at = None
+            return
+        self._forged_copies += 1
+        interval = self._settings.poll_interval
+        ceiling = max(self._settings.max_backoff, interval)
+        self._reask_at = self._now() + min(ceiling, interval * 2 ** min(self._forged_copies, 30))
 
     # -- timing ---------------------------------------------------------------------------------
 
