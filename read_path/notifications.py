@@ -214,15 +214,17 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
             async with conn:
-                # No asyncio.wait_for here: before Python 3.12 it can swallow the task's
-                # cancellation (the front's stop() would wait for ever). A server that stops
-                # answering holds the listener until it answers again or TCP gives up on it
-                # (keepalives, tcp_user_timeout); the version check serves meanwhile.
+                # A server that stops answering (its processes stopped, a network path that
+                # stops forwarding: the bytes are still acknowledged, so TCP notices nothing)
+                # would hold these statements for ever: each has DATABASE_STATEMENT_TIMEOUT.
+                answer_within(conn, statement_deadline())
                 await conn.execute(f"LISTEN {CHANGE_CHANNEL}")
                 await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
                 await conn.execute(f"LISTEN {check_channel}")
                 delay = RECONNECT_FIRST_S
                 if await _receives(conn, follower, check_channel):
+                    # From here the connection waits for notifications, as long as it takes.
+                    answer_within(conn, None)
                     set_state(State("listen"), log_line=f"LISTEN on {where}")
                     await follower.catch_up()
                     async with aclosing(conn.notifies()) as notes:
@@ -248,6 +250,40 @@ async def listen(follower: Follower, *, polling_every: float) -> None:
             set_state(State("polling", detail), log_line=line)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_S)
+
+
+def statement_deadline() -> float | None:
+    """DATABASE_STATEMENT_TIMEOUT in seconds (None when it is 0 or unset: no deadline)."""
+    return float(getattr(settings, "DATABASE_STATEMENT_TIMEOUT", 0) or 0) or None
+
+
+def answer_within(conn: Any, seconds: float | None) -> None:
+    """Give every wait for the server on ``conn`` (a psycopg AsyncConnection) that has no
+    bound of its own a deadline of ``seconds`` (None lifts it). Past it the connection is
+    closed and the wait raises ``OperationalError``, at once: cancelling the task instead
+    would have psycopg ask the server to cancel the statement and wait up to 10 s more for a
+    server that does not answer."""
+    import psycopg
+    from psycopg.errors import _WaitTimeout
+
+    if seconds is None:
+        vars(conn).pop("wait", None)
+        return
+    wait = type(conn).wait
+
+    async def bounded_wait(gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        try:
+            return await wait(conn, gen, interval, seconds if timeout is None else timeout)
+        except _WaitTimeout:
+            if timeout is not None:
+                raise  # psycopg's own bounded wait (notifies): it handles it
+            conn.pgconn.finish()
+            raise psycopg.OperationalError(
+                f"the database did not answer within {seconds:g} s (DATABASE_STATEMENT_TIMEOUT); "
+                "the connection was closed"
+            ) from None
+
+    conn.wait = bounded_wait
 
 
 def _not_received(source: str) -> str:

@@ -22,9 +22,6 @@ Slow by nature: each fault waits out the real timeouts (~6 s) and the recovery (
 from __future__ import annotations
 
 import json
-import select
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.proxies import FreezableProxy
 from tests.servers import Stack, get, request, require_tools, stack_servers, wait_for
 
 POOL_TIMEOUT_S = 3
@@ -42,72 +40,6 @@ BOUND_S = POOL_TIMEOUT_S + STATEMENT_TIMEOUT_S
 SLACK_S = 2.5
 # Longer than any bound: a request still unanswered by then hangs.
 CLIENT_TIMEOUT_S = 40
-
-
-class FreezableProxy:
-    """A TCP proxy to ``target_port`` that can stop forwarding (and accepting) while keeping
-    every socket open: a network path that goes silent."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
-        self.port = self.listener.getsockname()[1]
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self.closed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def freeze(self) -> None:
-        self.flowing.clear()
-
-    def thaw(self) -> None:
-        self.flowing.set()
-
-    def close(self) -> None:
-        self.closed.set()
-        self.flowing.set()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
-            if not self.flowing.wait(0.1):
-                continue
-            try:
-                ready, _, _ = select.select([self.listener], [], [], 0.1)
-                if not ready:
-                    continue
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for source, destination in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, destination), daemon=True).start()
-
-    def _pump(self, source: socket.socket, destination: socket.socket) -> None:
-        try:
-            while not self.closed.is_set():
-                if not self.flowing.wait(0.1):
-                    continue
-                ready, _, _ = select.select([source], [], [], 0.1)
-                if not ready or not self.flowing.is_set():
-                    continue
-                data = source.recv(65536)
-                if not data:
-                    break
-                destination.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, destination):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 @pytest.fixture(scope="module", autouse=True)

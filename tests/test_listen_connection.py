@@ -11,6 +11,7 @@ skipped without them, failed in CI.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,14 @@ import dj_database_url
 import psycopg
 import pytest
 from django.conf import settings
+from django.db import connections
 
+from read_path import notifications
 from read_path.notifications import State, conninfo_for, listen_settings, set_state
 from read_path.snapshot import PG_SAFETY_POLL_S
 from tests import metrics_text
 from tests.conftest import needs
+from tests.proxies import FreezableProxy
 from tests.servers import Postgres, Stack, free_port, get, require_tools, running_stack, select, wait_for
 
 PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
@@ -165,6 +170,78 @@ def test_readyz_says_how_changes_arrive_only_where_a_read_front_runs(client: Any
         assert (answer.status_code, answer.json()) == (200, {"status": "ready", "change_notifications": "listen"})
     finally:
         set_state(None)
+
+
+# --- a server that stops answering ------------------------------------------------------------
+
+
+class _Follower:
+    """What the listener hands on; this test needs none of it."""
+
+    async def catch_up(self) -> None:
+        pass
+
+    async def notified(self, payload: str) -> None:
+        pass
+
+    async def tokens_changed(self) -> None:
+        pass
+
+
+@pytest.mark.system  # a thread of its own opens connections to the test database
+@pytest.mark.django_db(transaction=True)
+def test_a_listen_the_server_never_answers_ends_at_the_statement_deadline_and_listening_resumes(
+    settings: Any, is_postgres: bool
+) -> None:
+    """The path to PostgreSQL goes silent as the LISTEN statement is sent (a proxy that stops
+    forwarding; the kernel still acknowledges the bytes, so TCP notices nothing). Before the
+    deadline the listener waited for ever and the process never said it was polling; now the
+    statement ends after DATABASE_STATEMENT_TIMEOUT, the process says it polls, and once the
+    path answers again it listens again by itself."""
+    if not is_postgres:
+        needs("LISTEN is PostgreSQL's: run with TEST_DATABASE_URL=postgres://...")
+    database = connections["default"].settings_dict
+    proxy = FreezableProxy(int(database["PORT"] or 5432), freeze_on=b"LISTEN")
+    settings.DATABASE_STATEMENT_TIMEOUT = 1
+    settings.LISTEN_DATABASE = {
+        **{key: database[key] for key in ("NAME", "USER", "PASSWORD")},
+        "HOST": "127.0.0.1",
+        "PORT": str(proxy.port),
+        "OPTIONS": {"connect_timeout": 2},
+    }
+
+    async def until(mode: str, within_s: float) -> tuple[State, float]:
+        started = time.monotonic()
+        while time.monotonic() - started < within_s:
+            seen = notifications.state()
+            if seen is not None and seen.mode == mode:
+                return seen, time.monotonic() - started
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"still {notifications.state()} after {within_s:g} s (waiting for {mode})")
+
+    async def scenario() -> tuple[State, float, State]:
+        task = asyncio.create_task(notifications.listen(_Follower(), polling_every=5))
+        try:
+            # Generous: 1 s is the deadline; without one this waits for ever.
+            polling, after_s = await until("polling", within_s=20)
+            assert proxy.flowing.is_set() is False, "the path went silent at the LISTEN"
+            proxy.freeze_on = None
+            proxy.thaw()
+            listening, _ = await until("listen", within_s=30)
+            return polling, after_s, listening
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        polling, after_s, listening = asyncio.run(scenario())
+    finally:
+        proxy.close()
+        set_state(None)
+    assert "OperationalError" in polling.detail, polling
+    assert after_s < 10, f"the LISTEN statement ended {after_s:.1f} s after the path went silent"
+    assert listening == State("listen")
 
 
 # --- the disposable servers -----------------------------------------------------------------
