@@ -80,6 +80,16 @@ def test_the_compose_file_requires_a_secret_key() -> None:
     assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?")
 
 
+def test_the_webhook_address_guard_is_on_in_compose_and_an_operator_can_lift_it_from_env() -> None:
+    """WEBHOOK_ALLOW_LINK_LOCAL reaches the web and worker containers: refused by default, and
+    an operator's ``.env`` value is what the processes read (not silently dropped)."""
+    example = read_env_file(ROOT / ".env.example") | {"SECRET_KEY": "x"}
+    for dotenv, expected in ((example, "false"), (example | {"WEBHOOK_ALLOW_LINK_LOCAL": "true"}, "true")):
+        services = interpolate(compose(), dotenv)["services"]
+        for service in ("web", "worker"):
+            assert services[service]["environment"]["WEBHOOK_ALLOW_LINK_LOCAL"] == expected, service
+
+
 def test_the_web_health_check_asks_with_an_allowed_host(client) -> None:
     # Django answers 400 to a Host outside ALLOWED_HOSTS, so probing 127.0.0.1 would fail.
     probe = " ".join(compose()["services"]["web"]["healthcheck"]["test"])
