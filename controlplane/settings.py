@@ -155,6 +155,17 @@ except ValueError as exc:
         f"DATABASE_URL is not a database URL ({exc}); "
         "use e.g. postgres://user@host:5432/name or sqlite:////path/db.sqlite3"
     ) from None
+
+# A peer that is gone (a host down, a cut network: nothing acknowledges) is noticed by TCP
+# within ~10 s on every PostgreSQL connection, the LISTEN one included (LISTEN_DATABASE_URL's
+# too), which waits idle for long. A URL's own query string overrides them.
+_PEER_GONE_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers wait for each other instead of failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
@@ -189,15 +200,7 @@ else:
     # for as long as the kernel keeps the connection, minutes. Nothing the web and worker
     # processes run takes seconds; migrations are exempt. 0: no deadline.
     DATABASE_STATEMENT_TIMEOUT = env_int("DATABASE_STATEMENT_TIMEOUT", 3, minimum=0, maximum=3600)
-    # A peer that is gone (a host down, a cut network: nothing acknowledges) is noticed by TCP
-    # within ~10 s on every connection, the LISTEN one included, which waits idle for long.
-    for _libpq_option, _libpq_default in (
-        ("keepalives", 1),
-        ("keepalives_idle", 5),
-        ("keepalives_interval", 2),
-        ("keepalives_count", 3),
-        ("tcp_user_timeout", 10_000),
-    ):
+    for _libpq_option, _libpq_default in _PEER_GONE_OPTIONS.items():
         DATABASES["default"]["OPTIONS"].setdefault(_libpq_option, _libpq_default)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # With a pool this checks each connection as it is handed out, so a database restart
@@ -226,6 +229,7 @@ if LISTEN_DATABASE_URL:
         raise ImproperlyConfigured("LISTEN_DATABASE_URL is for PostgreSQL: unset it, or make DATABASE_URL postgres://")
     LISTEN_DATABASE["OPTIONS"] = {
         "connect_timeout": DATABASES["default"]["OPTIONS"]["connect_timeout"],
+        **_PEER_GONE_OPTIONS,
         **LISTEN_DATABASE.get("OPTIONS", {}),
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

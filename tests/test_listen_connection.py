@@ -105,6 +105,30 @@ def test_listen_database_url_replaces_the_connection_settings_but_not_the_rest(s
 
 
 @pytest.mark.system
+def test_listen_database_urls_connection_notices_a_peer_that_is_gone_as_every_connection_does() -> None:
+    """TCP keepalives and tcp_user_timeout on LISTEN_DATABASE_URL's connection too (its URL's own
+    query string still wins), not only on DATABASE_URL's."""
+    env = {
+        **os.environ,
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "DATABASE_URL": "postgres://u@h/db",
+        "LISTEN_DATABASE_URL": "postgres://listener@db-direct:5432/db?keepalives_idle=7",
+    }
+    code = "import json; from controlplane import settings; print(json.dumps(settings.LISTEN_DATABASE['OPTIONS']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    options = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {key: options.get(key) for key in ("keepalives", "keepalives_interval", "keepalives_count")} == {
+        "keepalives": 1,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+    }
+    assert options["tcp_user_timeout"] == 10_000 and str(options["keepalives_idle"]) == "7"
+
+
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("database_url", "listen_url", "message"),
     [
