@@ -100,10 +100,12 @@ wire: presets/wire.py
 presets/wire.py: sdk/chainclient/wire.py
 	{ echo '# Generated from sdk/chainclient/wire.py by `make wire`: edit that file, then run `make wire`.'; cat $<; } > $@
 
-# The conformance table in sdk/README.md is a test run's output (sdk/tests/test_conformance.py
-# fails when it is stale): this rewrites it from a fresh run.
+# The conformance tables in sdk/README.md and sdk-ts/README.md are test runs' output
+# (sdk/tests/test_conformance.py and sdk-ts/test/conformance.test.mjs fail when theirs is
+# stale): this rewrites both from fresh runs.
 conformance: install
 	CONFORMANCE_WRITE=1 $(PY) -m pytest -p no:django sdk/tests/test_conformance.py -q
+	cd sdk-ts && npm ci --no-audit --no-fund && npm run build && CONFORMANCE_WRITE=1 node --test test/conformance.test.mjs
 
 clean:
 	rm -rf $(VENV) var

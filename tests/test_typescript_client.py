@@ -2,8 +2,11 @@
 
 - ``npm test`` in sdk-ts: the type check and build, the client contract's vectors
   (sdk/tests/vectors/client_contract.json, which the Python SDK runs too: both must report the
-  same counts), the failover-drill vectors (sdk/tests/vectors/drills.json, likewise) and the
-  signed-document vectors.
+  same counts), the failover-drill vectors (sdk/tests/vectors/drills.json, likewise), the
+  signed-document vectors, and the conformance table of the adapters on the npm libraries
+  (every fault provider scenario, against the Python SDK's fault provider).
+- The package: its files (the adapters too, under their subpath exports) and, installed in a
+  service without the optional vendor libraries, its main entry.
 - A system test: TypeScript clients (tests/ts_client/follow.mjs, three ChainClients sharing one
   state directory) follow the production web process (granian, two workers) on a PostgreSQL
   cluster of its own: a change reaches them by long poll and the fleet shows their identities;
@@ -35,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from chainclient.fault_scenarios import SCENARIOS
 from presets.registry import PROVIDERS
 from tests.conftest import needs
 from tests.servers import Stack, get, require_tools, running_stack, select, wait_for
@@ -125,6 +129,11 @@ def test_the_typescript_suite_passes_and_runs_every_shared_vector(built: Path) -
     drills = re.search(r"drill vectors: (\d+) digests, (\d+) documents, (\d+) cases passed", done.stdout)
     assert drills is not None, done.stdout[-3000:]
     assert tuple(map(int, drills.groups())) == (len(DRILLS["digests"]), len(DRILLS["documents"]), len(DRILLS["cases"]))
+    # And the conformance table: every fault provider scenario x (complete, stream) x (openai,
+    # @anthropic-ai/sdk), through the npm libraries, against the Python SDK's fault provider.
+    conformance = re.search(r"conformance: (\d+) cases passed", done.stdout)
+    assert conformance is not None, done.stdout[-3000:]
+    assert int(conformance[1]) == len(SCENARIOS) * 2 * 2
     assert re.search(r"ℹ fail 0", done.stdout), done.stdout[-3000:]
 
 
@@ -133,11 +142,18 @@ def test_the_package_packs_with_its_build_and_declarations_only(built: Path) -> 
     assert done.returncode == 0, done.stderr
     files = {entry["path"] for entry in json.loads(done.stdout)[0]["files"]}
     assert {"package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/router.d.ts"} <= files
+    # The adapters on the vendors' libraries, reached through the subpath exports only.
+    names = ("openai", "anthropic", "library")
+    adapters = {f"dist/integrations/{name}.{ext}" for name in names for ext in ("js", "d.ts")}
+    assert adapters <= files
     assert not {f for f in files if f.startswith(("src/", "test/", "node_modules/"))}
     package = json.loads((built / "package.json").read_text())
     assert (
         package.get("dependencies", {}) == {} and package["type"] == "module" and package["engines"]["node"] == ">=20"
     )
+    assert package["exports"]["./openai"]["import"] == "./dist/integrations/openai.js"
+    assert package["exports"]["./anthropic"]["types"] == "./dist/integrations/anthropic.d.ts"
+    assert all(package["peerDependenciesMeta"][name] == {"optional": True} for name in ("openai", "@anthropic-ai/sdk"))
 
 
 CONSUMER = """
@@ -178,6 +194,9 @@ def test_a_service_installs_the_packed_tarball_and_type_checks_and_runs_against_
     done = run(["node", "out/main.js"], service, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"source": "default", "version": 0, "served": "answer from vendor_a"}
+    # Without the optional libraries, an adapter's subpath says which one it needs.
+    done = run(["node", "--input-type=module", "-e", "await import('chainclient/openai')"], service, timeout=60)
+    assert done.returncode != 0 and "Cannot find package 'openai'" in done.stderr, done.stderr
 
 
 # --- against the real control plane --------------------------------------------------------------

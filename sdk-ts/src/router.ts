@@ -344,7 +344,11 @@ export interface StreamOptions extends RequestOptions {
   firstChunkS?: number;
   /** The bound between chunks, in seconds. Default: the policy's `idleMs`, else the step's timeout. */
   idleS?: number;
-  /** The text a chunk carries (default: the chunk itself if a string, else its `text` or `content`). */
+  /**
+   * The text a chunk carries. Default: the stream's own `text(chunk)` when the stream
+   * transport's iterable has one (the adapters in `chainclient/openai` and
+   * `chainclient/anthropic` do), else the chunk itself if a string, else its `text` or `content`.
+   */
   content?: (chunk: unknown) => string;
 }
 
@@ -588,7 +592,6 @@ export class Router {
       options.commitAfterChars !== undefined ? Math.max(1, options.commitAfterChars) : policy?.commit === "complete" ? Infinity : 1;
     const firstChunkBound = options.firstChunkS ?? (policy?.firstChunkMs != null ? policy.firstChunkMs / 1000 : undefined);
     const idleBound = options.idleS ?? (policy?.idleMs != null ? policy.idleMs / 1000 : undefined);
-    const content = options.content ?? defaultContent;
     for (let index = 0; index < walk.document.chain.length; index++) {
       const retrying = await this.retrying(walk, index);
       const turn = this.turn(walk, index, true, firstChunkBound);
@@ -610,6 +613,8 @@ export class Router {
       try {
         opened = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal);
         iterator = opened[Symbol.asyncIterator]();
+        // The call's measure, else the stream's own (an adapter's `text(chunk)`), as in Python.
+        const content = options.content ?? streamText(opened) ?? defaultContent;
         for (;;) {
           const committed = delivered > 0;
           // The first chunk with content is due within the attempt's timeout (its first-chunk
@@ -1179,6 +1184,12 @@ function streamReport(stream: unknown): { modelId: string; tokens: [number | nul
     modelId: typeof said.model_id === "string" ? said.model_id : "",
     tokens: [tokenCount(said.input_tokens), tokenCount(said.output_tokens)],
   };
+}
+
+/** A stream's own `text(chunk)` (the adapters on the vendors' libraries have one), bound to it. */
+function streamText(stream: unknown): ((chunk: unknown) => string) | null {
+  const text = (stream as { text?: unknown } | null)?.text;
+  return typeof text === "function" ? (chunk) => String(text.call(stream, chunk) ?? "") : null;
 }
 
 function tokenCount(count: unknown): number | null {

@@ -179,3 +179,31 @@ test("a stream's model and tokens, said on its iterable once read (as an adapter
   const plain = await collect(router({ vendor_a: chunks(["x"]) }).stream({}));
   assert.deepEqual([plain.result.attempts[0].input_tokens, plain.result.attempts[0].output_tokens], [null, null]);
 });
+
+test("a stream's own text(chunk) measures its content (the commit point), unless the call gives content", async () => {
+  // Chunks as a vendor library yields them: no `text` or `content` of their own.
+  const measured = (pieces, { failAfter = null } = {}) => () => ({
+    text: (chunk) => chunk.delta,
+    async *[Symbol.asyncIterator]() {
+      for (const [i, delta] of pieces.entries()) {
+        if (failAfter === i) throw new ProviderError(null, true, "connection reset");
+        yield { delta };
+      }
+    },
+  });
+  // Measured: the role chunk is held, the first content commits, a later break is StreamInterrupted.
+  const cut = router({ vendor_a: measured(["", "one", "two"], { failAfter: 2 }), vendor_b: chunks(["second answer"]) });
+  const seen = [];
+  await assert.rejects(
+    (async () => {
+      for await (const chunk of cut.stream({})) seen.push(chunk);
+    })(),
+    (error) => error instanceof StreamInterrupted && error.chunks === 2,
+  );
+  assert.deepEqual(seen, [{ delta: "" }, { delta: "one" }]);
+  // The call's content wins: measured as empty, nothing commits, and the break falls back.
+  const held = router({ vendor_a: measured(["", "one", "two"], { failAfter: 2 }), vendor_b: chunks(["second answer"]) });
+  const { seen: fallback, result } = await collect(held.stream({}, { content: () => "" }));
+  assert.deepEqual(fallback, ["second answer"]);
+  assert.equal(result.provider, "vendor_b");
+});
