@@ -567,117 +567,131 @@ export class Router {
    * stream is complete, `.result` (the provider, the receipt) says who served it.
    */
   stream(request: unknown, options: StreamOptions = {}): RouteStream {
-    return new RouteStream(this.streaming(request, options));
+    return new RouteStream((route) => this.streamWalk(route, request, options));
   }
 
-  private async *streaming(request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
+  /**
+   * The walk of a streamed request, as one async generator that `route` hands to the caller
+   * as is (each layer of generator between the provider's stream and the caller costs every
+   * chunk promise turns of its own): it sets `route.result` once the stream is complete.
+   */
+  private async *streamWalk(route: RouteStream, request: unknown, options: StreamOptions): AsyncGenerator<unknown, void, undefined> {
     const walk = this.begin(options, POLICY_OPTIONS);
-    if (walk.drill === null) return yield* this.streamWalk(walk, request, options);
     let failure: unknown = null;
     try {
-      return yield* this.streamWalk(walk, request, options);
-    } catch (error) {
-      failure = error;
-      throw error;
-    } finally {
-      // Also when the caller left the stream early: the attempt counted as served.
-      this.drillDone(walk, failure);
-    }
-  }
-
-  private async *streamWalk(walk: Walk, request: unknown, options: StreamOptions): AsyncGenerator<unknown, RouteResult<null>, undefined> {
-    // The call's options, else the snapshot's failure policy, else the defaults.
-    const policy = walk.policy;
-    const commitAfter =
-      options.commitAfterChars !== undefined ? Math.max(1, options.commitAfterChars) : policy?.commit === "complete" ? Infinity : 1;
-    const firstChunkBound = options.firstChunkS ?? (policy?.firstChunkMs != null ? policy.firstChunkMs / 1000 : undefined);
-    const idleBound = options.idleS ?? (policy?.idleMs != null ? policy.idleMs / 1000 : undefined);
-    for (let index = 0; index < walk.document.chain.length; index++) {
-      const retrying = await this.retrying(walk, index);
-      const turn = this.turn(walk, index, true, firstChunkBound);
-      if (turn === null) continue;
-      if (!retrying && this.drills(walk, index)) {
-        // A drilled attempt never opens a stream.
-        await this.inject(walk, turn, true);
-        continue;
-      }
-      const controller = new AbortController();
-      const held: unknown[] = [];
-      let chars = 0;
-      let delivered = 0;
-      let firstChunkS: number | null = null;
-      let opened: AsyncIterable<unknown> | null = null;
-      let iterator: AsyncIterator<unknown> | null = null;
-      let finished = false;
-      const idleS = idleBound ?? turn.step.timeout_ms / 1000;
-      try {
-        opened = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal);
-        iterator = opened[Symbol.asyncIterator]();
-        // The call's measure, else the stream's own (an adapter's `text(chunk)`), as in Python.
-        const content = options.content ?? streamText(opened) ?? defaultContent;
-        for (;;) {
-          const committed = delivered > 0;
-          // The first chunk with content is due within the attempt's timeout (its first-chunk
-          // bound) of its start; each chunk after it within idleS of asking for it, committed
-          // or not, inside the request's deadline.
-          const asked = this.now();
-          const due = firstChunkS === null ? turn.started + turn.timeoutS : Math.min(asked + idleS, walk.deadline);
-          const bound = due - asked;
-          const next = await withBound(iterator.next(), bound, controller);
-          // A chunk that comes after its bound passed is not delivered (with a test's clock,
-          // the only way a bound is enforced).
-          if (this.now() > due) throw new BoundPassed(`no chunk within ${g(bound)}s`);
-          if (next.done) break;
-          if (firstChunkS === null && content(next.value).length > 0) firstChunkS = this.now() - turn.started;
-          if (!committed) {
+      // The call's options, else the snapshot's failure policy, else the defaults.
+      const policy = walk.policy;
+      const commitAfter =
+        options.commitAfterChars !== undefined ? Math.max(1, options.commitAfterChars) : policy?.commit === "complete" ? Infinity : 1;
+      const firstChunkBound = options.firstChunkS ?? (policy?.firstChunkMs != null ? policy.firstChunkMs / 1000 : undefined);
+      const idleBound = options.idleS ?? (policy?.idleMs != null ? policy.idleMs / 1000 : undefined);
+      for (let index = 0; index < walk.document.chain.length; index++) {
+        const retrying = await this.retrying(walk, index);
+        const turn = this.turn(walk, index, true, firstChunkBound);
+        if (turn === null) continue;
+        if (!retrying && this.drills(walk, index)) {
+          // A drilled attempt never opens a stream.
+          await this.inject(walk, turn, true);
+          continue;
+        }
+        const controller = new AbortController();
+        const bounds = new ChunkBounds(controller);
+        const held: unknown[] = [];
+        let chars = 0;
+        let delivered = 0;
+        let firstChunkS: number | null = null;
+        let opened: AsyncIterable<unknown> | null = null;
+        let iterator: AsyncIterator<unknown> | null = null;
+        let finished = false;
+        const idleS = idleBound ?? turn.step.timeout_ms / 1000;
+        try {
+          opened = this.streamTransports[turn.step.provider](turn.step, request, turn.timeoutS, controller.signal);
+          iterator = opened[Symbol.asyncIterator]();
+          // The call's measure, else the stream's own (an adapter's `text(chunk)`), as in Python.
+          const content = options.content ?? streamText(opened) ?? defaultContent;
+          for (;;) {
+            // The first chunk with content is due within the attempt's timeout (its first-chunk
+            // bound) of its start; each chunk after it within idleS of asking for it, committed
+            // or not, inside the request's deadline.
+            let next: IteratorResult<unknown>;
+            if (this.realClock) {
+              // The router's clock is the bounds' own: one reading a chunk.
+              next = await bounds.wait(iterator.next(), firstChunkS === null ? turn.started + turn.timeoutS : null, idleS, walk.deadline);
+            } else {
+              const asked = this.now();
+              const due = firstChunkS === null ? turn.started + turn.timeoutS : Math.min(asked + idleS, walk.deadline);
+              next = await bounds.wait(iterator.next(), monotonic() + (due - asked), idleS, Infinity);
+              // With a test's clock, the only way a bound is enforced: a chunk that comes
+              // after its bound passed (on that clock) is not delivered.
+              if (this.now() > due) throw new BoundPassed(`no chunk within ${g(due - asked)}s`);
+            }
+            if (next.done) break;
+            if (delivered > 0) {
+              // Committed: straight to the caller.
+              delivered += 1;
+              yield next.value;
+              continue;
+            }
+            const length = content(next.value).length;
+            if (firstChunkS === null && length > 0) firstChunkS = this.now() - turn.started;
             held.push(next.value);
-            chars += content(next.value).length;
+            chars += length;
             if (chars < commitAfter) continue;
             turn.breaker?.recordSuccess();
             for (const chunk of held.splice(0)) {
               delivered += 1;
               yield chunk;
             }
-          } else {
-            delivered += 1;
-            yield next.value;
           }
-        }
-        if (delivered === 0 && held.length) {
-          // Ended before the commit point (with commit "complete", always): the provider's
-          // whole answer came, and what came is the answer.
-          for (const chunk of held.splice(0)) {
-            delivered += 1;
-            yield chunk;
+          if (delivered === 0 && held.length) {
+            // Ended before the commit point (with commit "complete", always): the provider's
+            // whole answer came, and what came is the answer.
+            for (const chunk of held.splice(0)) {
+              delivered += 1;
+              yield chunk;
+            }
           }
+          finished = true;
+        } catch (error) {
+          finished = true;
+          controller.abort();
+          if (delivered > 0) throw this.broken(walk, turn, error, delivered, firstChunkS);
+          const result = this.settle(
+            walk,
+            turn,
+            true,
+            error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error,
+            undefined,
+            { chunks: 0, firstChunkS },
+            index,
+          );
+          if (result !== null) {
+          route.result = result as RouteResult<null>;
+          return;
         }
-        finished = true;
-      } catch (error) {
-        finished = true;
-        controller.abort();
-        if (delivered > 0) throw this.broken(walk, turn, error, delivered, firstChunkS);
-        const result = this.settle(
-          walk,
-          turn,
-          true,
-          error instanceof BoundPassed ? new ProviderTimeout(true, error.message) : error,
-          undefined,
-          { chunks: 0, firstChunkS },
-          index,
-        );
-        if (result !== null) return result as RouteResult<null>;
-        if (walk.retry !== null) index -= 1;
-        continue;
-      } finally {
-        if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
-        // The caller left the stream early (a break, return()): the provider's stream is
-        // closed, and the attempt counts as served.
-        if (!finished && delivered > 0) this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
+          if (walk.retry !== null) index -= 1;
+          continue;
+        } finally {
+          bounds.close();
+          if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
+          // The caller left the stream early (a break, return()): the provider's stream is
+          // closed, and the attempt counts as served.
+          if (!finished && delivered > 0) this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
+        }
+        const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
+        if (result !== null) {
+          route.result = result as RouteResult<null>;
+          return;
+        }
       }
-      const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
-      if (result !== null) return result as RouteResult<null>;
+      throw this.ended(this.exhausted(walk));
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      // Also when the caller left the stream early: the attempt counted as served.
+      if (walk.drill !== null) this.drillDone(walk, failure);
     }
-    throw this.ended(this.exhausted(walk));
   }
 
   /**
@@ -1143,8 +1157,11 @@ export class Router {
 export class RouteStream implements AsyncIterable<unknown> {
   /** Set once the stream is complete: the provider that served it and the receipt. */
   result: RouteResult<null> | null = null;
+  private readonly chunks: AsyncGenerator<unknown, void, undefined>;
 
-  constructor(private readonly chunks: AsyncGenerator<unknown, RouteResult<null>, undefined>) {}
+  constructor(walk: (route: RouteStream) => AsyncGenerator<unknown, void, undefined>) {
+    this.chunks = walk(this);
+  }
 
   get provider(): string | null {
     return this.result?.provider ?? null;
@@ -1154,22 +1171,9 @@ export class RouteStream implements AsyncIterable<unknown> {
     return this.result?.receipt ?? null;
   }
 
+  /** The walk itself: leaving a for-await early (`return()`) closes the provider's stream, and the attempt counts as served. */
   [Symbol.asyncIterator](): AsyncIterator<unknown> {
-    return {
-      next: async () => {
-        const next = await this.chunks.next();
-        if (next.done) {
-          this.result = next.value;
-          return { done: true, value: undefined };
-        }
-        return next;
-      },
-      // Leaving a for-await early closes the provider's stream; the attempt counts as served.
-      return: async () => {
-        await this.chunks.return(undefined as never);
-        return { done: true, value: undefined };
-      },
-    };
+    return this.chunks;
   }
 }
 
@@ -1213,6 +1217,64 @@ function defaultContent(chunk: unknown): string {
 
 class BoundPassed extends Error {
   override name = "BoundPassed";
+}
+
+/**
+ * A stream attempt's bounds on its chunks, on the monotonic clock, with one timer for the
+ * whole attempt rather than one per chunk: `wait(next, due, idleS, deadline)` moves the due
+ * time (`due`, or `idleS` from now within `deadline`) and races the chunk against it; the
+ * timer, when it fires early (the due time moved on since it was set), sets itself again for
+ * what is left. Past the due time the attempt is aborted and the wait rejected with
+ * BoundPassed.
+ */
+class ChunkBounds {
+  private timer: NodeJS.Timeout | null = null;
+  private timerAt = Infinity;
+  private due = Infinity;
+  private seconds = 0;
+  private reject: ((error: Error) => void) | null = null;
+
+  constructor(private readonly controller: AbortController) {}
+
+  wait<T>(promise: Promise<T>, due: number | null, idleS: number, deadline: number): Promise<T> {
+    const now = monotonic();
+    this.due = due ?? (now + idleS < deadline ? now + idleS : deadline);
+    this.seconds = this.due - now;
+    if (!(this.seconds > 0)) {
+      this.controller.abort();
+      promise.catch(() => undefined);
+      return Promise.reject(new BoundPassed(`no chunk within ${g(Math.max(0, this.seconds))}s`));
+    }
+    if (this.due < this.timerAt) this.arm(now);
+    return new Promise<T>((resolve, reject) => {
+      this.reject = reject;
+      promise.then(resolve, reject);
+    });
+  }
+
+  close(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.reject = null;
+  }
+
+  private arm(now: number): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timerAt = this.due;
+    this.timer = setTimeout(this.fire, Math.max(0, (this.due - now) * 1000));
+  }
+
+  private readonly fire = (): void => {
+    this.timer = null;
+    this.timerAt = Infinity;
+    const now = monotonic();
+    if (now < this.due) {
+      this.arm(now);
+      return;
+    }
+    this.controller.abort();
+    this.reject?.(new BoundPassed(`no chunk within ${g(this.seconds)}s`));
+  };
 }
 
 /** `promise`, or a BoundPassed rejection once `seconds` pass (the attempt is aborted). */

@@ -198,21 +198,29 @@ export class ChunkStream<Chunk> implements AsyncIterable<Chunk>, AsyncIterator<C
     return this;
   }
 
-  async next(): Promise<IteratorResult<Chunk>> {
-    if (this.raised !== null) throw this.raised;
-    if (this.ended) return { done: true, value: undefined };
-    let next: IteratorResult<Chunk>;
+  next(): Promise<IteratorResult<Chunk>> {
+    if (this.raised !== null) return Promise.reject(this.raised);
+    if (this.ended) return Promise.resolve({ done: true, value: undefined });
+    // Not an async method: every chunk would pay for its promise turns.
+    if (this.chunks === null) return this.first();
+    return this.chunks.next().then(this.took, this.broke);
+  }
+
+  /** Open the stream (the headers, within the attempt's timeout), then its first chunk. */
+  private async first(): Promise<IteratorResult<Chunk>> {
+    let stream: unknown;
     try {
-      if (this.chunks === null) {
-        const stream = await this.open();
-        if (!isLibraryStream<Chunk>(stream)) throw malformed(`expected a stream, got ${describe(stream)}`);
-        this.stream = stream;
-        this.chunks = stream[Symbol.asyncIterator]();
-      }
-      next = await this.chunks.next();
+      stream = await this.open();
     } catch (error) {
-      throw this.fail(translated(error, this.failure, this.signal));
+      return this.broke(error);
     }
+    if (!isLibraryStream<Chunk>(stream)) throw this.fail(malformed(`expected a stream, got ${describe(stream)}`));
+    this.stream = stream;
+    this.chunks = stream[Symbol.asyncIterator]();
+    return this.chunks.next().then(this.took, this.broke);
+  }
+
+  private readonly took = (next: IteratorResult<Chunk>): IteratorResult<Chunk> => {
     if (next.done) {
       // The libraries end a stream quietly when its signal is aborted: that is the router's
       // timeout, and a stream without its terminal event is truncated; neither is a success.
@@ -227,7 +235,11 @@ export class ChunkStream<Chunk> implements AsyncIterable<Chunk>, AsyncIterator<C
       throw this.fail(error);
     }
     return next;
-  }
+  };
+
+  private readonly broke = (error: unknown): never => {
+    throw this.fail(translated(error, this.failure, this.signal));
+  };
 
   /** Close the connection (the router calls it when the caller leaves a stream early). */
   async return(): Promise<IteratorResult<Chunk>> {
