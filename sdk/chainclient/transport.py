@@ -155,9 +155,6 @@ class Connection:
         self._socket: socket.socket | None = None
         self._interrupted = False
 
-    def get(self, path: str, headers: dict[str, str], read_timeout: float) -> tuple[int, Message, bytes]:
-        return self.request("GET", path, headers, read_timeout)
-
     def request(
         self,
         method: str,
