@@ -2,16 +2,18 @@
  * The last-known-good file `{stateDir}/{chain}.json`, in the Python SDK's format
  * (`chainclient-state/2`: `{"format", "chain", "saved_at", "document", "digest"}`, the digest
  * `sha256:<hex>` over the rest as canonical JSON). It never goes back: a save compares
- * (epoch, version) with what the file holds, under a lock file shared by every process
- * using the directory, and replaces the file atomically (temp file, fsync, rename).
+ * (epoch, version) with what the file holds, under the lock file `{chain}.lock` every process
+ * using the directory takes, Python's included (stateLock.ts), and replaces the file atomically
+ * (temp file, fsync, rename). A save that cannot have the lock within `WAIT_MS` throws.
  */
 
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdir, open, readFile, rename, rm, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 
 import { TrustedKeys, UNSIGNED } from "./signatures.js";
+import { lock } from "./stateLock.js";
 import { ChainDocument, DocumentInvalid, Registry, compareOrder, documentJson, parseDocument } from "./document.js";
 import { canonicalJson, pyRepr } from "./wire.js";
 
@@ -21,9 +23,6 @@ export const DIGEST_MISMATCH = "digest mismatch: the file changed after it was s
 const UNSIGNED_ON_DISK =
   "unsigned: its document carries no signature, and trusted_keys is set (saved before the control " +
   "plane signed its documents, by chainclient 0.3 or earlier, which kept no signature, or edited?)";
-/** A lock file older than this was left by a process that died holding it. */
-const STALE_LOCK_MS = 10_000;
-const LOCK_WAIT_MS = 5_000;
 
 export interface Loaded {
   readonly document: ChainDocument | null;
@@ -82,7 +81,7 @@ export class StateFile {
     const data = JSON.stringify(payload);
     const directory = join(path, "..");
     await mkdir(directory, { recursive: true });
-    const release = await lock(path.replace(/\.json$/, ".lock"));
+    const held = await lock(path.replace(/\.json$/, ".lock"));
     try {
       let onDisk: ChainDocument | null = null;
       try {
@@ -100,13 +99,14 @@ export class StateFile {
         await handle.close();
       }
       try {
+        await held.check(); // last thing: a lock broken as stale meanwhile must not write
         await rename(temporary, path);
       } catch (error) {
         await rm(temporary, { force: true });
         throw error;
       }
     } finally {
-      await release();
+      await held.release();
     }
     return null;
   }
@@ -137,26 +137,3 @@ export class StateFile {
     return document;
   }
 }
-
-/** Take `path` as a lock file (created exclusively); a lock older than STALE_LOCK_MS is broken. */
-async function lock(path: string): Promise<() => Promise<void>> {
-  const giveUp = Date.now() + LOCK_WAIT_MS;
-  for (;;) {
-    try {
-      const handle = await open(path, "wx", 0o644);
-      await handle.close();
-      return async () => {
-        await unlink(path).catch(() => undefined);
-      };
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      const age = await stat(path).then((s) => Date.now() - s.mtimeMs, () => 0);
-      if (age > STALE_LOCK_MS || Date.now() > giveUp) {
-        await unlink(path).catch(() => undefined);
-        continue;
-      }
-      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 10));
-    }
-  }
-}
-

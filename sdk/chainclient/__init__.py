@@ -25,6 +25,7 @@ from chainclient.errors import (
 )
 from chainclient.receipts import Answer, Attempt, CredentialAlert, Receipt, RouteResult
 from chainclient.router import Router, RouteStream
+from chainclient.transport import ControlPlaneConnection
 from chainclient.types import (
     ChainDocument,
     DefaultChain,
@@ -50,6 +51,7 @@ __all__ = [
     "ContextLengthExceeded",
     "ContentPolicyRejected",
     "Contract",
+    "ControlPlaneConnection",
     "CredentialAlert",
     "DeadlineExceeded",
     "DefaultChain",

@@ -22,7 +22,8 @@ by the parts it composes:
 - ``drills``: whether this service takes part in a failover drill (``takes_part``), and what
   its routers recorded of one (``record_drill``) for those reports;
 - ``stats``: the counters ``health()`` reports, and the episodes logged once each;
-- ``client_options``: the options checked at construction; ``forks``: the fork hook.
+- ``client_options``: the options checked at construction; ``forks``: the fork hook;
+- ``client_health``: what ``health()`` reports.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 from chainclient.applier import Applier
 from chainclient.applier import OnChange as OnChange
+from chainclient.client_health import health_of
 from chainclient.client_options import (
     check_header_values,
     check_options,
@@ -56,7 +58,7 @@ from chainclient.state_file import STATE_FORMAT as STATE_FORMAT
 from chainclient.state_file import StateFile
 from chainclient.stats import ClientStats, OlderAnswer
 from chainclient.transport import MAX_DOCUMENT_BYTES as MAX_DOCUMENT_BYTES
-from chainclient.transport import Endpoint
+from chainclient.transport import ControlPlaneConnection, Endpoint
 from chainclient.types import ChainDocument, Drill, Registry, Step
 from chainclient.usage import MAX_REPORTED_REJECTIONS as MAX_REPORTED_REJECTIONS
 from chainclient.usage import UsageReporter
@@ -82,6 +84,11 @@ class ChainClient:
     poll), sends no usage reports (nothing there takes them), needs no ``token`` (sent if
     given) and requires ``trusted_keys``: what it applies comes from a host that is not the
     control plane, so only documents whose signature verifies are applied.
+
+    For tests, and for a service that drives polling itself (``poll_once()``): ``clock`` is
+    the wall clock in epoch seconds (``time.time`` by default; a pin's expiry is a wall-clock
+    instant), and ``connect`` opens each connection to the control plane (a
+    ``ControlPlaneConnection``; by default keep-alive HTTP(S) to ``base_url``).
     """
 
     def __init__(
@@ -106,6 +113,8 @@ class ChainClient:
         ahead_after_s: float = 30.0,
         trusted_keys: Mapping[str, str] | None = None,
         published: bool = False,
+        clock: Callable[[], float] | None = None,
+        connect: Callable[[], ControlPlaneConnection] | None = None,
     ) -> None:
         durations = {
             "poll_interval": poll_interval,
@@ -123,7 +132,8 @@ class ChainClient:
         steps = routable_steps(default, registry)
         # Loaded before anything reads a document: the state file is verified too.
         keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
-        endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=f"{service}/{instance}", timeout=timeout)
+        client_id = f"{service}/{instance}"
+        endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=client_id, timeout=timeout, opener=connect)
 
         self._chain = chain
         self._published = bool(published)
@@ -135,8 +145,8 @@ class ChainClient:
         self._endpoint = endpoint
         self._takes_part = TakingPart(token)
         self._pid = os.getpid()
-        # Wall-clock time, because a pin's expiry is a wall-clock instant; tests replace it.
-        self._clock: Callable[[], float] = time.time
+        # Wall-clock time, because a pin's expiry is a wall-clock instant.
+        self._clock: Callable[[], float] = clock if clock is not None else time.time
         self._lifecycle_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._stats = ClientStats(chain=chain, ahead_after_s=float(ahead_after_s))
@@ -226,61 +236,19 @@ class ChainClient:
 
     def health(self) -> dict[str, Any]:
         """A snapshot for health endpoints and logs; never does I/O."""
-        now = self._clock()
-        snapshot = self._snapshot
-        expired = now >= snapshot.expires_at
-        if expired:
-            self._stats.note_expired(snapshot)
-        document = snapshot.expired if expired else snapshot.document
-        held = snapshot.document
-        ahead = self._stats.ahead_of_server(now, held=held)
         worker = self._poller.worker
-        unreported = self._usage.unreported()
-        stats = self._stats.view()
-        return {
-            "chain": self._chain,
-            "source": document.source,
-            "epoch": document.epoch,
-            "version": document.version,
-            "preset": document.preset,
-            "expired_pin": {
-                "preset": held.preset,
-                "version": held.version,
-                "expires_at": held.expires_at_s,
-            }
-            if expired
-            else None,
-            "ahead_of_server": {
-                "server_epoch": ahead.epoch,
-                "server_version": ahead.version,
-                "since": ahead.since,
-            }
-            if ahead is not None
-            else None,
-            "last_success_at": stats.last_success_at,
-            "last_failure_at": stats.last_failure_at,
-            "last_error": stats.last_error,
-            "consecutive_failures": stats.consecutive_failures,
-            "rejected": stats.rejected,
-            "changes": stats.changes,
-            "polls": stats.polls,
-            "long_poll": self._poller.long_poll,
-            "published": self._published,
-            "running": worker is not None and worker.alive,
-            "state_file": str(self._state_file.path) if self._state_file.path else None,
-            "state_file_refused": stats.state_file_refused,
-            "unreported_requests": unreported,
-            "last_usage_report_at": stats.last_report_at,
-            "usage_report_failures": stats.report_failures,
-            "last_save_error": stats.last_save_error,
-            "last_save_error_at": stats.last_save_error_at,
-            "signatures": {
-                "required": self._trusted_keys is not None,
-                "key_id": held.signature.key_id if held.signature is not None else None,
-                "refused": stats.signature_refusals,
-                "last_refused": stats.last_signature_refusal,
-            },
-        }
+        return health_of(
+            chain=self._chain,
+            now=self._clock(),
+            snapshot=self._snapshot,
+            stats=self._stats,
+            long_poll=self._poller.long_poll,
+            published=self._published,
+            running=worker is not None and worker.alive,
+            state_file=self._state_file.path,
+            unreported=self._usage.unreported(),
+            signatures_required=self._trusted_keys is not None,
+        )
 
     def record_served(self, provider: str) -> None:
         """Count one request served by ``provider`` for the next usage report.
@@ -322,6 +290,28 @@ class ChainClient:
         Router calls it; a lock and a few additions, never I/O; a no-op with
         ``report_usage=False``."""
         self._usage.drills.record(drill.id, request)
+
+    # -- driving it by hand ---------------------------------------------------------------
+
+    def poll_once(self) -> float:
+        """Poll once, apply what came back, and return the seconds to wait before the next
+        poll: what the poller thread does in a loop, for a test or a service driving its own
+        loop instead of ``start()`` (not both at once). A failed poll is counted and logged as
+        in the thread, not raised. On a connection of its own (``connect``), closed after:
+        ``stop()`` does not cut it short; it ends within ``timeout`` (plus ``wait_s`` for a
+        long poll)."""
+        connection = self._endpoint.connect()
+        try:
+            return self._poller.poll_once(threading.Event(), connection)
+        finally:
+            connection.close()
+
+    def flush_usage(self, timeout: float | None = None) -> None:
+        """Send the pending usage report now (what was served and refused, and the provider
+        health seen, since the last accepted one) within ``timeout`` seconds (the client's
+        ``timeout`` by default); nothing is sent when there is nothing to say, or with
+        ``report_usage=False``. A failed report keeps its counts for the next."""
+        self._usage.flush(self._endpoint.timeout if timeout is None else float(timeout))
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -404,7 +394,7 @@ class ChainClient:
         document = self._current
         return f"<ChainClient chain={self._chain!r} v{document.version} {document.preset} source={document.source}>"
 
-    # -- what the parts read and write (at call time: tests replace ``_clock``) ----------
+    # -- what the parts read and write (at call time) ------------------------------------
 
     def _new_applier(self) -> Applier:
         return Applier(

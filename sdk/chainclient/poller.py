@@ -21,7 +21,15 @@ from email.message import Message
 from chainclient.applier import Applier
 from chainclient.snapshot import Snapshot, entity_tag
 from chainclient.stats import ClientStats
-from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message, retry_after
+from chainclient.transport import (
+    REQUEST_ERRORS,
+    ControlPlaneConnection,
+    Endpoint,
+    Worker,
+    describe,
+    error_message,
+    retry_after,
+)
 from chainclient.types import ChainDocument
 
 # The client's logger: these lines have always been the poller's.
@@ -97,12 +105,12 @@ class Poller:
 
     # -- the thread -------------------------------------------------------------------------
 
-    def _run(self, stop_event: threading.Event, connection: Connection) -> None:
+    def _run(self, stop_event: threading.Event, connection: ControlPlaneConnection) -> None:
         delay = 0.0
         try:
             while not stop_event.wait(delay):
                 try:
-                    delay = self._poll_once(stop_event, connection)
+                    delay = self.poll_once(stop_event, connection)
                 except Exception as exc:  # a bug here must not end polling for good
                     if stop_event.is_set():
                         break
@@ -111,8 +119,9 @@ class Poller:
         finally:
             connection.close()
 
-    def _poll_once(self, stop_event: threading.Event, connection: Connection) -> float:
-        """Fetch once, apply what came back, and return how long to wait before the next poll."""
+    def poll_once(self, stop_event: threading.Event, connection: ControlPlaneConnection) -> float:
+        """Fetch once, apply what came back, and return how long to wait before the next poll
+        (the thread, and ``ChainClient.poll_once()``)."""
         snapshot = self._before_poll()
         current = snapshot.document
         long_poll = self.long_poll
@@ -129,7 +138,7 @@ class Poller:
         headers = self._endpoint.poll_headers(if_none_match=if_none_match, applied_version=current.version)
         started = time.monotonic()
         try:
-            status, response_headers, body = connection.get(path, headers, read_timeout)
+            status, response_headers, body = connection.request("GET", path, headers, read_timeout)
         except REQUEST_ERRORS as exc:
             return 0.0 if stop_event.is_set() else self._failed(describe(exc))
         if stop_event.is_set():

@@ -2,10 +2,11 @@
 
 A restarted service serves the chain it last applied before it reaches the network, so the
 file is read at construction. Several processes may share one ``state_dir`` (one client
-each for the same chain) and each may be answered by a lagging replica, so a save takes an
-exclusive ``flock`` on ``{chain}.lock``, compares ``(epoch, version)`` with what the file
-holds and writes only a newer document, atomically (temp file, ``fsync``, rename). Without
-``fcntl`` (Windows) the lock is skipped.
+each for the same chain) and each may be answered by a lagging replica, so a save takes the
+lock ``{chain}.lock`` (``state_lock``: one protocol with the TypeScript client, so services in
+both languages can share the directory), compares ``(epoch, version)`` with what the file
+holds and writes only a newer document, atomically (temp file, ``fsync``, rename). A save
+that cannot have the lock within ``state_lock.WAIT_S`` fails rather than write without it.
 
 The file carries a digest of its content, and a file whose digest does not match is
 refused: a version raised by hand must neither become what a restarted service serves nor
@@ -29,19 +30,15 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
 from chainclient.signatures import UNSIGNED, TrustedKeys
 from chainclient.snapshot import label
+from chainclient.state_lock import state_lock
 from chainclient.transport import describe
 from chainclient.types import ChainDocument, DocumentInvalid, Registry
-
-try:
-    import fcntl
-except ImportError:  # Windows: the state file is written without a lock there
-    fcntl = None  # type: ignore[assignment]
 
 # The client's logger: these lines have always been the poller's.
 logger = logging.getLogger("chainclient.client")
@@ -141,7 +138,7 @@ class StateFile:
     def save(self, document: ChainDocument) -> ChainDocument | None:
         """Write ``document`` unless the file already holds it (with a digest) or a newer one;
         return that one when it does. Raises OSError, TypeError or ValueError when the save
-        fails.
+        fails (``StateFileLocked``, an OSError, when the lock cannot be had in time).
 
         Processes sharing a ``state_dir`` can each get answers from a lagging replica, so
         the compare and the write happen under one lock: the file never goes back.
@@ -158,7 +155,7 @@ class StateFile:
         payload["digest"] = _digest_of(payload)
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _exclusive_lock(path.with_suffix(".lock")):
+        with state_lock(path.with_suffix(".lock")) as lock:
             try:
                 on_disk = self._read(path)
             except (OSError, ValueError, RecursionError):
@@ -167,7 +164,8 @@ class StateFile:
                 held = on_disk.document.order
                 if held > document.order or (held == document.order and on_disk.digested):
                     return on_disk.document
-            _write_atomically(path, data)
+            # The lock is checked last thing: one broken as stale meanwhile must not write.
+            _write_atomically(path, data, before_rename=lock.check)
         return None
 
     def _read(self, path: Path) -> _Saved:
@@ -208,25 +206,9 @@ def _digest_of(payload: Mapping[str, object]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
-    if fcntl is None:
-        yield
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        # Unlock explicitly: a child forked meanwhile shares the lock through its copy of
-        # the descriptor, so closing ours alone would leave every later save waiting.
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file."""
+def _write_atomically(path: Path, data: bytes, *, before_rename: Callable[[], None]) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file;
+    ``before_rename`` may raise to leave the old one."""
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -235,6 +217,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
             tmp.write(data)
             tmp.flush()
             os.fsync(tmp.fileno())
+        before_rename()
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -4,8 +4,10 @@
 identity headers the control plane shows fleet convergence with (``X-Chain-Client``,
 ``X-Chain-Applied-Version``). ``Connection`` is one keep-alive HTTP(S) connection whose
 blocked read another thread can cut short: that is how ``stop()`` returns at once even in
-the middle of a long poll. A ``Worker`` is a daemon thread with its own connection; the
-poller and the usage reporter each run in one, so a held long poll never delays a report.
+the middle of a long poll. ``ControlPlaneConnection`` is what the client needs of one: a
+service (or a test) may open its own instead (``ChainClient(connect=...)``). A ``Worker`` is
+a daemon thread with its own connection; the poller and the usage reporter each run in one,
+so a held long poll never delays a report.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
+from typing import Protocol
 from urllib.parse import quote, urlsplit
 
 from chainclient._version import __version__
@@ -32,6 +35,35 @@ USER_AGENT = f"chainclient/{__version__} python/{platform.python_version()}"
 
 class StoppedError(Exception):
     """The connection was interrupted by ``stop()``."""
+
+
+class ControlPlaneConnection(Protocol):
+    """A connection to the control plane, as the client uses one (``Connection`` is the
+    default; ``ChainClient(connect=...)`` opens others). Each thread that talks to the
+    control plane (the poller's, the usage reporter's) opens one and closes it when done, and
+    so do ``poll_once()`` and ``flush_usage()``."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        read_timeout: float,
+        *,
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> tuple[int, Message, bytes]:
+        """Send one request (``path`` under the control plane's origin) and return its status,
+        headers and body; raise OSError or ``http.client.HTTPException`` when it fails."""
+        ...
+
+    def interrupt(self) -> None:
+        """Wake a request blocked in another thread and refuse new ones (``stop()``)."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection; a later request may open it again."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -46,9 +78,20 @@ class Endpoint:
     client_id: str
     timeout: float
     """Connect and read timeout in seconds; a long poll's read adds its ``wait``."""
+    opener: Callable[[], ControlPlaneConnection] | None = field(default=None, repr=False, compare=False)
+    """Opens a connection instead of ``Connection`` (``ChainClient(connect=...)``)."""
 
     @classmethod
-    def of(cls, base_url: str, *, chain: str, token: str | None, client_id: str, timeout: float) -> Endpoint:
+    def of(
+        cls,
+        base_url: str,
+        *,
+        chain: str,
+        token: str | None,
+        client_id: str,
+        timeout: float,
+        opener: Callable[[], ControlPlaneConnection] | None = None,
+    ) -> Endpoint:
         """The endpoint of ``chain`` on the control plane at ``base_url``; ValueError unless
         ``base_url`` is an http(s) URL."""
         parts = urlsplit(base_url)
@@ -62,14 +105,17 @@ class Endpoint:
             token=token,
             client_id=client_id,
             timeout=float(timeout),
+            opener=opener,
         )
 
     @property
     def usage_path(self) -> str:
         return f"{self.path}/usage"
 
-    def connect(self) -> Connection:
+    def connect(self) -> ControlPlaneConnection:
         """A new, not yet opened, connection to the control plane."""
+        if self.opener is not None:
+            return self.opener()
         return Connection(self.scheme, self.host, self.port, self.timeout)
 
     def poll_headers(self, *, if_none_match: str, applied_version: int) -> dict[str, str]:
@@ -108,9 +154,6 @@ class Connection:
         self._connection: http.client.HTTPConnection | None = None
         self._socket: socket.socket | None = None
         self._interrupted = False
-
-    def get(self, path: str, headers: dict[str, str], read_timeout: float) -> tuple[int, Message, bytes]:
-        return self.request("GET", path, headers, read_timeout)
 
     def request(
         self,
@@ -198,7 +241,9 @@ class Worker:
     ``stop()`` keeps its own and never touches the next ``start()``'s.
     """
 
-    def __init__(self, target: Callable[[threading.Event, Connection], None], *, name: str, endpoint: Endpoint) -> None:
+    def __init__(
+        self, target: Callable[[threading.Event, ControlPlaneConnection], None], *, name: str, endpoint: Endpoint
+    ) -> None:
         self.connection = endpoint.connect()
         self._target = target
         self._name = name
@@ -284,6 +329,7 @@ __all__ = [
     "REQUEST_ERRORS",
     "USER_AGENT",
     "Connection",
+    "ControlPlaneConnection",
     "Endpoint",
     "StoppedError",
     "Worker",

@@ -38,7 +38,15 @@ from chainclient.drills import NO_DRILL_TALLY, DrillCounts, DrillTally
 from chainclient.health import HealthCounts, HealthTally
 from chainclient.receipts import Attempt
 from chainclient.stats import ClientStats, OlderAnswer
-from chainclient.transport import REQUEST_ERRORS, Connection, Endpoint, Worker, describe, error_message, retry_after
+from chainclient.transport import (
+    REQUEST_ERRORS,
+    ControlPlaneConnection,
+    Endpoint,
+    Worker,
+    describe,
+    error_message,
+    retry_after,
+)
 from chainclient.types import Drill
 from chainclient.wire import REPORT_MAX_PROVIDERS
 
@@ -181,11 +189,17 @@ class UsageReporter:
         # times would stay in step across the whole fleet of workers.
         self._random.seed()
 
+    def flush(self, timeout: float) -> None:
+        """Send the pending report now, within ``timeout`` seconds, on a connection of its own
+        (``ChainClient.flush_usage()``); nothing when reporting is off."""
+        if self.enabled:
+            self._report(self._endpoint.connect(), timeout, threading.Event())  # it closes the connection
+
     def flush_by(self, deadline: float) -> None:
         """Give the last report, sent once stopped, until ``deadline`` (monotonic)."""
         self._flush_by = deadline
 
-    def _run(self, stop_event: threading.Event, connection: Connection) -> None:
+    def _run(self, stop_event: threading.Event, connection: ControlPlaneConnection) -> None:
         try:
             next_at = time.monotonic() + self._next_wait()
             while True:
@@ -215,7 +229,7 @@ class UsageReporter:
         interval = self._interval * self._random.uniform(0.9, 1.1)
         return max(interval, self._not_before - time.monotonic())
 
-    def _report(self, connection: Connection, timeout: float, stop_event: threading.Event) -> None:
+    def _report(self, connection: ControlPlaneConnection, timeout: float, stop_event: threading.Event) -> None:
         """Send what was served and refused, the provider health and the drill's counts, since
         the last accepted report, if anything."""
         ahead = self._ahead()
@@ -259,7 +273,7 @@ class UsageReporter:
 
     def _send(
         self,
-        connection: Connection,
+        connection: ControlPlaneConnection,
         timeout: float,
         served: Served,
         refusals: list[Refusal],

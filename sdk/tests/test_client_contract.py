@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import calendar
 import json
-import threading
 import time
 from email.message import Message
 from pathlib import Path
@@ -100,24 +99,16 @@ def test_the_vectors_cover_every_row_of_the_failure_table_and_every_poller_promi
 
 
 class ScriptedConnection:
-    """Answers one poll as the step says; keeps what the client sent."""
+    """The control plane as the client's ``connect`` option opens it: it answers each request
+    as the step being run says (``answer``), and keeps what the client sent."""
 
-    def __init__(self, answer: dict[str, Any]) -> None:
-        self.answer = answer
+    def __init__(self) -> None:
+        self.answer: dict[str, Any] = {}
         self.sent: dict[str, str] = {}
         self.body: Any = None
 
-    def get(self, path: str, headers: dict[str, str], read_timeout: float) -> tuple[int, Message, bytes]:
-        self.sent = {"path": path, **{name.lower(): value for name, value in headers.items()}}
-        if "error" in self.answer:
-            raise ConnectionRefusedError(self.answer["error"])
-        message = Message()
-        if self.answer.get("etag"):
-            message["ETag"] = self.answer["etag"]
-        if self.answer.get("retry_after"):
-            message["Retry-After"] = self.answer["retry_after"]
-        body = json.dumps(self.answer["document"]) if "document" in self.answer else self.answer.get("body", "")
-        return self.answer["status"], message, body.encode("utf-8")
+    def expect(self, answer: dict[str, Any]) -> None:
+        self.answer, self.sent, self.body = answer, {}, None
 
     def request(
         self,
@@ -129,14 +120,24 @@ class ScriptedConnection:
         body: bytes | None = None,
         connect_timeout: float | None = None,
     ) -> tuple[int, Message, bytes]:
-        self.sent = {"method": method, "path": path, **{name.lower(): value for name, value in headers.items()}}
-        self.body = json.loads(body or b"null")
+        self.sent = {"path": path, **{name.lower(): value for name, value in headers.items()}}
+        if method != "GET":
+            self.sent["method"] = method
+            self.body = json.loads(body or b"null")
         if "error" in self.answer:
             raise ConnectionRefusedError(self.answer["error"])
         message = Message()
+        if self.answer.get("etag") and method == "GET":
+            message["ETag"] = self.answer["etag"]
         if self.answer.get("retry_after"):
             message["Retry-After"] = self.answer["retry_after"]
-        return self.answer["status"], message, b"{}"
+        if method != "GET":
+            return self.answer["status"], message, b"{}"
+        body_text = json.dumps(self.answer["document"]) if "document" in self.answer else self.answer.get("body", "")
+        return self.answer["status"], message, body_text.encode("utf-8")
+
+    def interrupt(self) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -147,10 +148,11 @@ class PollerRun:
         self.options = vector["options"]
         self.now = _epoch_s(self.options.get("clock", CONTRACT["clock"]))
         self.state_dir = tmp_path if self.options.get("state_dir") else None
+        self.control_plane = ScriptedConnection()
         self.client = self.build()
 
     def build(self) -> ChainClient:
-        client = ChainClient(
+        return ChainClient(
             "http://control-plane.test",
             chain=CONTRACT["chain"],
             token=CONTRACT["token"],
@@ -163,9 +165,9 @@ class PollerRun:
             ahead_after_s=self.options.get("ahead_after_s", 30),
             trusted_keys=self.options.get("trusted_keys"),
             published=self.options.get("published", False),
+            clock=lambda: self.now,
+            connect=lambda: self.control_plane,
         )
-        client._clock = lambda: self.now
-        return client
 
     def step(self, step: dict[str, Any]) -> None:
         self.now += step.get("advance_s", 0)
@@ -186,17 +188,17 @@ class PollerRun:
             self.client.record_breaker_opened(provider)
         sent: dict[str, str] = {}
         if "answer" in step:
-            connection = ScriptedConnection(step["answer"])
-            delay = self.client._poller._poll_once(threading.Event(), connection)  # type: ignore[arg-type]
-            sent = connection.sent
+            self.control_plane.expect(step["answer"])
+            delay = self.client.poll_once()
+            sent = self.control_plane.sent
             if "next_s" in step["expect"]:
                 low, high = step["expect"]["next_s"]
                 assert low - 1e-9 <= delay <= high + 1e-9, ("next poll in", delay, step["expect"]["next_s"])
         if "report" in step:
-            connection = ScriptedConnection(step["report"])
-            self.client._usage._report(connection, 5.0, threading.Event())  # type: ignore[arg-type]
-            sent = connection.sent
-            self.check_report(step["expect"], connection.body)
+            self.control_plane.expect(step["report"])
+            self.client.flush_usage(5.0)
+            sent = self.control_plane.sent
+            self.check_report(step["expect"], self.control_plane.body)
         self.check(step["expect"], sent)
 
     @staticmethod

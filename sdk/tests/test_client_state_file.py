@@ -41,7 +41,6 @@ SERVICE_PROCESS = textwrap.dedent("""
 
 
 @pytest.mark.system
-@pytest.mark.skipif(sys.platform == "win32", reason="no flock: the file is not locked there")
 def test_two_processes_sharing_a_state_dir_never_take_the_file_back(control_plane, state_dir, saved_version, document):
     rng = random.Random(7)
     latest = 0
