@@ -22,6 +22,7 @@ from conftest import REGISTRY, drill_json  # noqa: E402
 from document_signing import SigningKey, b64url  # noqa: E402
 
 from chainclient import ChainDocument  # noqa: E402
+from chainclient.testing import FakeClock  # noqa: E402
 
 SDK = Path(__file__).resolve().parents[1]
 
@@ -230,6 +231,31 @@ def test_after_a_copy_damaged_on_the_way_a_later_poll_brings_the_genuine_documen
     sent = [r.headers["If-None-Match"] for r in control_plane.requests]
     assert sent[:3] == ['"0"', '"4"', '"5"'], sent
     assert sent[sent.index('"5"') :].count('"4"') == 1, sent
+
+
+def test_a_forger_always_on_the_way_costs_one_full_answer_a_max_backoff(
+    make_client, control_plane, eventually, document
+):
+    """A proxy that alters every copy but keeps its ETag: the client serves what it holds, and
+    asks for a genuine copy two intervals after the first refusal, then twice as long after
+    each refusal in a row, up to max_backoff; in between its polls send the forged copy's ETag."""
+    clock = FakeClock()
+    forged = _swap_steps(NEW.sign(document(5, "local_only")))
+    control_plane.publish(forged)  # to any If-None-Match but "5"; a 304 to that
+    client = make_client(trusted_keys=NEW.trusted(), poll_interval=10, max_backoff=60, clock=clock.now)
+
+    asked: list[tuple[float, str]] = []
+    for _ in range(40):
+        before = control_plane.count()
+        client.poll_once()
+        [request] = control_plane.requests[before:]
+        asked.append((clock.now(), request.headers["If-None-Match"]))
+        clock.advance(5)
+
+    full = [at for at, tag in asked if tag != '"5"']
+    assert client.current().version == 0 and _signatures(client)["refused"] == len(full)
+    # Asked for anything but the held document at 0 s, then 20, 40, 60 and 60 s after each refusal.
+    assert [b - a for a, b in zip(full, full[1:], strict=False)] == [20, 40, 60, 60], asked
 
 
 def test_a_refused_signature_is_in_the_usage_report(make_client, control_plane, eventually, document):
