@@ -93,6 +93,7 @@ bench: install
 	$(PY) bench/propagation.py --mode poll
 	cd sdk-ts && npm ci --no-audit --no-fund && npm run build
 	$(PY) bench/propagation.py --client typescript
+	CHAINCLIENT_PYTHON=$(PY) node bench/ts_stream_overhead.mjs
 
 # What the control plane and the SDK agree on is written once, in the SDK; the server keeps a
 # copy so that it never imports the SDK (tests/test_wire.py fails when the two differ).
