@@ -1,5 +1,5 @@
-"""What the adapters share: the HTTP layer's failures in the router's terms, and the stream
-wrappers that hold a vendor stream to the contract of ``chainclient.streams``.
+"""What the adapters share: the HTTP layer's failures in the router's terms and the calls
+themselves (``LibraryTransport``). The stream wrappers are in ``_chunk_streams``.
 
 Both vendor libraries send through ``httpx2`` over ``httpcore2``. Whatever they wrap a
 network failure in (``APIConnectionError``, ``APITimeoutError``), they raise it ``from``
@@ -21,8 +21,8 @@ import contextlib
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 
@@ -31,8 +31,8 @@ from chainclient.receipts import Answer
 from chainclient.transport import non_negative_seconds, retry_after_value
 from chainclient.types import Step
 
-ChunkT = TypeVar("ChunkT")
-ChunkContra = TypeVar("ChunkContra", contravariant=True)
+if TYPE_CHECKING:
+    from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
 
 Failure = Callable[[BaseException], "TransportError | None"]
 """A library's mapping: the router's error for what the library raised, or None when it is
@@ -132,200 +132,6 @@ def shut_down(response: httpx2.Response) -> None:
         pass
 
 
-class StreamState(Protocol[ChunkContra]):
-    """What a vendor's stream learns from its chunks: the model, the usage, whether the
-    terminal event came; ``observe`` raises ContentPolicyRefusal on a content filter."""
-
-    model_id: str
-    input_tokens: int | None
-    output_tokens: int | None
-    complete: bool
-    terminal: str
-    """The terminal event, as the error for a truncated stream names it."""
-
-    def observe(self, chunk: ChunkContra) -> None: ...
-
-    def text(self, chunk: ChunkContra) -> str: ...
-
-
-class ChunkStream(Generic[ChunkT]):
-    """A vendor library's synchronous stream, held to ``chainclient.streams.ProviderStream``.
-
-    It yields the library's own chunk objects; it raises the router's errors for a break, a
-    malformed chunk, an error event or a content filter, and ProviderError when the stream
-    ends without its terminal event. A failure is raised again by any later ``next()``.
-    """
-
-    def __init__(
-        self,
-        chunks: Iterator[ChunkT],
-        response: httpx2.Response,
-        close: Callable[[], object],
-        state: StreamState[ChunkT],
-        failure: Failure,
-    ) -> None:
-        self._chunks = chunks
-        self._response = response
-        self._close = close
-        self._state = state
-        self._failure = failure
-        self._raised: TransportError | None = None
-        self._ended = False
-        self._aborted = False
-
-    @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
-
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
-
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
-
-    def __iter__(self) -> Iterator[ChunkT]:
-        return self
-
-    def __next__(self) -> ChunkT:
-        if self._raised is not None:
-            raise self._raised
-        if self._ended:
-            raise StopIteration
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            self._ended = True
-            self.close()
-            if self._aborted:
-                raise self._fail(ProviderError(None, True, "stream aborted")) from None
-            if not self._state.complete:
-                raise self._fail(truncated(self._state.terminal)) from None
-            raise
-        except Exception as exc:
-            raise self._fail(self._mapped(exc)) from exc
-        try:
-            self._state.observe(chunk)
-        except TransportError as exc:
-            raise self._fail(exc) from None
-        return chunk
-
-    def close(self) -> None:
-        """Close the connection (the router calls it whatever happens)."""
-        try:
-            self._close()
-        except Exception:  # an aborted stream may already be closing in another thread
-            if not self._aborted:
-                raise
-
-    def abort(self) -> None:
-        """Break a ``next()`` blocked in another thread, promptly, from any thread."""
-        self._aborted = True
-        shut_down(self._response)
-
-    def _mapped(self, exc: Exception) -> TransportError:
-        mapped = self._failure(exc)
-        if self._aborted:
-            # Whatever the read raised, it raised because abort() cut the connection.
-            detail = str(mapped) if mapped is not None else f"{type(exc).__name__}: {exc}"
-            return ProviderError(None, True, f"stream aborted ({detail})")
-        if mapped is None:
-            raise exc
-        return mapped
-
-    def _fail(self, error: TransportError) -> TransportError:
-        self._raised = error
-        self._ended = True
-        try:
-            self.close()
-        except Exception:
-            pass  # the failure is what the caller needs to hear about
-        return error
-
-
-class AsyncChunkStream(Generic[ChunkT]):
-    """A vendor library's asyncio stream, held to ``chainclient.streams.AsyncProviderStream``
-    as ``ChunkStream`` holds a synchronous one (cancelling the task that awaits a chunk is
-    how an asyncio caller breaks a blocked read)."""
-
-    def __init__(
-        self,
-        chunks: AsyncIterator[ChunkT],
-        close: Callable[[], Awaitable[object]],
-        state: StreamState[ChunkT],
-        failure: Failure,
-    ) -> None:
-        self._chunks = chunks
-        self._close = close
-        self._state = state
-        self._failure = failure
-        self._raised: TransportError | None = None
-        self._ended = False
-
-    @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
-
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
-
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
-
-    def __aiter__(self) -> AsyncIterator[ChunkT]:
-        return self
-
-    async def __anext__(self) -> ChunkT:
-        if self._raised is not None:
-            raise self._raised
-        if self._ended:
-            raise StopAsyncIteration
-        try:
-            chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._ended = True
-            await self.aclose()
-            if not self._state.complete:
-                raise await self._fail(truncated(self._state.terminal)) from None
-            raise
-        except Exception as exc:
-            mapped = self._failure(exc)
-            if mapped is None:
-                raise
-            raise await self._fail(mapped) from exc
-        try:
-            self._state.observe(chunk)
-        except TransportError as exc:
-            raise await self._fail(exc) from None
-        return chunk
-
-    async def aclose(self) -> None:
-        """Close the connection (the router calls it whatever happens)."""
-        await self._close()
-
-    async def _fail(self, error: TransportError) -> TransportError:
-        self._raised = error
-        self._ended = True
-        try:
-            await self.aclose()
-        except Exception:
-            pass  # the failure is what the caller needs to hear about
-        return error
-
-
 class LibraryTransport:
     """What every adapter does on a synchronous client, written once: ``create()`` with the
     step's model and the attempt's timeout, the library's failures translated, the answer
@@ -397,11 +203,6 @@ class AsyncLibraryTransport:
         return type(self).stream_class(stream, step.model)
 
 
-def truncated(terminal: str) -> ProviderError:
-    """A stream that ended cleanly but early: never a success (``chainclient.streams``)."""
-    return ProviderError(None, True, f"the stream ended without {terminal}: the answer is truncated")
-
-
 def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, Any]:
     """``request`` (the library's ``create()`` keyword arguments) with the ones the adapter
     sets; a request that sets one of those itself is a programming error."""
@@ -412,12 +213,9 @@ def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, 
 
 
 __all__ = [
-    "AsyncChunkStream",
     "AsyncLibraryTransport",
-    "ChunkStream",
     "LibraryTransport",
     "Failure",
-    "StreamState",
     "decoding_failure",
     "malformed",
     "network_failure",
@@ -425,5 +223,4 @@ __all__ = [
     "retry_after_s",
     "shut_down",
     "translated",
-    "truncated",
 ]

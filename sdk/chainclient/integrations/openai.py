@@ -45,10 +45,9 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
     ) from exc
 
 from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, ProviderError, TransportError
+from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
 from chainclient.integrations._http import (
-    AsyncChunkStream,
     AsyncLibraryTransport,
-    ChunkStream,
     LibraryTransport,
     decoding_failure,
     malformed,
@@ -162,6 +161,24 @@ class _ChatState:
         self.complete = False
 
     def observe(self, chunk: ChatCompletionChunk) -> None:
+        # Most chunks carry a piece of content and nothing else to act on: read them directly
+        # (once per chunk), and anything else, or a field the library left unset (it builds
+        # chunks without validating them: AttributeError), defensively.
+        try:
+            model, usage, choices = chunk.model, chunk.usage, chunk.choices
+            for choice in choices or ():
+                if choice.finish_reason or choice.delta.refusal:
+                    break
+            else:
+                if model:
+                    self.model_id = model
+                if usage is None:
+                    return
+        except AttributeError:
+            pass
+        self._observe_defensively(chunk)
+
+    def _observe_defensively(self, chunk: ChatCompletionChunk) -> None:
         model = getattr(chunk, "model", None)
         if model:
             self.model_id = model
