@@ -51,14 +51,22 @@ def truncated(terminal: str) -> ProviderError:
 
 class _Reading(Generic[ChunkT]):
     """What a synchronous stream's generator and its methods share: how to close it, its
-    state, its failure once raised, and whether it was aborted."""
+    state, its failure once raised, whether it was aborted, and what to tell its body when
+    the caller leaves (``leave``: see ``chainclient.integrations._http.DrainingBody``)."""
 
-    __slots__ = ("aborted", "close", "failure", "raised", "state")
+    __slots__ = ("aborted", "close", "failure", "leave", "raised", "state")
 
-    def __init__(self, close: Callable[[], object], state: StreamState[ChunkT], failure: Failure) -> None:
+    def __init__(
+        self,
+        close: Callable[[], object],
+        state: StreamState[ChunkT],
+        failure: Failure,
+        leave: Callable[[], object] | None,
+    ) -> None:
         self.close = close
         self.state = state
         self.failure = failure
+        self.leave = leave
         self.raised: TransportError | None = None
         self.aborted = False
 
@@ -121,6 +129,8 @@ class ChunkStream(Generic[ChunkT]):
     It yields the library's own chunk objects; it raises the router's errors for a break, a
     malformed chunk, an error event or a content filter, and ProviderError when the stream
     ends without its terminal event. A failure is raised again by any later ``next()``.
+    ``leave`` is called when the caller closes or aborts the stream, before its connection
+    is closed.
     """
 
     def __init__(
@@ -130,8 +140,10 @@ class ChunkStream(Generic[ChunkT]):
         close: Callable[[], object],
         state: StreamState[ChunkT],
         failure: Failure,
+        *,
+        leave: Callable[[], object] | None = None,
     ) -> None:
-        self._reading = _Reading(close, state, failure)
+        self._reading = _Reading(close, state, failure, leave)
         self._chunks = _observed(iter(chunks), self._reading)
         self._response = response
         self._state = state
@@ -164,11 +176,17 @@ class ChunkStream(Generic[ChunkT]):
 
     def close(self) -> None:
         """Close the connection (the router calls it whatever happens)."""
-        self._reading.closed()
+        reading = self._reading
+        if reading.leave is not None:
+            reading.leave()
+        reading.closed()
 
     def abort(self) -> None:
         """Break a ``next()`` blocked in another thread, promptly, from any thread."""
-        self._reading.aborted = True
+        reading = self._reading
+        reading.aborted = True
+        if reading.leave is not None:
+            reading.leave()
         shut_down(self._response)
 
 

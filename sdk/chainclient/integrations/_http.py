@@ -1,5 +1,6 @@
-"""What the adapters share: the HTTP layer's failures in the router's terms and the calls
-themselves (``LibraryTransport``). The stream wrappers are in ``_chunk_streams``.
+"""What the adapters share: the HTTP layer's failures in the router's terms, the calls
+themselves (``LibraryTransport``), and a streamed body read to its end so that its
+connection is pooled (``DrainingBody``). The stream wrappers are in ``_chunk_streams``.
 
 Both vendor libraries send through ``httpx2`` over ``httpcore2``. Whatever they wrap a
 network failure in (``APIConnectionError``, ``APITimeoutError``), they raise it ``from``
@@ -21,7 +22,9 @@ import contextlib
 import json
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -32,7 +35,7 @@ from chainclient.transport import non_negative_seconds, retry_after_value
 from chainclient.types import Step
 
 if TYPE_CHECKING:
-    from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
+    from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream, StreamState
 
 Failure = Callable[[BaseException], "TransportError | None"]
 """A library's mapping: the router's error for what the library raised, or None when it is
@@ -132,6 +135,92 @@ def shut_down(response: httpx2.Response) -> None:
         pass
 
 
+DRAIN_S = 0.1
+"""How long a complete stream's body may take to end once its last event came, before its
+connection is closed instead of pooled (OpenAI's asyncio stream allows the same)."""
+_DRAIN_BYTES = 64 * 1024
+
+
+class DrainingBody(httpx2.SyncByteStream):
+    """A streamed response's body that, when closed once the answer is complete, first
+    reads what is left of it, so that its HTTP/1.1 connection goes back to the pool.
+
+    OpenAI's library stops reading a stream at ``data: [DONE]`` and closes the response; the
+    chunked body's last chunk (``0\\r\\n\\r\\n``) is then still unread, and httpcore closes a
+    connection whose response was not read to its end, so every synchronous stream cost a
+    new connection (its asyncio stream drains the body itself). What is left is read within
+    ``DRAIN_S`` (each read of the connection bounded by what remains of it) and up to 64 KiB.
+    A body whose stream was left or aborted (``leave()``), or that ends before its state is
+    complete (a failure), is closed as it is: what is left could be long, or never come.
+    """
+
+    def __init__(self, body: httpx2.SyncByteStream, network: Any, state: StreamState[Any]) -> None:
+        self._body = body
+        self._network = network
+        self._state: StreamState[Any] | None = state
+        self._chunks: Iterator[bytes] | None = None
+
+    @classmethod
+    def install(cls, response: httpx2.Response, state: StreamState[Any]) -> DrainingBody | None:
+        """Put one in front of ``response``'s body (before it is read); None where the wait
+        for the rest could not be bounded (no network stream: a test's transport) or where
+        reading it would not keep the connection (HTTP/2 ends a stream, not a connection)."""
+        network = response.extensions.get("network_stream")
+        if response.http_version != "HTTP/1.1" or not callable(getattr(network, "read", None)):
+            return None
+        body = cls(response.stream, network, state)  # type: ignore[arg-type]
+        response.stream = body
+        return body
+
+    @property
+    def elapsed(self) -> timedelta | None:
+        """The wrapped body's (``httpx2.Response.elapsed`` reads it from the body)."""
+        return getattr(self._body, "elapsed", None)
+
+    def __iter__(self) -> Iterator[bytes]:
+        # The body's own iterator, kept to read the rest of it at close: no frame of ours
+        # between the body's bytes and the library.
+        self._chunks = iter(self._body)
+        return self._chunks
+
+    def leave(self) -> None:
+        """The caller left the stream, or it was aborted: close without reading the rest."""
+        self._state = None
+
+    def close(self) -> None:
+        state, self._state = self._state, None
+        if state is not None and state.complete and self._chunks is not None:
+            try:
+                with _reads_within(self._network, DRAIN_S):
+                    left = _DRAIN_BYTES
+                    for data in self._chunks:
+                        left -= len(data)
+                        if left < 0:
+                            break  # more than a body's end: let the connection go
+            except Exception:
+                pass  # not read to its end: the body's close() closes the connection
+        self._body.close()
+
+
+@contextlib.contextmanager
+def _reads_within(network: Any, seconds: float) -> Iterator[None]:
+    """Bound every read of ``network`` (httpcore's network stream) to what is left of
+    ``seconds`` from now: httpcore passes each read the request's read timeout, taken when
+    the body's reading began, so the bound is set on the stream for the while."""
+    read = network.read
+    deadline = time.monotonic() + seconds
+
+    def read_within(max_bytes: int, timeout: float | None = None) -> bytes:
+        left = max(deadline - time.monotonic(), 0.0)
+        return read(max_bytes, timeout=left if timeout is None else min(timeout, left))  # type: ignore[no-any-return]
+
+    network.read = read_within
+    try:
+        yield
+    finally:
+        del network.read  # the class's own again
+
+
 class LibraryTransport:
     """What every adapter does on a synchronous client, written once: ``create()`` with the
     step's model and the attempt's timeout, the library's failures translated, the answer
@@ -213,7 +302,9 @@ def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, 
 
 
 __all__ = [
+    "DRAIN_S",
     "AsyncLibraryTransport",
+    "DrainingBody",
     "LibraryTransport",
     "Failure",
     "decoding_failure",

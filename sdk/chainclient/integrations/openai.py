@@ -48,6 +48,7 @@ from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, Prov
 from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
 from chainclient.integrations._http import (
     AsyncLibraryTransport,
+    DrainingBody,
     LibraryTransport,
     decoding_failure,
     malformed,
@@ -214,7 +215,11 @@ class OpenAIChatStream(ChunkStream[ChatCompletionChunk]):
     ``ChatCompletionChunk`` objects (the usage chunk too, whose ``text()`` is empty)."""
 
     def __init__(self, stream: openai.Stream[ChatCompletionChunk], model: str) -> None:
-        super().__init__(stream, stream.response, stream.close, _ChatState(model), provider_failure)
+        state = _ChatState(model)
+        # The library stops at [DONE] without reading the body's end: see DrainingBody.
+        body = DrainingBody.install(stream.response, state)
+        leave = body.leave if body is not None else None
+        super().__init__(stream, stream.response, stream.close, state, provider_failure, leave=leave)
 
 
 class AsyncOpenAIChatStream(AsyncChunkStream[ChatCompletionChunk]):
