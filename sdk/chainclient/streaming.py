@@ -129,7 +129,7 @@ class StreamProgress:
 
     def __init__(self, *, started: float, first_due: float, idle_s: float, deadline: float) -> None:
         self.stream: Any = None
-        self.pull: Callable[[], Any] = _NOT_OPENED
+        self.pull: Callable[[], Any] = _not_opened
         """The next chunk (the synchronous router's) or an awaitable of it (the asyncio one's)."""
         self.started = started
         self.idle_s = idle_s
@@ -210,7 +210,7 @@ class StreamProgress:
             return None
 
 
-def _NOT_OPENED() -> Any:
+def _not_opened() -> Any:
     raise RuntimeError("no stream was opened for this attempt")
 
 
