@@ -150,18 +150,21 @@ def first_content(open_stream: Callable[[], Iterator[Any]]) -> float:
 
 
 def sync_sides(url: str, step: Step) -> dict[str, tuple[Callable[[], Any], Router, dict[str, Any]]]:
-    """Per library: how the raw side opens a stream, the router over the adapter, its request."""
-    openai = OpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0)
-    anthropic = Anthropic(base_url=url, api_key="bench", max_retries=0)
+    """Per library: how the raw side opens a stream, the router over the adapter, its request.
+    Each side has a client (and a connection pool) of its own, as a service has: OpenAI's
+    synchronous library closes a stream's connection where the adapter pools it, and with
+    one pool the raw side would take the connection the routed side gave back."""
+    openai, routed_openai = (OpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0) for _ in range(2))
+    anthropic, routed_anthropic = (Anthropic(base_url=url, api_key="bench", max_retries=0) for _ in range(2))
     return {
         "openai": (
             lambda: openai.chat.completions.create(**OPENAI_RAW),
-            Router([step], transports={"vendor": OpenAIChat(openai)}),
+            Router([step], transports={"vendor": OpenAIChat(routed_openai)}),
             {"messages": MESSAGES},
         ),
         "anthropic": (
             lambda: anthropic.messages.create(**ANTHROPIC_RAW),
-            Router([step], transports={"vendor": AnthropicMessages(anthropic)}),
+            Router([step], transports={"vendor": AnthropicMessages(routed_anthropic)}),
             {"max_tokens": 64, "messages": MESSAGES},
         ),
     }
@@ -235,17 +238,21 @@ def main() -> None:
         # AsyncRouter next to the async library, the same way.
 
         async def async_side() -> None:
-            aopenai = AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0)
-            aanthropic = AsyncAnthropic(base_url=url, api_key="bench", max_retries=0)
+            aopenai, routed_aopenai = (
+                AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0) for _ in range(2)
+            )
+            aanthropic, routed_aanthropic = (
+                AsyncAnthropic(base_url=url, api_key="bench", max_retries=0) for _ in range(2)
+            )
             openers = {
                 "openai": (
                     lambda: aopenai.chat.completions.create(**OPENAI_RAW),
-                    AsyncRouter([step], transports={"vendor": AsyncOpenAIChat(aopenai)}),
+                    AsyncRouter([step], transports={"vendor": AsyncOpenAIChat(routed_aopenai)}),
                     {"messages": MESSAGES},
                 ),
                 "anthropic": (
                     lambda: aanthropic.messages.create(**ANTHROPIC_RAW),
-                    AsyncRouter([step], transports={"vendor": AsyncAnthropicMessages(aanthropic)}),
+                    AsyncRouter([step], transports={"vendor": AsyncAnthropicMessages(routed_aanthropic)}),
                     {"max_tokens": 64, "messages": MESSAGES},
                 ),
             }

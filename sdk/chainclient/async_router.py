@@ -137,7 +137,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
                 progress.chunks += 1
                 yield chunk
             if not ended:
-                pull = progress.stream.__anext__
+                pull = progress.pull
                 for_each = progress.arm
                 ring_by_due = alarm.set
                 while True:
@@ -190,7 +190,6 @@ class AsyncRouter(RouterCore[AsyncTransport]):
                 self._injected(walk, turn, streaming=True)
                 continue
             progress = StreamProgress(
-                None,
                 started=turn.started,
                 first_due=turn.started + turn.timeout,
                 idle_s=bounds.idle_s or step.timeout_s,
@@ -201,7 +200,7 @@ class AsyncRouter(RouterCore[AsyncTransport]):
             try:
                 raised, opened = await _open(self._stream_transports[step.provider], step, request, turn.timeout)
                 if raised is None:
-                    progress.attach(opened)
+                    progress.attach(opened, aiter(opened).__anext__)
                     alarm = _LoopAlarm(progress, self._now) if self._real_clock else _NO_ALARM
                     raised, ended = await _until_commit(progress, alarm, self._now, bounds.commit_after_chars)
             except BaseException as interruption:  # the task was cancelled
@@ -360,7 +359,7 @@ async def _until_commit(
     progress: StreamProgress, alarm: _Alarm, now: Callable[[], float], commit_after_chars: int
 ) -> tuple[Exception | None, bool]:
     """Read and hold chunks until the commit point (as the synchronous one)."""
-    pull = progress.stream.__anext__
+    pull = progress.pull
     ring_by_due = alarm.set
     while True:
         ring_by_due()

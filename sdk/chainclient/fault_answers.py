@@ -70,7 +70,7 @@ def answer_stream(wire: Wire, plan: Plan, answer: VendorAnswer, closed: threadin
 
 def _stream_content(wire: Wire, plan: Plan, answer: VendorAnswer, closed: threading.Event) -> bool:
     """Every piece of content, late or paced as the scenario says, then the closing events
-    (left out for ``no_terminal_event``)."""
+    (left out for ``no_terminal_event``), and the end of the body ``end_delay_s`` later."""
     if plan.scenario == "first_chunk_late" and closed.wait(plan["delay_s"]):
         return False
     interval = plan["chunk_interval_s"]
@@ -78,7 +78,10 @@ def _stream_content(wire: Wire, plan: Plan, answer: VendorAnswer, closed: thread
         if interval and index and closed.wait(interval):
             return False
         wire.chunk(event)
-    return _ended(wire, answer.closing() if plan.scenario != "no_terminal_event" else ())
+    _send(wire, answer.closing() if plan.scenario != "no_terminal_event" else ())
+    if plan["end_delay_s"] and closed.wait(plan["end_delay_s"]):
+        return False
+    return _ended(wire, ())
 
 
 def _reset_mid_stream(wire: Wire, plan: Plan, answer: VendorAnswer, closed: threading.Event) -> bool:

@@ -29,7 +29,9 @@ Scenarios (``SCENARIOS``) and their parameters (defaults in ``DEFAULT_PARAMS``):
 
 - ``ok``: a complete answer. ``chunks`` (5): the pieces of content; ``chunk_interval_s``
   (0): the pause before each piece after the first (no pause at all when 0, so thousands of
-  chunks stream at wire speed).
+  chunks stream at wire speed); ``end_delay_s`` (0): the pause between the last event
+  (``[DONE]``, ``message_stop``) and the end of the chunked body, as a server or a proxy
+  slow to finish its response has it.
 - ``rate_limited``: 429 with ``Retry-After: <retry_after>`` (1; a number of seconds, or a
   string sent as is, e.g. an HTTP date) and the vendor's rate-limit error body.
 - ``server_error``: 500; ``unavailable``: 503; ``overloaded``: 529 (Anthropic's

@@ -36,6 +36,7 @@ SCENARIOS: tuple[str, ...] = (
 DEFAULT_PARAMS: Mapping[str, Any] = {
     "chunks": 5,
     "chunk_interval_s": 0.0,
+    "end_delay_s": 0.0,
     "retry_after": 1,
     "chunks_before": 2,
     "hang_s": 30.0,

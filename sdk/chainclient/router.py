@@ -193,7 +193,7 @@ class Router(RouterCore[Transport]):
                 progress.chunks += 1
                 yield chunk
             if not ended:
-                pull = progress.stream.__next__
+                pull = progress.pull
                 for_each = progress.arm
                 while True:
                     for_each(now())
@@ -244,7 +244,6 @@ class Router(RouterCore[Transport]):
                 self._injected(walk, turn, streaming=True)
                 continue
             progress = StreamProgress(
-                None,
                 started=turn.started,
                 first_due=turn.started + turn.timeout,
                 idle_s=bounds.idle_s or step.timeout_s,
@@ -254,7 +253,7 @@ class Router(RouterCore[Transport]):
             try:
                 raised, opened = _open(self._stream_transports[step.provider], step, request, turn.timeout)
                 if raised is None:
-                    progress.attach(opened)
+                    progress.attach(opened, iter(opened).__next__)
                     if watchdog is not None:
                         watchdog.watch(progress)
                     raised, ended = _until_commit(progress, self._now, bounds.commit_after_chars)
@@ -306,7 +305,7 @@ def _until_commit(
 ) -> tuple[Exception | None, bool]:
     """Read and hold chunks until the commit point: (what went wrong, whether the stream
     ended). A failure here is an attempt that failed: the caller saw nothing of it."""
-    pull = progress.stream.__next__
+    pull = progress.pull
     while True:
         try:
             chunk = pull()

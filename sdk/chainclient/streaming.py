@@ -120,14 +120,17 @@ class StreamProgress:
         "held",
         "held_chars",
         "idle_s",
+        "pull",
         "started",
         "stream",
         "text",
         "why_late",
     )
 
-    def __init__(self, stream: Any, *, started: float, first_due: float, idle_s: float, deadline: float) -> None:
-        self.stream = stream
+    def __init__(self, *, started: float, first_due: float, idle_s: float, deadline: float) -> None:
+        self.stream: Any = None
+        self.pull: Callable[[], Any] = _not_opened
+        """The next chunk (the synchronous router's) or an awaitable of it (the asyncio one's)."""
         self.started = started
         self.idle_s = idle_s
         self.deadline = deadline
@@ -144,12 +147,13 @@ class StreamProgress:
         self.held_chars = 0
         self.text: Callable[[Any], str | None] = chunk_text
         self.abort: Callable[[], object] | None = None
-        if stream is not None:
-            self.attach(stream)
 
-    def attach(self, stream: Any) -> None:
-        """The provider's stream, once the transport opened it (see ``chainclient.streams``)."""
+    def attach(self, stream: Any, pull: Callable[[], Any]) -> None:
+        """The provider's stream, once the transport opened it (see ``chainclient.streams``),
+        and how the router reads it: its iterator's ``__next__`` (``__anext__``), looked up
+        once, as a ``for`` loop would (an adapter's stream iterates a generator of its own)."""
         self.stream = stream
+        self.pull = pull
         text = getattr(stream, "text", None)
         self.text = text if callable(text) else chunk_text
         abort = getattr(stream, "abort", None)
@@ -204,6 +208,10 @@ class StreamProgress:
             return getattr(self.stream, name, None)
         except Exception:  # a stream's property must not cost the request its outcome
             return None
+
+
+def _not_opened() -> Any:
+    raise RuntimeError("no stream was opened for this attempt")
 
 
 class Watchdog:

@@ -14,6 +14,11 @@ transports do. The stream it returns yields the provider's chunks; it must:
   plain exhaustion means the stream is complete, so a truncated stream is never a success;
 - close its connection on ``close()`` (``aclose()``), which the router calls whatever happens.
 
+The routers read it as a ``for`` loop does: ``iter(stream)`` (``aiter(stream)``) once per
+attempt, then that iterator's ``__next__`` (``__anext__``) for each chunk; most streams
+return themselves (the adapters' return a generator of their own, which saves a call per
+chunk).
+
 It may also have, looked up once per attempt:
 
 - ``abort()``: break a read that is blocked in another thread, from any thread (the

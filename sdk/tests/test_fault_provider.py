@@ -240,6 +240,15 @@ def test_chunk_interval_spaces_the_content(provider: FaultProvider) -> None:
     assert third - first >= 0.19
 
 
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_end_delay_holds_back_the_end_of_the_body(provider: FaultProvider, vendor: str) -> None:
+    provider.set("ok", end_delay_s=0.3)
+    started = time.monotonic()
+    raw = exchange(provider, vendor, stream=True)
+    assert raw.ended and time.monotonic() - started >= 0.3
+    assert raw.events()[-1] in ("data: [DONE]\n\n", 'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+
+
 def test_connections_are_kept_alive_between_requests(provider: FaultProvider) -> None:
     host, port = provider.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=5)

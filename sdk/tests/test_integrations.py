@@ -35,6 +35,7 @@ try:
     import anthropic
     import httpx2
     import openai
+    import pydantic
 except ImportError:  # pragma: no cover - the libraries are in requirements-dev.txt
     if os.environ.get("CI", "").lower() == "true":
         raise
@@ -671,6 +672,110 @@ def test_the_mapping_of_failures_the_wire_cannot_stage(
     assert type(mapped) is kind
     assert getattr(mapped, "status", None) == status and mapped.dispatched is dispatched
     assert says in str(mapped)
+
+
+# --- what a stream learns from its chunks -------------------------------------------------
+
+
+def _chat_chunk(*choices: dict[str, Any], usage: dict[str, int] | None = None) -> Any:
+    return openai.types.chat.ChatCompletionChunk.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "served-model",
+            "choices": [{"index": index, **choice} for index, choice in enumerate(choices)],
+            "usage": usage,
+        }
+    )
+
+
+def _unread_choice(finish_reason: str | None) -> Any:
+    """A choice the library built without its delta (it builds without validating)."""
+    choice = openai.types.chat.chat_completion_chunk.Choice.model_construct(index=0, finish_reason=finish_reason)
+    return openai.types.chat.ChatCompletionChunk.model_construct(model="served-model", choices=[choice])
+
+
+CHAT_CHUNKS: list[tuple[str, list[Any], Any]] = [
+    ("content", [_chat_chunk({"delta": {"content": "hi"}, "finish_reason": None})], (False, None)),
+    ("finish-reason", [_chat_chunk({"delta": {}, "finish_reason": "stop"})], (True, None)),
+    (
+        "finish-in-a-second-choice",
+        [_chat_chunk({"delta": {"content": "a"}}, {"delta": {}, "finish_reason": "length"})],
+        (True, None),
+    ),
+    ("usage", [_chat_chunk(usage={"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8})], (False, (3, 5))),
+    ("refusal", [_chat_chunk({"delta": {"refusal": "I can't help with that"}})], "the model refused"),
+    ("content-filter", [_chat_chunk({"delta": {}, "finish_reason": "content_filter"})], "content filter"),
+    ("delta-unset", [_unread_choice(None)], (False, None)),
+    ("delta-unset-finished", [_unread_choice("stop")], (True, None)),
+]
+
+
+@pytest.mark.parametrize(("chunks", "expected"), [c[1:] for c in CHAT_CHUNKS], ids=[c[0] for c in CHAT_CHUNKS])
+def test_what_a_chat_stream_learns_from_its_chunks(chunks: list[Any], expected: Any) -> None:
+    state = openai_adapter._ChatState("requested-model")
+    if isinstance(expected, str):
+        with pytest.raises(ContentPolicyRefusal, match=expected):
+            for chunk in chunks:
+                state.observe(chunk)
+        return
+    for chunk in chunks:
+        state.observe(chunk)
+    complete, tokens = expected
+    assert state.complete is complete and state.model_id == "served-model"
+    assert (state.input_tokens, state.output_tokens) == (tokens or (None, None))
+
+
+def _message_event(document: dict[str, Any]) -> Any:
+    return pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent).validate_python(document)
+
+
+MESSAGE_START = {
+    "type": "message_start",
+    "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "served-model", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1},
+    },
+}  # fmt: skip
+TEXT_DELTA = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}
+MESSAGE_EVENTS: list[tuple[str, list[dict[str, Any]], Any]] = [
+    ("start", [MESSAGE_START, TEXT_DELTA], (False, (3, 1))),
+    (
+        "delta-and-stop",
+        [
+            MESSAGE_START,
+            TEXT_DELTA,
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+            {"type": "message_stop"},
+        ],
+        (True, (3, 5)),
+    ),
+    (
+        "refusal",
+        [{"type": "message_delta", "delta": {"stop_reason": "refusal"}, "usage": {"output_tokens": 0}}],
+        "refused",
+    ),
+]
+
+
+@pytest.mark.parametrize(("events", "expected"), [c[1:] for c in MESSAGE_EVENTS], ids=[c[0] for c in MESSAGE_EVENTS])
+def test_what_a_message_stream_learns_from_its_events(events: list[dict[str, Any]], expected: Any) -> None:
+    state = anthropic_adapter._MessageState("requested-model")
+    if isinstance(expected, str):
+        with pytest.raises(ContentPolicyRefusal, match=expected):
+            for event in events:
+                state.observe(_message_event(event))
+        return
+    for event in events:
+        state.observe(_message_event(event))
+    complete, tokens = expected
+    assert state.complete is complete and state.model_id == "served-model"
+    assert (state.input_tokens, state.output_tokens) == tokens
 
 
 # --- packaging -----------------------------------------------------------------------------

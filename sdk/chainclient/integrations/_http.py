@@ -1,5 +1,6 @@
-"""What the adapters share: the HTTP layer's failures in the router's terms, and the stream
-wrappers that hold a vendor stream to the contract of ``chainclient.streams``.
+"""What the adapters share: the HTTP layer's failures in the router's terms, the calls
+themselves (``LibraryTransport``), and a streamed body read to its end so that its
+connection is pooled (``DrainingBody``). The stream wrappers are in ``_chunk_streams``.
 
 Both vendor libraries send through ``httpx2`` over ``httpcore2``. Whatever they wrap a
 network failure in (``APIConnectionError``, ``APITimeoutError``), they raise it ``from``
@@ -21,8 +22,10 @@ import contextlib
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 
@@ -31,8 +34,8 @@ from chainclient.receipts import Answer
 from chainclient.transport import non_negative_seconds, retry_after_value
 from chainclient.types import Step
 
-ChunkT = TypeVar("ChunkT")
-ChunkContra = TypeVar("ChunkContra", contravariant=True)
+if TYPE_CHECKING:
+    from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream, StreamState
 
 Failure = Callable[[BaseException], "TransportError | None"]
 """A library's mapping: the router's error for what the library raised, or None when it is
@@ -132,198 +135,90 @@ def shut_down(response: httpx2.Response) -> None:
         pass
 
 
-class StreamState(Protocol[ChunkContra]):
-    """What a vendor's stream learns from its chunks: the model, the usage, whether the
-    terminal event came; ``observe`` raises ContentPolicyRefusal on a content filter."""
-
-    model_id: str
-    input_tokens: int | None
-    output_tokens: int | None
-    complete: bool
-    terminal: str
-    """The terminal event, as the error for a truncated stream names it."""
-
-    def observe(self, chunk: ChunkContra) -> None: ...
-
-    def text(self, chunk: ChunkContra) -> str: ...
+DRAIN_S = 0.1
+"""How long a complete stream's body may take to end once its last event came, before its
+connection is closed instead of pooled (OpenAI's asyncio stream allows the same)."""
+_DRAIN_BYTES = 64 * 1024
 
 
-class ChunkStream(Generic[ChunkT]):
-    """A vendor library's synchronous stream, held to ``chainclient.streams.ProviderStream``.
+class DrainingBody(httpx2.SyncByteStream):
+    """A streamed response's body that, when closed once the answer is complete, first
+    reads what is left of it, so that its HTTP/1.1 connection goes back to the pool.
 
-    It yields the library's own chunk objects; it raises the router's errors for a break, a
-    malformed chunk, an error event or a content filter, and ProviderError when the stream
-    ends without its terminal event. A failure is raised again by any later ``next()``.
+    OpenAI's library stops reading a stream at ``data: [DONE]`` and closes the response; the
+    chunked body's last chunk (``0\\r\\n\\r\\n``) is then still unread, and httpcore closes a
+    connection whose response was not read to its end, so every synchronous stream cost a
+    new connection (its asyncio stream drains the body itself). What is left is read within
+    ``DRAIN_S`` (each read of the connection bounded by what remains of it) and up to 64 KiB.
+    A body whose stream was left or aborted (``leave()``), or that ends before its state is
+    complete (a failure), is closed as it is: what is left could be long, or never come.
     """
 
-    def __init__(
-        self,
-        chunks: Iterator[ChunkT],
-        response: httpx2.Response,
-        close: Callable[[], object],
-        state: StreamState[ChunkT],
-        failure: Failure,
-    ) -> None:
-        self._chunks = chunks
-        self._response = response
-        self._close = close
-        self._state = state
-        self._failure = failure
-        self._raised: TransportError | None = None
-        self._ended = False
-        self._aborted = False
+    def __init__(self, body: httpx2.SyncByteStream, network: Any, state: StreamState[Any]) -> None:
+        self._body = body
+        self._network = network
+        self._state: StreamState[Any] | None = state
+        self._chunks: Iterator[bytes] | None = None
+
+    @classmethod
+    def install(cls, response: httpx2.Response, state: StreamState[Any]) -> DrainingBody | None:
+        """Put one in front of ``response``'s body (before it is read); None where the wait
+        for the rest could not be bounded (no network stream: a test's transport) or where
+        reading it would not keep the connection (HTTP/2 ends a stream, not a connection)."""
+        network = response.extensions.get("network_stream")
+        if response.http_version != "HTTP/1.1" or not callable(getattr(network, "read", None)):
+            return None
+        body = cls(response.stream, network, state)  # type: ignore[arg-type]
+        response.stream = body
+        return body
 
     @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
+    def elapsed(self) -> timedelta | None:
+        """The wrapped body's (``httpx2.Response.elapsed`` reads it from the body)."""
+        return getattr(self._body, "elapsed", None)
 
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
+    def __iter__(self) -> Iterator[bytes]:
+        # The body's own iterator, kept to read the rest of it at close: no frame of ours
+        # between the body's bytes and the library.
+        self._chunks = iter(self._body)
+        return self._chunks
 
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
-
-    def __iter__(self) -> Iterator[ChunkT]:
-        return self
-
-    def __next__(self) -> ChunkT:
-        if self._raised is not None:
-            raise self._raised
-        if self._ended:
-            raise StopIteration
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            self._ended = True
-            self.close()
-            if self._aborted:
-                raise self._fail(ProviderError(None, True, "stream aborted")) from None
-            if not self._state.complete:
-                raise self._fail(truncated(self._state.terminal)) from None
-            raise
-        except Exception as exc:
-            raise self._fail(self._mapped(exc)) from exc
-        try:
-            self._state.observe(chunk)
-        except TransportError as exc:
-            raise self._fail(exc) from None
-        return chunk
+    def leave(self) -> None:
+        """The caller left the stream, or it was aborted: close without reading the rest."""
+        self._state = None
 
     def close(self) -> None:
-        """Close the connection (the router calls it whatever happens)."""
-        try:
-            self._close()
-        except Exception:  # an aborted stream may already be closing in another thread
-            if not self._aborted:
-                raise
-
-    def abort(self) -> None:
-        """Break a ``next()`` blocked in another thread, promptly, from any thread."""
-        self._aborted = True
-        shut_down(self._response)
-
-    def _mapped(self, exc: Exception) -> TransportError:
-        mapped = self._failure(exc)
-        if self._aborted:
-            # Whatever the read raised, it raised because abort() cut the connection.
-            detail = str(mapped) if mapped is not None else f"{type(exc).__name__}: {exc}"
-            return ProviderError(None, True, f"stream aborted ({detail})")
-        if mapped is None:
-            raise exc
-        return mapped
-
-    def _fail(self, error: TransportError) -> TransportError:
-        self._raised = error
-        self._ended = True
-        try:
-            self.close()
-        except Exception:
-            pass  # the failure is what the caller needs to hear about
-        return error
+        state, self._state = self._state, None
+        if state is not None and state.complete and self._chunks is not None:
+            try:
+                with _reads_within(self._network, DRAIN_S):
+                    left = _DRAIN_BYTES
+                    for data in self._chunks:
+                        left -= len(data)
+                        if left < 0:
+                            break  # more than a body's end: let the connection go
+            except Exception:
+                pass  # not read to its end: the body's close() closes the connection
+        self._body.close()
 
 
-class AsyncChunkStream(Generic[ChunkT]):
-    """A vendor library's asyncio stream, held to ``chainclient.streams.AsyncProviderStream``
-    as ``ChunkStream`` holds a synchronous one (cancelling the task that awaits a chunk is
-    how an asyncio caller breaks a blocked read)."""
+@contextlib.contextmanager
+def _reads_within(network: Any, seconds: float) -> Iterator[None]:
+    """Bound every read of ``network`` (httpcore's network stream) to what is left of
+    ``seconds`` from now: httpcore passes each read the request's read timeout, taken when
+    the body's reading began, so the bound is set on the stream for the while."""
+    read = network.read
+    deadline = time.monotonic() + seconds
 
-    def __init__(
-        self,
-        chunks: AsyncIterator[ChunkT],
-        close: Callable[[], Awaitable[object]],
-        state: StreamState[ChunkT],
-        failure: Failure,
-    ) -> None:
-        self._chunks = chunks
-        self._close = close
-        self._state = state
-        self._failure = failure
-        self._raised: TransportError | None = None
-        self._ended = False
+    def read_within(max_bytes: int, timeout: float | None = None) -> bytes:
+        left = max(deadline - time.monotonic(), 0.0)
+        return read(max_bytes, timeout=left if timeout is None else min(timeout, left))  # type: ignore[no-any-return]
 
-    @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
-
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
-
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
-
-    def __aiter__(self) -> AsyncIterator[ChunkT]:
-        return self
-
-    async def __anext__(self) -> ChunkT:
-        if self._raised is not None:
-            raise self._raised
-        if self._ended:
-            raise StopAsyncIteration
-        try:
-            chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._ended = True
-            await self.aclose()
-            if not self._state.complete:
-                raise await self._fail(truncated(self._state.terminal)) from None
-            raise
-        except Exception as exc:
-            mapped = self._failure(exc)
-            if mapped is None:
-                raise
-            raise await self._fail(mapped) from exc
-        try:
-            self._state.observe(chunk)
-        except TransportError as exc:
-            raise await self._fail(exc) from None
-        return chunk
-
-    async def aclose(self) -> None:
-        """Close the connection (the router calls it whatever happens)."""
-        await self._close()
-
-    async def _fail(self, error: TransportError) -> TransportError:
-        self._raised = error
-        self._ended = True
-        try:
-            await self.aclose()
-        except Exception:
-            pass  # the failure is what the caller needs to hear about
-        return error
+    network.read = read_within
+    try:
+        yield
+    finally:
+        del network.read  # the class's own again
 
 
 class LibraryTransport:
@@ -397,11 +292,6 @@ class AsyncLibraryTransport:
         return type(self).stream_class(stream, step.model)
 
 
-def truncated(terminal: str) -> ProviderError:
-    """A stream that ended cleanly but early: never a success (``chainclient.streams``)."""
-    return ProviderError(None, True, f"the stream ended without {terminal}: the answer is truncated")
-
-
 def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, Any]:
     """``request`` (the library's ``create()`` keyword arguments) with the ones the adapter
     sets; a request that sets one of those itself is a programming error."""
@@ -412,12 +302,11 @@ def request_arguments(request: Mapping[str, Any], **set_here: Any) -> dict[str, 
 
 
 __all__ = [
-    "AsyncChunkStream",
+    "DRAIN_S",
     "AsyncLibraryTransport",
-    "ChunkStream",
+    "DrainingBody",
     "LibraryTransport",
     "Failure",
-    "StreamState",
     "decoding_failure",
     "malformed",
     "network_failure",
@@ -425,5 +314,4 @@ __all__ = [
     "retry_after_s",
     "shut_down",
     "translated",
-    "truncated",
 ]

@@ -44,10 +44,9 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
     ) from exc
 
 from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, ProviderError, TransportError
+from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
 from chainclient.integrations._http import (
-    AsyncChunkStream,
     AsyncLibraryTransport,
-    ChunkStream,
     LibraryTransport,
     decoding_failure,
     malformed,
@@ -151,6 +150,8 @@ class _MessageState:
 
     def observe(self, event: RawMessageStreamEvent) -> None:
         kind = getattr(event, "type", None)
+        if kind == "content_block_delta":
+            return  # most of a stream, and nothing to learn from: asked first
         if kind == "message_start":
             message = getattr(event, "message", None)
             self.model_id = getattr(message, "model", None) or self.model_id

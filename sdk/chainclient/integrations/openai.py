@@ -45,10 +45,10 @@ except ImportError as exc:  # pragma: no cover - tests run this in a subprocess 
     ) from exc
 
 from chainclient.errors import ContentPolicyRefusal, ContextLengthExceeded, ProviderError, TransportError
+from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream
 from chainclient.integrations._http import (
-    AsyncChunkStream,
     AsyncLibraryTransport,
-    ChunkStream,
+    DrainingBody,
     LibraryTransport,
     decoding_failure,
     malformed,
@@ -162,6 +162,24 @@ class _ChatState:
         self.complete = False
 
     def observe(self, chunk: ChatCompletionChunk) -> None:
+        # Most chunks carry a piece of content and nothing else to act on: read them directly
+        # (once per chunk), and anything else, or a field the library left unset (it builds
+        # chunks without validating them: AttributeError), defensively.
+        try:
+            model, usage, choices = chunk.model, chunk.usage, chunk.choices
+            for choice in choices or ():
+                if choice.finish_reason or choice.delta.refusal:
+                    break
+            else:
+                if model:
+                    self.model_id = model
+                if usage is None:
+                    return
+        except AttributeError:
+            pass
+        self._observe_defensively(chunk)
+
+    def _observe_defensively(self, chunk: ChatCompletionChunk) -> None:
         model = getattr(chunk, "model", None)
         if model:
             self.model_id = model
@@ -197,7 +215,11 @@ class OpenAIChatStream(ChunkStream[ChatCompletionChunk]):
     ``ChatCompletionChunk`` objects (the usage chunk too, whose ``text()`` is empty)."""
 
     def __init__(self, stream: openai.Stream[ChatCompletionChunk], model: str) -> None:
-        super().__init__(stream, stream.response, stream.close, _ChatState(model), provider_failure)
+        state = _ChatState(model)
+        # The library stops at [DONE] without reading the body's end: see DrainingBody.
+        body = DrainingBody.install(stream.response, state)
+        leave = body.leave if body is not None else None
+        super().__init__(stream, stream.response, stream.close, state, provider_failure, leave=leave)
 
 
 class AsyncOpenAIChatStream(AsyncChunkStream[ChatCompletionChunk]):
