@@ -578,6 +578,7 @@ export class Router {
   private async *streamWalk(route: RouteStream, request: unknown, options: StreamOptions): AsyncGenerator<unknown, void, undefined> {
     const walk = this.begin(options, POLICY_OPTIONS);
     let failure: unknown = null;
+    let handedOver = false;
     try {
       // The call's options, else the snapshot's failure policy, else the defaults.
       const policy = walk.policy;
@@ -642,6 +643,13 @@ export class Router {
               delivered += 1;
               yield chunk;
             }
+            if (this.realClock) {
+              // Committed: the rest goes straight from the provider's stream to the caller,
+              // without this generator between them (`committed`).
+              handedOver = true;
+              route.handOver(this.committed(route, walk, turn, { iterator, opened, bounds, controller, delivered, firstChunkS, idleS }));
+              return;
+            }
           }
           if (delivered === 0 && held.length) {
             // Ended before the commit point (with commit "complete", always): the provider's
@@ -666,12 +674,13 @@ export class Router {
             index,
           );
           if (result !== null) {
-          route.result = result as RouteResult<null>;
-          return;
-        }
+            route.result = result as RouteResult<null>;
+            return;
+          }
           if (walk.retry !== null) index -= 1;
           continue;
         } finally {
+          if (handedOver) return;
           bounds.close();
           if (delivered > 0 && iterator?.return) await iterator.return().catch(() => undefined);
           // The caller left the stream early (a break, return()): the provider's stream is
@@ -690,8 +699,48 @@ export class Router {
       throw error;
     } finally {
       // Also when the caller left the stream early: the attempt counted as served.
-      if (walk.drill !== null) this.drillDone(walk, failure);
+      if (walk.drill !== null && !handedOver) this.drillDone(walk, failure);
     }
+  }
+
+  /**
+   * A stream attempt past its commit point, on the real clock: each chunk straight from the
+   * provider's stream to the caller (one promise turn a chunk, within the idle bound), then
+   * what the walk does at its end: the receipt (`route.result`), the drill's record; a break
+   * or a bound passed is `StreamInterrupted`; the caller leaving early closes the provider's
+   * stream and the attempt counts as served.
+   */
+  private committed(route: RouteStream, walk: Walk, turn: Turn, attempt: Committed): AsyncIterator<unknown> {
+    const { iterator, opened, bounds, controller, idleS, firstChunkS } = attempt;
+    let delivered = attempt.delivered;
+    let closed = false;
+    const finish = async (complete: boolean): Promise<IteratorResult<unknown>> => {
+      closed = true;
+      bounds.close();
+      if (iterator.return) await iterator.return().catch(() => undefined);
+      const result = this.settle(walk, turn, false, undefined, null, { chunks: delivered, firstChunkS, ...streamReport(opened) });
+      if (complete) route.result = result as RouteResult<null>;
+      if (walk.drill !== null) this.drillDone(walk, null);
+      return { done: true, value: undefined };
+    };
+    const chunk = (next: IteratorResult<unknown>): IteratorResult<unknown> | Promise<IteratorResult<unknown>> => {
+      if (next.done) return finish(true);
+      delivered += 1;
+      return next;
+    };
+    const broke = async (error: unknown): Promise<never> => {
+      closed = true;
+      controller.abort();
+      bounds.close();
+      const interrupted = this.broken(walk, turn, error, delivered, firstChunkS);
+      if (iterator.return) await iterator.return().catch(() => undefined);
+      if (walk.drill !== null) this.drillDone(walk, interrupted);
+      throw interrupted;
+    };
+    return {
+      next: () => (closed ? Promise.resolve({ done: true, value: undefined }) : bounds.wait(iterator.next(), null, idleS, walk.deadline).then(chunk, broke)),
+      return: () => (closed ? Promise.resolve({ done: true, value: undefined }) : finish(false)),
+    };
   }
 
   /**
@@ -1153,14 +1202,31 @@ export class Router {
   }
 }
 
+/** What a stream attempt past its commit point carries on with (`Router.committed`). */
+interface Committed {
+  readonly iterator: AsyncIterator<unknown>;
+  readonly opened: AsyncIterable<unknown>;
+  readonly bounds: ChunkBounds;
+  readonly controller: AbortController;
+  readonly delivered: number;
+  readonly firstChunkS: number | null;
+  readonly idleS: number;
+}
+
 /** A routed stream: its chunks, then (`result`) who served it, with the receipt. */
-export class RouteStream implements AsyncIterable<unknown> {
+export class RouteStream implements AsyncIterable<unknown>, AsyncIterator<unknown> {
   /** Set once the stream is complete: the provider that served it and the receipt. */
   result: RouteResult<null> | null = null;
-  private readonly chunks: AsyncGenerator<unknown, void, undefined>;
+  private readonly walk: AsyncGenerator<unknown, void, undefined>;
+  private committed: AsyncIterator<unknown> | null = null;
 
   constructor(walk: (route: RouteStream) => AsyncGenerator<unknown, void, undefined>) {
-    this.chunks = walk(this);
+    this.walk = walk(this);
+  }
+
+  /** @internal The walk's attempt past its commit point, which serves the rest of the stream. */
+  handOver(committed: AsyncIterator<unknown>): void {
+    this.committed = committed;
   }
 
   get provider(): string | null {
@@ -1171,10 +1237,24 @@ export class RouteStream implements AsyncIterable<unknown> {
     return this.result?.receipt ?? null;
   }
 
-  /** The walk itself: leaving a for-await early (`return()`) closes the provider's stream, and the attempt counts as served. */
   [Symbol.asyncIterator](): AsyncIterator<unknown> {
-    return this.chunks;
+    return this;
   }
+
+  next(): Promise<IteratorResult<unknown>> {
+    if (this.committed !== null) return this.committed.next();
+    return this.walk.next().then(this.after);
+  }
+
+  /** Leaving a for-await early closes the provider's stream; the attempt counts as served. */
+  return(): Promise<IteratorResult<unknown>> {
+    if (this.committed !== null) return this.committed.return?.() ?? Promise.resolve({ done: true, value: undefined });
+    return this.walk.return(undefined);
+  }
+
+  /** The walk ended: by handing the stream over at its commit point, or for good. */
+  private readonly after = (next: IteratorResult<unknown>): IteratorResult<unknown> | Promise<IteratorResult<unknown>> =>
+    next.done && this.committed !== null ? this.committed.next() : next;
 }
 
 /**
