@@ -18,7 +18,7 @@
 //   chunks read directly and through Router.stream (no socket, no network noise; best of 7).
 //
 // Run from the repository root after `cd sdk-ts && npm ci && npm run build`:
-//   node bench/ts_stream_overhead.mjs [--chunks 2000] [--repeats 31] [--streams 1000]
+//   node bench/ts_stream_overhead.mjs [--chunks 2000] [--repeats 201] [--streams 1000]
 import { parseArgs } from "node:util";
 
 import Anthropic from "../sdk-ts/node_modules/@anthropic-ai/sdk/index.mjs";
@@ -30,7 +30,7 @@ import { OpenAIChat } from "../sdk-ts/dist/integrations/openai.js";
 import { FaultServer } from "../sdk-ts/test-support/fault_server.mjs";
 
 const { values } = parseArgs({
-  options: { chunks: { type: "string", default: "2000" }, repeats: { type: "string", default: "31" }, streams: { type: "string", default: "1000" } },
+  options: { chunks: { type: "string", default: "2000" }, repeats: { type: "string", default: "201" }, streams: { type: "string", default: "1000" } },
 });
 const CHUNKS = Number(values.chunks);
 const REPEATS = Number(values.repeats);
