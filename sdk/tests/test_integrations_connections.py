@@ -8,59 +8,23 @@ connections it accepted."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_integrations import STEP, VENDORS, Vendor  # the adapters as that module builds them
 
-from chainclient import AsyncRouter, Router, Step
+from chainclient import AsyncRouter, Router
 from chainclient.errors import StreamInterrupted
 from chainclient.fault_provider import FaultProvider
-
-try:
-    import anthropic
-    import openai
-except ImportError:  # pragma: no cover - the libraries are in requirements-dev.txt
-    if os.environ.get("CI", "").lower() == "true":
-        raise
-    pytest.skip("needs openai and anthropic: pip install -r requirements-dev.txt", allow_module_level=True)
-
 from chainclient.integrations._http import DRAIN_S
-from chainclient.integrations.anthropic import AnthropicMessages, AsyncAnthropicMessages
-from chainclient.integrations.openai import AsyncOpenAIChat, OpenAIChat
 
-STEP = Step("vendor", "requested-model", 10_000)
-MESSAGES = [{"role": "user", "content": "three words here"}]
 # What a prompt close or end may take past its bound on a busy machine; far short of the
 # fault provider's 30 s pauses, which a close that waited for them would sit through.
 SLACK_S = 0.5
 
 
-@dataclass(frozen=True)
-class Vendor:
-    name: str
-    request: dict[str, Any]
-    sync: Callable[[FaultProvider], Any]
-    async_: Callable[[FaultProvider], Any]
-
-
-VENDORS = [
-    Vendor(
-        "openai",
-        {"messages": MESSAGES},
-        lambda p: OpenAIChat(openai.OpenAI(api_key="test-key", base_url=p.openai_base_url)),
-        lambda p: AsyncOpenAIChat(openai.AsyncOpenAI(api_key="test-key", base_url=p.openai_base_url)),
-    ),
-    Vendor(
-        "anthropic",
-        {"messages": MESSAGES, "max_tokens": 64},
-        lambda p: AnthropicMessages(anthropic.Anthropic(api_key="test-key", base_url=p.anthropic_base_url)),
-        lambda p: AsyncAnthropicMessages(anthropic.AsyncAnthropic(api_key="test-key", base_url=p.anthropic_base_url)),
-    ),
-]
 OPENAI = VENDORS[0]
 IDS = [vendor.name for vendor in VENDORS]
 CALLS = [("stream", "stream"), ("complete", "stream"), ("stream", "complete", "stream")]

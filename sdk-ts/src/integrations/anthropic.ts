@@ -39,7 +39,7 @@ import type { RawMessageStreamEvent } from "@anthropic-ai/sdk/resources/messages
 import type { Step } from "../document.js";
 import { ContentPolicyRefusal, ContextLengthExceeded, ProviderError, ProviderTimeout, TransportError } from "../errors.js";
 import { Answer } from "../receipts.js";
-import { LibraryTransport, StreamState, decodingFailure, describe, malformed, networkFailure, requestOptions, retryAfterS } from "./library.js";
+import { LibraryTransport, StreamState, count, decodingFailure, describe, malformed, networkFailure, requestOptions, retryAfterS, text } from "./library.js";
 
 /** The HTTP status each of Anthropic's documented error types comes with: what an `error`
  * event in a stream (whose own status was 200) stands for. */
@@ -101,8 +101,6 @@ interface Usage {
   output_tokens?: unknown;
 }
 
-const count = (value: unknown): number | null => (typeof value === "number" ? value : null);
-const text = (value: unknown): string => (typeof value === "string" ? value : "");
 
 /** `message` as the router's Answer; a refusal or a malformed answer throws. */
 function answer(message: unknown, step: Step): Answer {

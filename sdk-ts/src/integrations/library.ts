@@ -78,6 +78,12 @@ export function networkFailure(error: unknown): TransportError | null {
   return null;
 }
 
+/** A field the library handed over unvalidated: a number of tokens, else null. */
+export const count = (value: unknown): number | null => (typeof value === "number" ? value : null);
+
+/** A field the library handed over unvalidated: a string, else empty. */
+export const text = (value: unknown): string => (typeof value === "string" ? value : "");
+
 /** An answer that is not what the API documents: the provider was reached, and what it did is unknown. */
 export function malformed(detail: string): ProviderError {
   return new ProviderError(null, true, `malformed answer: ${detail}`);

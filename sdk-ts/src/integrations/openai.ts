@@ -43,6 +43,7 @@ import { Answer } from "../receipts.js";
 import {
   LibraryTransport,
   StreamState,
+  count,
   decodingFailure,
   describe,
   malformed,
@@ -50,6 +51,7 @@ import {
   requestArguments,
   requestOptions,
   retryAfterS,
+  text,
 } from "./library.js";
 
 // OpenAI-compatible servers (vLLM, llama.cpp) say it in words rather than with the code.
@@ -120,8 +122,6 @@ interface Usage {
   completion_tokens?: unknown;
 }
 
-const count = (value: unknown): number | null => (typeof value === "number" ? value : null);
-const text = (value: unknown): string => (typeof value === "string" ? value : "");
 
 /** `completion` as the router's Answer; a refusal or a malformed answer throws. */
 function answer(completion: unknown, step: Step): Answer {
