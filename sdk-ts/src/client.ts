@@ -508,18 +508,20 @@ export class ChainClient {
     if (now >= snapshot.expiresAt) this.noteExpired(snapshot);
     this.aheadOfServer(now);
     const current = snapshot.document;
-    const longPoll = this.longPollOn;
-    let url = `${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}`;
-    let readTimeout = this.timeoutS;
-    if (longPoll) {
-      url += `?wait=${g(this.waitS)}`;
-      readTimeout += this.waitS;
-    }
     if (this.reaskAt !== null && now >= this.reaskAt) {
       // The refused copy's ETag is kept meanwhile; now ask for anything but the held
       // document, so a genuine copy comes if there is one.
       this.reaskAt = null;
       this.etag = null;
+    }
+    // While a refused copy's ETag is sent, polls are not held: a long poll on it would wait
+    // for the next change, past the time to ask for a genuine copy again.
+    const longPoll = this.longPollOn && this.reaskAt === null;
+    let url = `${this.base}/api/v1/chains/${encodeURIComponent(this.chain)}`;
+    let readTimeout = this.timeoutS;
+    if (longPoll) {
+      url += `?wait=${g(this.waitS)}`;
+      readTimeout += this.waitS;
     }
     const ifNoneMatch = this.etag ?? entityTag(current);
     const headers: Record<string, string> = {
@@ -579,11 +581,12 @@ export class ChainClient {
   }
 
   /**
-   * After a copy refused for its signature, its ETag is sent (a server or a proxy still
-   * holding it answers 304, or holds the long poll, rather than sending it again); a genuine
-   * copy is asked for again two intervals later (the next poll still sends it), then twice as
-   * long after each copy refused in a row, up to `maxBackoff`: a permanent forger costs the control plane one full answer per
-   * `maxBackoff`, while damage done once on the way heals at the next ask.
+   * After a copy refused for its signature, its ETag is sent, in polls that are not held (a
+   * server or a proxy still holding that copy answers 304 rather than sending it again); a
+   * genuine copy is asked for again two intervals later (the next poll still sends the ETag),
+   * then twice as long after each copy refused in a row, up to `maxBackoff`: a forger always
+   * on the way costs the control plane one full answer per `maxBackoff`, damage done once on
+   * the way heals at the next ask, and a forger gone is behind the client within `maxBackoff`.
    */
   private afterCopy(forged: boolean): void {
     if (!forged) {

@@ -124,16 +124,18 @@ class Poller:
         (the thread, and ``ChainClient.poll_once()``)."""
         snapshot = self._before_poll()
         current = snapshot.document
-        long_poll = self.long_poll
-        path, read_timeout = self._endpoint.path, self._endpoint.timeout
-        if long_poll:
-            path += f"?wait={self._settings.wait_s:g}"
-            read_timeout += self._settings.wait_s
         if self._reask_at is not None and self._now() >= self._reask_at:
             # The refused copy's ETag is kept meanwhile; now ask for anything but the held
             # document, so a genuine copy comes if there is one.
             self._reask_at = None
             self._etag = None
+        # While a refused copy's ETag is sent, polls are not held: a long poll on it would
+        # wait for the next change, past the time to ask for a genuine copy again.
+        long_poll = self.long_poll and self._reask_at is None
+        path, read_timeout = self._endpoint.path, self._endpoint.timeout
+        if long_poll:
+            path += f"?wait={self._settings.wait_s:g}"
+            read_timeout += self._settings.wait_s
         if_none_match = self._etag or entity_tag(current)
         headers = self._endpoint.poll_headers(if_none_match=if_none_match, applied_version=current.version)
         started = time.monotonic()
@@ -245,12 +247,13 @@ class Poller:
         return self._backoff(failures)
 
     def _after_copy(self, *, forged: bool) -> None:
-        """After a copy refused for its signature, its ETag is sent (a server or a proxy still
-        holding it answers 304, or holds the long poll, rather than sending it again); a
-        genuine copy is asked for again two intervals later (the next poll still sends it),
-        then twice as long after each copy refused in a row, up to ``max_backoff``: what a permanent forger costs the
-        control plane is one full answer per ``max_backoff``, while damage done once on the
-        way heals at the next ask."""
+        """After a copy refused for its signature, its ETag is sent, in polls that are not
+        held (a server or a proxy still holding that copy answers 304 rather than sending it
+        again); a genuine copy is asked for again two intervals later (the next poll still
+        sends the ETag), then twice as long after each copy refused in a row, up to
+        ``max_backoff``: a forger always on the way costs the control plane one full answer
+        per ``max_backoff``, damage done once on the way heals at the next ask, and a forger
+        gone is behind the client within ``max_backoff``."""
         if not forged:
             self._forged_copies = 0
             self._reask_at = None

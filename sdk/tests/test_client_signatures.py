@@ -242,7 +242,7 @@ def test_a_forger_always_on_the_way_costs_one_full_answer_a_max_backoff(
     clock = FakeClock()
     forged = _swap_steps(NEW.sign(document(5, "local_only")))
     control_plane.publish(forged)  # to any If-None-Match but "5"; a 304 to that
-    client = make_client(trusted_keys=NEW.trusted(), poll_interval=10, max_backoff=60, clock=clock.now)
+    client = make_client(trusted_keys=NEW.trusted(), poll_interval=10, max_backoff=60, long_poll=True, clock=clock.now)
 
     asked: list[tuple[float, str]] = []
     for _ in range(40):
@@ -250,6 +250,9 @@ def test_a_forger_always_on_the_way_costs_one_full_answer_a_max_backoff(
         client.poll_once()
         [request] = control_plane.requests[before:]
         asked.append((clock.now(), request.headers["If-None-Match"]))
+        # A poll sending the forged copy's ETag is not held: a long poll would wait for the
+        # next change, past the time to ask for a genuine copy again.
+        assert ("wait" in request.query) == (request.headers["If-None-Match"] != '"5"'), request.query
         clock.advance(5)
 
     full = [at for at, tag in asked if tag != '"5"']

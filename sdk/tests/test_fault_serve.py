@@ -18,6 +18,9 @@ import pytest
 
 from chainclient.fault_provider import DEFAULT_PARAMS, OPENAI_PATH, SCENARIOS
 
+# Every test drives the command-line server in a process of its own.
+pytestmark = pytest.mark.system
+
 SDK = Path(__file__).resolve().parents[1]
 
 

@@ -17,31 +17,14 @@ dropped stream would wait for the garbage collector to close its connection.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import httpx2
 
 from chainclient.errors import ProviderError, TransportError
-from chainclient.integrations._http import Failure, shut_down
+from chainclient.integrations._http import Failure, StreamState, shut_down
 
 ChunkT = TypeVar("ChunkT")
-ChunkContra = TypeVar("ChunkContra", contravariant=True)
-
-
-class StreamState(Protocol[ChunkContra]):
-    """What a vendor's stream learns from its chunks: the model, the usage, whether the
-    terminal event came; ``observe`` raises ContentPolicyRefusal on a content filter."""
-
-    model_id: str
-    input_tokens: int | None
-    output_tokens: int | None
-    complete: bool
-    terminal: str
-    """The terminal event, as the error for a truncated stream names it."""
-
-    def observe(self, chunk: ChunkContra) -> None: ...
-
-    def text(self, chunk: ChunkContra) -> str: ...
 
 
 def truncated(terminal: str) -> ProviderError:

@@ -23,9 +23,9 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import httpx2
 
@@ -34,8 +34,7 @@ from chainclient.receipts import Answer
 from chainclient.transport import non_negative_seconds, retry_after_value
 from chainclient.types import Step
 
-if TYPE_CHECKING:
-    from chainclient.integrations._chunk_streams import AsyncChunkStream, ChunkStream, StreamState
+ChunkContra = TypeVar("ChunkContra", contravariant=True)
 
 Failure = Callable[[BaseException], "TransportError | None"]
 """A library's mapping: the router's error for what the library raised, or None when it is
@@ -141,6 +140,22 @@ connection is closed instead of pooled (OpenAI's asyncio stream allows the same)
 _DRAIN_BYTES = 64 * 1024
 
 
+class StreamState(Protocol[ChunkContra]):
+    """What a vendor's stream learns from its chunks: the model, the usage, whether the
+    terminal event came; ``observe`` raises ContentPolicyRefusal on a content filter."""
+
+    model_id: str
+    input_tokens: int | None
+    output_tokens: int | None
+    complete: bool
+    terminal: str
+    """The terminal event, as the error for a truncated stream names it."""
+
+    def observe(self, chunk: ChunkContra) -> None: ...
+
+    def text(self, chunk: ChunkContra) -> str: ...
+
+
 class DrainingBody(httpx2.SyncByteStream):
     """A streamed response's body that, when closed once the answer is complete, first
     reads what is left of it, so that its HTTP/1.1 connection goes back to the pool.
@@ -233,7 +248,7 @@ class LibraryTransport:
 
     failure: Failure
     stream_type: type
-    stream_class: Callable[[Any, str], ChunkStream[Any]]
+    stream_class: Callable[[Any, str], Iterator[Any]]
     answer: Callable[[Any, Step], Answer]
 
     def __init__(self, client: Any) -> None:
@@ -265,7 +280,7 @@ class AsyncLibraryTransport:
 
     failure: Failure
     stream_type: type
-    stream_class: Callable[[Any, str], AsyncChunkStream[Any]]
+    stream_class: Callable[[Any, str], AsyncIterator[Any]]
     answer: Callable[[Any, Step], Answer]
 
     def __init__(self, client: Any) -> None:
@@ -307,6 +322,7 @@ __all__ = [
     "DrainingBody",
     "LibraryTransport",
     "Failure",
+    "StreamState",
     "decoding_failure",
     "malformed",
     "network_failure",
