@@ -106,7 +106,31 @@ def _observed(chunks: Iterator[ChunkT], reading: _Reading[ChunkT]) -> Iterator[C
         raise reading.fail(truncated(reading.state.terminal))
 
 
-class ChunkStream(Generic[ChunkT]):
+class _Said(Generic[ChunkT]):
+    """What a stream says of itself, from its vendor state: the model, the tokens, the
+    content of a chunk (both streams' own, sync and asyncio)."""
+
+    _state: StreamState[ChunkT]
+
+    @property
+    def model_id(self) -> str:
+        """The model the provider says is serving (the requested one until it says)."""
+        return self._state.model_id
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self._state.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self._state.output_tokens
+
+    def text(self, chunk: ChunkT) -> str:
+        """The content ``chunk`` carries; empty for role, start and usage chunks."""
+        return self._state.text(chunk)
+
+
+class ChunkStream(_Said[ChunkT]):
     """A vendor library's synchronous stream, held to ``chainclient.streams.ProviderStream``.
 
     It yields the library's own chunk objects; it raises the router's errors for a break, a
@@ -130,23 +154,6 @@ class ChunkStream(Generic[ChunkT]):
         self._chunks = _observed(iter(chunks), self._reading)
         self._response = response
         self._state = state
-
-    @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
-
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
-
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
 
     def __iter__(self) -> Iterator[ChunkT]:
         return self._chunks
@@ -216,7 +223,7 @@ async def _aobserved(chunks: AsyncIterator[ChunkT], reading: _AsyncReading[Chunk
         raise await reading.fail(truncated(reading.state.terminal))
 
 
-class AsyncChunkStream(Generic[ChunkT]):
+class AsyncChunkStream(_Said[ChunkT]):
     """A vendor library's asyncio stream, held to ``chainclient.streams.AsyncProviderStream``
     as ``ChunkStream`` holds a synchronous one."""
 
@@ -230,23 +237,6 @@ class AsyncChunkStream(Generic[ChunkT]):
         self._reading = _AsyncReading(close, state, failure)
         self._chunks = _aobserved(aiter(chunks), self._reading)
         self._state = state
-
-    @property
-    def model_id(self) -> str:
-        """The model the provider says is serving (the requested one until it says)."""
-        return self._state.model_id
-
-    @property
-    def input_tokens(self) -> int | None:
-        return self._state.input_tokens
-
-    @property
-    def output_tokens(self) -> int | None:
-        return self._state.output_tokens
-
-    def text(self, chunk: ChunkT) -> str:
-        """The content ``chunk`` carries; empty for role, start and usage chunks."""
-        return self._state.text(chunk)
 
     def __aiter__(self) -> AsyncIterator[ChunkT]:
         return self._chunks
