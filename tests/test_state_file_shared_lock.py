@@ -7,6 +7,10 @@ newest document any of them saved (or found already there): a save that let an o
 document replace a newer one, because the two SDKs' locks did not exclude each other, shows
 as a file holding less. The file must also always read back (its digest matching). The
 directory starts with the empty ``{chain}.lock`` an older Python client leaves behind.
+
+About 10 s, on purpose: six processes contending for one lock for 40 rounds is what lets an
+interleaving the two SDKs' old locks allowed show up (it did in round 1 to 26 before); nothing
+in it waits on a clock.
 """
 
 from __future__ import annotations
