@@ -321,12 +321,13 @@ def report_round(number: int, result: Round, clients: int) -> dict[str, float]:
         + f"; held on relay B {held} ({' + '.join(map(str, result.held.values()))} per worker) "
         f"{result.hold_s:.1f} s after the first connect"
     )
-    print(f"    change on {POLLED_CHAIN} (control plane): {result.change}; t0 = {result.t0_source}")
+    print(f"    changes on {POLLED_CHAIN} (control plane): {result.change}; t0 = {result.t0_source}")
     if delays:
         print(
-            f"    answered {len(delays)} of {clients} with a 200: min {delays[0]:.0f} ms, "
+            f"    {len(delays)} 200s for {clients} clients x {len(result.changes)} changes: min {delays[0]:.0f} ms, "
             f"p50 {statistics.median(delays):.0f} ms, p90 {percentile(delays, 0.90):.0f} ms, "
-            f"p99 {percentile(delays, 0.99):.0f} ms, max {delays[-1]:.0f} ms from the commit"
+            f"p99 {percentile(delays, 0.99):.0f} ms, max {delays[-1]:.0f} ms from each change's answer "
+            f"({len(result.changes)} changes)"
         )
     else:
         print(f"    answered 0 of {clients} with a 200")
@@ -369,7 +370,7 @@ def report_round(number: int, result: Round, clients: int) -> dict[str, float]:
     nan = math.nan
     return {
         "held": held,
-        "answered": len(delays),
+        "answered": min((len(change.from_answer_ms) for change in result.changes), default=0),
         "p50_ms": round(statistics.median(delays)) if delays else nan,
         "p99_ms": round(percentile(delays, 0.99)) if delays else nan,
         "max_ms": round(delays[-1]) if delays else nan,
@@ -468,6 +469,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=5000, help="long polls held on relay B")
     parser.add_argument("--rounds-long-polls", type=int, default=2, help="long-poll rounds, each on new connections")
     parser.add_argument("--wait", type=float, default=55.0, help="the long polls' ?wait= in seconds (at most 60)")
+    parser.add_argument(
+        "--changes", type=int, default=3, help="changes to the polled chain per long-poll round, each to every client"
+    )
     parser.add_argument("--client-processes", type=int, default=2, help="processes the clients are spread over")
     parser.add_argument(
         "--client-loop",
