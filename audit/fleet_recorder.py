@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.utils import timezone
 
 from audit import evidence
 from audit.models import MAX_CLIENT_LENGTH, FleetInstance, RefusedReason
@@ -33,6 +34,7 @@ from presets.models import Chain, ServiceToken
 log = logging.getLogger(__name__)
 
 WRITE_EVERY = timedelta(minutes=1)
+_WRITE_EVERY_S = WRITE_EVERY.total_seconds()
 # What a process remembers writing, at most: past it, it forgets (the next read of each
 # instance is written again). Bounds its memory against floods of made-up names.
 WRITTEN_MAX = 200_000
@@ -40,11 +42,14 @@ WRITTEN_MAX = 200_000
 PRUNE_BATCH = 1_000
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
+    """An instance's reads noted since the last flush; times are ``time.time()`` floats
+    (cheaper on every read than a datetime; made datetimes when written)."""
+
     version: int
-    version_seen_at: datetime
-    last_seen_at: datetime
+    version_seen_at: float
+    last_seen_at: float
     token: int | None = None
 
 
@@ -67,24 +72,25 @@ class FleetRecorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], _Seen] = {}
-        self._written: dict[tuple[str, str], tuple[int, datetime]] = {}
+        # Instance -> the version and the last-seen time (time.time()) last written.
+        self._written: dict[tuple[str, str], tuple[int, float]] = {}
 
     def seen(
         self, chain: str, client: str, version: int, at: datetime | None = None, *, token: int | None = None
     ) -> None:
         """Note a read made with ``token`` (its id; None: a session's) (no I/O). Cheap enough
         for every request on the hot path."""
-        at = at or timezone.now()
+        at_s = time.time() if at is None else at.timestamp()
         key = (chain, client)
         with self._lock:
             written = self._written.get(key)
-            if written is not None and written[0] == version and at - written[1] < WRITE_EVERY:
+            if written is not None and written[0] == version and at_s - written[1] < _WRITE_EVERY_S:
                 return
             pending = self._pending.get(key)
             if pending is not None and pending.version == version:
-                pending.last_seen_at = at
+                pending.last_seen_at = at_s
             else:
-                self._pending[key] = _Seen(version, at, at, token)
+                self._pending[key] = _Seen(version, at_s, at_s, token)
 
     def forget(self) -> None:
         """Drop what this process noted and remembers writing, so the next read of every
@@ -170,14 +176,19 @@ def prune_to_cap(tokens: set[int], *, now: datetime | None = None) -> int:
 
 
 def _upsert(rows: list[tuple[int, str, _Seen]]) -> None:
-    """Insert or update each instance in one statement per row, sent together: a new one
-    starts at its first read; a known one keeps ``version_seen_at`` unless its version changed,
-    and its ``last_seen_at`` never goes back (two web processes may write the same instance).
-    PostgreSQL and SQLite both read ``excluded`` and the old row this way."""
+    """Insert or update each instance: a new one starts at its first read; a known one keeps
+    ``version_seen_at`` unless its version changed, and its ``last_seen_at`` never goes back
+    (two web processes may write the same instance). PostgreSQL and SQLite both read
+    ``excluded`` and the old row this way.
+
+    On PostgreSQL the rows go as one statement over arrays (``unnest``): after a change every
+    instance of the fleet has a new version, and a flush writes thousands of rows while the
+    process is answering polls; one statement with seven arrays, adapted in C, costs that
+    process a fraction of the CPU that a statement per row did (bench/README.md, "Long
+    polls"). SQLite has no arrays: a statement per row, sent together."""
     table = connection.ops.quote_name(FleetInstance._meta.db_table)
-    sql = (
-        f"INSERT INTO {table} (chain_id, client, applied_version, version_seen_at, first_seen_at, last_seen_at, "
-        "token_id) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (chain_id, client) DO UPDATE SET "
+    update = (
+        "ON CONFLICT (chain_id, client) DO UPDATE SET "
         f"version_seen_at = CASE WHEN {table}.applied_version = excluded.applied_version "
         f"THEN {table}.version_seen_at ELSE excluded.version_seen_at END, "
         "applied_version = excluded.applied_version, "
@@ -185,13 +196,44 @@ def _upsert(rows: list[tuple[int, str, _Seen]]) -> None:
         f"THEN excluded.last_seen_at ELSE {table}.last_seen_at END, "
         f"token_id = COALESCE({table}.token_id, excluded.token_id)"
     )
+    columns = "(chain_id, client, applied_version, version_seen_at, first_seen_at, last_seen_at, token_id)"
+    instants = [(_instant(seen.version_seen_at), _instant(seen.last_seen_at)) for _, _, seen in rows]
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            # psycopg's own cursor, binding on the server: the arrays go in binary, dumped in C.
+            # Django's cursor binds on the client and quotes each element in Python (~60 ms
+            # for 5,000 rows). Not prepared: PgBouncer in transaction mode keeps no statement.
+            connection.ensure_connection()
+            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+                cursor.execute(
+                    f"INSERT INTO {table} {columns} SELECT * FROM unnest(%b::bigint[], %b::text[], %b::integer[], "
+                    f"%b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::bigint[]) {update}",
+                    [
+                        [chain_id for chain_id, _, _ in rows],
+                        [client for _, client, _ in rows],
+                        [seen.version for _, _, seen in rows],
+                        [first for first, _ in instants],
+                        [first for first, _ in instants],
+                        [last for _, last in instants],
+                        [seen.token for _, _, seen in rows],
+                    ],
+                    prepare=False,
+                )
+        return
     adapt = connection.ops.adapt_datetimefield_value
-    params = []
-    for chain_id, client, seen in rows:
-        first = adapt(seen.version_seen_at)
-        params.append((chain_id, client, seen.version, first, first, adapt(seen.last_seen_at), seen.token))
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        cursor.executemany(
+            f"INSERT INTO {table} {columns} VALUES (%s, %s, %s, %s, %s, %s, %s) {update}",
+            [
+                (chain_id, client, seen.version, adapt(first), adapt(first), adapt(last), seen.token)
+                for (chain_id, client, seen), (first, last) in zip(rows, instants, strict=True)
+            ],
+        )
+
+
+def _instant(at: float) -> datetime:
+    """A ``time.time()`` as the aware datetime the columns hold (to the microsecond)."""
+    return datetime.fromtimestamp(at, tz=UTC)
 
 
 recorder = FleetRecorder()
