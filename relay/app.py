@@ -59,6 +59,9 @@ REPORT_MAX_BYTES = 256 * 1024
 REPORTS_PER_FLUSH = 500
 REPORT_SENDERS = 8
 SEEN_MAX = 100_000
+# An instance read again on the version already sent upstream is sent again only this long
+# after (the control plane writes an unchanged instance once a minute: audit.fleet_recorder).
+SEEN_RESEND_S = 60.0
 # Identities per fleet report upstream (~100 bytes each), and the largest report taken.
 SEEN_PER_POST = 1_000
 SEEN_MAX_BYTES = 1024 * 1024
@@ -241,6 +244,8 @@ class Relay:
         self._report_pause_until = 0.0
         # (chain, X-Chain-Client) -> X-Chain-Applied-Version, as read: sent upstream once a second.
         self.seen: dict[tuple[str, bytes], bytes] = {}
+        # (chain, X-Chain-Client) -> the applied version last sent upstream, and when (monotonic).
+        self._seen_sent: dict[tuple[str, bytes], tuple[bytes, float]] = {}
         # Authorization header -> until when its token needs no check (the plain reads).
         self._fresh: dict[bytes, float] = {}
         # Chain names the upstream did not know, until when that is believed (monotonic).
@@ -501,15 +506,27 @@ class Relay:
         await self._send_reports()
 
     async def _send_seen(self) -> None:
+        """Send upstream the instances read since the last flush, each at most once a minute
+        unless its applied version changed: a held long poll's client asks again at every
+        change and every wait, and the control plane needs only what is new
+        (``SEEN_RESEND_S``)."""
         if not self.seen:
             return
         seen, self.seen = self.seen, {}
-        items = [
-            {"chain": chain, "client": client.decode("latin-1"), "applied_version": version.decode("latin-1")}
-            for (chain, client), version in seen.items()
+        now = _clock()
+        sent = self._seen_sent
+        fresh = [
+            (key, version)
+            for key, version in seen.items()
+            if (last := sent.get(key)) is None or last[0] != version or now - last[1] >= SEEN_RESEND_S
         ]
-        for start in range(0, len(items), SEEN_PER_POST):
-            body = json.dumps({"instances": items[start : start + SEEN_PER_POST]}).encode()
+        for start in range(0, len(fresh), SEEN_PER_POST):
+            batch = fresh[start : start + SEEN_PER_POST]
+            items = [
+                {"chain": chain, "client": client.decode("latin-1"), "applied_version": version.decode("latin-1")}
+                for (chain, client), version in batch
+            ]
+            body = json.dumps({"instances": items}).encode()
             try:
                 answer = await self.upstream.request(
                     "POST", FLEET_SEEN_PATH, body=body, headers={"content-type": "application/json"}
@@ -518,6 +535,11 @@ class Relay:
                 return  # the next reads note them again
             if answer.status >= 400:
                 log.warning("relay: fleet report refused upstream (%d)%s", answer.status, _refusal(answer.body))
+                continue
+            if len(sent) + len(batch) > SEEN_MAX:
+                sent.clear()  # bounded: each instance is then sent once more
+            for key, version in batch:
+                sent[key] = (version, now)
 
     async def _send_reports(self) -> None:
         if not self.reports or time.monotonic() < self._report_pause_until:

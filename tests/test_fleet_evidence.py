@@ -175,6 +175,56 @@ def test_a_relayed_instance_keeps_the_token_that_first_recorded_it(relay: Client
     assert list(FleetInstance.objects.values_list("client", "token__name")) == [("checkout/pod-1", "reader")]
 
 
+def test_items_of_the_wrong_shape_are_dropped_and_the_others_taken(relay: Client) -> None:
+    """Each item is checked as ``SeenSerializer`` says: strings, not blank, within their lengths,
+    trimmed; what is not one is dropped and counted in the answer, the rest taken."""
+    good = {"chain": "chat", "client": " checkout/pod-7 ", "applied_version": "1"}
+    bad = [
+        "not an object",
+        {"chain": "chat", "client": "checkout/pod-8", "applied_version": 1},  # a number, not a string
+        {"chain": "chat", "client": "", "applied_version": "1"},
+        {"chain": "chat", "client": "checkout/" + "x" * 300, "applied_version": "1"},
+        {"chain": "chat", "client": "checkout/pod-9", "applied_version": "12345678901"},
+        {"chain": "chat", "client": "   ", "applied_version": "1"},  # blank once trimmed
+        {"chain": "chat", "client": "checkout/pod-10"},
+    ]
+    answer = relay.post("/api/v1/fleet/seen", {"instances": [good, *bad]}, content_type="application/json")
+    assert (answer.status_code, answer.json()) == (202, {"accepted": 1, "dropped": len(bad)})
+    fleet_of(relay)
+    assert list(FleetInstance.objects.values_list("client", "applied_version")) == [("checkout/pod-7", 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_sends_an_instance_upstream_again_only_when_its_version_changes(
+    live_server: Any, settings: Any, tmp_path: Any
+) -> None:
+    """A held long poll's client asks again at every change and every wait: a relay sends each
+    instance upstream once, then again only on a new version (or a minute later). With two
+    reports allowed a minute, the third flush, a new version, is still taken: the second (the
+    same version again) sent nothing."""
+    from relay.app import Relay
+    from relay.config import from_env
+
+    settings.FLEET_SEEN_PER_TOKEN_PER_MINUTE = 2
+    raw = make_token("relay-dedupe", "relay")
+    relay = Relay(from_env({"RELAY_UPSTREAM": live_server.url, "RELAY_TOKEN": raw, "RELAY_CACHE_DIR": str(tmp_path)}))
+
+    async def three_flushes() -> None:
+        try:
+            for version in (b"1", b"1", b"2"):
+                relay.seen[("chat", b"checkout/pod-1")] = version  # as a read notes it
+                await relay._send_seen()  # the relay's flush, once a second
+        finally:
+            await relay.upstream.close()
+
+    asyncio.run(three_flushes())
+    from audit.fleet_recorder import recorder
+
+    recorder.flush()
+    assert FleetInstance.objects.get(client="checkout/pod-1").applied_version == 2
+    assert not RefusedEvidence.objects.filter(token="relay-dedupe").exists()
+
+
 # --- refused with a clear 4xx, and counted ------------------------------------------------------
 
 
