@@ -114,6 +114,9 @@ WAITERS_METRIC = "controlplane_long_poll_waiters"
 # A request unanswered this long after its wait ran out is a timeout.
 GRACE_S = 5.0
 CONNECT_TIMEOUT_S = 10.0
+# A failed connect is tried again, as the SDK does (ClientFleet.connect), this many times in all.
+CONNECT_ATTEMPTS = 4
+MAX_BACKOFF_S = 60.0  # ChainClient's max_backoff default
 # The SDK's rule (chainclient.poller._HELD_AT_LEAST_S): a 304 sooner than this was not held.
 HELD_AT_LEAST_S = 1.0
 
@@ -264,6 +267,7 @@ class ClientFleet:
         self.polls: list[LongPoll] = []
         self.connect_failures: list[Outcome] = []
         self.pending = 0
+        self.connect_retries = 0
         self.wait = 55.0
         self.poll_interval = 10.0
         self.random = random.Random()
@@ -321,7 +325,7 @@ class ClientFleet:
                 poll.timer.cancel()
             if poll.transport is not None:
                 poll.transport.close()
-        self.polls, self.connect_failures, self.pending = [], [], 0
+        self.polls, self.connect_failures, self.pending, self.connect_retries = [], [], 0, 0
         self._templates.clear()
 
     async def open(
@@ -351,17 +355,36 @@ class ClientFleet:
             tasks.append(self.loop.create_task(self.connect(port, poll)))
         await asyncio.gather(*tasks)
         failures = Counter(outcome.failure for outcome in self.connect_failures)
-        self.conn.send(("opened", {"connected": len(self.polls), "failures": dict(failures)}))
+        self.conn.send(
+            ("opened", {"connected": len(self.polls), "failures": dict(failures), "retries": self.connect_retries})
+        )
 
     async def connect(self, port: int, poll: LongPoll) -> None:
-        try:
-            await asyncio.wait_for(self.loop.create_connection(lambda: poll, "127.0.0.1", port), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
-            code = errno.errorcode.get(exc.errno or 0, "") if isinstance(exc, OSError) else ""
-            self.connect_failures.append(Outcome(failure=f"connect: {code or exc.__class__.__name__}"))
-            self.pending -= 1
+        """Connect ``poll``; a failed connect is tried again after the SDK's backoff (its
+        ``Poller._backoff``: full jitter, doubling from the poll interval up to
+        ``MAX_BACKOFF_S``), ``CONNECT_ATTEMPTS`` times in all, as an instance would keep trying
+        a control plane (or relay) too busy to take it at once."""
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                await asyncio.wait_for(self.loop.create_connection(lambda: poll, "127.0.0.1", port), CONNECT_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as exc:
+                if attempt < CONNECT_ATTEMPTS:
+                    self.connect_retries += 1
+                    interval = self.poll_interval
+                    cap = min(max(MAX_BACKOFF_S, interval), interval * 2**attempt)
+                    await asyncio.sleep(max(min(interval, 0.5), self.random.uniform(0, cap)))
+                    continue
+                code = errno.errorcode.get(exc.errno or 0, "") if isinstance(exc, OSError) else ""
+                self.connect_failures.append(Outcome(failure=f"connect: {code or exc.__class__.__name__}"))
+                self.pending -= 1
+                return
+            self.polls.append(poll)
             return
-        self.polls.append(poll)
+
+
+def open_timeout(clients: int, rate: float) -> float:
+    """How long opening ``clients`` connections at ``rate`` a second may take, retries included."""
+    return clients / rate + CONNECT_ATTEMPTS * CONNECT_TIMEOUT_S + (CONNECT_ATTEMPTS - 1) * MAX_BACKOFF_S + 30
 
 
 def run_client_process(conn: Connection, poll_interval: float, event_loop: str) -> None:
@@ -596,6 +619,7 @@ class Round:
     clients: int
     connected: int = 0
     connect_failures: Counter[str] = field(default_factory=Counter)
+    connect_retries: int = 0  # connects tried again after a failure (as the SDK would)
     held: dict[int, int] = field(default_factory=dict)  # worker -> polls held
     hold_s: float = 0.0  # from the first connection until all were held (or the settle timeout)
     metrics_while_held: str = ""
@@ -666,11 +690,12 @@ def run_round(
     opened = fleet.ask(
         "open",
         [{**spec, "names": names[index::processes]} for index in range(processes)],
-        timeout=clients / args.connect_rate + CONNECT_TIMEOUT_S + 30,
+        timeout=open_timeout(clients, args.connect_rate),
     )
     for _, figures in opened:
         result.connected += figures["connected"]
         result.connect_failures.update(figures["failures"])
+        result.connect_retries += figures["retries"]
     deadline = time.monotonic() + args.settle_timeout
     while True:
         held = polled.held()
@@ -941,6 +966,7 @@ def summarize(clients: int, rounds: list[Round], workers: list[int], main_pid: i
         print(
             f"  round {number}: {result.connected} of {clients} connected"
             + (f" ({dict(result.connect_failures)} failed)" if conn_failures else "")
+            + (f" ({result.connect_retries} connects tried again)" if result.connect_retries else "")
             + f"; held {sum(result.held.values())} ({' + '.join(map(str, result.held.values()))} per worker) "
             f"{result.hold_s:.1f} s after the first connect; /metrics while held: {result.metrics_while_held}"
         )

@@ -100,7 +100,6 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from long_polls import (  # noqa: E402
-    CONNECT_TIMEOUT_S,
     GRACE_S,
     POLLED_CHAIN,
     POLLED_PIN,
@@ -113,6 +112,7 @@ from long_polls import (  # noqa: E402
     connect_hints,
     interrupted,
     new_event_loop,
+    open_timeout,
     option,
     read_chain,
     request,
@@ -794,12 +794,14 @@ def drive_fleet(
         for index in range(processes)
     ]
     opened_at = time.monotonic()
-    opened = fleet.ask("open", specs, timeout=clients / args.connect_rate + CONNECT_TIMEOUT_S + 60)
+    opened = fleet.ask("open", specs, timeout=open_timeout(clients, args.connect_rate))
     connected = [0] * len(relays)
     connect_failures: Counter[str] = Counter()
+    retries = 0
     for index, (_, result) in enumerate(opened):
         connected[index % len(relays)] += result["connected"]
         connect_failures.update(result["failures"])
+        retries += result["retries"]
     connected_s = time.monotonic() - opened_at
     deadline = time.monotonic() + args.settle_timeout
     while True:
@@ -818,6 +820,7 @@ def drive_fleet(
     print(
         f"  connected {sum(connected):,} of {clients:,} in {connected_s:.1f} s"
         + (f" ({dict(connect_failures)} failed)" if connect_failures else "")
+        + (f" ({retries:,} connects tried again, as the SDK would)" if retries else "")
         + f"; held {total_held:,} ({hold_s:.1f} s after the first connect)"
     )
     for number, (relay, count, counts) in enumerate(zip(relays, connected, held, strict=True), 1):

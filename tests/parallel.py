@@ -59,6 +59,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.system)
 
 
+_ungrouped: list[str] = []  # why the groups do not hold, when they do not
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a worker of ``--dist loadgroup``, note whether the groups hold: pytest-xdist groups
+    by a suffix it puts on each grouped test's id, which pytest 9.2 ignores
+    (pytest-dev/pytest-xdist#1386). The tests would still pass, each module's shared stack
+    started in every process, and the suite minutes slower with nothing said: every test then
+    fails saying why (``pytest_runtest_setup``; an error in a worker's collection is not shown)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    grouped = next((item for item in session.items if item.get_closest_marker("xdist_group")), None)
+    if grouped is not None and "@" not in grouped.nodeid:
+        _ungrouped.append(
+            f"pytest-xdist's --dist loadgroup does not group under pytest {pytest.__version__} ({grouped.nodeid} "
+            "has no @group suffix, pytest-dev/pytest-xdist#1386): install requirements-dev.txt's pytest "
+            "(make install)"
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _ungrouped:
+        pytest.fail(_ungrouped[0], pytrace=False)
+
+
 def _commits(item: pytest.Item, fixtures: set[str]) -> bool:
     """Whether the test commits: it uses a fixture that does, or its ``django_db`` mark says
     ``transaction=True``, as pytest-django reads the mark."""
