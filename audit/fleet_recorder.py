@@ -40,6 +40,8 @@ _WRITE_EVERY_S = WRITE_EVERY.total_seconds()
 WRITTEN_MAX = 200_000
 # Rows deleted per statement when a token's rows are pruned to its cap.
 PRUNE_BATCH = 1_000
+# Instances a process notes between two flushes, at most (``FleetRecorder.note``).
+NOTED_MAX = 200_000
 
 
 @dataclass(slots=True)
@@ -74,13 +76,38 @@ class FleetRecorder:
         self._pending: dict[tuple[str, str], _Seen] = {}
         # Instance -> the version and the last-seen time (time.time()) last written.
         self._written: dict[tuple[str, str], tuple[int, float]] = {}
+        # The read front's notes, as read (``note``): (chain, X-Chain-Client) -> the
+        # X-Chain-Applied-Version, the token and when that version was first read.
+        self._noted: dict[tuple[str, bytes], tuple[bytes, int | None, float]] = {}
+
+    def note(self, chain: str, client: bytes, applied_version: bytes, token: int | None) -> None:
+        """Note a read of ``chain`` by the instance its headers name, as they came: the read
+        front's, on every read (plain and long polls), from its event loop's thread only. Its
+        parsing and the rule of what to write wait for the flush (``take_noted``, then
+        ``flush(noted)``): here one lookup, and nothing new while the instance reads the same
+        version again. At most NOTED_MAX instances between two flushes."""
+        key = (chain, client)
+        held = self._noted.get(key)
+        if held is None:
+            if len(self._noted) >= NOTED_MAX:
+                return
+        elif held[0] == applied_version:
+            return
+        self._noted[key] = (applied_version, token, time.time())
+
+    def take_noted(self) -> dict[tuple[str, bytes], tuple[bytes, int | None, float]]:
+        """What ``note`` noted since the last take, for ``flush`` (from the same thread)."""
+        noted, self._noted = self._noted, {}
+        return noted
 
     def seen(
         self, chain: str, client: str, version: int, at: datetime | None = None, *, token: int | None = None
     ) -> None:
         """Note a read made with ``token`` (its id; None: a session's) (no I/O). Cheap enough
         for every request on the hot path."""
-        at_s = time.time() if at is None else at.timestamp()
+        self._seen_at(chain, client, version, time.time() if at is None else at.timestamp(), token)
+
+    def _seen_at(self, chain: str, client: str, version: int, at_s: float, token: int | None) -> None:
         key = (chain, client)
         with self._lock:
             written = self._written.get(key)
@@ -98,14 +125,20 @@ class FleetRecorder:
         with self._lock:
             self._pending.clear()
             self._written.clear()
+            self._noted = {}
 
     @property
     def has_pending(self) -> bool:
         return bool(self._pending)
 
-    def flush(self) -> int:
-        """Write the noted reads, then prune the rows of the tokens that recorded instances
-        new to this process past their cap; returns how many instances were written."""
+    def flush(self, noted: dict[tuple[str, bytes], tuple[bytes, int | None, float]] | None = None) -> int:
+        """Take ``noted`` (``take_noted``'s: each instance whose headers are a valid identity,
+        as ``seen``), write the noted reads, then prune the rows of the tokens that recorded
+        instances new to this process past their cap; returns how many instances were written."""
+        for (chain, client), (applied, token, at) in (noted or {}).items():
+            identity = parse_identity(client.decode("latin-1"), applied.decode("latin-1"))
+            if identity is not None:
+                self._seen_at(chain, *identity, at, token)
         with self._lock:
             pending, self._pending = self._pending, {}
             # Instances this process has not written lately may be new rows: their tokens'

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 
-from audit.fleet_recorder import FleetRecorder, parse_identity, recorder
+from audit.fleet_recorder import FleetRecorder, recorder
 from presets.exceptions import InvalidInput
 from presets.expiry import has_passed
 from read_path import counters, request_context
@@ -156,11 +156,17 @@ class ReadFront:
                 await self.snapshot.tokens.record_use()
             except Exception as exc:  # noqa: BLE001 - a token's last use is best effort
                 log.warning("tokens: recording use failed: %s", exc)
-            if self.fleet.has_pending:
-                try:
-                    await in_worker_thread(self.fleet.flush)()
-                except Exception as exc:  # noqa: BLE001 - fleet status is best effort
-                    log.warning("fleet status: flush failed: %s", exc)
+            try:
+                await self.flush_fleet()
+            except Exception as exc:  # noqa: BLE001 - fleet status is best effort
+                log.warning("fleet status: flush failed: %s", exc)
+
+    async def flush_fleet(self) -> None:
+        """Write what the reads noted for fleet status (``FleetRecorder.note``): taken here, on
+        the event loop's thread that notes them, parsed and written in a worker thread."""
+        noted = self.fleet.take_noted()
+        if noted or self.fleet.has_pending:
+            await in_worker_thread(self.fleet.flush)(noted)
 
     async def stop(self) -> None:
         self._starting = None
@@ -198,8 +204,8 @@ class ReadFront:
                         or has_passed(token.expires_at, now)
                     ):
                         tokens.used.add(token.pk)
-                        if client is not None:  # an SDK instance: fleet status
-                            self._note_identity(entry.name, client, applied, token.pk)
+                        if client is not None:  # an SDK instance: fleet status (checked at the flush)
+                            self.fleet.note(entry.name, client, applied, token.pk)
                         await send(start)
                         await send(body)
                         row = self._plain_304 if body is EMPTY_BODY else self._plain_200
@@ -313,10 +319,13 @@ class ReadFront:
                 await _error(send, 409, refusal.message, details=refusal.details)
                 return
         # Fleet status records the instance as its request arrives: a held long poll returns
-        # only at the next change, and the version it reports is the one it runs now.
+        # only at the next change, and the version it reports is the one it runs now. Noted as
+        # it came (``FleetRecorder.note``): whether it is a valid identity is checked at the
+        # flush, once per instance and version, not on every poll; its row counts against
+        # the token's cap.
         if b"x-chain-client" in headers:
             live = tokens.live(raw)
-            self._note_identity(
+            self.fleet.note(
                 name,
                 headers[b"x-chain-client"],
                 headers.get(b"x-chain-applied-version", b""),
@@ -344,14 +353,6 @@ class ReadFront:
             await _respond(send, 304, b"", entry.etag_header)
         else:
             await _respond(send, 200, entry.body, entry.etag_header)
-
-    def _note_identity(self, name: str, client: bytes, applied_version: bytes, token: int | None) -> None:
-        """Note for fleet status the instance a read of chain ``name`` with ``token`` (its id)
-        identifies itself as (its X-Chain-Client and X-Chain-Applied-Version headers), if it
-        does so validly: its row counts against that token's cap."""
-        identity = parse_identity(client.decode("latin-1"), applied_version.decode("latin-1"))
-        if identity is not None:
-            self.fleet.seen(name, *identity, token=token)
 
     def _may_hold(self) -> bool:
         """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is

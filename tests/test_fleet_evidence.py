@@ -24,7 +24,6 @@ from presets import services
 from presets.models import Chain, PinGuard, Selection
 from presets.wire import LATENCY_BOUNDS_MS
 from read_path.front import ReadFront
-from read_path.worker_threads import in_worker_thread
 from tests.conftest import make_token
 from tests.health_reports import report, step
 from tests.test_guards import fleet  # the same made-up fleet, polling since an hour before T0
@@ -99,7 +98,7 @@ def test_one_tokens_made_up_fleet_stays_at_its_cap_and_the_fleet_says_so(setting
     async def body(app: ReadFront) -> list[int]:
         statuses = [await read(app, honest, f"checkout/pod-{n}") for n in range(3)]
         statuses += [await read(app, flood, f"made-up/{n}") for n in range(10_000)]
-        await in_worker_thread(app.fleet.flush)()
+        await app.flush_fleet()
         return statuses
 
     async def main() -> list[int]:

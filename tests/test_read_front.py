@@ -446,19 +446,45 @@ def test_a_repeated_header_counts_by_its_last_value_on_both_paths(read_token) ->
 
 def test_the_front_notes_the_identity_headers_for_fleet_status(read_token) -> None:
     from audit.models import FleetInstance
-    from read_path.snapshot import in_worker_thread
 
     async def body(app):
         # The first read takes the full path, the second is a plain read: both note it.
         for client in ("checkout/pod-1", "checkout/pod-2"):
             identity = {"X-Chain-Client": client, "X-Chain-Applied-Version": "1"}
             await call(app, "/api/v1/chains/chat", auth(read_token, **identity))
-        await in_worker_thread(app.fleet.flush)()
+        await app.flush_fleet()
 
     run(body)
     for client in ("checkout/pod-1", "checkout/pod-2"):
         instance = FleetInstance.objects.get(client=client)
         assert (instance.chain.name, instance.applied_version) == ("chat", 1)
+
+
+def test_the_front_checks_the_identity_at_the_flush_and_keeps_each_versions_first_read(read_token) -> None:
+    """The front notes identity headers as they come; at the flush what is not a valid
+    identity is dropped, and an instance that moved to a new version between two flushes is
+    recorded on it from its first read of it."""
+    from audit.models import FleetInstance
+
+    async def body(app):
+        for client, version in (("no-slash", "1"), ("checkout/pod-3", "x1"), ("checkout/pod\x01", "1")):
+            await call(
+                app,
+                "/api/v1/chains/chat",
+                auth(read_token, **{"X-Chain-Client": client, "X-Chain-Applied-Version": version}),
+            )
+        identity = {"X-Chain-Client": "checkout/pod-4"}
+        await call(app, "/api/v1/chains/chat", auth(read_token, **identity, **{"X-Chain-Applied-Version": "1"}))
+        before_two = time.time()
+        for _ in range(3):
+            await call(app, "/api/v1/chains/chat", auth(read_token, **identity, **{"X-Chain-Applied-Version": "2"}))
+        await app.flush_fleet()
+        return before_two
+
+    before_two = run(body)
+    (instance,) = FleetInstance.objects.all()
+    assert (instance.client, instance.applied_version) == ("checkout/pod-4", 2)
+    assert before_two <= instance.version_seen_at.timestamp() < before_two + 1
 
 
 @pytest.mark.slow
@@ -505,7 +531,7 @@ def test_the_front_records_a_held_long_poll_as_it_arrives(read_token) -> None:
             )
         )
         await asyncio.sleep(0.3)
-        await in_worker_thread(app.fleet.flush)()
+        await app.flush_fleet()
         recorded = await in_worker_thread(
             lambda: list(FleetInstance.objects.values_list("client", "applied_version"))
         )()
