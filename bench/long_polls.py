@@ -15,8 +15,9 @@ Then, ``--rounds`` times per size:
    (not held) is asked again after ``--poll-interval``; a 200 (a change) is asked again
    after a random pause of up to ``REPOLL_SPREAD_S`` (0.25 s) with its ETag and its version,
    so after each change the server holds the whole fleet again, as it does in production.
-   (``--without-identity``: no identity headers, as this bench's clients polled before
-   2026-12-07.) They connect at ``--connect-rate`` per second (1,000: 10,000 in 10 s), so
+   (``--without-identity``: no identity headers, to see what fleet status costs; until
+   2026-12-07 the clients sent them but closed at their 200, and were timed from the
+   commit.) They connect at ``--connect-rate`` per second (1,000: 10,000 in 10 s), so
    the accept queue is not what is measured, from ``--client-processes`` processes: 2 by
    default, because taking in 10,000 answers costs the clients ~0.3 s of CPU, as much as
    half of what the two web workers spend sending them; in one event loop that is a serial
@@ -150,9 +151,8 @@ def sdk_poll_request(
     """The long poll exactly as the Python SDK sends it: ``chainclient``'s own headers
     (``Endpoint.poll_headers``: the bearer token, ``If-None-Match``, ``X-Chain-Client``,
     ``X-Chain-Applied-Version``, its ``User-Agent`` and ``Accept``), after the two that
-    ``http.client`` puts first (``Host``, ``Accept-Encoding``). Without ``identity``, as the
-    benchmark's clients polled before 2026-12-07: no ``X-Chain-Client`` or
-    ``X-Chain-Applied-Version`` (nothing for fleet status to record)."""
+    ``http.client`` puts first (``Host``, ``Accept-Encoding``). Without ``identity``: no
+    ``X-Chain-Client`` or ``X-Chain-Applied-Version`` (nothing for fleet status to record)."""
     endpoint = Endpoint.of(f"http://127.0.0.1:{port}", chain=POLLED_CHAIN, token=token, client_id=client, timeout=10)
     headers = {"Host": f"127.0.0.1:{port}", "Accept-Encoding": "identity"}
     headers |= endpoint.poll_headers(if_none_match=etag, applied_version=version)
@@ -1133,7 +1133,7 @@ def main() -> None:
     parser.add_argument(
         "--without-identity",
         action="store_true",
-        help="clients send no X-Chain-Client / X-Chain-Applied-Version (as this bench's clients did before 2026-12-07)",
+        help="clients send no X-Chain-Client / X-Chain-Applied-Version (what fleet status costs)",
     )
     parser.add_argument(
         "--changes", type=int, default=5, help="changes to the polled chain per round, each answered to every client"
