@@ -307,6 +307,10 @@ class ClientFleet:
             self.conn.send({"pending": self.pending, "polls": len(self.polls)})
         elif name == "holding":  # how many polls hold the document tagged ``argument`` now
             self.conn.send(sum(1 for poll in self.polls if poll.current == argument and not poll.done))
+        elif name == "asking":  # ... and have sent their next poll, unanswered yet: held again
+            self.conn.send(
+                sum(1 for poll in self.polls if poll.current == argument and poll.timer is not None and not poll.done)
+            )
         elif name == "collect":
             self.conn.send([poll.outcome for poll in self.polls] + self.connect_failures)
         elif name == "close":
@@ -428,6 +432,14 @@ class ClientProcesses:
     @property
     def pids(self) -> list[int]:
         return [process.pid for process in self.processes if process.pid is not None]
+
+    def count(self, command: str, etag: str) -> int:
+        """The clients, in all processes, that ``holding`` or ``asking`` counts for ``etag``."""
+        return sum(self.ask(command, [etag] * len(self.pipes)))
+
+    def alive(self) -> int:
+        """The clients still connected, in all processes."""
+        return sum(answer["pending"] for answer in self.ask("status"))
 
     def ask(self, name: str, arguments: list[Any] | None = None, timeout: float = 60.0) -> list[Any]:
         for index, pipe in enumerate(self.pipes):
@@ -792,17 +804,33 @@ def run_round(
 
 
 @dataclass
-class Change:
-    """One change to the polled chain while the fleet holds its polls, and what it took."""
+class ChangeTimes:
+    """One change made while a fleet holds its polls: its answer, and each client's 200."""
 
     label: str = ""
     etag: str = ""  # of the version it made ("": it failed)
     ms: float = math.nan  # POST to its answer
     answered_at: float = math.nan  # time.time() its caller had the answer
-    committed_at: float = math.nan  # the earlier of that and this script's NOTIFY of it
     from_answer_ms: list[float] = field(default_factory=list)  # each client's 200 after the answer
-    from_commit_ms: list[float] = field(default_factory=list)
     missing: int = 0  # clients, still connected, that never had it
+
+
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+def worsen(worst: dict[str, float], delays: list[float]) -> None:
+    """Raise each of ``worst``'s PERCENTILES to ``delays``' (sorted) where it is higher."""
+    for name, fraction in PERCENTILES:
+        value = percentile(delays, fraction)
+        worst[name] = value if math.isnan(worst.get(name, math.nan)) else max(worst[name], value)
+
+
+@dataclass
+class Change(ChangeTimes):
+    """One change to the polled chain while the fleet holds its polls, and what it took."""
+
+    committed_at: float = math.nan  # the earlier of its answer and this script's NOTIFY of it
+    from_commit_ms: list[float] = field(default_factory=list)
     window_ms: float = 0.0  # from the POST until every client had it
     cpu_web_ms: float = 0.0
     cpu_clients_ms: float = 0.0
@@ -995,9 +1023,7 @@ def summarize(clients: int, rounds: list[Round], workers: list[int], main_pid: i
                     f" (first {delays[0]:.0f}); from the commit p50 {statistics.median(commit):.0f}, p99 "
                     f"{percentile(commit, 0.99):.0f} ms; all had it {change.window_ms:.0f} ms after the POST"
                 )
-                for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)):
-                    value = percentile(delays, fraction)
-                    worst[name] = value if math.isnan(worst[name]) else max(worst[name], value)
+                worsen(worst, delays)
             print(
                 f"      CPU meanwhile: web workers {change.cpu_web_ms:.0f} ms (and {change.web_waited_ms:.0f} ms "
                 f"runnable, waiting for a CPU), client processes {change.cpu_clients_ms:.0f} ms; held again "

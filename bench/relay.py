@@ -80,7 +80,6 @@ import argparse
 import importlib.util
 import json
 import math
-import multiprocessing
 import os
 import resource
 import shlex
@@ -94,16 +93,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from long_polls import (  # noqa: E402
     GRACE_S,
     POLLED_CHAIN,
     POLLED_PIN,
-    ClientFleet,
+    ChangeTimes,
     ClientProcesses,
     Outcome,
     Round,
@@ -111,7 +109,6 @@ from long_polls import (  # noqa: E402
     check_limits,
     connect_hints,
     interrupted,
-    new_event_loop,
     open_timeout,
     option,
     read_chain,
@@ -119,6 +116,7 @@ from long_polls import (  # noqa: E402
     run_round,
     runqueue_wait_ms,
     serve_command,
+    worsen,
     write,
 )
 from propagation import NotifyListener, cpu_ms, raise_open_files_limit, somaxconn  # noqa: E402
@@ -489,76 +487,6 @@ FLEET_P99_BAR_MS = 2000.0
 FLEET_NAMES = "bench-relay-fleet/instance-{:06d}"
 
 
-class _Replayed:
-    """A pipe end whose next ``recv`` is a message already read (``FleetClient.on_command``)."""
-
-    def __init__(self, conn: Connection, message: tuple[str, Any]) -> None:
-        self.conn, self.message = conn, message
-
-    def recv(self) -> tuple[str, Any]:
-        return self.message
-
-    def send(self, answer: Any) -> None:
-        self.conn.send(answer)
-
-
-class FleetClient(ClientFleet):
-    """bench/long_polls.py's client process, and one command more: ``asking``, how many of
-    its polls hold the document tagged ``argument`` and have sent their next poll, unanswered
-    yet (held again after a change, as far as the client can tell)."""
-
-    def on_command(self) -> None:
-        try:
-            message = self.conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            message = ("exit", None)
-        name, argument = message
-        if name == "asking":
-            self.conn.send(
-                sum(1 for poll in self.polls if poll.current == argument and poll.timer is not None and not poll.done)
-            )
-            return
-        conn = self.conn
-        self.conn = cast(Connection, _Replayed(conn, message))
-        try:
-            super().on_command()
-        finally:
-            self.conn = conn
-
-
-def run_fleet_client(conn: Connection, poll_interval: float, event_loop: str) -> None:
-    """bench/long_polls.py's ``run_client_process``, with a ``FleetClient``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    loop = new_event_loop(event_loop)
-    fleet = FleetClient(conn, loop)
-    fleet.poll_interval = poll_interval
-    loop.add_reader(conn.fileno(), fleet.on_command)
-    os.set_blocking(conn.fileno(), True)
-    loop.run_until_complete(fleet.stopped)
-    loop.close()
-
-
-class FleetProcesses(ClientProcesses):
-    """bench/long_polls.py's client processes, each a ``FleetClient``; forked before any thread."""
-
-    def __init__(self, count: int, poll_interval: float, event_loop: str) -> None:
-        context = multiprocessing.get_context("fork")
-        self.pipes, self.processes = [], []
-        for _ in range(count):
-            parent_end, child_end = context.Pipe()
-            process = context.Process(target=run_fleet_client, args=(child_end, poll_interval, event_loop), daemon=True)
-            process.start()
-            child_end.close()
-            self.pipes.append(parent_end)
-            self.processes.append(process)
-
-    def count(self, command: str, etag: str) -> int:
-        return sum(self.ask(command, [etag] * len(self.pipes)))
-
-    def alive(self) -> int:
-        return sum(answer["pending"] for answer in self.ask("status"))
-
-
 def fleet_layout(args: argparse.Namespace) -> None:
     """Fill in ``--relays``, ``--relay-workers`` and ``--client-processes`` for ``--clients``
     (at most ``CLIENTS_PER_PORT`` clients per relay, ``CLIENTS_PER_PROCESS`` per relay worker
@@ -613,17 +541,12 @@ def fleet_assignment(clients: int, processes: int, relays: int) -> list[int]:
 
 
 @dataclass
-class FleetChange:
-    """One change on the control plane while the fleet holds its polls through the relays."""
+class FleetChange(ChangeTimes):
+    """One change on the control plane while the fleet holds its polls through the relays
+    (``missing``: lost)."""
 
-    label: str = ""
-    etag: str = ""  # of the version it made ("": it failed)
-    ms: float = math.nan  # POST to its answer
-    answered_at: float = math.nan  # time.time() its caller had the answer
     all_had_ms: float = math.nan  # POST until every client still connected had it
     asking_again_ms: float = math.nan  # POST until every client had asked again with it
-    from_answer_ms: list[float] = field(default_factory=list)
-    missing: int = 0  # clients, still connected, that never had it: lost
     cpu_relays_ms: float = 0.0
     relays_waited_ms: float = 0.0
     cpu_clients_ms: float = 0.0
@@ -637,7 +560,7 @@ def fleet_change(
     index: int,
     plane: Server,
     relays: list[RelayServer],
-    fleet: FleetProcesses,
+    fleet: ClientProcesses,
     write_token: str,
     target: str,
     default: str,
@@ -718,7 +641,7 @@ def run_fleet(args: argparse.Namespace) -> dict[str, Any]:
             tokens[name] = create_token(env, f"bench-{name}", "relay")
         args.trusted = None if args.no_verify else signing_key(env)
         figures["verified"] = str(args.trusted is not None).lower()
-        fleet = FleetProcesses(args.client_processes, args.poll_interval, args.client_loop)  # before any thread
+        fleet = ClientProcesses(args.client_processes, args.poll_interval, args.client_loop)  # before any thread
         workdir = Path(tempfile.mkdtemp(prefix="bench-relay-fleet-"))
         port = free_port()
         command = serve_command(env, port)
@@ -755,7 +678,7 @@ def drive_fleet(
     args: argparse.Namespace,
     plane: Server,
     relays: list[RelayServer],
-    fleet: FleetProcesses,
+    fleet: ClientProcesses,
     tokens: dict[str, str],
 ) -> dict[str, Any]:
     clients, processes = args.clients, len(fleet.pipes)
@@ -861,9 +784,7 @@ def drive_fleet(
         if not change.etag:
             continue
         if delays:
-            for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)):
-                value = percentile(delays, fraction)
-                worst[name] = value if math.isnan(worst[name]) else max(worst[name], value)
+            worsen(worst, delays)
             print(
                 f"    {len(delays):,} of {clients:,} had it: from its answer p50 {percentile(delays, 0.5):.0f}, "
                 f"p90 {percentile(delays, 0.9):.0f}, p99 {percentile(delays, 0.99):.0f}, max {delays[-1]:.0f} ms "
