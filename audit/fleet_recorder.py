@@ -95,6 +95,19 @@ class FleetRecorder:
             return
         self._noted[key] = (applied_version, token, time.time())
 
+    def adopt_noted(self, chain: str, client: str) -> bool:
+        """Whether the read front noted ``client`` reading ``chain`` since its last flush; if
+        so, it is taken as ``seen`` now, for the next ``flush`` (any thread: it only looks up
+        the notes, which stay for the front's own flush)."""
+        held = self._noted.get((chain, client.encode("latin-1", "replace")))
+        if held is None:
+            return False
+        identity = parse_identity(client, held[0].decode("latin-1"))
+        if identity is None:
+            return False
+        self._seen_at(chain, *identity, held[2], held[1])
+        return True
+
     def take_noted(self) -> dict[tuple[str, bytes], tuple[bytes, int | None, float]]:
         """What ``note`` noted since the last take, for ``flush`` (from the same thread)."""
         noted, self._noted = self._noted, {}

@@ -222,8 +222,9 @@ def known_instance(*, chain: Chain, client: str, now: datetime) -> int | None:
         return next(iter(rows.values_list("pk", flat=True)[:1]), None)
 
     found = lookup()
-    # This process's own latest reads are noted, and written once a second: they count too.
-    if found is None and recorder.has_pending and recorder.flush():
+    # This process's own latest reads are noted, and written once a second: they count too
+    # (the read front's notes of this instance among them).
+    if found is None and (recorder.adopt_noted(chain.name, client) or recorder.has_pending) and recorder.flush():
         found = lookup()
     return found
 

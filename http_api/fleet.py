@@ -363,6 +363,11 @@ class UsageView(APIView):
         return Response({"accepted": True, "dropped": taken.dropped.as_dict()}, status=202)
 
 
+# The most characters of a fleet report item's chain and applied version.
+SEEN_CHAIN_MAX = 100
+SEEN_VERSION_MAX = 10
+
+
 class FleetSeenView(APIView):
     """The service instances a relay has seen read each chain (their X-Chain-Client and
     X-Chain-Applied-Version headers), sent on once a second: fleet status counts the instances
@@ -376,9 +381,9 @@ class FleetSeenView(APIView):
     MAX_INSTANCES = fleet_seen.MAX_INSTANCES
 
     class SeenSerializer(serializers.Serializer):
-        chain = StrictCharField(max_length=100)
+        chain = StrictCharField(max_length=SEEN_CHAIN_MAX)
         client = StrictCharField(max_length=MAX_CLIENT_LENGTH)
-        applied_version = StrictCharField(max_length=10)
+        applied_version = StrictCharField(max_length=SEEN_VERSION_MAX)
 
     class InputSerializer(serializers.Serializer):
         instances = serializers.ListField(max_length=fleet_seen.MAX_INSTANCES)
@@ -426,7 +431,7 @@ class FleetSeenView(APIView):
             return ("", None, None)
         values = (item.get("chain"), item.get("client"), item.get("applied_version"))
         taken = []
-        for value, most in zip(values, _SEEN_LENGTHS, strict=True):
+        for value, most in zip(values, (SEEN_CHAIN_MAX, MAX_CLIENT_LENGTH, SEEN_VERSION_MAX), strict=True):
             if not isinstance(value, str):
                 return ("", None, None)
             value = value.strip()
@@ -434,12 +439,6 @@ class FleetSeenView(APIView):
                 return ("", None, None)
             taken.append(value)
         return (taken[0], taken[1], taken[2])
-
-
-# The most characters of an item's chain, client and applied version (``SeenSerializer``'s).
-_SEEN_LENGTHS = tuple(
-    FleetSeenView.SeenSerializer().fields[name].max_length for name in ("chain", "client", "applied_version")
-)
 
 
 def _usage_report(data: dict[str, Any]) -> usage_reports.UsageReport:

@@ -59,6 +59,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.system)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``, each process given every test that does not commit before any
+    that does: a committing test empties the process's database when it ends (the rows the
+    migrations made, the role groups, with it), so a test after it in that process would not
+    find them. pytest-xdist hands out the largest groups first (``--loadscope-reorder``);
+    here the tests that do not commit go first, in the suite's order, then the groups of
+    those that commit, the largest first, so none of them is left for the end."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class CommittingLast(LoadGroupScheduling):
+        ordered = False
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the queue is whole at the first assignment
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: _order(*unit))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return CommittingLast(config, log)
+
+
+def _order(scope: str, tests: dict[str, bool]) -> tuple[bool, int]:
+    """A test alone (its node id for its scope) before a group (a module's name), in the
+    suite's order; the groups the largest first."""
+    group = "::" not in scope
+    return (group, -len(tests) if group else 0)
+
+
 _ungrouped: list[str] = []  # why the groups do not hold, when they do not
 
 

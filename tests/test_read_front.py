@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from presets import services
-from presets.models import ServiceToken
+from presets.models import Chain, ServiceToken
 from read_path.front import ReadFront
 
 CHAT = "/api/v1/chains/chat"
@@ -485,6 +485,21 @@ def test_the_front_checks_the_identity_at_the_flush_and_keeps_each_versions_firs
     (instance,) = FleetInstance.objects.all()
     assert (instance.client, instance.applied_version) == ("checkout/pod-4", 2)
     assert before_two <= instance.version_seen_at.timestamp() < before_two + 1
+
+
+def test_a_usage_report_right_after_a_read_through_the_front_is_from_a_known_instance(read_token) -> None:
+    """A usage report is evidence only from an instance fleet status knows: one that read the
+    chain through the front a moment ago counts, before the front's once-a-second flush."""
+    from audit.usage import known_instance
+
+    async def body(app):
+        identity = {"X-Chain-Client": "checkout/pod-5", "X-Chain-Applied-Version": "1"}
+        await call(app, "/api/v1/chains/chat", auth(read_token, **identity))
+
+    run(body)  # no flush: the front's notes are still only in memory
+    chat = Chain.objects.get(name="chat")
+    assert known_instance(chain=chat, client="checkout/pod-5", now=timezone.now()) is not None
+    assert known_instance(chain=chat, client="checkout/pod-6", now=timezone.now()) is None
 
 
 @pytest.mark.slow
