@@ -86,6 +86,8 @@ class FleetRecorder:
         parsing and the rule of what to write wait for the flush (``take_noted``, then
         ``flush(noted)``): here one lookup, and nothing new while the instance reads the same
         version again. At most NOTED_MAX instances between two flushes."""
+        if not applied_version:
+            return  # no identity without it: nothing to write, nor to flush for
         key = (chain, client)
         held = self._noted.get(key)
         if held is None:

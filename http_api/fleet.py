@@ -425,8 +425,8 @@ class FleetSeenView(APIView):
 
         ``SeenSerializer``'s rules (strings, not blank, no NUL, at most their lengths, trimmed),
         checked here by hand: a relay sends a thousand items a call, after each change one per
-        instance behind it, and a serializer per item cost 50 us each (bench/README.md, "The
-        fleet through relays")."""
+        instance behind it, and a serializer per item cost 50 us each (bench/README.md, "A
+        hundred thousand services through relays")."""
         if not isinstance(item, dict):
             return ("", None, None)
         values = (item.get("chain"), item.get("client"), item.get("applied_version"))

@@ -22,9 +22,10 @@ without the marker that starts a process (``subprocess``, ``os.fork``; in its fi
 fails, saying to mark it: the fast loop runs none, and the marks stay true
 (tests/test_parallel.py).
 
-Each process runs the tests it is given in the suite's order (pytest-django's: those in a
-rolled-back transaction first, then those that commit), so a test never finds the rows the
-migrations made (the role groups) flushed by a committing test that ran before it.
+Each process is given the tests that do not commit before those that do, and runs them in
+that order (``pytest_xdist_make_scheduler``; pytest-django orders a process's own the same
+way), so a test never finds the rows the migrations made (the role groups) flushed by a
+committing test that ran before it.
 """
 
 from __future__ import annotations
