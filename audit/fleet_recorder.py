@@ -86,8 +86,10 @@ class FleetRecorder:
         parsing and the rule of what to write wait for the flush (``take_noted``, then
         ``flush(noted)``): here one lookup, and nothing new while the instance reads the same
         version again. At most NOTED_MAX instances between two flushes."""
-        if not applied_version:
-            return  # no identity without it: nothing to write, nor to flush for
+        if not applied_version or len(client) > MAX_CLIENT_LENGTH or len(applied_version) > 10:
+            # Never an identity (``parse_identity``): nothing to write, nor to hold until the
+            # flush (a made-up name of a header's length would be kept NOTED_MAX times).
+            return
         key = (chain, client)
         held = self._noted.get(key)
         if held is None:

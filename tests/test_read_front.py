@@ -491,6 +491,19 @@ def test_the_front_checks_the_identity_at_the_flush_and_keeps_each_versions_firs
     assert before_two <= instance.version_seen_at.timestamp() < before_two + 1
 
 
+def test_the_front_holds_no_note_that_can_never_be_an_identity(read_token) -> None:
+    """What a read's headers could never make an identity of (no applied version, a client
+    name or a version longer than the columns take) is not kept until the flush."""
+
+    async def body(app):
+        for client, version in (("checkout/pod-1", None), ("checkout/" + "x" * 300, "1"), ("checkout/p", "1" * 11)):
+            identity = {"X-Chain-Client": client} | ({"X-Chain-Applied-Version": version} if version else {})
+            await call(app, "/api/v1/chains/chat", auth(read_token, **identity))
+        return app.fleet.take_noted()
+
+    assert run(body) == {}
+
+
 def test_a_usage_report_right_after_a_read_through_the_front_is_from_a_known_instance(read_token) -> None:
     """A usage report is evidence only from an instance fleet status knows: one that read the
     chain through the front a moment ago counts, before the front's once-a-second flush."""
