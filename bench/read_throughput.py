@@ -104,9 +104,19 @@ def cpu_budget(name: str, cores: float | None) -> Iterator[list[str]]:
                 time.sleep(0.1)
 
 
+# granian's allocator as `make serve` and the relay set it (Makefile, WEB_MALLOC_CONF), for
+# every server a bench starts here: the front and the raw callable alike.
+MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"
+
+
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        command,
+        cwd=ROOT,
+        env={"_RJEM_MALLOC_CONF": MALLOC_CONF, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 

@@ -16,6 +16,17 @@ from relay.config import ConfigError, from_env
 # Held long polls and kept-alive connections per worker (granian's --backpressure): a relay
 # is sized for its fleet, as the web process is (Makefile, WEB_MAX_REQUESTS).
 MAX_CONNECTIONS = 20480
+# granian's allocator (jemalloc, built into its extension) as `make serve` sets it (Makefile,
+# WEB_MALLOC_CONF): what a fan-out frees goes back to the system at once, and one arena serves
+# the worker's few threads. Read once, as the extension loads; an operator's own
+# _RJEM_MALLOC_CONF stands.
+MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"
+
+
+def use_malloc_conf() -> None:
+    """Give granian's allocator ``MALLOC_CONF`` unless the environment sets its own: before
+    granian is imported (its workers are forked from this process or inherit its environment)."""
+    os.environ.setdefault("_RJEM_MALLOC_CONF", MALLOC_CONF)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.workers <= 64:
         print("relay: --workers must be within 1..64", file=sys.stderr)
         return 2
+    use_malloc_conf()
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces
 

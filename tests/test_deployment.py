@@ -75,6 +75,35 @@ def test_the_containers_run_the_processes_the_suite_tests(service, expected) -> 
         assert "granian --interface asgi" in makefile and "controlplane.asgi:application" in makefile
 
 
+@pytest.mark.system
+def test_granians_allocator_gets_the_measured_settings_everywhere_and_reads_them() -> None:
+    """`make serve`, the image (web and relay containers), `python -m relay` and the read
+    benchmarks give granian's jemalloc the settings the memory per held poll was measured with
+    (bench/README.md, "The fleet as the SDK polls"), and granian's extension reads them: one
+    built without jemalloc, or with another prefix, would ignore them silently."""
+    from relay.__main__ import MALLOC_CONF
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"\nWEB_MALLOC_CONF ?= {MALLOC_CONF}\n" in makefile
+    assert "\tenv _RJEM_MALLOC_CONF=$(WEB_MALLOC_CONF) $(VENV)/bin/granian " in makefile
+    assert f"\nENV _RJEM_MALLOC_CONF={MALLOC_CONF}\n" in (ROOT / "Dockerfile").read_text()
+    assert f'\nMALLOC_CONF = "{MALLOC_CONF}"\n' in (ROOT / "bench" / "read_throughput.py").read_text()
+    # What jemalloc took, printed at exit (stats_print), in a process that sets it as the relay does.
+    script = (
+        "import os; from relay.__main__ import use_malloc_conf; use_malloc_conf(); "
+        "os.environ['_RJEM_MALLOC_CONF'] += ',stats_print:true'; import granian._granian"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "_RJEM_MALLOC_CONF"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    taken = dict(re.findall(r"^\s*opt\.(\w+): (\S+)", result.stderr, re.MULTILINE))
+    assert {name: taken.get(name) for name in ("dirty_decay_ms", "muzzy_decay_ms", "narenas")} == {
+        "dirty_decay_ms": "0",
+        "muzzy_decay_ms": "0",
+        "narenas": "1",
+    }
+
+
 def test_the_compose_file_requires_a_secret_key() -> None:
     environment = compose()["services"]["web"]["environment"]
     assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?")
