@@ -3,8 +3,8 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 VAR_DIR=/var/lib/controlplane STATIC_ROOT=/app/static
 # granian's allocator (jemalloc, built into its extension) as `make serve` sets it (Makefile,
-# WEB_MALLOC_CONF): freed pages back at once, one arena. Read by granian alone.
-ENV _RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1
+# WEB_MALLOC_CONF): freed pages back at once. Read by granian alone.
+ENV _RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0
 WORKDIR /app
 RUN useradd --system --home-dir /app controlplane \
     && mkdir -p /var/lib/controlplane && chown controlplane /var/lib/controlplane

@@ -51,11 +51,11 @@ WEB_WORKERS ?= 2
 # held connection (bench/long_polls.py: 10,000 held polls on 2 workers).
 WEB_MAX_REQUESTS ?= 20480
 # granian's allocator (jemalloc, built into its extension): freed pages go back to the system at
-# once and one arena serves the process's few threads, so what a fan-out to the whole fleet
-# frees is not counted against the held polls: 19.6 KB per held poll at the peak after
-# changes, where jemalloc's defaults kept 25.4 (bench/README.md, "The fleet as the SDK polls").
+# once, not ten seconds later, so what a fan-out to the whole fleet frees is not counted
+# against the held polls: 18.9-19.2 KB per held poll at the peak after changes, where
+# jemalloc's defaults kept 24.2-27.4 (bench/README.md, "The fleet as the SDK polls").
 # The Dockerfile and the relay (relay/__main__.py) set the same.
-WEB_MALLOC_CONF ?= dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1
+WEB_MALLOC_CONF ?= dirty_decay_ms:0,muzzy_decay_ms:0
 serve: install
 	$(PY) manage.py collectstatic --no-input -v0
 	env _RJEM_MALLOC_CONF=$(WEB_MALLOC_CONF) $(VENV)/bin/granian --interface asgi --host 0.0.0.0 --port $(PORT) --workers $(WEB_WORKERS) \

@@ -106,7 +106,7 @@ def cpu_budget(name: str, cores: float | None) -> Iterator[list[str]]:
 
 # granian's allocator as `make serve` and the relay set it (Makefile, WEB_MALLOC_CONF), for
 # every server a bench starts here: the front and the raw callable alike.
-MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"
+MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:

@@ -17,10 +17,9 @@ from relay.config import ConfigError, from_env
 # is sized for its fleet, as the web process is (Makefile, WEB_MAX_REQUESTS).
 MAX_CONNECTIONS = 20480
 # granian's allocator (jemalloc, built into its extension) as `make serve` sets it (Makefile,
-# WEB_MALLOC_CONF): what a fan-out frees goes back to the system at once, and one arena serves
-# the worker's few threads. Read once, as the extension loads; an operator's own
-# _RJEM_MALLOC_CONF stands.
-MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"
+# WEB_MALLOC_CONF): what a fan-out frees goes back to the system at once. Read once, as the
+# extension loads; an operator's own _RJEM_MALLOC_CONF stands.
+MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
 def use_malloc_conf() -> None:

@@ -97,10 +97,9 @@ def test_granians_allocator_gets_the_measured_settings_everywhere_and_reads_them
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     taken = dict(re.findall(r"^\s*opt\.(\w+): (\S+)", result.stderr, re.MULTILINE))
-    assert {name: taken.get(name) for name in ("dirty_decay_ms", "muzzy_decay_ms", "narenas")} == {
+    assert {name: taken.get(name) for name in ("dirty_decay_ms", "muzzy_decay_ms")} == {
         "dirty_decay_ms": "0",
         "muzzy_decay_ms": "0",
-        "narenas": "1",
     }
 
 
