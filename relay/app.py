@@ -65,6 +65,12 @@ SEEN_RESEND_S = 60.0
 # Identities per fleet report upstream (~100 bytes each), and the largest report taken.
 SEEN_PER_POST = 1_000
 SEEN_MAX_BYTES = 1024 * 1024
+# The longest X-Chain-Client and X-Chain-Applied-Version the control plane takes as an
+# instance's identity (``http_api.fleet.FleetSeenView``, ``audit.models.MAX_CLIENT_LENGTH``):
+# what is longer is never one, so it is neither held until the flush nor sent upstream (a
+# flood of made-up header-long names would otherwise hold SEEN_MAX of them).
+SEEN_CLIENT_MAX = 200
+SEEN_VERSION_MAX = 10
 FLUSH_EVERY_S = 1.0
 BACKOFF_MAX_S = 5.0
 STALE_POLL_S = 2
@@ -505,6 +511,17 @@ class Relay:
         await self._send_seen()
         await self._send_reports()
 
+    def _note_seen(self, chain: str, client: bytes, applied: bytes) -> bool:
+        """Note that the instance ``client`` read ``chain`` on version ``applied``, to send
+        upstream at the flush; False when it is not kept: it could never be an identity
+        (``SEEN_CLIENT_MAX``), or SEEN_MAX instances are noted already."""
+        if not (0 < len(applied) <= SEEN_VERSION_MAX and 0 < len(client) <= SEEN_CLIENT_MAX):
+            return False
+        if len(self.seen) >= SEEN_MAX and (chain, client) not in self.seen:
+            return False
+        self.seen[(chain, client)] = applied
+        return True
+
     async def _send_seen(self) -> None:
         """Send upstream the instances read since the last flush, each at most once a minute
         unless its applied version changed: a held long poll's client asks again at every
@@ -589,8 +606,8 @@ class Relay:
             if entry is not None and entry.name not in self.documents.marked:
                 header, client, applied, start, body = plain_read(entry, scope["headers"])
                 if header is not None and self._fresh.get(header, 0.0) > _clock() and not entry.is_expired(time.time()):
-                    if client is not None and len(self.seen) < SEEN_MAX:
-                        self.seen[(entry.name, client)] = applied
+                    if client is not None:
+                        self._note_seen(entry.name, client, applied)
                     await send(start)
                     await send(body)
                     return
@@ -713,8 +730,8 @@ class Relay:
                 await respond_error(send, 409, refusal.message, request_id, details=refusal.details)
                 return
         client = headers.get(b"x-chain-client")
-        if client is not None and len(self.seen) < SEEN_MAX:
-            self.seen[(name, client)] = headers.get(b"x-chain-applied-version", b"")
+        if client is not None:
+            self._note_seen(name, client, headers.get(b"x-chain-applied-version", b""))
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
         if entry.is_expired(time.time()):
@@ -845,11 +862,8 @@ class Relay:
             expected = "expected {'instances': [{chain, client, applied_version}, ...]}"
             await respond_error(send, 400, f"{expected} ({exc})", request_id)
             return
-        for key, version in seen.items():
-            if len(self.seen) >= SEEN_MAX:
-                break
-            self.seen[key] = version
-        await respond(send, 202, json.dumps({"accepted": len(seen), "dropped": 0}).encode(), request_id)
+        kept = sum(self._note_seen(chain, client, version) for (chain, client), version in seen.items())
+        await respond(send, 202, json.dumps({"accepted": kept, "dropped": len(seen) - kept}).encode(), request_id)
 
 
 def _mtime(path: Any) -> float:
