@@ -270,6 +270,19 @@ def leaving_client(kind: str) -> tuple[Any, asyncio.Event]:
     return (lambda: asyncio.ensure_future(next_message())), leave
 
 
+async def long_poll(app: ReadFront, scope: dict[str, Any], kind: str) -> int:
+    """One long poll through ``app`` whose client stays (``leaving_client`` of ``kind``): the
+    status it is answered."""
+    receive, _ = leaving_client(kind)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return int(sent[0]["status"])
+
+
 @pytest.mark.parametrize("kind", ["coroutine", "future"])
 def test_a_held_long_poll_ends_when_its_client_leaves(read_token, kind) -> None:
     async def body(app):
@@ -325,18 +338,8 @@ def test_answered_long_polls_leave_no_cycles_for_the_garbage_collector(read_toke
             ],
         }
 
-        async def poll() -> int:
-            receive, _ = leaving_client(kind)
-            sent: list[dict[str, Any]] = []
-
-            async def send(message: dict[str, Any]) -> None:
-                sent.append(message)
-
-            await app(scope, receive, send)
-            return sent[0]["status"]
-
         gc.collect()
-        held = [asyncio.ensure_future(poll()) for _ in range(polls)]
+        held = [asyncio.ensure_future(long_poll(app, scope, kind)) for _ in range(polls)]
         while app.snapshot.waiters < polls:
             await asyncio.sleep(0.01)
         await asyncio.to_thread(
@@ -638,8 +641,8 @@ def test_a_held_long_poll_keeps_little_of_its_own(read_token) -> None:
     async def body(app):
         await call(app, CHAT, auth(read_token))  # loaded
 
-        async def poll() -> int:
-            scope = {
+        def scope() -> dict[str, Any]:  # one of its own a poll, as a server makes it
+            return {
                 "type": "http",
                 "method": "GET",
                 "path": CHAT,
@@ -653,20 +656,12 @@ def test_a_held_long_poll_keeps_little_of_its_own(read_token) -> None:
                     (b"x-chain-applied-version", b"1"),
                 ],
             }
-            receive, _ = leaving_client("future")
-            sent: list[dict[str, Any]] = []
-
-            async def send(message: dict[str, Any]) -> None:
-                sent.append(message)
-
-            await app(scope, receive, send)
-            return sent[0]["status"]
 
         gc.collect()
         tracemalloc.start(8)
         try:
             before = tracemalloc.take_snapshot()
-            held = [asyncio.ensure_future(poll()) for _ in range(polls)]
+            held = [asyncio.ensure_future(long_poll(app, scope(), "future")) for _ in range(polls)]
             while app.snapshot.waiters < polls:
                 await asyncio.sleep(0.01)
             during = tracemalloc.take_snapshot()
