@@ -52,7 +52,7 @@ WEB_WORKERS ?= 2
 WEB_MAX_REQUESTS ?= 20480
 # granian's allocator (jemalloc, built into its extension): freed pages go back to the system at
 # once, not ten seconds later, so what a fan-out to the whole fleet frees is not counted
-# against the held polls: 18.9-19.2 KB per held poll at the peak after changes, where
+# against the held polls: 18.9-19.3 KB per held poll at the peak after changes, where
 # jemalloc's defaults kept 24.2-27.4 (bench/README.md, "The fleet as the SDK polls").
 # The Dockerfile and the relay (relay/__main__.py) set the same.
 WEB_MALLOC_CONF ?= dirty_decay_ms:0,muzzy_decay_ms:0

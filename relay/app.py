@@ -65,10 +65,11 @@ SEEN_RESEND_S = 60.0
 # Identities per fleet report upstream (~100 bytes each), and the largest report taken.
 SEEN_PER_POST = 1_000
 SEEN_MAX_BYTES = 1024 * 1024
-# The longest X-Chain-Client and X-Chain-Applied-Version the control plane takes as an
-# instance's identity (``http_api.fleet.FleetSeenView``, ``audit.models.MAX_CLIENT_LENGTH``):
-# what is longer is never one, so it is neither held until the flush nor sent upstream (a
-# flood of made-up header-long names would otherwise hold SEEN_MAX of them).
+# The longest chain name, X-Chain-Client and X-Chain-Applied-Version the control plane takes
+# in a fleet report (``http_api.fleet.FleetSeenView``, ``audit.models.MAX_CLIENT_LENGTH``):
+# what is longer is never an identity, so it is neither held until the flush nor sent
+# upstream (a flood of made-up header-long names would otherwise hold SEEN_MAX of them).
+SEEN_CHAIN_MAX = 100
 SEEN_CLIENT_MAX = 200
 SEEN_VERSION_MAX = 10
 FLUSH_EVERY_S = 1.0
@@ -515,7 +516,9 @@ class Relay:
         """Note that the instance ``client`` read ``chain`` on version ``applied``, to send
         upstream at the flush; False when it is not kept: it could never be an identity
         (``SEEN_CLIENT_MAX``), or SEEN_MAX instances are noted already."""
-        if not (0 < len(applied) <= SEEN_VERSION_MAX and 0 < len(client) <= SEEN_CLIENT_MAX):
+        if not (
+            0 < len(applied) <= SEEN_VERSION_MAX and 0 < len(client) <= SEEN_CLIENT_MAX and len(chain) <= SEEN_CHAIN_MAX
+        ):
             return False
         if len(self.seen) >= SEEN_MAX and (chain, client) not in self.seen:
             return False

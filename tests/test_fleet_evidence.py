@@ -230,11 +230,15 @@ def test_a_relay_holds_no_instance_that_could_never_be_an_identity(tmp_path: Any
     neither holds it until its flush nor sends it upstream; a flood of made-up header-long
     names would otherwise hold SEEN_MAX of them, kilobytes each."""
     from audit.models import MAX_CLIENT_LENGTH
-    from http_api.fleet import SEEN_VERSION_MAX
+    from http_api.fleet import SEEN_CHAIN_MAX, SEEN_VERSION_MAX
     from relay import app
     from relay.config import from_env
 
-    assert (app.SEEN_CLIENT_MAX, app.SEEN_VERSION_MAX) == (MAX_CLIENT_LENGTH, SEEN_VERSION_MAX)
+    assert (app.SEEN_CHAIN_MAX, app.SEEN_CLIENT_MAX, app.SEEN_VERSION_MAX) == (
+        SEEN_CHAIN_MAX,
+        MAX_CLIENT_LENGTH,
+        SEEN_VERSION_MAX,
+    )
     relay = app.Relay(
         from_env({"RELAY_UPSTREAM": "http://127.0.0.1:9", "RELAY_TOKEN": "cpt_x", "RELAY_CACHE_DIR": str(tmp_path)})
     )
@@ -244,6 +248,7 @@ def test_a_relay_holds_no_instance_that_could_never_be_an_identity(tmp_path: Any
         assert not relay._note_seen("chat", b"c/" + b"x" * 8000, b"3")
         assert not relay._note_seen("chat", b"checkout/pod-2", b"1" * (SEEN_VERSION_MAX + 1))
         assert not relay._note_seen("chat", b"checkout/pod-3", b"")
+        assert not relay._note_seen("c" * 5000, b"checkout/pod-4", b"3")  # from a downstream relay's report
         assert sorted(client for _, client in relay.seen) == [b"c/" + b"x" * (MAX_CLIENT_LENGTH - 2), b"checkout/pod-1"]
     finally:
         asyncio.run(relay.upstream.close())
