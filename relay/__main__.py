@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 
 from relay.config import ConfigError, from_env
@@ -16,10 +17,30 @@ from relay.config import ConfigError, from_env
 # Held long polls and kept-alive connections per worker (granian's --backpressure): a relay
 # is sized for its fleet, as the web process is (Makefile, WEB_MAX_REQUESTS).
 MAX_CONNECTIONS = 20480
+# Files a relay worker opens besides its clients' connections: its listening socket, its
+# upstream connections, the documents on disk, the event loop's own.
+OWN_FILES = 64
 # granian's allocator (jemalloc, built into its extension) as `make serve` sets it (Makefile,
 # WEB_MALLOC_CONF): what a fan-out frees goes back to the system at once. Read once, as the
 # extension loads; an operator's own _RJEM_MALLOC_CONF stands.
 MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
+
+def connection_limit() -> int:
+    """Connections a worker may hold (granian's --backpressure): MAX_CONNECTIONS, or fewer when
+    the process may not open that many files, each connection being one. The soft limit is
+    raised to the hard one first. Past the limit, a connection waits to be accepted, where
+    past the files a worker may open, accepting would fail."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass  # the soft limit stands
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, soft - OWN_FILES))
 
 
 def use_malloc_conf() -> None:
@@ -53,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     from granian.constants import HTTPModes, Interfaces
 
     print(f"relay {config.name}: following {config.upstream}, serving on {args.host}:{args.port}", file=sys.stderr)
+    connections = connection_limit()
+    if connections < MAX_CONNECTIONS:
+        print(
+            f"relay {config.name}: this process may open {connections + OWN_FILES} files, so each worker holds at most "
+            f"{connections} connections (raise the open-files limit, `ulimit -n`, for {MAX_CONNECTIONS})",
+            file=sys.stderr,
+        )
     Granian(
         "relay.asgi:application",
         address=args.host,
@@ -62,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         http=HTTPModes.http1,
         websockets=False,
         backlog=MAX_CONNECTIONS,
-        backpressure=MAX_CONNECTIONS,
+        backpressure=connections,
         respawn_failed_workers=True,
     ).serve()
     return 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,19 @@ def test_a_degraded_chain_says_its_latest_reason_and_logs_each_reason_once() -> 
     assert degradation.refuse(Refusal(BAD_SIGNATURE, "does not verify"))
     assert degradation.header == (b"x-chain-degraded", b"bad_signature")
     assert degradation.refused == 3
+
+
+@pytest.mark.system
+def test_a_relay_worker_holds_no_more_connections_than_it_may_open_files() -> None:
+    """granian's --backpressure is the connections a worker holds, each an open file: past the
+    files the process may open, accepting would fail where it should wait. With 500 files
+    allowed (1,000 at most) the relay raises its limit to 1,000 and holds 936 connections a
+    worker, keeping 64 files for its own."""
+    script = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (500, 1000)); "
+        "from relay.__main__ import connection_limit; "
+        "print(connection_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["936", "1000"]
