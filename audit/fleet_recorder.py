@@ -42,6 +42,8 @@ WRITTEN_MAX = 200_000
 PRUNE_BATCH = 1_000
 # Instances a process notes between two flushes, at most (``FleetRecorder.note``).
 NOTED_MAX = 200_000
+# The most digits of an applied version: PostgreSQL's integer (2**31 - 1) has ten.
+MAX_VERSION_LENGTH = 10
 
 
 @dataclass(slots=True)
@@ -62,7 +64,7 @@ def parse_identity(client: str | None, version: str | None) -> tuple[str, int] |
     NUL, a newline) or not valid UTF-8, a version outside PostgreSQL's integer (0..2**31-1)."""
     if not client or not version or len(client) > MAX_CLIENT_LENGTH or "/" not in client:
         return None
-    if not client.isprintable() or len(version) > 10 or not (version.isascii() and version.isdigit()):
+    if not client.isprintable() or len(version) > MAX_VERSION_LENGTH or not (version.isascii() and version.isdigit()):
         return None
     applied = int(version)
     return (client, applied) if applied <= 2**31 - 1 else None
@@ -86,7 +88,7 @@ class FleetRecorder:
         parsing and the rule of what to write wait for the flush (``take_noted``, then
         ``flush(noted)``): here one lookup, and nothing new while the instance reads the same
         version again. At most NOTED_MAX instances between two flushes."""
-        if not applied_version or len(client) > MAX_CLIENT_LENGTH or len(applied_version) > 10:
+        if not applied_version or len(client) > MAX_CLIENT_LENGTH or len(applied_version) > MAX_VERSION_LENGTH:
             # Never an identity (``parse_identity``): nothing to write, nor to hold until the
             # flush (a made-up name of a header's length would be kept NOTED_MAX times).
             return

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from audit import drills, fleet, fleet_seen, provider_alerts, provider_health, spend
 from audit import usage as usage_reports
-from audit.fleet_recorder import recorder
+from audit.fleet_recorder import MAX_VERSION_LENGTH, recorder
 from audit.models import MAX_CLIENT_LENGTH
 from http_api.authentication import TokenPrincipal
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
@@ -363,9 +363,10 @@ class UsageView(APIView):
         return Response({"accepted": True, "dropped": taken.dropped.as_dict()}, status=202)
 
 
-# The most characters of a fleet report item's chain and applied version.
+# The most characters of a fleet report item's chain and applied version (what fleet status
+# could ever take as a version: ``audit.fleet_recorder.parse_identity``).
 SEEN_CHAIN_MAX = 100
-SEEN_VERSION_MAX = 10
+SEEN_VERSION_MAX = MAX_VERSION_LENGTH
 
 
 class FleetSeenView(APIView):

@@ -66,9 +66,11 @@ SEEN_RESEND_S = 60.0
 SEEN_PER_POST = 1_000
 SEEN_MAX_BYTES = 1024 * 1024
 # The longest chain name, X-Chain-Client and X-Chain-Applied-Version the control plane takes
-# in a fleet report (``http_api.fleet.FleetSeenView``, ``audit.models.MAX_CLIENT_LENGTH``):
-# what is longer is never an identity, so it is neither held until the flush nor sent
-# upstream (a flood of made-up header-long names would otherwise hold SEEN_MAX of them).
+# in a fleet report (``http_api.fleet.FleetSeenView``, ``audit.models.MAX_CLIENT_LENGTH``,
+# ``audit.fleet_recorder.MAX_VERSION_LENGTH``; the relay imports no Django, hence copies,
+# which tests/test_fleet_evidence.py holds equal): what is longer is never an identity, so
+# it is neither held until the flush nor sent upstream (a flood of made-up header-long
+# names would otherwise hold SEEN_MAX of them).
 SEEN_CHAIN_MAX = 100
 SEEN_CLIENT_MAX = 200
 SEEN_VERSION_MAX = 10
