@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.secret_key import LOCAL_KEY_NAME, configured_secret_key
+from presets.environments import configured as configured_environments
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -446,6 +447,18 @@ PRESETS_FILE = env_str("PRESETS_FILE", str(BASE_DIR / "presets" / "presets.examp
 PROVIDER_REGISTRY = env_str("PROVIDER_REGISTRY", "presets.registry")
 PIN_DEFAULT_MINUTES = env_int("PIN_DEFAULT_MINUTES", 240, minimum=1)
 PIN_MAX_MINUTES = env_int("PIN_MAX_MINUTES", 1440, minimum=1)
+# Environments, lowest first (presets/environments.py): a sync reaches the first, promotions
+# the next ones; the last is the default (production) that tokens and pages without one mean.
+try:
+    ENVIRONMENTS = configured_environments(env_list("ENVIRONMENTS", ["production"]))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+# A promotion's evidence (presets/promotions.py): how long the lower environment has served the
+# revision, how much worse its error rate may be than before it, and whether a second person
+# must approve.
+PROMOTION_MIN_SERVED_MINUTES = env_int("PROMOTION_MIN_SERVED_MINUTES", 60, minimum=0, maximum=60 * 24 * 30)
+PROMOTION_ERROR_MARGIN_PERCENT = env_int("PROMOTION_ERROR_MARGIN_PERCENT", 10, minimum=0, maximum=100)
+PROMOTION_APPROVAL = env_bool("PROMOTION_APPROVAL", False)
 # How far ahead a pin may be planned (presets/plans.py).
 PLAN_MAX_DAYS_AHEAD = env_int("PLAN_MAX_DAYS_AHEAD", 90, minimum=1, maximum=3660)
 if PIN_DEFAULT_MINUTES > PIN_MAX_MINUTES:

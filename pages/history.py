@@ -63,7 +63,9 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
             # address to paste into the incident channel says the filters once, one way.
             return redirect(_link(request, params, **cursor))
         try:
-            page = history_page(chain=chain_name, filters=form.filters(), **cursor, size=HISTORY_PAGE_SIZE)
+            page = history_page(
+                chain=chain_name, filters=form.filters(), size=HISTORY_PAGE_SIZE, **cursor  # type: ignore[arg-type]
+            )
         except InvalidInput as error:
             form.add_error(error.field, error.field_message)
     # No fleet figures (they cost queries a chain), and every pin's start in one read.

@@ -115,6 +115,7 @@ class ChainDocument(TypedDict):
     """The chain document: what the SDK applies. Field names are public contract."""
 
     name: str
+    environment: Annotated[str, Help("the environment whose chain this is (the token read says which)")]
     epoch: Annotated[int, Help("raised after a database restore; clients order documents by (epoch, version)")]
     version: int
     preset: str

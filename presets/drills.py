@@ -110,6 +110,7 @@ def describe(drill: Drill) -> str:
 def start_drill(
     *,
     chain: str,
+    environment: str = "",
     hop: Any,
     fault: Any,
     share: Any,
@@ -143,7 +144,7 @@ def start_drill(
     if starts - now > MAX_PLAN_AHEAD:
         raise InvalidInput("start", f"is more than {MAX_PLAN_AHEAD.days} days ahead; plan the drill closer to its time")
     ends = starts + timedelta(minutes=length)
-    with changes.locked(chain) as selection:
+    with changes.locked(chain, environment) as selection:
         _check_hop(selection, hop_n)
         tokens = _tokens(names)
         _check_overlap(selection.chain, starts, ends)
@@ -258,7 +259,7 @@ def _begin(selection: Selection, drill: Drill, *, actor: str, now: datetime) -> 
 
 def _start_planned(pk: int, *, blocked: str | None, now: datetime) -> bool:
     drill = Drill.objects.select_related("chain").get(pk=pk)
-    with changes.locked(drill.chain.name) as selection:
+    with changes.locked(drill.chain.name, drill.chain.environment) as selection:
         drill = Drill.objects.select_for_update().get(pk=pk)
         if drill.state != DrillState.PLANNED:
             return drill.state == DrillState.RUNNING
@@ -278,7 +279,7 @@ def _start_planned(pk: int, *, blocked: str | None, now: datetime) -> bool:
 def _close(pk: int, *, now: datetime) -> bool:
     """A running drill's window closed: its document loses it; judged later."""
     drill = Drill.objects.select_related("chain").get(pk=pk)
-    with changes.locked(drill.chain.name) as selection:
+    with changes.locked(drill.chain.name, drill.chain.environment) as selection:
         drill = Drill.objects.select_for_update().get(pk=pk)
         if drill.state != DrillState.RUNNING:
             return False
@@ -295,7 +296,7 @@ def _close(pk: int, *, now: datetime) -> bool:
 def _end(pk: int, *, actor: str, why: str, verdict: str, now: datetime | None) -> Drill:
     now = now or changes._now()
     drill = get(pk)
-    with changes.locked(drill.chain.name) as selection:
+    with changes.locked(drill.chain.name, drill.chain.environment) as selection:
         drill = Drill.objects.select_for_update(of=("self",)).select_related("chain", "preset").get(pk=pk)
         if drill.state == DrillState.ENDED:
             raise InvalidInput("drill", f"drill {pk} has already ended ({drill.verdict}); nothing to abort")

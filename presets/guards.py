@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from presets import services
+from presets import environments, services
 from presets.documents import format_instant, format_time, to_millisecond
 from presets.exceptions import InvalidInput, NotFound
 from presets.models import GuardState, PinGuard, Selection
@@ -24,9 +24,10 @@ from presets.models import GuardState, PinGuard, Selection
 # --- reads ----------------------------------------------------------------------------------
 
 
-def live_guard(*, chain: str) -> PinGuard | None:
+def live_guard(*, chain: str, environment: str = "") -> PinGuard | None:
     """The guard of the pin the chain serves now, whatever its state; None if it has none."""
-    selection = Selection.objects.filter(chain__name=chain).first()
+    environment = environments.resolve(environment)
+    selection = Selection.objects.filter(chain__name=chain, chain__environment=environment).first()
     if selection is None or not selection.is_pinned:
         return None
     return (
@@ -36,11 +37,11 @@ def live_guard(*, chain: str) -> PinGuard | None:
     )
 
 
-def get_live_guard(*, chain: str) -> PinGuard:
+def get_live_guard(*, chain: str, environment: str = "") -> PinGuard:
     """The live pin's guard, as the API and the CLI read it (an expired pin reverted first, as
     every read does); NotFound saying why when the chain serves none."""
-    selection = services.revert_expired_and_read(chain=chain)
-    guard = live_guard(chain=chain)
+    selection = services.revert_expired_and_read(chain=chain, environment=environment)
+    guard = live_guard(chain=chain, environment=environment)
     if guard is not None:
         return guard
     if selection.is_pinned:
@@ -117,11 +118,11 @@ def guard_entry(guard: PinGuard) -> dict[str, Any]:
 # --- operations -----------------------------------------------------------------------------
 
 
-def switch_off(*, chain: str, actor: str, reason: str) -> PinGuard:
+def switch_off(*, chain: str, environment: str = "", actor: str, reason: str) -> PinGuard:
     """Switch the live pin's guard off: it will not act on this pin."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain) as selection:
+    with services.chain_locked(chain, environment) as selection:
         if not selection.is_pinned:
             raise InvalidInput(
                 "chain", f"{chain} serves its default (v{selection.version}): no pin, no guard to switch off"
@@ -155,10 +156,10 @@ def restore(*, guard: int, reason: str, evidence: dict[str, Any]) -> Selection |
     with ``reason`` (the evidence in words); None, and the guard settled, if it may not act
     any more (switched off, acted already, or its pin is no longer live)."""
     now = _now()
-    found = PinGuard.objects.filter(pk=guard).values_list("chain__name", flat=True).first()
+    found = PinGuard.objects.filter(pk=guard).values_list("chain__name", "chain__environment").first()
     if found is None:
         raise NotFound(f"no guard {guard}", details={"guard": guard})
-    with services.chain_locked(found) as selection:
+    with services.chain_locked(*found) as selection:
         held = PinGuard.objects.select_for_update().select_related("previous_preset", "pin_preset").get(pk=guard)
         if held.state != GuardState.WATCHING:
             return None

@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 from django.db.models import Q, Subquery
 
+from presets import environments
 from presets.documents import NO_MARKING, MarkingDocument, StepDocument, Time, format_time
 from presets.exceptions import InvalidInput
 from presets.models import Chain, Selection
@@ -31,34 +32,54 @@ class HistoryFilter:
     """Which changes a history list shows; None (or empty) is "any"."""
 
     chain: str | None = None
+    # The environment whose changes the list shows (None: every environment's).
+    environment: str | None = None
     actor: str | None = None
     action: str | None = None
     since: datetime | None = None  # written at or after
     until: datetime | None = None  # written before
 
 
-def history_rows(*, chain: str | None = None, before: int | None = None, filters: HistoryFilter | None = None) -> Any:
+def history_rows(
+    *,
+    chain: str | None = None,
+    environment: str | None = None,
+    before: int | None = None,
+    filters: HistoryFilter | None = None,
+) -> Any:
     """Historical selection rows, newest first, with the presets they name: one chain's by
-    version, all chains' by when they were written (``CHAIN_ORDER``, ``ALL_ORDER``)."""
+    version, all chains' by when they were written (``CHAIN_ORDER``, ``ALL_ORDER``); of
+    ``environment``, or the filter's (a chain's: the default one when neither names one; the
+    list of all chains: every environment's)."""
     rows = Selection.history.select_related("chain", "preset", "previous_preset")
+    if environment is None and filters is not None:
+        environment = filters.environment
     if before is not None:
         rows = rows.filter(version__lt=before)
     if filters is not None:
-        rows = _filtered(rows, filters)
+        rows = _filtered(rows, replace(filters, environment=environment))
     if chain is not None:
-        return rows.filter(chain_id=_chain_id(chain)).order_by(*(f"-{key}" for key in CHAIN_ORDER))
-    return rows.order_by(*(f"-{key}" for key in ALL_ORDER))
+        return rows.filter(chain_id=_chain_id(chain, environment)).order_by(*(f"-{key}" for key in CHAIN_ORDER))
+    return _in_environment(rows, environment).order_by(*(f"-{key}" for key in ALL_ORDER))
 
 
-def _chain_id(name: str) -> Subquery:
+def _chain_id(name: str, environment: str | None) -> Subquery:
     """The chain's id as a value (a scalar subquery), not a join on its name: a join would keep
     the database from reading the rows in their order straight from an index."""
-    return Subquery(Chain.objects.filter(name=name).values("pk")[:1])
+    return Subquery(Chain.objects.filter(name=name, environment=environments.resolve(environment)).values("pk")[:1])
+
+
+def _in_environment(rows: Any, environment: str | None) -> Any:
+    """The rows of ``environment``'s chains (None: all); with one environment, all of them,
+    without a filter that would keep the database from its index order."""
+    if environment is None or not environments.several():
+        return rows
+    return rows.filter(chain_id__in=Chain.objects.filter(environment=environment).values("pk"))
 
 
 def _filtered(rows: Any, filters: HistoryFilter) -> Any:
     if filters.chain:
-        rows = rows.filter(chain_id=_chain_id(filters.chain))
+        rows = rows.filter(chain_id=_chain_id(filters.chain, filters.environment))
     if filters.actor:
         rows = rows.filter(updated_by=filters.actor)
     if filters.action:
@@ -89,6 +110,7 @@ class HistoryPage:
 def history_page(
     *,
     chain: str | None = None,
+    environment: str | None = None,
     filters: HistoryFilter | None = None,
     older_than: int | None = None,
     newer_than: int | None = None,
@@ -100,9 +122,9 @@ def history_page(
     order = CHAIN_ORDER if chain is not None else ALL_ORDER
     # A page names its presets and reads their retirement: not their steps, marking or text
     # (JSON decoded for nothing, two presets a row).
-    rows = history_rows(chain=chain, filters=filters).defer(*_PRESET_TEXT)
+    rows = history_rows(chain=chain, environment=environment, filters=filters).defer(*_PRESET_TEXT)
     if newer_than is not None:
-        key = _cursor_key(chain, "newer_than", newer_than, order)
+        key = _cursor_key(chain, environment, "newer_than", newer_than, order)
         above = list(rows.filter(_beyond(order, key, older=False)).order_by(*order)[: size + 1])
         if len(above) > size:
             page = above[:size][::-1]
@@ -110,7 +132,7 @@ def history_page(
             return HistoryPage(page, newer_than=page[0].history_id, older_than=page[-1].history_id if older else None)
         # Less than a page above the cursor: that is the newest page.
     elif older_than is not None:
-        key = _cursor_key(chain, "older_than", older_than, order)
+        key = _cursor_key(chain, environment, "older_than", older_than, order)
         page = list(rows.filter(_beyond(order, key, older=True))[: size + 1])
         newer = bool(page) and _exists_beyond(rows, order, page[0], older=False)
         return HistoryPage(
@@ -127,16 +149,27 @@ def history_page(
 HISTORY_COUNT_CAP = 10_000
 
 
-def history_count(*, chain: str | None = None, filters: HistoryFilter | None = None) -> tuple[int, bool]:
+def history_count(
+    *, chain: str | None = None, environment: str | None = None, filters: HistoryFilter | None = None
+) -> tuple[int, bool]:
     """How many changes the list holds, and whether there are more than ``HISTORY_COUNT_CAP``
     (then the count is the cap): the count reads at most the cap's rows, at any length."""
     rows = Selection.history.all()
+    if environment is None and filters is not None:
+        environment = filters.environment
     if filters is not None:
         rows = _filtered(rows, replace(filters, chain=None))
-    for name in {chain, filters.chain if filters is not None else None} - {None, ""}:
+    names = {chain, filters.chain if filters is not None else None} - {None, ""}
+    if not names:
+        rows = _in_environment(rows, environment)
+    for name in names:
         # The chain's id as a value, not a subquery: with a subquery the database cannot tell
         # how many rows it holds and plans the count for the whole trail.
-        chain_id = Chain.objects.filter(name=name).values_list("pk", flat=True).first()
+        chain_id = (
+            Chain.objects.filter(name=name, environment=environments.resolve(environment))
+            .values_list("pk", flat=True)
+            .first()
+        )
         if chain_id is None:
             return 0, False
         rows = rows.filter(chain_id=chain_id)
@@ -145,19 +178,27 @@ def history_count(*, chain: str | None = None, filters: HistoryFilter | None = N
     return min(found, HISTORY_COUNT_CAP), found > HISTORY_COUNT_CAP
 
 
-def oldest_page_cursor(*, chain: str | None = None, filters: HistoryFilter | None = None, size: int) -> int | None:
+def oldest_page_cursor(
+    *, chain: str | None = None, environment: str | None = None, filters: HistoryFilter | None = None, size: int
+) -> int | None:
     """The ``older_than`` cursor of the list's oldest page (the row just newer than its
     ``size`` oldest), or None when the list fits on one page: one short index read."""
     order = CHAIN_ORDER if chain is not None else ALL_ORDER
-    rows = history_rows(chain=chain, filters=filters).order_by(*order).values_list("history_id", flat=True)
+    rows = (
+        history_rows(chain=chain, environment=environment, filters=filters)
+        .order_by(*order)
+        .values_list("history_id", flat=True)
+    )
     return next(iter(rows[size : size + 1]), None)
 
 
-def _cursor_key(chain: str | None, field: str, history_id: int, order: tuple[str, str]) -> tuple[Any, Any]:
+def _cursor_key(
+    chain: str | None, environment: str | None, field: str, history_id: int, order: tuple[str, str]
+) -> tuple[Any, Any]:
     """The sort key of the cursor's row (one chain's list: a row of that chain)."""
     found = Selection.history.filter(history_id=history_id)
     if chain is not None:
-        found = found.filter(chain_id=_chain_id(chain))
+        found = found.filter(chain_id=_chain_id(chain, environment))
     key = found.values_list(*order).first()
     if key is None:
         raise InvalidInput(field, "this page link names no change of this list: start again from the newest")
@@ -179,10 +220,12 @@ def _exists_beyond(rows: Any, order: tuple[str, str], row: Any, *, older: bool) 
     return bool(rows.filter(_beyond(order, key, older=older)).exists())
 
 
-def recent_actors(*, chain: str | None = None, rows: int = 200, limit: int = 20) -> list[str]:
+def recent_actors(
+    *, chain: str | None = None, environment: str | None = None, rows: int = 200, limit: int = 20
+) -> list[str]:
     """Who made the newest ``rows`` changes of the list, most recent first (at most
     ``limit``): the suggestions of the pages' actor filter."""
-    names = history_rows(chain=chain).values_list("updated_by", flat=True)[:rows]
+    names = history_rows(chain=chain, environment=environment).values_list("updated_by", flat=True)[:rows]
     return list(dict.fromkeys(names))[:limit]
 
 
@@ -190,6 +233,7 @@ class HistoryEntry(TypedDict):
     """One change: who, when, which action, the previous value, the new value, and why."""
 
     chain_name: str
+    environment: str
     version: int
     action: str
     actor: str
@@ -209,6 +253,7 @@ def entry(row: Any) -> HistoryEntry:
     """One change: who, when, which action, previous value, new value, why."""
     return {
         "chain_name": row.chain.name,
+        "environment": row.chain.environment,
         "version": row.version,
         "action": row.action,
         "actor": row.updated_by,
@@ -225,19 +270,21 @@ def entry(row: Any) -> HistoryEntry:
     }
 
 
-def history_entries(*, chain: str, limit: int = 100, before: int | None = None) -> list[HistoryEntry]:
-    rows = history_rows(chain=chain, before=before)[:limit]
+def history_entries(
+    *, chain: str, environment: str | None = None, limit: int = 100, before: int | None = None
+) -> list[HistoryEntry]:
+    rows = history_rows(chain=chain, environment=environment, before=before)[:limit]
     return [entry(row) for row in rows]
 
 
 # --- every change, oldest first: the audit export (presets/history_export.py) -------------------
 
 
-def history_position(*, chain: str, version: int) -> tuple[datetime, int] | None:
+def history_position(*, chain: str, environment: str | None = None, version: int) -> tuple[datetime, int] | None:
     """Where a chain's version stands in the all-chains order (``ALL_ORDER``): its row's
     sort key, or None when the history has no such version."""
     key = (
-        Selection.history.filter(chain_id=_chain_id(chain), version=version)
+        Selection.history.filter(chain_id=_chain_id(chain, environment), version=version)
         .order_by("-history_id")
         .values_list(*ALL_ORDER)
         .first()

@@ -20,6 +20,7 @@ from django.db import connection, models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from presets import environments
 from presets.documents import NO_MARKING, ChainDocument, DefaultChainDocument, DrillDocument, format_instant
 from presets.expiry import has_passed
 
@@ -93,12 +94,21 @@ def read_epoch_held() -> int:
 
 
 PRESET_NAME_MAX = 50
+ENVIRONMENT_MAX = environments.NAME_MAX
+
+
+def default_environment() -> str:
+    """A new chain's or token's environment unless one is given: the default one."""
+    return environments.default()
 
 
 class Chain(models.Model):
     """A routing slot (e.g. ``chat``) with reviewed presets, one default and one selection."""
 
-    name = models.SlugField(unique=True)
+    name = models.SlugField()
+    # Which environment's chain this is (presets/environments.py): each has its own selection,
+    # history, plans, guards, drills, alerts and fleet. Existing chains are the default's.
+    environment = models.SlugField(max_length=ENVIRONMENT_MAX, default=default_environment)
     description = models.TextField(blank=True)
     default_preset = models.ForeignKey("Preset", null=True, on_delete=models.PROTECT, related_name="+")
     contract = models.JSONField(default=dict, blank=True)
@@ -107,6 +117,7 @@ class Chain(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["environment", "name"], name="chain_unique_per_environment")]
 
     def __str__(self) -> str:
         return self.name
@@ -251,6 +262,7 @@ class Selection(models.Model):
             epoch = current_epoch() if self.change_epoch is None else self.change_epoch
         document: ChainDocument = {
             "name": self.chain.name,
+            "environment": self.chain.environment,
             "epoch": epoch,
             "version": self.version,
             "preset": self.preset.name,
@@ -557,6 +569,11 @@ class ServiceToken(models.Model):
     sole_evidence = models.BooleanField(
         default=False, help_text="its evidence alone may raise a page-level alert or move a guard"
     )
+    # What it may read or report for: its environment's chains, all or only those listed.
+    environment = models.SlugField(
+        max_length=ENVIRONMENT_MAX, default=default_environment, help_text="the environment whose chains it reads"
+    )
+    chains = models.JSONField(default=list, blank=True, help_text="the only chains it reads (empty: all)")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -600,6 +617,11 @@ class ServiceToken(models.Model):
     def may_relay(self) -> bool:
         """Whether the token may send a relay's fleet reports (``POST /api/v1/fleet/seen``)."""
         return self.purpose == TokenPurpose.RELAY
+
+    def reads(self, *, environment: str, chain: str | None = None) -> bool:
+        """Whether the token may read (or report for) ``chain`` of ``environment`` (None: the
+        environment's chain list, which shows a chain-bound token only its chains)."""
+        return environments.token_refusal(self.environment, self.chains, environment, chain) is None
 
     def issue(self) -> str:
         """Set a fresh random secret on this token and return it (shown once, stored hashed)."""
@@ -799,3 +821,46 @@ class SigningKey(models.Model):
 
     def __str__(self) -> str:
         return self.key_id
+
+
+class PresetsRevision(models.Model):
+    """A reviewed presets file as an environment got it: by a sync (the first environment) or
+    by a promotion (each next one, ``audit.promotions``). An environment serves its newest."""
+
+    environment = models.SlugField(max_length=ENVIRONMENT_MAX)
+    sha256 = models.CharField(max_length=64)
+    name = models.CharField(max_length=255, help_text="the file's name when it was synced")
+    text = models.TextField(help_text="the file as reviewed, which a promotion carries to the next environment")
+    applied_at = models.DateTimeField()
+    applied_by = models.CharField(max_length=150)
+
+    class Meta:
+        ordering = ["-applied_at", "-id"]
+        indexes = [models.Index(fields=["environment", "-applied_at"], name="presets_revision_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.environment}: {self.name} sha256 {self.sha256[:12]}"
+
+    @classmethod
+    def current(cls, environment: str) -> PresetsRevision | None:
+        """The revision ``environment`` serves: its newest."""
+        return cls.objects.filter(environment=environment).order_by("-applied_at", "-id").first()
+
+    @classmethod
+    def record(
+        cls, presets_file: Any, *, environment: str, now: datetime, actor: str = "system:sync"
+    ) -> PresetsRevision:
+        """``presets_file`` (a ``presets_file.PresetsFile``) as ``environment``'s revision from
+        ``now``, unless it already serves the same file (a sync of an unchanged file keeps the
+        time it has served it since)."""
+        current = cls.current(environment)
+        if current is not None and current.sha256 == presets_file.sha256:
+            return current
+        return cls.objects.create(
+            environment=environment,
+            sha256=presets_file.sha256,
+            name=presets_file.path.rsplit("/", 1)[-1],
+            text=presets_file.text,
+            applied_at=now,
+            applied_by=actor,
+        )

@@ -30,7 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from presets import events, services
+from presets import environments, events, services
 from presets.documents import format_instant, format_time, to_millisecond
 from presets.exceptions import InvalidInput, NotFound
 from presets.models import (
@@ -51,18 +51,22 @@ LATE_START = timedelta(seconds=60)
 # --- reads ----------------------------------------------------------------------------------
 
 
-def holding_plans(*, chain: str | None = None) -> list[PlannedPin]:
-    """The plans still to start, suspended or running, soonest first (of one chain or all)."""
+def holding_plans(*, chain: str | None = None, environment: str | None = None) -> list[PlannedPin]:
+    """The plans still to start, suspended or running, soonest first (of one chain of
+    ``environment``, the default when empty, or of every chain of ``environment``, of every
+    environment when None)."""
     plans = PlannedPin.objects.filter(state__in=HOLDING_PLAN_STATES).select_related("chain", "preset")
     if chain is not None:
-        plans = plans.filter(chain__name=chain)
+        plans = plans.filter(chain__name=chain, chain__environment=environments.resolve(environment))
+    elif environment is not None:
+        plans = plans.filter(chain__environment=environments.resolve(environment))
     return list(plans)
 
 
-def recent_plans(*, chain: str, limit: int = 20) -> list[PlannedPin]:
+def recent_plans(*, chain: str, environment: str = "", limit: int = 20) -> list[PlannedPin]:
     """The chain's plans, the latest start first, with their events."""
     plans = (
-        PlannedPin.objects.filter(chain__name=chain)
+        PlannedPin.objects.filter(chain__name=chain, chain__environment=environments.resolve(environment))
         .select_related("chain", "preset")
         .prefetch_related("events")
         .order_by("-starts_at", "-id")
@@ -70,8 +74,13 @@ def recent_plans(*, chain: str, limit: int = 20) -> list[PlannedPin]:
     return list(plans[:limit])
 
 
-def get_plan(*, chain: str, plan: int) -> PlannedPin:
-    found = PlannedPin.objects.filter(pk=plan, chain__name=chain).select_related("chain", "preset").first()
+def get_plan(*, chain: str, environment: str = "", plan: int) -> PlannedPin:
+    environment = environments.resolve(environment)
+    found = (
+        PlannedPin.objects.filter(pk=plan, chain__name=chain, chain__environment=environment)
+        .select_related("chain", "preset")
+        .first()
+    )
     if found is None:
         raise NotFound(f"{chain} has no plan #{plan}", details={"chain": chain, "plan": plan})
     return found
@@ -121,11 +130,20 @@ def plan_entry(plan: PlannedPin, *, events: bool = False) -> dict[str, Any]:
 # --- operations -----------------------------------------------------------------------------
 
 
-def plan_pin(*, chain: str, preset: str, starts_at: datetime, ends_at: datetime, actor: str, reason: str) -> PlannedPin:
+def plan_pin(
+    *,
+    chain: str,
+    environment: str = "",
+    preset: str,
+    starts_at: datetime,
+    ends_at: datetime,
+    actor: str,
+    reason: str,
+) -> PlannedPin:
     """Plan a pin of ``preset`` on ``chain`` from ``starts_at`` to ``ends_at``."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain, preset=preset) as selection:
+    with services.chain_locked(chain, environment, preset=preset) as selection:
         target = _plannable(selection, preset)
         starts_at, ends_at = _window(starts_at, ends_at, now=now)
         _refuse_overlap(selection, starts_at, ends_at)
@@ -148,6 +166,7 @@ def plan_pin(*, chain: str, preset: str, starts_at: datetime, ends_at: datetime,
 def change_plan(
     *,
     chain: str,
+    environment: str = "",
     plan: int,
     actor: str,
     reason: str,
@@ -159,7 +178,7 @@ def change_plan(
     against the chain as it is now: a suspended plan changed is planned again."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain, preset=preset) as selection:
+    with services.chain_locked(chain, environment, preset=preset) as selection:
         held = _locked_plan(selection, plan)
         if held.state not in (PlanState.PLANNED, PlanState.SUSPENDED):
             raise InvalidInput("plan", f"plan #{plan} is {held.state}: only a plan not started yet can be changed")
@@ -181,11 +200,11 @@ def change_plan(
         return held
 
 
-def cancel_plan(*, chain: str, plan: int, actor: str, reason: str) -> PlannedPin:
+def cancel_plan(*, chain: str, environment: str = "", plan: int, actor: str, reason: str) -> PlannedPin:
     """Cancel a plan not started yet (a started one is a live pin: revert it instead)."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain) as selection:
+    with services.chain_locked(chain, environment) as selection:
         held = _locked_plan(selection, plan)
         if held.state == PlanState.STARTED:
             raise InvalidInput(
@@ -204,14 +223,14 @@ def cancel_plan(*, chain: str, plan: int, actor: str, reason: str) -> PlannedPin
 
 
 def start_plan_anyway(
-    *, chain: str, plan: int, actor: str, reason: str, expected_version: int | None = None
+    *, chain: str, environment: str = "", plan: int, actor: str, reason: str, expected_version: int | None = None
 ) -> PlannedPin:
     """Start a suspended plan: a person has read why it did not start and starts it, until
     its end. Its pin replaces whatever the chain serves (``expected_version``: the version
     they saw it replace; Conflict if the chain changed since)."""
     reason = services.clean_reason(reason)
     now = _now()
-    with services.chain_locked(chain, expected_version=expected_version) as selection:
+    with services.chain_locked(chain, environment, expected_version=expected_version) as selection:
         held = _locked_plan(selection, plan)
         refusal = start_anyway_refusal(held, selection, now=now)
         if refusal is not None:
@@ -264,12 +283,12 @@ def run_plans(*, now: datetime | None = None) -> PlanSweep:
     sweep = PlanSweep()
     due = PlannedPin.objects.filter(
         state__in=(PlanState.PLANNED, PlanState.SUSPENDED, PlanState.STARTED), starts_at__lte=now
-    ).values_list("id", "chain__name")
-    for plan_id, chain in due:
+    ).values_list("id", "chain_id", "chain__name", "chain__environment")
+    for plan_id, chain_id, chain, environment in due:
         # A pin past its expiry is no longer served (the read path reverts it too): revert it
         # first, so that the plan is decided on what the chain serves now.
-        services.expire_pins(now=now, chains=[chain])
-        with services.chain_locked(chain) as selection:
+        services.expire_pins(now=now, chain_ids=[chain_id])
+        with services.chain_locked(chain, environment) as selection:
             plan = _locked_plan(selection, plan_id)
             if plan.state == PlanState.PLANNED:
                 _run_due(plan, selection, now=now, sweep=sweep)

@@ -89,6 +89,12 @@ class ChainSpec:
     default: str
     contract: dict[str, Any]
     presets: dict[str, PresetSpec] = field(default_factory=dict)
+    # An environment's own default, where the file gives one (``defaults``: {"staging": ...}).
+    defaults: dict[str, str] = field(default_factory=dict)
+
+    def default_in(self, environment: str) -> str:
+        """The default preset of this chain in ``environment``."""
+        return self.defaults.get(environment, self.default)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class PresetsFile:
     path: str
     sha256: str
     chains: dict[str, ChainSpec]
+    text: str = ""  # the file as reviewed: what a promotion carries to the next environment
 
 
 def canonical_hash(value: Any) -> str:
@@ -283,16 +290,27 @@ def parse_presets(text: str, *, registry: Mapping[str, Provider], path: str = "<
                     f"use one of {', '.join(sorted(raw_chain['presets']))}",
                 )
             )
+        defaults = dict(raw_chain.get("defaults", {}))
+        for environment, name in sorted(defaults.items()):
+            if name not in raw_chain["presets"]:
+                problems.append(
+                    Problem(
+                        f"{chain_path}.defaults.{environment}",
+                        f"default preset {name!r} is not defined in this chain: "
+                        f"use one of {', '.join(sorted(raw_chain['presets']))}",
+                    )
+                )
         chains[chain_name] = ChainSpec(
             name=chain_name,
             description=raw_chain.get("description", ""),
             default=raw_chain["default"],
             contract=contract,
             presets=presets,
+            defaults=defaults,
         )
     if problems:
         raise PresetsFileError(problems)
-    return PresetsFile(path=path, sha256=hashlib.sha256(text.encode()).hexdigest(), chains=chains)
+    return PresetsFile(path=path, sha256=hashlib.sha256(text.encode()).hexdigest(), chains=chains, text=text)
 
 
 def load_presets_file(path: str | Path, *, registry: Mapping[str, Provider]) -> PresetsFile:

@@ -21,9 +21,13 @@ from presets import statements
 from presets.models import Action, Chain, Preset, Selection
 
 
-def selections() -> QuerySet[Selection]:
-    """Every chain's selection with its chain, default and preset loaded, by chain name."""
-    return Selection.objects.select_related("chain", "chain__default_preset", "preset", "drill").order_by("chain__name")
+def selections(environment: str | None = None) -> QuerySet[Selection]:
+    """Every chain's selection in ``environment`` (None: in every environment) with its chain,
+    default and preset loaded, by chain name."""
+    found = Selection.objects.select_related("chain", "chain__default_preset", "preset", "drill")
+    if environment is not None:
+        found = found.filter(chain__environment=environment)
+    return found.order_by("chain__name", "chain__environment")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from presets import events, expiry, selectors, statements
+from presets import environments, events, expiry, selectors, statements
 from presets.documents import format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import (
@@ -34,6 +34,7 @@ from presets.models import (
     Epoch,
     PinGuard,
     Preset,
+    PresetsRevision,
     Selection,
     Verdict,
     epoch_held,
@@ -56,28 +57,49 @@ Expiry = datetime | timedelta | None
 # --- reads that may write ------------------------------------------------------------
 
 
-def revert_expired_and_read(*, chain: str, now: datetime | None = None) -> Selection:
-    """The selection a chain serves now, *reverting its pin first if it has expired* (a read
-    that may write), so an expired pin is never served even when no worker runs."""
+def revert_expired_and_read(*, chain: str, environment: str = "", now: datetime | None = None) -> Selection:
+    """The selection a chain of ``environment`` (empty: the default) serves now, *reverting its
+    pin first if it has expired* (a read that may write), so an expired pin is never served
+    even when no worker runs."""
     now = now or _now()
-    selection = selectors.selections().filter(chain__name=chain).first()
+    environment = environments.resolve(environment)
+    selection = selectors.selections(environment).filter(chain__name=chain).first()
     if selection is None:
-        raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+        raise unknown_chain(chain, environment)
     if selection.is_expired(now):
-        expire_pins(now=now, chains=[chain])
+        expire_pins(now=now, chain_ids=[selection.chain_id])
         selection = selectors.selections().get(pk=selection.pk)
     return selection
 
 
-def revert_expired_and_read_all(*, now: datetime | None = None) -> list[Selection]:
-    """Every chain's live selection, *reverting expired pins first* (a read that may write)."""
+def revert_expired_and_read_all(*, environment: str | None = None, now: datetime | None = None) -> list[Selection]:
+    """Every live selection of ``environment`` (None: of every environment), *reverting
+    expired pins first* (a read that may write)."""
     now = now or _now()
-    selections = list(selectors.selections())
-    expired = [s.chain.name for s in selections if s.is_expired(now)]
+    selections = list(selectors.selections(environment))
+    expired = [s.chain_id for s in selections if s.is_expired(now)]
     if expired:
-        expire_pins(now=now, chains=expired)
-        selections = list(selectors.selections())
+        expire_pins(now=now, chain_ids=expired)
+        selections = list(selectors.selections(environment))
     return selections
+
+
+def unknown_chain(chain: str, environment: str) -> NotFound:
+    """The refusal of a chain name that ``environment`` does not have (one that another
+    environment has is named, so that nobody takes a missing promotion for a typo)."""
+    elsewhere = list(
+        Chain.objects.filter(name=chain).exclude(environment=environment).values_list("environment", flat=True)
+    )
+    details = {"chain": chain, "environment": environment}
+    if elsewhere:
+        return NotFound(
+            f"{environment} has no chain {chain!r} ({', '.join(sorted(elsewhere))} has it: "
+            f"it reaches {environment} with a promotion)",
+            details=details,
+        )
+    if environments.several():
+        return NotFound(f"unknown chain {chain!r} in {environment}", details=details)
+    return NotFound(f"unknown chain {chain!r}", details={"chain": chain})
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -86,6 +108,7 @@ def revert_expired_and_read_all(*, now: datetime | None = None) -> list[Selectio
 def select_preset(
     *,
     chain: str,
+    environment: str = "",
     preset: str,
     actor: str,
     reason: str,
@@ -103,7 +126,7 @@ def select_preset(
     reason = clean_reason(reason)
     spend_bound = clean_spend_bound(spend_bound)
     now = _now()
-    with _changing(chain, expected_version, preset=preset) as selection:
+    with _changing(chain, environment, expected_version, preset=preset) as selection:
         target = active_preset(selection, preset)
         refusal = already_live_refusal(selection, target)
         if refusal is not None:
@@ -166,10 +189,12 @@ def extend_refusal(selection: Selection) -> InvalidInput | None:
     return None
 
 
-def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: int | None = None) -> Selection:
+def revert_to_default(
+    *, chain: str, environment: str = "", actor: str, reason: str, expected_version: int | None = None
+) -> Selection:
     """End the pin: serve the chain's default preset again."""
     reason = clean_reason(reason)
-    with _changing(chain, expected_version) as selection:
+    with _changing(chain, environment, expected_version) as selection:
         refusal = revert_refusal(selection)
         if refusal is not None:
             raise refusal
@@ -179,6 +204,7 @@ def revert_to_default(*, chain: str, actor: str, reason: str, expected_version: 
 def extend_pin(
     *,
     chain: str,
+    environment: str = "",
     expires_at: Expiry = None,
     actor: str,
     reason: str,
@@ -192,7 +218,7 @@ def extend_pin(
     Either way the change is recorded as ``extend``, with the old and the new expiry."""
     reason = clean_reason(reason)
     now = _now()
-    with _changing(chain, expected_version) as selection:
+    with _changing(chain, environment, expected_version) as selection:
         refusal = extend_refusal(selection)
         if refusal is not None:
             raise refusal
@@ -241,12 +267,14 @@ def expiry_change_refusal(
 
 
 @contextmanager
-def chain_locked(chain: str, *, preset: str | None = None, expected_version: int | None = None) -> Iterator[Selection]:
+def chain_locked(
+    chain: str, environment: str, *, preset: str | None = None, expected_version: int | None = None
+) -> Iterator[Selection]:
     """The frame of a change, for the domain's other operations (``presets.plans``): one
     transaction holding the chain's locks as every change does (``_lock``), so what they check
     and write about the chain is serialised with its changes (``preset``, ``expected_version``:
     as ``_changing``)."""
-    with _changing(chain, expected_version, preset=preset) as selection:
+    with _changing(chain, environment, expected_version, preset=preset) as selection:
         yield selection
 
 
@@ -315,13 +343,21 @@ def _watch(selection: Selection, *, guard: bool | None, now: datetime) -> PinGua
     )
 
 
-def restore(*, chain: str, version: int, actor: str, reason: str, expected_version: int | None = None) -> Selection:
+def restore(
+    *,
+    chain: str,
+    environment: str = "",
+    version: int,
+    actor: str,
+    reason: str,
+    expected_version: int | None = None,
+) -> Selection:
     """Undo the change that produced ``version``: make its previous value live again, as a new
     version. The previous preset is served with its current reviewed definition; a restored
     pin gets a fresh expiry of the default duration."""
     reason = clean_reason(reason)
     now = _now()
-    with _changing(chain, expected_version) as selection:
+    with _changing(chain, environment, expected_version) as selection:
         entry = (
             Selection.history.filter(chain_id=selection.chain_id, version=version)
             .select_related("previous_preset__chain")
@@ -363,10 +399,10 @@ def restore_refusal(
 
 
 @contextmanager
-def locked(chain: str) -> Iterator[Selection]:
+def locked(chain: str, environment: str) -> Iterator[Selection]:
     """The chain's selection locked as every change locks it (one transaction), for
     ``presets.drills``, which decides under the lock whether its change is made."""
-    with _changing(chain, None) as selection:
+    with _changing(chain, environment, None) as selection:
         yield selection
 
 
@@ -389,7 +425,7 @@ def carry_drill(selection: Selection, *, drill: Drill | None, actor: str, reason
     )
 
 
-def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = None) -> int:
+def expire_pins(*, now: datetime | None = None, chain_ids: Iterable[int] | None = None) -> int:
     """Revert every pin whose expiry has passed to its chain's default, raising a
     ``pin_expired`` alert for each in the same transaction. Returns how many.
 
@@ -397,8 +433,8 @@ def expire_pins(*, now: datetime | None = None, chains: Iterable[str] | None = N
     only the first sweep to get the lock reverts it."""
     now = now or _now()
     due = Selection.objects.filter(expiry_passed(now))
-    if chains is not None:
-        due = due.filter(chain__name__in=list(chains))
+    if chain_ids is not None:
+        due = due.filter(chain_id__in=list(chain_ids))
     reverted = 0
     for selection_id in due.values_list("id", flat=True):
         with transaction.atomic():
@@ -494,15 +530,18 @@ def _now() -> datetime:
 
 
 @contextmanager
-def _changing(chain: str, expected_version: int | None, *, preset: str | None = None) -> Iterator[Selection]:
+def _changing(
+    chain: str, environment: str, expected_version: int | None, *, preset: str | None = None
+) -> Iterator[Selection]:
     """The frame of every change: one transaction holding the chain's selection row lock, so
     concurrent changes serialise (and the version the caller saw is checked under it).
     ``preset``: the name of the preset the change makes live, read with the live one."""
+    environment = environments.resolve(environment)
     with transaction.atomic():
-        yield _lock(chain, expected_version, preset=preset)
+        yield _lock(chain, environment, expected_version, preset=preset)
 
 
-def _lock(chain: str, expected_version: int | None, *, preset: str | None = None) -> Selection:
+def _lock(chain: str, environment: str, expected_version: int | None, *, preset: str | None = None) -> Selection:
     """Lock the chain's row and its selection row, then load what every change reads: the
     chain, its default and the live preset, the preset named ``preset`` if any
     (``selection.presets_read``, by name), and the epoch (held: ``models.epoch_held``). Two
@@ -520,10 +559,10 @@ def _lock(chain: str, expected_version: int | None, *, preset: str | None = None
     made after the locks are held, sees under READ COMMITTED what the change we may have
     waited for committed."""
     with connection.cursor() as cursor:
-        cursor.execute(_lock_sql(connection.vendor), [chain])
+        cursor.execute(_lock_sql(connection.vendor), [chain, environment])
         locked = cursor.fetchone()
         if locked is None:
-            raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+            raise unknown_chain(chain, environment)
         selection, _ = statements.from_row(Selection, locked)
         assert selection is not None
         cursor.execute(_read_sql(connection.vendor), [selection.preset_id, selection.chain_id, preset])
@@ -562,7 +601,7 @@ def _lock_sql(vendor: str) -> str:
     return (
         f"SELECT {statements.columns(Selection, 's')} FROM {quote(Selection._meta.db_table)} s "
         f"WHERE s.{quote('chain_id')} = (SELECT c.{quote('id')} FROM {quote(Chain._meta.db_table)} c "
-        f"WHERE c.{quote('name')} = %s{for_chain}){for_selection}"
+        f"WHERE c.{quote('name')} = %s AND c.{quote('environment')} = %s{for_chain}){for_selection}"
     )
 
 
@@ -786,15 +825,27 @@ class _DryRun(Exception):
 
 
 def sync_presets(*, presets_file: PresetsFile, dry_run: bool = False) -> SyncReport:
-    """Make the database's chains and presets match the reviewed file, all or nothing.
+    """Make the first environment's chains and presets match the reviewed file, all or nothing
+    (each next environment gets the file by a promotion: ``presets.promotions``).
 
     Creates chains (with their default live as v1), adds and updates presets, retires
     removed ones (never a live one), and applies a changed definition of a live preset as a
     new version (action ``sync``)."""
+    return apply_presets(presets_file=presets_file, environment=environments.first(), dry_run=dry_run)
+
+
+def apply_presets(
+    *, presets_file: PresetsFile, environment: str, dry_run: bool = False, reason: str = "", actor: str = SYNC_ACTOR
+) -> SyncReport:
+    """``sync_presets`` for ``environment``: a sync's, or a promotion's (``reason``: the
+    history's, else the file's name and hash). Records the file as the environment's presets
+    revision (``PresetsRevision``)."""
     report = SyncReport()
     try:
         with transaction.atomic():
-            _sync(presets_file, report)
+            _sync(presets_file, report, environment=environment, reason=reason, actor=actor)
+            if not dry_run:
+                PresetsRevision.record(presets_file, environment=environment, now=_now(), actor=actor)
             if dry_run:
                 raise _DryRun
     except _DryRun:
@@ -802,19 +853,22 @@ def sync_presets(*, presets_file: PresetsFile, dry_run: bool = False) -> SyncRep
     return report
 
 
-def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
+def _sync(presets_file: PresetsFile, report: SyncReport, *, environment: str, reason: str, actor: str) -> None:
     now = _now()
-    reason = f"presets file {Path(presets_file.path).name} sha256 {presets_file.sha256[:12]}"
+    reason = reason or f"presets file {Path(presets_file.path).name} sha256 {presets_file.sha256[:12]}"
     problems: list[str] = []
-    missing_chains = Chain.objects.exclude(name__in=presets_file.chains).values_list("name", flat=True)
+    chains = Chain.objects.filter(environment=environment)
+    missing_chains = chains.exclude(name__in=presets_file.chains).values_list("name", flat=True)
     for name in missing_chains:
         problems.append(
             f"$.chains.{name}: chain {name!r} exists but is not in the file; chains "
             "are never deleted (history must resolve): keep it in the file"
         )
     for spec in presets_file.chains.values():
-        chain, created = Chain.objects.select_for_update().get_or_create(
-            name=spec.name, defaults={"description": spec.description, "contract": spec.contract}
+        chain, created = chains.select_for_update().get_or_create(
+            name=spec.name,
+            environment=environment,
+            defaults={"description": spec.description, "contract": spec.contract},
         )
         if created:
             report.add(f"+ chain {spec.name}")
@@ -859,13 +913,14 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 preset.retired_at = now
                 preset.save()
                 report.add(f"- preset {spec.name}/{name} retired")
-        default = chain.presets.get(name=spec.default)
+        default_name = spec.default_in(environment)
+        default = chain.presets.get(name=default_name)
         if chain.default_preset_id != default.pk:
             old = chain.default_preset.name if chain.default_preset else None
             chain.default_preset = default
             chain.save()
             if old is not None:
-                report.add(f"~ chain {spec.name}: default {old} -> {spec.default}")
+                report.add(f"~ chain {spec.name}: default {old} -> {default_name}")
         if selection is None:
             created_selection = Selection.objects.create(
                 chain=chain,
@@ -874,21 +929,23 @@ def _sync(presets_file: PresetsFile, report: SyncReport) -> None:
                 steps=default.steps,
                 marking=default.marking,
                 failure_policy=default.failure_policy,
-                updated_by=SYNC_ACTOR,
-                reason=f"chain created from {reason}",
+                updated_by=actor,
+                reason=fit_reason(f"chain created from {reason}"),
                 updated_at=now,
                 expires_at=None,
                 action=Action.SYNC,
             )
             _announce(created_selection)
-            report.add(f"+ {spec.name} v1 serves {spec.default}")
+            report.add(f"+ {spec.name} v1 serves {default_name}")
             continue
-        _sync_live(selection, chain, reason=reason, now=now, report=report)
+        _sync_live(selection, chain, reason=fit_reason(reason), actor=actor, now=now, report=report)
     if problems:
         raise SyncRefused(problems)
 
 
-def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime, report: SyncReport) -> None:
+def _sync_live(
+    selection: Selection, chain: Chain, *, reason: str, actor: str, now: datetime, report: SyncReport
+) -> None:
     """Apply reviewed changes to what the chain serves now, as one new version."""
     selection.chain = chain
     live = chain.presets.get(pk=selection.preset_id)
@@ -906,7 +963,7 @@ def _sync_live(selection: Selection, chain: Chain, *, reason: str, now: datetime
         selection.expires_at,
     ):
         return
-    _apply(selection, preset=target, action=Action.SYNC, actor=SYNC_ACTOR, reason=reason, expires_at=expiry, now=now)
+    _apply(selection, preset=target, action=Action.SYNC, actor=actor, reason=reason, expires_at=expiry, now=now)
     report.add(f"~ {chain.name} v{selection.version} serves {target.name} {_describe_steps(target.steps)}")
 
 

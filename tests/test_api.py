@@ -18,6 +18,7 @@ pytestmark = pytest.mark.usefixtures("synced")
 
 DOCUMENT_FIELDS = {
     "name",
+    "environment",
     "version",
     "preset",
     "is_default",

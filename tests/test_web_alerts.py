@@ -25,7 +25,7 @@ from audit.models import Alert
 from pages.errors import WayBack, way_back
 from pages.templatetags.oncall import clock_times
 from presets import services
-from presets.models import Selection
+from presets.models import Chain, Selection
 from tests.health_reports import vendor_a_failing
 
 pytestmark = pytest.mark.usefixtures("synced")
@@ -66,7 +66,7 @@ def expired_alert(clock: Any, chain: str = "incident-summary", preset: str = "lo
     """Pin ``chain`` for 30 minutes and let it expire: its pin_expired alert."""
     pin(chain, preset, expires_at=timedelta(minutes=30))
     clock.shift(timedelta(minutes=31))
-    assert services.expire_pins(chains=[chain]) == 1
+    assert services.expire_pins(chain_ids=[Chain.objects.get(name=chain).pk]) == 1
     return Alert.objects.get(kind="pin_expired", chain__name=chain)
 
 
