@@ -29,9 +29,8 @@ from audit.models import SUBJECT_ALERTS, Alert, AlertKind, DeliveryState
 from audit.notifications import notify_resolved, resolution_deliveries
 from audit.notifiers import LOG, planned_deliveries
 from audit.provider_health import Failing, failing_steps
-from presets import plans
+from presets import environments, plans, services
 from presets.documents import format_duration, format_time
-from presets.exceptions import NotFound
 from presets.models import Action, Chain, PlannedPin, PlanState, Selection, lock_selection
 from presets.selectors import PinStart, live_pin_start, pin_start
 
@@ -41,17 +40,23 @@ log = logging.getLogger(__name__)
 # --- reads ------------------------------------------------------------------------------
 
 
-def recent_alerts(*, limit: int = 100, open_only: bool = False, chain: str | None = None) -> list[Alert]:
-    """Alerts newest first, with their chain loaded: the alerts page and GET /api/v1/alerts.
+def recent_alerts(
+    *, limit: int = 100, open_only: bool = False, chain: str | None = None, environment: str | None = None
+) -> list[Alert]:
+    """Alerts newest first, with their chain loaded: the alerts page and GET /api/v1/alerts;
+    of ``environment``'s chains (None: every environment's; with ``chain``: the default's).
 
     ``open_only`` keeps the conditions still going on (a stale pin not yet ended)."""
     alerts = Alert.objects.select_related("chain", "resolution_notification").order_by("-created_at", "-id")
     if open_only:
         alerts = alerts.filter(resolved_at__isnull=True)
     if chain is not None:
-        if not Chain.objects.filter(name=chain).exists():
-            raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+        environment = environments.resolve(environment)
+        if not Chain.objects.filter(name=chain, environment=environment).exists():
+            raise services.unknown_chain(chain, environment)
         alerts = alerts.filter(chain__name=chain)
+    if environment is not None:
+        alerts = alerts.filter(chain__environment=environment)
     return list(alerts[:limit])
 
 
@@ -364,12 +369,12 @@ def _stale_message(selection: Selection, start: PinStart, *, age: timedelta) -> 
 
 
 def resolve_ended(kind: str, *, still: set[tuple[str, str]], now: datetime, resolution: Callable[[Alert], str]) -> int:
-    """Resolve the open alerts of ``kind`` whose (chain name, subject) is no longer in
+    """Resolve the open alerts of ``kind`` whose (chain label, subject) is no longer in
     ``still``, each with ``resolution(alert)`` saying how it ended, and tell the notifiers;
     returns how many. Inside the sweep's transaction: the rows are locked as they are read."""
     resolved = 0
     for alert in Alert.objects.select_for_update().filter(kind=kind, resolved_at__isnull=True).select_related("chain"):
-        if (alert.chain.name, alert.subject) in still:
+        if (alert.chain.label, alert.subject) in still:
             continue
         alert.resolution = resolution(alert)
         alert.resolved_at = now

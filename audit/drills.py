@@ -34,6 +34,7 @@ from audit import actions
 from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind, DrillInstance, DrillMinute, FleetInstance
 from presets import drills as chain_drills
+from presets import environments
 from presets.documents import Time, format_time
 from presets.models import JUDGED_VERDICTS, Chain, Drill, DrillState, Verdict
 from presets.wire import LATENCY_BOUNDS_MS, latency_percentile
@@ -89,7 +90,8 @@ def start_refusal(chain: Chain, *, now: datetime | None = None) -> str | None:
 def start_drill(**kwargs: Any) -> Drill:
     """``presets.drills.start_drill``, refused while a provider alert is open on the chain:
     what every interface calls."""
-    chain = Chain.objects.filter(name=kwargs.get("chain")).first()
+    environment = environments.resolve(kwargs.get("environment", ""))
+    chain = Chain.objects.filter(name=kwargs.get("chain"), environment=environment).first()
     blocked = start_refusal(chain) if chain is not None else None
     return chain_drills.start_drill(blocked=blocked, **kwargs)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -29,6 +30,7 @@ from django.db import DatabaseError, connection, transaction
 
 from audit import evidence
 from audit.models import MAX_CLIENT_LENGTH, FleetInstance, RefusedReason
+from presets import selectors
 from presets.models import Chain, ServiceToken
 
 log = logging.getLogger(__name__)
@@ -167,7 +169,7 @@ class FleetRecorder:
             }
         if not pending:
             return 0
-        chains = dict(Chain.objects.filter(name__in={c for c, _ in pending}).values_list("name", "id"))
+        chains = chain_ids({c for c, _ in pending})
         pending = {key: seen for key, seen in pending.items() if key[0] in chains}
         rows = [(chains[chain], client, seen) for (chain, client), seen in pending.items()]
         written = len(rows)
@@ -191,6 +193,12 @@ class FleetRecorder:
         if growing:
             prune_to_cap(growing)
         return written
+
+
+def chain_ids(keys: Iterable[str]) -> dict[str, int]:
+    """The ids of the chains these keys name (``environments.label``), one query per
+    environment; unknown keys left out."""
+    return {key: chain.pk for key, chain in selectors.chains_by_label(keys).items()}
 
 
 def prune_to_cap(tokens: set[int], *, now: datetime | None = None) -> int:

@@ -28,6 +28,7 @@ from audit import evidence
 from audit.fleet_recorder import parse_identity, recorder
 from audit.models import RefusedReason
 from audit.usage import count_within
+from presets import environments
 from presets.models import ServiceToken, TokenPurpose
 
 MAX_INSTANCES = 10_000
@@ -81,9 +82,10 @@ def take_seen(
     accepted = dropped = 0
     for chain, client, version in instances:
         identity = parse_identity(client, version)
-        if identity is None:
+        # A relay reports for the chains its token reads: its environment's (all or those bound).
+        if identity is None or not token.reads(environment=token.environment, chain=chain):
             dropped += 1
             continue
-        recorder.seen(chain, *identity, at=now, token=token.pk)
+        recorder.seen(environments.label(token.environment, chain), *identity, at=now, token=token.pk)
         accepted += 1
     return SeenTaken(accepted=accepted, dropped=dropped)

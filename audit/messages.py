@@ -62,7 +62,7 @@ def raised(alert: Alert) -> Event:
     return Event(
         id=alert.raised_event_id,
         type=ALERT_RAISED,
-        chain=alert.chain.name,
+        chain=alert.chain.label,
         version=alert.version,
         url=alert.chain_url,
         occurred_at=alert.created_at,
@@ -76,7 +76,7 @@ def of_notification(notification: Notification) -> Event:
         return Event(
             id=str(notification.event_id),
             type=CHANGE,
-            chain=notification.chain.name,
+            chain=notification.chain.label,
             version=notification.version,
             url=notification.chain_url,
             occurred_at=notification.created_at,
@@ -87,7 +87,7 @@ def of_notification(notification: Notification) -> Event:
     return Event(
         id=str(notification.event_id),
         type=ALERT_RESOLVED,
-        chain=notification.chain.name,
+        chain=notification.chain.label,
         version=alert.version,
         url=alert.chain_url,
         occurred_at=alert.resolved_at or notification.created_at,
@@ -111,26 +111,26 @@ def title_of(alert: Alert) -> str:
     """One line naming what happened, for a log line, a mail subject or a chat message."""
     details = alert.details
     if alert.kind == AlertKind.STALE_PIN:
-        return f"{alert.chain.name} pinned to {details.get('preset')} for {alert.age}"
+        return f"{alert.chain.label} pinned to {details.get('preset')} for {alert.age}"
     if alert.kind == AlertKind.PIN_EXPIRED:
-        return f"{alert.chain.name}: pin {details.get('preset')} expired, reverted to the default"
+        return f"{alert.chain.label}: pin {details.get('preset')} expired, reverted to the default"
     if alert.kind == AlertKind.PROVIDER_FAILING:
-        return f"{alert.chain.name}: {alert.subject} is failing"
+        return f"{alert.chain.label}: {alert.subject} is failing"
     if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
-        return f"{alert.chain.name}: {alert.subject} rejects the fleet's credentials"
+        return f"{alert.chain.label}: {alert.subject} rejects the fleet's credentials"
     if alert.kind == AlertKind.PLAN_SUSPENDED:
-        return f"{alert.chain.name}: planned pin {details.get('preset')} did not start; start it anyway or cancel it"
+        return f"{alert.chain.label}: planned pin {details.get('preset')} did not start; start it anyway or cancel it"
     if alert.kind == AlertKind.PLAN_MISSED:
-        return f"{alert.chain.name}: planned pin {details.get('preset')} was missed"
+        return f"{alert.chain.label}: planned pin {details.get('preset')} was missed"
     if alert.kind == AlertKind.GUARD_RESTORED:
-        return f"{alert.chain.name}: the guard undid pin {details.get('preset')}, restored {details.get('restored')}"
+        return f"{alert.chain.label}: the guard undid pin {details.get('preset')}, restored {details.get('restored')}"
     if alert.kind == AlertKind.PUBLISH_FORGED:
-        return f"{alert.chain.name}: {alert.subject} held a document the control plane did not make; replaced"
+        return f"{alert.chain.label}: {alert.subject} held a document the control plane did not make; replaced"
     if alert.kind in (AlertKind.DRILL_FAILED, AlertKind.DRILL_PASSED):
-        return f"{alert.chain.name}: {alert.subject} {details.get('verdict')} (report: {details.get('url')})"
+        return f"{alert.chain.label}: {alert.subject} {details.get('verdict')} (report: {details.get('url')})"
     if alert.kind == AlertKind.SPEND:
-        return f"{alert.chain.name}: {alert.subject} spend runs at {details.get('words', 'past its bound')}"
-    return f"{alert.kind} on {alert.chain.name}"
+        return f"{alert.chain.label}: {alert.subject} spend runs at {details.get('words', 'past its bound')}"
+    return f"{alert.kind} on {alert.chain.label}"
 
 
 def change_summary(change: dict[str, Any]) -> str:
@@ -340,7 +340,7 @@ def pagerduty_trigger(
             "source": pagerduty_source(),
             "severity": SEVERITY.get(alert.kind, "warning"),
             "timestamp": format_time(at),
-            "component": alert.chain.name,
+            "component": alert.chain.label,
             "class": alert.kind,
             "custom_details": details,
         },

@@ -23,8 +23,8 @@ from audit import delivery
 from audit.messages import ALERT_RESOLVED, CHANGE
 from audit.models import Alert, Deliverable, Notification, NotificationKind
 from audit.notifiers import planned_deliveries
+from presets import environments, services
 from presets.documents import Help, Time, format_time
-from presets.exceptions import NotFound
 from presets.history import HistoryEntry, entry
 from presets.models import Chain, Selection
 
@@ -142,14 +142,20 @@ def changes_notified() -> bool:
     return bool(planned_deliveries(CHANGE))
 
 
-def recent_notifications(*, limit: int = 100, chain: str | None = None, kind: str | None = None) -> list[Notification]:
+def recent_notifications(
+    *, limit: int = 100, chain: str | None = None, kind: str | None = None, environment: str | None = None
+) -> list[Notification]:
     """Notifications newest first, with their chain loaded: the alerts page and
-    GET /api/v1/notifications."""
+    GET /api/v1/notifications; of ``environment``'s chains (None: every environment's; with
+    ``chain``: the default's)."""
     notifications = Notification.objects.select_related("chain").order_by("-created_at", "-id")
     if chain is not None:
-        if not Chain.objects.filter(name=chain).exists():
-            raise NotFound(f"unknown chain {chain!r}", details={"chain": chain})
+        environment = environments.resolve(environment)
+        if not Chain.objects.filter(name=chain, environment=environment).exists():
+            raise services.unknown_chain(chain, environment)
         notifications = notifications.filter(chain__name=chain)
+    if environment is not None:
+        notifications = notifications.filter(chain__environment=environment)
     if kind is not None:
         notifications = notifications.filter(kind=kind)
     return list(notifications[:limit])

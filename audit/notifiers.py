@@ -35,6 +35,7 @@ from django.core.mail import send_mail
 from audit import messages
 from audit.messages import ALERT_RAISED, ALERT_RESOLVED, CHANGE, Event
 from audit.models import EVENT_KINDS, Alert, DeliveryState
+from presets import environments
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +403,10 @@ class PagerDutyNotifier:
 
 def open_incidents(chain: str) -> list[Alert]:
     """The open alerts on ``chain`` that opened a PagerDuty incident (conditions, not events)."""
-    open_alerts = Alert.objects.filter(chain__name=chain, resolved_at__isnull=True).exclude(kind__in=EVENT_KINDS)
+    environment, name = environments.from_label(chain)
+    open_alerts = Alert.objects.filter(
+        chain__name=name, chain__environment=environment, resolved_at__isnull=True
+    ).exclude(kind__in=EVENT_KINDS)
     return [alert for alert in open_alerts.order_by("id") if "pagerduty" in alert.deliveries]
 
 

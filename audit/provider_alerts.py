@@ -32,7 +32,8 @@ from django.utils import timezone
 from audit import actions, provider_health
 from audit.alerts import raise_alert, resolve_ended
 from audit.models import Alert, AlertKind
-from presets.models import Chain, Selection
+from presets import selectors
+from presets.models import Selection
 
 # Usage reports arrive many per second from a large fleet: judge at most this often.
 EVALUATE_EVERY_S = 5.0
@@ -65,10 +66,9 @@ def sweep(*, now: datetime | None = None) -> ProviderSweep:
     credentials = {(seen.chain, seen.provider): seen for seen in evidence.credentials}
     raised = resolved = 0
     with transaction.atomic():
-        chains = {
-            chain.name: chain for chain in Chain.objects.filter(name__in={c for c, _ in [*failing, *credentials]})
-        }
-        versions = dict(Selection.objects.filter(chain__in=chains.values()).values_list("chain__name", "version"))
+        chains = selectors.chains_by_label({c for c, _ in [*failing, *credentials]})
+        by_id = dict(Selection.objects.filter(chain__in=chains.values()).values_list("chain_id", "version"))
+        versions = {label: by_id[chain.pk] for label, chain in chains.items() if chain.pk in by_id}
         for (chain_name, subject), step in failing.items():
             witnesses = [instance.client for instance in step.failing_instances]
             alert, created = raise_alert(

@@ -53,7 +53,7 @@ from audit.models import (
     ProviderTokenTotal,
     ReportWindow,
 )
-from presets import statements
+from presets import environments, statements
 from presets.documents import Help, Time, format_time
 from presets.models import Chain, Preset
 from presets.wire import OUTCOME_CLASSES, TOKEN_FIELDS, latency_percentile
@@ -568,14 +568,15 @@ def failing_steps(*, now: datetime | None = None, chain: Chain | None = None) ->
         rows = rows.filter(chain=chain)
     sums = {name: Sum(name) for name in OUTCOME_CLASSES}
     failing = []
-    for row in rows.values("chain__name", "provider", "model").annotate(**sums):
+    for row in rows.values("chain__environment", "chain__name", "provider", "model").annotate(**sums):
         errors_by_class = {name: row[name] or 0 for name in ERROR_CLASSES}
         errors = sum(errors_by_class.values())
         attempts = errors + (row["served"] or 0)
         if not is_failing(attempts=attempts, errors=errors):
             continue
         worst = max(ERROR_CLASSES, key=lambda name: errors_by_class[name])
-        failing.append(Failing(row["chain__name"], row["provider"], row["model"], attempts, errors, worst))
+        label = environments.label(row["chain__environment"], row["chain__name"])
+        failing.append(Failing(label, row["provider"], row["model"], attempts, errors, worst))
     return sorted(failing, key=lambda step: (-step.error_rate, step.chain, step.provider, step.model))
 
 
@@ -752,12 +753,15 @@ def alert_evidence(*, now: datetime | None = None) -> AlertEvidence:
     polled = now - timedelta(minutes=settings.FLEET_INSTANCE_TTL_MINUTES)
     rows = (
         ProviderEvidence.objects.filter(minute__gte=_evidence_since(now), instance__last_seen_at__gte=polled)
-        .values_list("instance__chain__name", "provider", "model", "instance__client", "token")
+        .values_list(
+            "instance__chain__environment", "instance__chain__name", "provider", "model", "instance__client", "token"
+        )
         .annotate(*(Sum(name) for name in _EVIDENCE))
         .order_by()
     )
     by_instance: dict[tuple[str, str, str, str], tuple[set[str], list[int]]] = {}
-    for chain, provider, model, client, token, *sums in rows:
+    for environment, name, provider, model, client, token, *sums in rows:
+        chain = environments.label(environment, name)
         tokens, counts = by_instance.setdefault((chain, provider, model, client), (set(), [0] * len(_EVIDENCE)))
         tokens.add(token)
         for index, count in enumerate(sums):
@@ -858,27 +862,32 @@ def token_totals() -> dict[tuple[str, str, str], tuple[int, int]]:
     totals: dict[tuple[str, str, str], tuple[int, int]] = {}
     kept = (
         ProviderHealthMinute.objects.exclude(model="")
-        .values_list("chain__name", "provider", "model")
+        .values_list("chain__environment", "chain__name", "provider", "model")
         .annotate(Sum("input_tokens"), Sum("output_tokens"))
         .order_by()
     )
-    moved = ProviderTokenTotal.objects.values_list("chain__name", "provider", "model", "input_tokens", "output_tokens")
-    for chain, provider, model, tokens_in, tokens_out in [*kept, *moved]:
+    moved = ProviderTokenTotal.objects.values_list(
+        "chain__environment", "chain__name", "provider", "model", "input_tokens", "output_tokens"
+    )
+    for environment, name, provider, model, tokens_in, tokens_out in [*kept, *moved]:
+        chain = environments.label(environment, name)
         before = totals.get((chain, provider, model), (0, 0))
         totals[chain, provider, model] = (before[0] + (tokens_in or 0), before[1] + (tokens_out or 0))
     return {key: counts for key, counts in sorted(totals.items()) if any(counts)}
 
 
 def totals(*, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Per chain x provider x model over the last 5 minutes, for ``/metrics``."""
+    """Per chain x provider x model over the last 5 minutes, for ``/metrics`` (the chain by its
+    label: ``chain``)."""
     now = now or timezone.now()
     sums = {name: Sum(name) for name in (*OUTCOME_CLASSES, "breaker_openings")}
-    return list(
+    rows = (
         ProviderHealthMinute.objects.filter(minute__gte=minute_of(now - RECENT))
-        .values("chain__name", "provider", "model")
+        .values("chain__environment", "chain__name", "provider", "model")
         .annotate(**sums)
-        .order_by("chain__name", "provider", "model")
+        .order_by("chain__name", "chain__environment", "provider", "model")
     )
+    return [{**row, "chain": environments.label(row["chain__environment"], row["chain__name"])} for row in rows]
 
 
 __all__ = [

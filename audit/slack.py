@@ -23,7 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit.fleet import fleet_statuses
-from presets import selectors
+from presets import environments, selectors
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ def convergence(chain: str, version: int, *, since: datetime, now: datetime | No
     """The fleet's progress on ``chain``'s ``version`` in words ('21 of 21 instances on v8 in
     0.4 s'), and whether every live instance has it (or the chain moved on)."""
     now = now or timezone.now()
-    selection = selectors.selections().filter(chain__name=chain).first()
+    environment, name = environments.from_label(chain)
+    selection = selectors.selections(environment).filter(chain__name=name).first()
     if selection is None or selection.version != version:
         live = f"v{selection.version}" if selection else "gone"
         return f"{chain} has changed again since ({live}): see the control plane", True

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from audit.models import ProviderHealthMinute
 from audit.provider_health import HOUR, RECENT, StepHealth, WindowHealth, minute_of
+from presets import environments, selectors
 from presets.documents import Help, Time, format_time
 from presets.history import HistoryEntry
 from presets.models import Chain
@@ -371,12 +372,12 @@ def around_changes(entries: Sequence[HistoryEntry], *, now: datetime | None = No
     One query for any number of entries."""
     now = now or timezone.now()
     unit = currency()
-    times = {(item["chain_name"], _parsed(item["at"])) for item in entries}
+    times = {(_label(item), _parsed(item["at"])) for item in entries}
     costs = _minute_costs(times, now=now)
     kept_from = minute_of(now - timedelta(hours=settings.PROVIDER_HEALTH_RETENTION_HOURS)) + timedelta(minutes=1)
     result = []
     for item in entries:
-        chain, at = item["chain_name"], _parsed(item["at"])
+        chain, at = _label(item), _parsed(item["at"])
         minute = minute_of(at)
         after_from = minute + timedelta(minutes=1)
         changed: ExportedChange = {
@@ -401,19 +402,23 @@ def _minute_costs(times: set[tuple[str, datetime]], *, now: datetime) -> dict[st
         return {}
     since = minute_of(min(at for _, at in times)) - AROUND
     until = minute_of(max(at for _, at in times)) + AROUND + timedelta(minutes=1)
+    labels = {chain.pk: label for label, chain in selectors.chains_by_label({chain for chain, _ in times}).items()}
     rows = (
-        ProviderHealthMinute.objects.filter(
-            chain__name__in={chain for chain, _ in times}, minute__gte=since, minute__lte=until
-        )
+        ProviderHealthMinute.objects.filter(chain_id__in=labels, minute__gte=since, minute__lte=until)
         .exclude(model="")
-        .values_list("chain__name", "provider", "model", "minute", "served", "input_tokens", "output_tokens")
+        .values_list("chain_id", "provider", "model", "minute", "served", "input_tokens", "output_tokens")
     )
     costs: dict[str, dict[datetime, float | None]] = defaultdict(dict)
-    for chain, provider, model, minute, served, tokens_in, tokens_out in rows:
+    for chain_id, provider, model, minute, served, tokens_in, tokens_out in rows:
+        chain = labels[chain_id]
         cost = tokens_cost(price_of(provider, model), served=served, input_tokens=tokens_in, output_tokens=tokens_out)
         known = costs[chain].get(minute, 0.0)
         costs[chain][minute] = None if known is None or cost is None else known + cost
     return costs
+
+
+def _label(item: HistoryEntry) -> str:
+    return environments.label(item["environment"], item["chain_name"])
 
 
 def _pace(

@@ -163,7 +163,7 @@ def sweep(*, now: datetime | None = None) -> SpendSweep:
             if len(clients) < settings.PROVIDER_ALERT_MIN_INSTANCES or not weighed.enough:
                 continue  # not enough evidence: an open alert resolves, none is raised
             chain, pace = chains[chain_id], found[chain_id, subject]
-            still.add((chain.name, subject))
+            still.add((chain.label, subject))
             unit = currency()
             words = f"{format_money(pace.now or 0.0, unit)} an hour, {bound}"
             alert, created = raise_alert(

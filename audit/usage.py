@@ -32,6 +32,7 @@ from django.utils import timezone
 from audit import drills, evidence, provider_health
 from audit.fleet_recorder import recorder
 from audit.models import FleetInstance, ProviderUsage, RefusedReason, RejectedVersion, ReportWindow
+from presets import environments
 from presets.documents import format_time
 from presets.models import Chain, ServiceToken
 from presets.providers import get_registry
@@ -224,7 +225,8 @@ def known_instance(*, chain: Chain, client: str, now: datetime) -> int | None:
     found = lookup()
     # This process's own latest reads are noted, and written once a second: they count too
     # (the read front's notes of this instance among them).
-    if found is None and (recorder.adopt_noted(chain.name, client) or recorder.has_pending) and recorder.flush():
+    key = environments.label(chain.environment, chain.name)
+    if found is None and (recorder.adopt_noted(key, client) or recorder.has_pending) and recorder.flush():
         found = lookup()
     return found
 

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 from audit import provider_health
 from audit.models import Alert, AlertKind, RefusedEvidence
 from controlplane import pool_metrics
+from presets import environments
 from presets.models import Action, Selection
 from presets.providers import price_of
 from presets.selectors import pin_age
@@ -59,7 +60,7 @@ class ChainCollector(Collector):
             labels=["chain"],
         )
         for selection in Selection.objects.select_related("chain"):
-            name = selection.chain.name
+            name = selection.chain.label
             version.add_metric([name], selection.version)
             pinned.add_metric([name], 1 if selection.is_pinned else 0)
             age = pin_age(selection, now=now)
@@ -75,14 +76,15 @@ class ChainCollector(Collector):
             "controlplane_pin_expiries", "Pins reverted because they expired, by chain", labels=["chain"]
         )
         counted = (
-            Selection.history.values("chain__name", "action")
+            Selection.history.values("chain__environment", "chain__name", "action")
             .annotate(n=Count("history_id"))
-            .order_by("chain__name", "action")
+            .order_by("chain__name", "chain__environment", "action")
         )
         for row in counted:
-            changes.add_metric([row["chain__name"], row["action"]], row["n"])
+            chain = environments.label(row["chain__environment"], row["chain__name"])
+            changes.add_metric([chain, row["action"]], row["n"])
             if row["action"] == Action.EXPIRE:
-                expiries.add_metric([row["chain__name"]], row["n"])
+                expiries.add_metric([chain], row["n"])
         yield from (changes, expiries)
 
         alerts = CounterMetricFamily("controlplane_alerts", "Alerts raised, by kind", labels=["kind"])
@@ -111,12 +113,13 @@ def _publish_replaced() -> Metric:
     )
     rows = (
         Alert.objects.filter(kind=AlertKind.PUBLISH_FORGED)
-        .values("chain__name", "subject", "details__reason")
+        .values("chain__environment", "chain__name", "subject", "details__reason")
         .annotate(n=Count("id"))
-        .order_by("chain__name", "subject", "details__reason")
+        .order_by("chain__name", "chain__environment", "subject", "details__reason")
     )
     for row in rows:
-        replaced.add_metric([row["chain__name"], row["subject"], str(row["details__reason"] or "")], row["n"])
+        chain = environments.label(row["chain__environment"], row["chain__name"])
+        replaced.add_metric([chain, row["subject"], str(row["details__reason"] or "")], row["n"])
     return replaced
 
 
@@ -155,7 +158,7 @@ def _provider_health(now: datetime) -> Iterator[Metric]:
         labels=["chain", "provider"],
     )
     for row in provider_health.totals(now=now):
-        chain, provider, model = row["chain__name"], row["provider"], row["model"]
+        chain, provider, model = row["chain"], row["provider"], row["model"]
         if not model:
             openings.add_metric([chain, provider], row["breaker_openings"] or 0)
             continue

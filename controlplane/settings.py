@@ -111,6 +111,8 @@ MIDDLEWARE = [
     # First, so it sees every answer: the request id (X-Request-ID), the request's time in
     # /metrics and its access line.
     "controlplane.request_context.RequestContextMiddleware",
+    # Before anything reads the path: /env/<env>/... is the same URL in that environment.
+    "controlplane.environment_paths.EnvironmentPathMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "controlplane.database_outage.DatabaseOutageMiddleware",
     "controlplane.query_string.RefuseUnstorableQueryMiddleware",

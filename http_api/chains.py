@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from audit import drills
 from audit.fleet_recorder import parse_identity, recorder
 from http_api.authentication import CanWrite
+from http_api.environments import environment_of, token_chains
 from http_api.fields import (
     AwareDateTimeField,
     ReasonField,
@@ -24,7 +25,7 @@ from http_api.fields import (
     int_param,
 )
 from http_api.schema import WRITE_ERRORS, DocumentSerializer, errors, serializer_for
-from presets import selectors, services
+from presets import environments, selectors, services
 from presets.documents import NO_MARKING, FailurePolicyDocument, Help, MarkingDocument, StepDocument, etag
 from presets.history import HistoryEntry, history_entries
 from presets.models import PRESET_NAME_MAX, Selection, ServiceToken, current_epoch
@@ -64,11 +65,11 @@ class ChainListView(CountedReadView):
         },
     )
     def get(self, request: Request) -> Response:
-        selections = services.revert_expired_and_read_all()
+        selections = services.revert_expired_and_read_all(environment=environment_of(request))
+        bound = token_chains(request)
         epoch = current_epoch()
-        return Response(
-            {"chains": [sign(s.to_document(epoch=epoch)) for s in selections]}, headers={"Cache-Control": "no-cache"}
-        )
+        documents = [sign(s.to_document(epoch=epoch)) for s in selections if bound is None or s.chain.name in bound]
+        return Response({"chains": documents}, headers={"Cache-Control": "no-cache"})
 
 
 class ChainDetailView(CountedReadView):
@@ -97,11 +98,12 @@ class ChainDetailView(CountedReadView):
         # reaches Django (a session, or a WSGI deployment) is answered at once.
         wait_seconds(request.query_params.get("wait"))
         minimum = min_version(request.query_params.get("min_version"))
-        selection = services.revert_expired_and_read(chain=name)
+        environment = environment_of(request, name)
+        selection = services.revert_expired_and_read(chain=name, environment=environment)
         identity = parse_identity(request.headers.get("X-Chain-Client"), request.headers.get("X-Chain-Applied-Version"))
         if identity is not None:
-            token = request.auth if isinstance(request.auth, ServiceToken) else None
-            recorder.seen(name, *identity, token=token.pk if token is not None else None)
+            token = request.auth.pk if isinstance(request.auth, ServiceToken) else None
+            recorder.seen(environments.label(environment, name), *identity, token=token)
             recorder.flush()
         epoch = current_epoch()
         if minimum is not None and (epoch, selection.version) < minimum:
@@ -156,7 +158,8 @@ class ChainPresetsView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        selection = services.revert_expired_and_read(chain=name)  # 404 for an unknown chain
+        # 404 for an unknown chain
+        selection = services.revert_expired_and_read(chain=name, environment=environment_of(request, name))
         chain = selection.chain
         last = drills.last_drills(chain)
         presets = sorted(
@@ -194,10 +197,12 @@ class HistoryView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        services.revert_expired_and_read(chain=name)  # 404 for an unknown chain; expiry applied
+        environment = environment_of(request, name)
+        services.revert_expired_and_read(chain=name, environment=environment)  # 404 for an unknown chain
         limit = int_param(request, "limit", 100, 1, 500)
         before = int_param(request, "before", None, 1, None)
-        return Response({"entries": history_entries(chain=name, limit=limit, before=before)})
+        entries = history_entries(chain=name, environment=environment, limit=limit, before=before)
+        return Response({"entries": entries})
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -228,13 +233,15 @@ class WriteView(APIView):
     permission_classes = [CanWrite]
     InputSerializer: type[ChangeInput] = ChangeInput
 
-    def change(self, request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The validated input, and what every service change takes from it: who, why and
-        the version they saw."""
+    def change(self, request: Request, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The validated input, and what every service change takes from it: the chain's
+        environment, who, why and the version they saw."""
+        environment = environment_of(request, name)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         who = {
+            "environment": environment,
             "actor": actor_of(request.user),
             "reason": data["reason"],
             "expected_version": data.get("expected_version"),
@@ -265,7 +272,7 @@ class SelectView(WriteView):
 
     @extend_schema(operation_id="chains_select", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        data, who = self.change(request)
+        data, who = self.change(request, name)
         # The answer stays the chain document (signed, parsed by the SDK): the guard is read apart.
         return document_response(
             services.select_preset(
@@ -282,7 +289,7 @@ class SelectView(WriteView):
 class RevertView(WriteView):
     @extend_schema(operation_id="chains_revert", request=ChangeInput, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        _, who = self.change(request)
+        _, who = self.change(request, name)
         return document_response(services.revert_to_default(chain=name, **who))
 
 
@@ -297,7 +304,7 @@ class ExtendView(WriteView):
 
     @extend_schema(operation_id="chains_extend", request=InputSerializer, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str) -> Response:
-        data, who = self.change(request)
+        data, who = self.change(request, name)
         expiry = expiry_from(data)
         return document_response(services.extend_pin(chain=name, expires_at=expiry, shorten=data["shorten"], **who))
 
@@ -305,5 +312,5 @@ class ExtendView(WriteView):
 class RestoreView(WriteView):
     @extend_schema(operation_id="chains_restore", request=ChangeInput, responses=WRITE_RESPONSES)
     def post(self, request: Request, name: str, version: int) -> Response:
-        _, who = self.change(request)
+        _, who = self.change(request, name)
         return document_response(services.restore(chain=name, version=version, **who))

@@ -16,6 +16,7 @@ from audit import usage as usage_reports
 from audit.fleet_recorder import MAX_VERSION_LENGTH, recorder
 from audit.models import MAX_CLIENT_LENGTH
 from http_api.authentication import TokenPrincipal
+from http_api.environments import environment_of, token_chains
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from http_api.schema import errors, serializer_for
 from presets import services
@@ -58,7 +59,10 @@ class FleetView(APIView):
     def get(self, request: Request) -> Response:
         detail = int_param(request, "detail", fleet.DETAIL_SHOWN, 0, fleet.DETAIL_MAX)
         recorder.flush()  # this process's latest reads count too
-        statuses = fleet.fleet_statuses(services.revert_expired_and_read_all(), detail=detail)
+        selections = services.revert_expired_and_read_all(environment=environment_of(request))
+        bound = token_chains(request)
+        selections = [s for s in selections if bound is None or s.chain.name in bound]
+        statuses = fleet.fleet_statuses(selections, detail=detail)
         chains = [fleet.FleetSummary(**status, summary=fleet.fleet_summary(status)) for status in statuses.values()]
         return Response({"chains": chains})
 
@@ -102,7 +106,8 @@ class ChainInstancesView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        selection = services.revert_expired_and_read(chain=name)  # 404 for an unknown chain
+        # 404 for an unknown chain
+        selection = services.revert_expired_and_read(chain=name, environment=environment_of(request, name))
         limit = int_param(request, "limit", 100, 1, fleet.INSTANCES_PAGE_MAX)
         after = request.query_params.get("after", "")
         if len(after) > MAX_CLIENT_LENGTH or not after.isprintable():
@@ -333,7 +338,8 @@ class UsageView(APIView):
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        selection = services.revert_expired_and_read(chain=name)
+        # A token reports for its own environment's chains, those it is bound to (403 else).
+        selection = services.revert_expired_and_read(chain=name, environment=environment_of(request, name))
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         principal = request.user
@@ -520,7 +526,7 @@ class ChainHealthView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        selection = services.revert_expired_and_read(chain=name)
+        selection = services.revert_expired_and_read(chain=name, environment=environment_of(request, name))
         live = [(step["provider"], step["model"]) for step in selection.steps]
         # The live chain's steps in its order, then any other step reported lately, worst first.
         steps = provider_health.chain_health(selection.chain, first=live)
@@ -530,7 +536,7 @@ class ChainHealthView(APIView):
                 "live": [f"{provider}/{model}" for provider, model in live],
                 "error_classes": list(provider_health.ERROR_CLASSES),
                 "steps": steps,
-                "held_alerts": provider_health.alert_evidence().held.get(selection.chain.name, []),
+                "held_alerts": provider_health.alert_evidence().held.get(selection.chain.label, []),
             }
         )
 
@@ -543,7 +549,7 @@ class ChainSpendView(APIView):
 
     @extend_schema(operation_id="chains_spend", responses={200: OutputSerializer, **errors(401, 404, 503)})
     def get(self, request: Request, name: str) -> Response:
-        selection = services.revert_expired_and_read(chain=name)
+        selection = services.revert_expired_and_read(chain=name, environment=environment_of(request, name))
         live = [(step["provider"], step["model"]) for step in selection.steps]
         health = provider_health.chain_health(selection.chain, first=live)
         return Response(spend.chain_spend(selection.chain, health, live_head=live[0] if live else None))

@@ -64,7 +64,10 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
             return redirect(_link(request, params, **cursor))
         try:
             page = history_page(
-                chain=chain_name, filters=form.filters(), size=HISTORY_PAGE_SIZE, **cursor  # type: ignore[arg-type]
+                chain=chain_name,
+                filters=form.filters(),
+                size=HISTORY_PAGE_SIZE,
+                **cursor,  # type: ignore[arg-type]
             )
         except InvalidInput as error:
             form.add_error(error.field, error.field_message)

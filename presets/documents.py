@@ -139,6 +139,19 @@ class ChainDocument(TypedDict):
 NO_MARKING: MarkingDocument = {"degraded": False, "note": ""}
 
 
+def chain_key(environment: str, name: str) -> str:
+    """How a chain's document is keyed where documents of several environments are held (the
+    read front's snapshot, fleet status): environment and name; the name alone in a relay,
+    which serves one environment (``environment`` empty)."""
+    return f"{environment}/{name}" if environment else name
+
+
+def split_chain_key(key: str) -> tuple[str, str]:
+    """``chain_key``'s environment (empty when it names none) and name."""
+    environment, _, name = key.rpartition("/")
+    return environment, name
+
+
 def encode_document(document: ChainDocument) -> bytes:
     """The document as the read path sends it: compact JSON."""
     return json.dumps(document, separators=(",", ":")).encode()

@@ -14,10 +14,24 @@ from collections.abc import Collection
 
 from django.conf import settings
 
+from presets.documents import chain_key, split_chain_key
 from presets.exceptions import InvalidInput, NotFound
 
 NAME_MAX = 30
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,29}")
+
+
+def label(environment: str, name: str) -> str:
+    """How a chain is named where chains of every environment are listed together (alerts,
+    /metrics, fleet status, the read front's documents): its name in the default environment,
+    ``staging/chat`` in another (``documents.chain_key``)."""
+    return name if environment == default() else chain_key(environment, name)
+
+
+def from_label(label: str) -> tuple[str, str]:
+    """``label``'s environment and chain name."""
+    environment, name = split_chain_key(label)
+    return environment or default(), name
 
 
 def names() -> list[str]:

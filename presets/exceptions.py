@@ -36,3 +36,11 @@ class Conflict(ServiceError):
 
     code = "conflict"
     status = 409
+
+
+class Forbidden(ServiceError):
+    """The credential may not read or act on what was asked (a token of another environment, or
+    bound to other chains); the message says which credential would."""
+
+    code = "forbidden"
+    status = 403

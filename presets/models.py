@@ -123,6 +123,11 @@ class Chain(models.Model):
         return self.name
 
     @property
+    def label(self) -> str:
+        """Its name where every environment's chains are listed together (``environments.label``)."""
+        return environments.label(self.environment, self.name)
+
+    @property
     def default(self) -> Preset:
         """The default preset: what the chain serves when nothing is pinned (every synced
         chain has one; the column is nullable only because chains are created first)."""
@@ -676,14 +681,17 @@ def use_token(raw: str) -> ServiceToken | None:
     return token
 
 
-def live_token_hashes(*, token_hash: str | None = None) -> list[tuple[int, str, datetime | None, datetime | None]]:
+def live_token_hashes(
+    *, token_hash: str | None = None
+) -> list[tuple[int, str, datetime | None, datetime | None, str, list[str]]]:
     """Every active token (or the one with ``token_hash``) as (pk, hash, expires_at,
-    last_used_at): what a process that checks tokens in memory holds (the read front's
-    ``TokenSet``)."""
+    last_used_at, environment, chains): what a process that checks tokens in memory holds
+    (the read front's ``TokenSet``)."""
     tokens = ServiceToken.objects.active()
     if token_hash is not None:
         tokens = tokens.filter(token_hash=token_hash)
-    return list(tokens.order_by().values_list("pk", "token_hash", "expires_at", "last_used_at"))
+    fields = ("pk", "token_hash", "expires_at", "last_used_at", "environment", "chains")
+    return list(tokens.order_by().values_list(*fields))
 
 
 def record_token_use(pks: Collection[int], now: datetime) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.query import RawQuerySet
 
-from presets import statements
+from presets import environments, statements
 from presets.models import Action, Chain, Preset, Selection
 
 
@@ -28,6 +28,20 @@ def selections(environment: str | None = None) -> QuerySet[Selection]:
     if environment is not None:
         found = found.filter(chain__environment=environment)
     return found.order_by("chain__name", "chain__environment")
+
+
+def chains_by_label(labels: Iterable[str]) -> dict[str, Chain]:
+    """The chains these labels name (``environments.label``), one query per environment;
+    unknown ones left out."""
+    wanted: dict[str, dict[str, str]] = {}
+    for label in labels:
+        environment, name = environments.from_label(label)
+        wanted.setdefault(environment, {})[name] = label
+    found: dict[str, Chain] = {}
+    for environment, names in wanted.items():
+        for chain in Chain.objects.filter(environment=environment, name__in=names):
+            found[names[chain.name]] = chain
+    return found
 
 
 @dataclass(frozen=True)

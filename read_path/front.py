@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 
 from audit.fleet_recorder import FleetRecorder, recorder
+from presets import environments
 from presets.exceptions import InvalidInput
 from presets.expiry import has_passed
 from read_path import counters, request_context
@@ -55,6 +56,7 @@ from read_path.http import (
     bearer_token,
     matches,
     not_served_yet,
+    split_environment,
 )
 from read_path.request_context import (
     CHAIN_ROUTE,
@@ -203,10 +205,13 @@ class ReadFront:
                         token is None
                         or has_passed(entry.expires_at, now := time.time())
                         or has_passed(token.expires_at, now)
+                        # A token of another environment, or bound to other chains: ``_read``.
+                        or token.environment != entry.environment
+                        or (token.chains is not None and entry.name not in token.chains)
                     ):
                         tokens.used.add(token.pk)
                         if client is not None:  # an SDK instance: fleet status (checked at the flush)
-                            self.fleet.note(entry.name, client, applied, token.pk)
+                            self.fleet.note(entry.key, client, applied, token.pk)
                         await send(start)
                         await send(body)
                         row = self._plain_304 if body is EMPTY_BODY else self._plain_200
@@ -237,13 +242,14 @@ class ReadFront:
         try:
             # The headers are the read's alone: it lets them go before it holds a long poll
             # (some 400 bytes less for each of the thousands held).
-            read = self._read(scope, receive, answer, path[len(PREFIX) + 1 :], headers)
+            environment, chains_path = split_environment(path)
+            read = self._read(scope, receive, answer, environment, chains_path[len(PREFIX) + 1 :], headers)
             del headers
             await read
             if not answer.status:
                 return  # a long poll whose client left: nothing was answered
             seconds = time.perf_counter() - started
-            route = CHAINS_ROUTE if path == PREFIX else CHAIN_ROUTE
+            route = CHAINS_ROUTE if chains_path == PREFIX else CHAIN_ROUTE
             # A held long poll's wait is the client's choice, not the front's work: it is
             # timed on its own (controlplane_long_poll_hold_seconds).
             held = answer.held
@@ -265,8 +271,10 @@ class ReadFront:
             request_context.current.reset(context)
 
     async def _read(
-        self, scope: Scope, receive: Receive, send: _Answer, name: str, headers: dict[bytes, bytes]
+        self, scope: Scope, receive: Receive, send: _Answer, asked: str, name: str, headers: dict[bytes, bytes]
     ) -> None:
+        """A token read of chain ``name`` (empty: the list) of environment ``asked`` (empty: the
+        token's own)."""
         header = headers[b"authorization"]
         raw = self._bearers.get(header, _UNPARSED)
         if raw is _UNPARSED:
@@ -291,33 +299,47 @@ class ReadFront:
             return
         tokens = self.snapshot.tokens
         tokens.remember(header, raw)  # the next read of this header is plain
+        live = tokens.live(raw)
+        if live is None:  # revoked between the check and now (a reload): as if it were never live
+            await _error(send, 401, TOKEN_REFUSED, auth=True)
+            return
+        environment = asked or live.environment
+        refused = (
+            f"unknown environment {asked!r}: this control plane has {', '.join(environments.names())}"
+            if asked and asked not in environments.names()
+            else live.refusal(environment, name or None)
+        )
+        if refused is not None:
+            await _error(send, 403, refused, details={"environment": environment, **({"chain": name} if name else {})})
+            return
         if not name:
             try:
                 await self._expire_due(time.time())
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
-            await _respond(send, 200, self.snapshot.list_body)
+            await _respond(send, 200, self.snapshot.list_body_for(environment, live.chains))
             return
+        key = environments.label(environment, name)
 
         try:
             wait, minimum = read_query(scope.get("query_string"))
         except InvalidInput as exc:
             await _error(send, 400, exc.message, details=exc.details)
             return
-        entry = self.snapshot.entries.get(name)
+        entry = self.snapshot.entries.get(key)
         if entry is not None and entry.expires_at is not None:  # ``_live`` when it may have to act
             try:
-                entry = await self._live(name)
+                entry = await self._live(key)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
         if entry is None:
-            await _error(send, 404, f"unknown chain {name!r}", details={"chain": name})
+            await _error(send, 404, self._unknown(name, environment), details={"chain": name})
             return
         if minimum is not None and entry.order < minimum:
             try:
-                entry = await self._at_least(name, entry, minimum)
+                entry = await self._at_least(key, entry, minimum)
             except Exception:  # noqa: BLE001 - the database is down: the version cannot be checked
                 await _error(send, 503, "the control plane's database is unavailable; retry shortly")
                 return
@@ -331,12 +353,11 @@ class ReadFront:
         # flush, once per instance and version, not on every poll; its row counts against
         # the token's cap.
         if b"x-chain-client" in headers:
-            live = tokens.live(raw)
             self.fleet.note(
-                name,
+                key,
                 headers[b"x-chain-client"],
                 headers.get(b"x-chain-applied-version", b""),
-                live.pk if live is not None else None,
+                live.pk,
             )
         tag = headers.get(b"if-none-match")
         if_none_match = tag.decode("latin-1") if tag is not None else ""
@@ -347,7 +368,7 @@ class ReadFront:
             # once, not at the end of its wait.
             gone = await departure(receive)
             try:
-                waited = await self._wait(name, entry, wait, gone)
+                waited = await self._wait(key, entry, wait, gone)
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
@@ -361,6 +382,12 @@ class ReadFront:
             await _respond(send, 304, b"", entry.etag_header)
         else:
             await _respond(send, 200, entry.body, entry.etag_header)
+
+    def _unknown(self, name: str, environment: str) -> str:
+        """A 404's words: the environment named when there are several."""
+        if not environments.several():
+            return f"unknown chain {name!r}"
+        return f"unknown chain {name!r} in {environment}"
 
     def _may_hold(self) -> bool:
         """Whether one more long poll may be held (``LONG_POLL_MAX_HELD``); when not, it is
@@ -448,7 +475,9 @@ def _token_read(scope: Scope) -> dict[bytes, bytes] | None:
         return None
     path: str = scope["path"]
     if path != PREFIX and not (path.startswith(CHAIN_PATH) and "/" not in path[_NAME_AT:]):
-        return None
+        environment, path = split_environment(path)
+        if not environment or (path != PREFIX and not (path.startswith(CHAIN_PATH) and "/" not in path[_NAME_AT:])):
+            return None
     headers = dict(scope["headers"])
     return headers if b"authorization" in headers else None
 

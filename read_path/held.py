@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from presets.documents import chain_key
 from presets.expiry import has_passed
 from read_path.http import CHAIN_PATH, min_version, wait_seconds
 
@@ -40,6 +41,12 @@ class Entry:
     # The front's ``http.response.body`` message for a 200: sent as is by every plain read
     # (an ASGI server reads a message, it does not change it).
     body_message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    environment: str = ""  # the chain's environment ("": a relay's, which serves one)
+    key: str = ""  # ``chain_key(environment, name)``: where it is held
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", chain_key(self.environment, self.name))
 
     @property
     def order(self) -> tuple[int, int]:
@@ -52,11 +59,23 @@ class Entry:
 
 
 def make_entry(
-    *, name: str, epoch: int, version: int, etag: str, body: bytes, expires_at: float | None, key_id: str | None
+    *,
+    name: str,
+    epoch: int,
+    version: int,
+    etag: str,
+    body: bytes,
+    expires_at: float | None,
+    key_id: str | None,
+    environment: str = "",
+    key: str = "",
 ) -> Entry:
-    """An entry for ``body``, the document's exact bytes, tagged ``etag``."""
+    """An entry for ``body``, the document's exact bytes, tagged ``etag``, of ``environment``'s
+    chain ``name`` (``""``: a relay's), held at ``key`` (empty: ``chain_key``'s)."""
     return Entry(
         name=name,
+        environment=environment,
+        key=key,
         epoch=epoch,
         version=version,
         etag=etag,
@@ -84,16 +103,20 @@ def _wake(waiters: list[asyncio.Future[None]], start: int = 0) -> None:
 
 
 class HeldDocuments:
-    """Every chain's document this process serves, by name and by read path, the chain list's
-    body, and the long polls waiting on each chain. Which document may replace which is the
-    filler's rule (``Snapshot.put``, the relay's ``Documents.put``); ``hold`` applies it."""
+    """Every chain's document this process serves, by key (``chain_key``) and by read path,
+    each environment's chain list's body, and the long polls waiting on each chain. Which
+    document may replace which is the filler's rule (``Snapshot.put``, the relay's
+    ``Documents.put``); ``hold`` applies it."""
 
-    def __init__(self) -> None:
+    def __init__(self, plain_environment: str = "") -> None:
         self.entries: dict[str, Entry] = {}
-        # The same entries by the path that reads them (``/api/v1/chains/{name}``): the
-        # front's plain reads find theirs in one lookup.
+        # The entries of ``plain_environment`` (the default one, which nearly every read is
+        # of) by the path that reads them (``/api/v1/chains/{name}``): the front's plain reads
+        # find theirs in one lookup.
+        self.plain_environment = plain_environment
         self.by_path: dict[str, Entry] = {}
-        self.list_body: bytes = b'{"chains":[]}'
+        self.list_body: bytes = b'{"chains":[]}'  # ``plain_environment``'s
+        self.list_bodies: dict[str, bytes] = {}
         self.waiters = 0
         # Per chain, the long polls waiting on it (a future each, woken by ``hold``).
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
@@ -101,43 +124,60 @@ class HeldDocuments:
     def hold(self, entry: Entry) -> None:
         """Serve ``entry`` for its chain from now on; the long polls waiting on the chain are
         answered unless it is the same version (the same document signed again: same ETag)."""
-        current = self.entries.get(entry.name)
-        self.entries[entry.name] = entry
-        self.by_path[CHAIN_PATH + entry.name] = entry
-        self._rebuild_list()
+        current = self.entries.get(entry.key)
+        self.entries[entry.key] = entry
+        if entry.environment == self.plain_environment:
+            self.by_path[CHAIN_PATH + entry.name] = entry
+        self._rebuild_list(entry.environment)
         if current is None or current.order != entry.order:
-            self.wake(entry.name)
+            self.wake(entry.key)
 
-    def drop(self, name: str) -> None:
-        """Stop serving chain ``name`` (it no longer exists); its long polls are answered."""
-        if self.entries.pop(name, None) is not None:
-            del self.by_path[CHAIN_PATH + name]
-            self._rebuild_list()
-        self.wake(name)
+    def drop(self, key: str) -> None:
+        """Stop serving the chain held at ``key`` (it no longer exists); its long polls are
+        answered."""
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            if entry.environment == self.plain_environment:
+                del self.by_path[CHAIN_PATH + entry.name]
+            self._rebuild_list(entry.environment)
+        self.wake(key)
 
-    def wake(self, name: str) -> None:
-        """Wake the long polls waiting on chain ``name`` (each then looks at what it holds)."""
-        waiters = self._waiting.pop(name, None)
+    def wake(self, key: str) -> None:
+        """Wake the long polls waiting on the chain held at ``key`` (each then looks at what
+        it holds)."""
+        waiters = self._waiting.pop(key, None)
         if waiters:
             _wake(list(waiters))
 
-    def _rebuild_list(self) -> None:
-        bodies = [self.entries[name].body for name in sorted(self.entries)]
-        self.list_body = b'{"chains":[' + b",".join(bodies) + b"]}"
+    def list_body_for(self, environment: str, chains: frozenset[str] | None = None) -> bytes:
+        """The chain list of ``environment``, of ``chains`` only when given (a token bound to them)."""
+        if chains is None:
+            return self.list_bodies.get(environment, b'{"chains":[]}')
+        return _list_body(entry.body for entry in self._sorted(environment) if entry.name in chains)
+
+    def _sorted(self, environment: str) -> list[Entry]:
+        return sorted(
+            (entry for entry in self.entries.values() if entry.environment == environment), key=lambda e: e.name
+        )
+
+    def _rebuild_list(self, environment: str) -> None:
+        body = self.list_bodies[environment] = _list_body(entry.body for entry in self._sorted(environment))
+        if environment == self.plain_environment:
+            self.list_body = body
 
     async def wait_for_change(
-        self, name: str, etag: str, timeout: float, *, gone: asyncio.Future[Any] | None = None
+        self, key: str, etag: str, timeout: float, *, gone: asyncio.Future[Any] | None = None
     ) -> Entry | None:
-        """Wait until the chain's document is no longer the one tagged ``etag``; None when
-        ``timeout`` passes first, or when ``gone`` is done (the client has left)."""
-        entry = self.entries.get(name)
+        """Wait until the document held at ``key`` is no longer the one tagged ``etag``; None
+        when ``timeout`` passes first, or when ``gone`` is done (the client has left)."""
+        entry = self.entries.get(key)
         if entry is not None and entry.etag != etag:
             return entry
         if gone is not None and gone.done():
             return None
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        waiting = self._waiting.setdefault(name, set())
+        waiting = self._waiting.setdefault(key, set())
         waiting.add(waiter)
 
         def wake(_: object = None) -> None:
@@ -160,8 +200,12 @@ class HeldDocuments:
             waiting.discard(waiter)
             if gone is not None:
                 gone.remove_done_callback(wake)
-        entry = self.entries.get(name)
+        entry = self.entries.get(key)
         return entry if entry is not None and entry.etag != etag else None
+
+
+def _list_body(bodies: Iterable[bytes]) -> bytes:
+    return b'{"chains":[' + b",".join(bodies) + b"]}"
 
 
 async def departure(receive: Receive) -> asyncio.Future[Any]:

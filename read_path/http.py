@@ -30,6 +30,19 @@ _CODES = {
 # read front and, for what it hands on, by the API's URLconf.
 CHAINS_PATH = "/api/v1/chains"
 CHAIN_PATH = CHAINS_PATH + "/"  # followed by the chain's name
+# Any path may name an environment first (``/env/staging/api/v1/chains/chat``): the pages' own
+# and the API's, for a person signed in; a token reads its own environment without it.
+ENVIRONMENT_PATH = "/env/"
+
+
+def split_environment(path: str) -> tuple[str, str]:
+    """The environment a path names first (``""``: none) and the rest of the path."""
+    if not path.startswith(ENVIRONMENT_PATH):
+        return "", path
+    environment, slash, rest = path[len(ENVIRONMENT_PATH) :].partition("/")
+    return environment, slash + rest
+
+
 BEARER_HELP = "use the header 'Authorization: Bearer <token>' (create a token with manage.py create_token NAME)"
 # The API and the read front refuse a token with the same words.
 TOKEN_REFUSED = "the token is unknown, revoked or expired (see manage.py list_tokens)"

@@ -114,6 +114,7 @@ def encode_payload(selection: Selection, *, epoch: int | None) -> str:
     return json.dumps(
         {
             "chain": selection.chain.name,
+            "environment": selection.chain.environment,
             "version": selection.version,
             "document": sign(selection.to_document(epoch=epoch)),
             "expires_at_ts": selection.expires_at_ts,

@@ -19,7 +19,7 @@ import logging
 
 from django.db import connections
 
-from presets import services
+from presets import environments, services
 from presets.documents import ChainDocument, encode_document, etag
 from presets.exceptions import NotFound
 from presets.models import Selection, current_epoch
@@ -47,6 +47,8 @@ def entry_from_document(document: ChainDocument, *, expires_at: float | None) ->
     document states, to the millisecond)."""
     return make_entry(
         name=document["name"],
+        environment=document["environment"],
+        key=environments.label(document["environment"], document["name"]),
         epoch=document["epoch"],
         version=document["version"],
         etag=etag(document["epoch"], document["version"]),
@@ -59,21 +61,24 @@ def entry_from_document(document: ChainDocument, *, expires_at: float | None) ->
 def _load_all() -> dict[str, Entry]:
     selections = services.revert_expired_and_read_all()
     epoch = current_epoch()
-    return {s.chain.name: entry_for(s, epoch=epoch) for s in selections}
+    entries = (entry_for(s, epoch=epoch) for s in selections)
+    return {entry.key: entry for entry in entries}
 
 
-def _load_one(name: str) -> Entry | None:
+def _load_one(key: str) -> Entry | None:
+    environment, name = environments.from_label(key)
     try:
-        selection = services.revert_expired_and_read(chain=name)
+        selection = services.revert_expired_and_read(chain=name, environment=environment)
     except NotFound:
         return None
     return entry_for(selection, epoch=current_epoch())
 
 
 def _versions() -> dict[str, tuple[int, int]]:
-    """Every chain's (epoch, version), cheaply."""
+    """Every chain's (epoch, version) by its key, cheaply."""
     epoch = current_epoch()
-    return {name: (epoch, version) for name, version in Selection.objects.values_list("chain__name", "version")}
+    rows = Selection.objects.values_list("chain__environment", "chain__name", "version")
+    return {environments.label(environment, name): (epoch, version) for environment, name, version in rows}
 
 
 class Snapshot(HeldDocuments):
@@ -81,7 +86,7 @@ class Snapshot(HeldDocuments):
     waiting on them."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(plain_environment=environments.default())
         self.tokens = TokenSet()
         # The key that signs now, as the last version check read it.
         self.key_id: str | None = None
@@ -130,21 +135,21 @@ class Snapshot(HeldDocuments):
 
     # --- reads ----------------------------------------------------------------------
 
-    async def expire(self, name: str) -> Entry | None:
+    async def expire(self, key: str) -> Entry | None:
         """The entry after reverting its expired pin (through the service function).
 
         Every long poll held on a pin wakes at its expiry at once: they share one revert
         instead of each taking a thread and a database connection."""
-        pending = self._expiring.get(name)
+        pending = self._expiring.get(key)
         if pending is None:
-            pending = self._expiring[name] = asyncio.ensure_future(self.reload(name))
-            pending.add_done_callback(lambda _: self._expiring.pop(name, None))
+            pending = self._expiring[key] = asyncio.ensure_future(self.reload(key))
+            pending.add_done_callback(lambda _: self._expiring.pop(key, None))
         return await asyncio.shield(pending)
 
     # --- updates --------------------------------------------------------------------
 
     def put(self, entry: Entry) -> None:
-        current = self.entries.get(entry.name)
+        current = self.entries.get(entry.key)
         if current is not None and current.order >= entry.order:
             # Notifications and polls can race; documents never go back. The same version
             # signed again by the key that signs now replaces the held one quietly (its ETag
@@ -157,12 +162,13 @@ class Snapshot(HeldDocuments):
         for entry in entries.values():
             self.put(entry)
 
-    async def reload(self, name: str) -> Entry | None:
-        """Read the chain's live document from the database (reverting an expired pin)."""
-        entry = await in_worker_thread(_load_one)(name)
+    async def reload(self, key: str) -> Entry | None:
+        """Read the live document of the chain held at ``key`` from the database (reverting
+        an expired pin)."""
+        entry = await in_worker_thread(_load_one)(key)
         if entry is not None:
             self.put(entry)
-        return self.entries.get(name) if entry is not None else None
+        return self.entries.get(key) if entry is not None else None
 
     async def notified(self, payload: str) -> None:
         """Apply the document a change announced; read it back only if the payload is odd."""
@@ -172,8 +178,9 @@ class Snapshot(HeldDocuments):
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("chain snapshot: unreadable change notification (%s); reloading", exc)
             name = payload.partition('"chain":"')[2].partition('"')[0]
-            if name:
-                await self.reload(name)
+            environment = payload.partition('"environment":"')[2].partition('"')[0]
+            if name and environment:
+                await self.reload(environments.label(environment, name))
             return
         self.put(entry)
 
@@ -190,10 +197,10 @@ class Snapshot(HeldDocuments):
         await self.tokens.reload()
         signer = await in_worker_thread(current_signer)()
         self.key_id = signer.key_id if signer is not None else None
-        for name, order in (await in_worker_thread(_versions)()).items():
-            current = self.entries.get(name)
+        for key, order in (await in_worker_thread(_versions)()).items():
+            current = self.entries.get(key)
             if current is None or current.order < order or current.key_id != self.key_id:
-                await self.reload(name)
+                await self.reload(key)
 
     async def _poll_tokens_unless_listening(self) -> None:
         """While notifications do not arrive, reload the tokens every ``TOKENS_POLL_S``."""

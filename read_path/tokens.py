@@ -29,6 +29,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from presets.environments import token_refusal
 from presets.expiry import has_passed
 from presets.models import LAST_USED_PRECISION, hash_token, live_token_hashes, record_token_use
 from read_path.worker_threads import in_worker_thread
@@ -42,6 +43,16 @@ UNKNOWN_MAX = 10_000
 class LiveToken:
     pk: int
     expires_at: float | None  # Unix seconds; None: until revoked
+    environment: str = ""  # the environment it reads
+    chains: frozenset[str] | None = None  # the only chains it reads; None: all
+
+    def refusal(self, environment: str, chain: str | None) -> str | None:
+        """Why this token may not read ``chain`` of ``environment`` (None: the list), or None."""
+        return token_refusal(self.environment, self.chains, environment, chain)
+
+
+def _live(pk: int, expires: datetime | None, environment: str, chains: list[str]) -> LiveToken:
+    return LiveToken(pk, _ts(expires), environment, frozenset(chains) if chains else None)
 
 
 def _ts(moment: datetime | None) -> float | None:
@@ -52,14 +63,14 @@ def _load() -> tuple[dict[str, LiveToken], dict[int, float | None]]:
     """Every active token by hash, and when each was last recorded used."""
     rows = live_token_hashes()
     return (
-        {digest: LiveToken(pk, _ts(expires)) for pk, digest, expires, _ in rows},
-        {pk: _ts(used) for pk, _, _, used in rows},
+        {digest: _live(pk, expires, environment, chains) for pk, digest, expires, _, environment, chains in rows},
+        {pk: _ts(used) for pk, _, _, used, _, _ in rows},
     )
 
 
 def _lookup(digest: str) -> tuple[LiveToken, float | None] | None:
-    for pk, _, expires, used in live_token_hashes(token_hash=digest):
-        return LiveToken(pk, _ts(expires)), _ts(used)
+    for pk, _, expires, used, environment, chains in live_token_hashes(token_hash=digest):
+        return _live(pk, expires, environment, chains), _ts(used)
     return None
 
 

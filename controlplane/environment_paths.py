@@ -1,0 +1,48 @@
+"""Pages and API calls of an environment other than the default: ``/env/<env>/...``.
+
+The default environment keeps today's URLs. Any other one's pages are the same pages under
+``/env/<env>/``: this middleware takes the prefix off the path before the URLs are resolved,
+sets ``request.environment``, and makes it the script prefix, so that every link the pages
+reverse stays in the environment. ``request.environment_named`` says whether the path named it
+(a token reads its own environment unless the path names one: ``http_api.environments``).
+``/env/<default>/...`` is served as well (a link made for any environment works).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.urls import get_script_prefix, set_script_prefix
+
+from presets import environments
+from read_path.http import error_body, split_environment
+
+
+class EnvironmentPathMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        named, rest = split_environment(request.path_info)
+        request.environment_named = named  # type: ignore[attr-defined]
+        if not named:
+            request.environment = environments.default()  # type: ignore[attr-defined]
+            return self.get_response(request)
+        if named not in environments.names():
+            message = f"unknown environment {named!r}: this control plane has {', '.join(environments.names())}"
+            if rest.startswith("/api/"):
+                return JsonResponse(error_body(404, message, {"environment": named}), status=404)
+            return HttpResponse(render_to_string("404.html", {"message": message}), status=404)
+        request.environment = named  # type: ignore[attr-defined]
+        request.path_info = rest or "/"
+        set_script_prefix(f"{get_script_prefix()}env/{named}/")
+        return self.get_response(request)
+
+
+def environment_path(environment: str, path: str) -> str:
+    """``path`` (absolute, from the site's root) in ``environment``: unchanged in the default one."""
+    if environment == environments.default():
+        return path
+    return f"/env/{environment}{path}"

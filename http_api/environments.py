@@ -1,0 +1,39 @@
+"""Which environment an API request reads or changes (``presets.environments``).
+
+The one its path names (``/env/<env>/api/v1/...``: ``controlplane.environment_paths``), else
+its token's, else the default. A token reads and reports only for what it is bound to: its
+environment, and its chains when it names some; anything else is refused (403) in plain words,
+by the same rule as the read front's (``environments.token_refusal``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from http_api.authentication import TokenPrincipal
+from presets import environments
+from presets.exceptions import Forbidden
+
+
+def environment_of(request: Any, chain: str | None = None) -> str:
+    """The request's environment, once its credential may use ``chain`` of it (None: the
+    environment as a whole); raises ``Forbidden`` else."""
+    named = getattr(request, "environment_named", "")
+    user = request.user
+    if not isinstance(user, TokenPrincipal):
+        return named or environments.default()
+    token = user.token
+    environment = named or token.environment
+    refusal = environments.token_refusal(token.environment, token.chains, environment, chain)
+    if refusal is not None:
+        details = {"environment": environment, **({"chain": chain} if chain is not None else {})}
+        raise Forbidden(refusal, details=details)
+    return environment
+
+
+def token_chains(request: Any) -> frozenset[str] | None:
+    """The chains the request's token is bound to (None: any, or not a token)."""
+    user = request.user
+    if isinstance(user, TokenPrincipal) and user.token.chains:
+        return frozenset(user.token.chains)
+    return None
