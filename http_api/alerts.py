@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from audit.alerts import alert_entry, recent_alerts
 from audit.models import Alert, AlertKind, DeliveryState
 from audit.notifications import LAST_ERROR_HELP, without_errors
+from http_api.environments import environment_of
 from http_api.fields import int_param
 from http_api.schema import errors
 from presets.exceptions import InvalidInput
@@ -95,7 +96,10 @@ class AlertsView(APIView):
     def get(self, request: Request) -> Response:
         """Alerts, newest first; why a delivery failed (``last_error``) only for a signed-in
         on-call engineer or staff, null for everyone else."""
-        alerts = recent_alerts(limit=_limit(request), open_only=_open(request), chain=request.query_params.get("chain"))
+        chain = request.query_params.get("chain")
+        alerts = recent_alerts(
+            limit=_limit(request), open_only=_open(request), chain=chain, environment=environment_of(request, chain)
+        )
         errors = can_see_delivery_errors(request.user)
         return Response(
             {"alerts": [_entry(alert, errors=errors) for alert in alerts]}, headers={"Cache-Control": "no-cache"}

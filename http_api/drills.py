@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from audit import drills as fleet_drills
 from http_api.authentication import CanWrite
+from http_api.environments import check_reads, environment_of
 from http_api.fields import (
     AwareDateTimeField,
     ReasonField,
@@ -26,7 +27,7 @@ from http_api.fields import (
 )
 from http_api.schema import WRITE_ERRORS, errors, serializer_for
 from presets import drills as chain_drills
-from presets.exceptions import NotFound
+from presets import services
 from presets.models import Chain, Drill
 from presets.roles import actor_of
 from presets.wire import DRILL_FAULTS
@@ -48,11 +49,11 @@ def report_response(drill: Drill, status: int = 200) -> Response:
     return Response(fleet_drills.report(drill), status=status, headers=headers)
 
 
-def chain_named(name: str) -> Chain:
+def chain_named(name: str, environment: str) -> Chain:
     """The chain, or the 404 every chain URL answers."""
-    chain = Chain.objects.filter(name=name).first()
+    chain = Chain.objects.filter(name=name, environment=environment).first()
     if chain is None:
-        raise NotFound(f"unknown chain {name!r}", details={"chain": name})
+        raise services.unknown_chain(name, environment)
     return chain
 
 
@@ -120,7 +121,7 @@ class ChainDrillsView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        chain = chain_named(name)
+        chain = chain_named(name, environment_of(request, name))
         limit = int_param(request, "limit", LIST_DEFAULT, 1, LIST_MAX)
         entries = [fleet_drills.summary(drill) for drill in chain_drills.of_chain(chain, limit=limit)]
         return Response({"drills": entries}, headers={"Cache-Control": "no-cache"})
@@ -138,6 +139,7 @@ class ChainDrillsView(APIView):
         data = _valid(self.InputSerializer, request)
         drill = fleet_drills.start_drill(
             chain=name,
+            environment=environment_of(request, name),
             actor=actor_of(request.user),
             reason=data["reason"],
             hop=data["hop"],
@@ -166,7 +168,9 @@ class DrillView(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, drill: int) -> Response:
-        return report_response(chain_drills.get(drill))
+        found = chain_drills.get(drill)
+        check_reads(request, found.chain.environment, found.chain.name)
+        return report_response(found)
 
 
 class DrillAbortView(APIView):
@@ -187,6 +191,8 @@ class DrillAbortView(APIView):
     )
     def post(self, request: Request, drill: int) -> Response:
         data = _valid(self.InputSerializer, request)
+        found = chain_drills.get(drill)
+        check_reads(request, found.chain.environment, found.chain.name)
         return report_response(
             chain_drills.abort_drill(drill=drill, actor=actor_of(request.user), reason=data["reason"])
         )

@@ -37,3 +37,13 @@ def token_chains(request: Any) -> frozenset[str] | None:
     if isinstance(user, TokenPrincipal) and user.token.chains:
         return frozenset(user.token.chains)
     return None
+
+
+def check_reads(request: Any, environment: str, chain: str) -> None:
+    """Refuse (``Forbidden``) a token's request about something of ``chain`` in ``environment``
+    found by its own id (a drill), when the token may not read that chain."""
+    user = request.user
+    if isinstance(user, TokenPrincipal):
+        refusal = environments.token_refusal(user.token.environment, user.token.chains, environment, chain)
+        if refusal is not None:
+            raise Forbidden(refusal, details={"environment": environment, "chain": chain})

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from http_api.authentication import CanWrite
+from http_api.environments import environment_of
 from http_api.fields import ReasonField
 from http_api.schema import errors
 from presets import guards
@@ -124,7 +125,7 @@ class ChainGuardView(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, name: str) -> Response:
-        return entry_response(guards.get_live_guard(chain=name))
+        return entry_response(guards.get_live_guard(chain=name, environment=environment_of(request, name)))
 
 
 class GuardOffView(APIView):
@@ -147,4 +148,8 @@ class GuardOffView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         reason = serializer.validated_data["reason"]
-        return entry_response(guards.switch_off(chain=name, actor=actor_of(request.user), reason=reason))
+        return entry_response(
+            guards.switch_off(
+                chain=name, environment=environment_of(request, name), actor=actor_of(request.user), reason=reason
+            )
+        )

@@ -5,6 +5,7 @@ pages and resumable after any entry (``presets/history_export.py``; docs/audit-e
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator
+from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -16,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from audit import spend
+from http_api.environments import environment_of
 from http_api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
 from presets.history_export import NDJSON_MEDIA_TYPE, export_entries, ndjson_lines, start_export
@@ -66,7 +68,8 @@ class HistoryExportView(APIView):
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         params = _parameters(request)
-        export = start_export(filters=filter_from(params), after=params.get("after"))
+        filters = replace(filter_from(params), environment=environment_of(request, params.get("chain") or None))
+        export = start_export(filters=filters, after=params.get("after"))
         # Each change with the chain's spend around it (``audit.spend.around_changes``).
         chunks = (ndjson_lines(spend.around_changes(entries)).encode() for entries in export_entries(export))
         return StreamingHttpResponse(

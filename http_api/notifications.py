@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from audit.models import NotificationKind
 from audit.notifications import NotificationEntry, notification_entry, recent_notifications
+from http_api.environments import environment_of
 from http_api.fields import int_param
 from http_api.schema import errors, serializer_for
 from presets.exceptions import InvalidInput
@@ -38,10 +39,12 @@ class NotificationsView(APIView):
         """Notifications, newest first, with their delivery state per notifier; why a
         delivery failed (``last_error``) only for a signed-in on-call engineer or staff,
         null for everyone else."""
+        chain = request.query_params.get("chain")
         notifications = recent_notifications(
             limit=int_param(request, "limit", LIMIT_DEFAULT, 1, LIMIT_MAX),
-            chain=request.query_params.get("chain"),
+            chain=chain,
             kind=_type(request),
+            environment=environment_of(request, chain),
         )
         errors = can_see_delivery_errors(request.user)
         return Response(

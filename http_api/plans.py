@@ -13,10 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from http_api.authentication import CanWrite
+from http_api.environments import environment_of
 from http_api.fields import AwareDateTimeField, ReasonField, StrictCharField, StrictIntegerField
 from http_api.schema import WRITE_ERRORS, errors
-from presets import plans
-from presets.exceptions import NotFound
+from presets import plans, services
 from presets.models import PRESET_NAME_MAX, Chain, PlanEventKind, PlannedPin, PlanState
 from presets.roles import actor_of
 
@@ -70,11 +70,11 @@ def entry_response(plan: PlannedPin, status: int = 200) -> Response:
     return Response(plans.plan_entry(plan, events=True), status=status, headers={"Cache-Control": "no-cache"})
 
 
-def known_chain(name: str) -> None:
+def known_chain(name: str, environment: str) -> None:
     """A 404 for an unknown chain, as every chain URL answers (a chain without plans has an
     empty list)."""
-    if not Chain.objects.filter(name=name).exists():
-        raise NotFound(f"unknown chain {name!r}", details={"chain": name})
+    if not Chain.objects.filter(name=name, environment=environment).exists():
+        raise services.unknown_chain(name, environment)
 
 
 class PlanListView(APIView):
@@ -88,7 +88,7 @@ class PlanListView(APIView):
         responses={200: inline_serializer("PlanList", {"plans": OutputSerializer(many=True)}), **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        entries = [plans.plan_entry(plan) for plan in plans.holding_plans()]
+        entries = [plans.plan_entry(plan) for plan in plans.holding_plans(environment=environment_of(request))]
         return Response({"plans": entries}, headers={"Cache-Control": "no-cache"})
 
 
@@ -113,8 +113,11 @@ class ChainPlansView(APIView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        known_chain(name)
-        entries = [plans.plan_entry(plan, events=True) for plan in plans.recent_plans(chain=name)]
+        environment = environment_of(request, name)
+        known_chain(name, environment)
+        entries = [
+            plans.plan_entry(plan, events=True) for plan in plans.recent_plans(chain=name, environment=environment)
+        ]
         return Response({"plans": entries}, headers={"Cache-Control": "no-cache"})
 
     @extend_schema(
@@ -128,6 +131,7 @@ class ChainPlansView(APIView):
         data = _valid(self.InputSerializer, request)
         plan = plans.plan_pin(
             chain=name,
+            environment=environment_of(request, name),
             preset=data["preset"],
             starts_at=data["starts_at"],
             ends_at=data["ends_at"],
@@ -160,7 +164,7 @@ class ChainPlanView(APIView):
 
     @extend_schema(operation_id="chains_plans_read", responses={200: OutputSerializer, **READ_ERRORS})
     def get(self, request: Request, name: str, plan: int) -> Response:
-        return entry_response(plans.get_plan(chain=name, plan=plan))
+        return entry_response(plans.get_plan(chain=name, environment=environment_of(request, name), plan=plan))
 
     @extend_schema(
         operation_id="chains_plans_change",
@@ -173,6 +177,7 @@ class ChainPlanView(APIView):
         data = _valid(self.InputSerializer, request)
         changed = plans.change_plan(
             chain=name,
+            environment=environment_of(request, name),
             plan=plan,
             actor=actor_of(request.user),
             reason=data["reason"],
@@ -199,7 +204,13 @@ class PlanCancelView(APIView):
     def post(self, request: Request, name: str, plan: int) -> Response:
         data = _valid(ReasonInput, request)
         return entry_response(
-            plans.cancel_plan(chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"])
+            plans.cancel_plan(
+                chain=name,
+                environment=environment_of(request, name),
+                plan=plan,
+                actor=actor_of(request.user),
+                reason=data["reason"],
+            )
         )
 
 
@@ -224,6 +235,7 @@ class PlanStartView(APIView):
         data = _valid(StartInput, request)
         started = plans.start_plan_anyway(
             chain=name,
+            environment=environment_of(request, name),
             plan=plan,
             actor=actor_of(request.user),
             reason=data["reason"],

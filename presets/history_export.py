@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from presets import environments
 from presets.exceptions import InvalidInput
 from presets.history import HistoryEntry, HistoryFilter, entry, history_batches, history_position
 
@@ -63,8 +64,9 @@ def start_export(*, filters: HistoryFilter, after: str | None = None, now: datet
 
 
 def place(item: HistoryEntry) -> str:
-    """Where an entry stands, as ``after`` takes it: ``chain_name:version``."""
-    return f"{item['chain_name']}:{item['version']}"
+    """Where an entry stands, as ``after`` takes it: ``chain_name:version`` (a non-default
+    environment's chain by its label, ``staging/chat:3``)."""
+    return f"{environments.label(item['environment'], item['chain_name'])}:{item['version']}"
 
 
 def _position(text: str) -> tuple[datetime, int]:
@@ -72,7 +74,9 @@ def _position(text: str) -> tuple[datetime, int]:
     if not colon or not chain or not (version.isascii() and version.isdigit()):
         raise InvalidInput("after", f"{text!r} is not CHAIN:VERSION: {AFTER_HELP}")
     number = int(version)
-    key = history_position(chain=chain, version=number) if 1 <= number <= VERSION_MAX else None
+    environment, name = environments.from_label(chain)
+    known = environment in environments.names() and 1 <= number <= VERSION_MAX
+    key = history_position(chain=name, environment=environment, version=number) if known else None
     if key is None:
         raise InvalidInput("after", f"the history has no {chain} version {version}: {AFTER_HELP}")
     return key
