@@ -9,6 +9,7 @@ evidence alone is enough to page someone or move a guard (``sole_evidence``, off
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -17,11 +18,12 @@ from django.core.validators import validate_slug
 from django.db import transaction
 from django.utils import timezone
 
+from presets import environments
 from presets.access_history import record_access_change
 from presets.documents import format_time
 from presets.exceptions import InvalidInput, NotFound
 from presets.expiry import has_passed
-from presets.models import AccessAction, ServiceToken, TokenPurpose, TokenScope
+from presets.models import AccessAction, Chain, ServiceToken, TokenPurpose, TokenScope
 
 # A token for a service is meant to live for a while; a longer one is a mistake in the units.
 TOKEN_MAX_DAYS = 3660
@@ -57,10 +59,14 @@ def create_token(
     reports: bool | None = None,
     sole_evidence: bool = False,
     expires_at: datetime | None = None,
+    environment: str = "",
+    chains: Sequence[str] = (),
 ) -> IssuedToken:
     """Issue a token NAME for ``purpose`` (``scope``, read or write, is the older name of the
     read and write purposes; default read), working until ``expires_at`` (None: until
-    revoked). ``reports``: whether it may send usage reports (None: yes unless it is a relay's)."""
+    revoked). ``reports``: whether it may send usage reports (None: yes unless it is a relay's).
+    It reads and reports for ``environment`` (empty: the default) and, when ``chains`` names
+    some, for those chains only."""
     try:
         validate_slug(name)
     except ValidationError:
@@ -77,11 +83,19 @@ def create_token(
     refusal = expiry_refusal(expires_at, now=timezone.now())
     if refusal is not None:
         raise refusal
+    environment = environments.check(environment or environments.default())
+    bound = _chains(chains)
     with transaction.atomic():
         if ServiceToken.objects.filter(name=name).exists():
             raise InvalidInput("name", f"a token named {name!r} exists; pick another name (revoked names stay taken)")
         token = ServiceToken(
-            name=name, purpose=purpose, reports=reports, sole_evidence=sole_evidence, expires_at=expires_at
+            name=name,
+            purpose=purpose,
+            reports=reports,
+            sole_evidence=sole_evidence,
+            expires_at=expires_at,
+            environment=environment,
+            chains=bound,
         )
         raw = token.issue()
         token.save()
@@ -94,9 +108,24 @@ def create_token(
                 "reports": reports,
                 "sole_evidence": sole_evidence,
                 "expires_at": format_time(expires_at),
+                "environment": environment,
+                "chains": bound,
             },
         )
     return IssuedToken(token=token, raw=raw)
+
+
+def _chains(names: Sequence[str]) -> list[str]:
+    """The chains a token is bound to, checked: each a chain some environment has (a typo
+    would lock its service out), each once, sorted."""
+    bound = sorted({name.strip() for name in names if name.strip()})
+    known = set(Chain.objects.filter(name__in=bound).values_list("name", flat=True))
+    unknown = [name for name in bound if name not in known]
+    if unknown:
+        raise InvalidInput(
+            "chains", f"no chain named {', '.join(unknown)} in any environment: bind the token to chains that exist"
+        )
+    return bound
 
 
 def revoke_token(*, name: str, actor: str) -> ServiceToken:

@@ -40,7 +40,16 @@ from presets.document_signatures import KINDS, NOT_A_DOCUMENT, Refusal
 from presets.exceptions import InvalidInput
 from read_path.answers import Receive, Scope, Send, lifespan, plain_read, respond, respond_error
 from read_path.held import Entry, HeldDocuments, departure, read_query
-from read_path.http import BEARER_HELP, CHAIN_PATH, CHAINS_PATH, TOKEN_REFUSED, bearer_token, matches, not_served_yet
+from read_path.http import (
+    BEARER_HELP,
+    CHAIN_PATH,
+    CHAINS_PATH,
+    TOKEN_REFUSED,
+    bearer_token,
+    matches,
+    not_served_yet,
+    split_environment,
+)
 from read_path.request_ids import request_id_bytes
 from relay import disk
 from relay.config import RelayConfig
@@ -188,7 +197,10 @@ class TokenChecks:
         # digest -> (valid, checked at, Unix s)
         self.verdicts: dict[str, tuple[bool, float]] = {digest: (True, at) for digest, at in tokens.load().items()}
         self._unsaved: dict[str, tuple[bool, float]] = {}
-        self._checking: dict[str, asyncio.Future[bool | None]] = {}
+        self._checking: dict[str, asyncio.Future[bool | str | None]] = {}
+        # Verdict key -> the upstream's words refusing it (a 403: another environment, or a chain
+        # the token is not bound to), answered as they came.
+        self.forbidden: dict[str, str] = {}
         self._digests: dict[str, str] = {}
         self._warned = -math.inf
 
@@ -200,35 +212,50 @@ class TokenChecks:
             digest = self._digests[token] = disk.token_digest(token)
         return digest
 
-    async def valid(self, token: str, chain: str | None) -> bool | None:
-        """True, False, or None: the upstream cannot say and the token was never seen valid."""
-        digest = self.digest(token)
-        verdict = self.verdicts.get(digest)
+    async def valid(self, token: str, chain: str | None, environment: str = "") -> bool | str | None:
+        """True; False (an unknown, revoked or expired token); the upstream's words when it
+        refuses the token this chain or ``environment`` (the relay's: a token of another
+        environment, or bound to other chains); or None: the upstream cannot say and the token
+        was never seen valid. Verdicts are per token and chain: a token may be bound to some."""
+        key = self.key(token, chain)
+        verdict = self.verdicts.get(key)
         if verdict is not None and time.time() - verdict[1] < self.ttl:
-            return verdict[0]
-        pending = self._checking.get(digest)
+            return verdict[0] or self.forbidden.get(key, False)
+        pending = self._checking.get(key)
         if pending is None:
-            pending = self._checking[digest] = asyncio.ensure_future(self._check(token, digest, chain))
-            pending.add_done_callback(lambda _: self._checking.pop(digest, None))
+            pending = self._checking[key] = asyncio.ensure_future(self._check(token, key, chain, environment))
+            pending.add_done_callback(lambda _: self._checking.pop(key, None))
         answer = await asyncio.shield(pending)
         if answer is None and verdict is not None and verdict[0]:
             return True  # seen valid; the upstream is down: keep serving
         return answer
 
-    async def _check(self, token: str, digest: str, chain: str | None) -> bool | None:
+    def key(self, token: str, chain: str | None) -> str:
+        """Where a verdict on ``token`` for ``chain`` (None: the list) is kept."""
+        digest = self.digest(token)
+        return digest if chain is None else f"{digest}/{chain}"
+
+    async def _check(self, token: str, key: str, chain: str | None, environment: str) -> bool | str | None:
         try:
-            ok = await self.upstream.check_token(token, chain)
+            answer = await self.upstream.check_token(token, chain, environment)
         except UpstreamDown as exc:
             if time.monotonic() - self._warned >= 60:  # once a minute through an outage
                 self._warned = time.monotonic()
                 log.warning("relay: cannot check tokens with the upstream (%s); accepting those seen valid", exc)
             return None
-        self.verdicts[digest] = self._unsaved[digest] = (ok, time.time())
-        return ok
+        ok = answer is True
+        if isinstance(answer, str):
+            if len(self.forbidden) >= 10_000:
+                self.forbidden.clear()
+            self.forbidden[key] = answer
+        else:
+            self.forbidden.pop(key, None)
+        self.verdicts[key] = self._unsaved[key] = (ok, time.time())
+        return answer
 
-    def fresh_until(self, token: str) -> float | None:
-        """Until when (``time.monotonic``) the token's valid verdict needs no new check."""
-        verdict = self.verdicts.get(self.digest(token))
+    def fresh_until(self, token: str, chain: str | None) -> float | None:
+        """Until when (``time.monotonic``) the token's valid verdict for ``chain`` needs no new check."""
+        verdict = self.verdicts.get(self.key(token, chain))
         if verdict is None or not verdict[0]:
             return None
         return _clock() + self.ttl - (time.time() - verdict[1])
@@ -256,7 +283,10 @@ class Relay:
         # (chain, X-Chain-Client) -> the applied version last sent upstream, and when (monotonic).
         self._seen_sent: dict[tuple[str, bytes], tuple[bytes, float]] = {}
         # Authorization header -> until when its token needs no check (the plain reads).
-        self._fresh: dict[bytes, float] = {}
+        self._fresh: dict[tuple[bytes, str | None], float] = {}
+        # The environment whose documents the relay serves (its token's), as they say: a
+        # service's token is checked for it, so a token of another environment is refused here.
+        self.environment = ""
         # Chain names the upstream did not know, until when that is believed (monotonic).
         self._unknown: dict[str, float] = {}
         self.upstream_reachable = False
@@ -287,6 +317,7 @@ class Relay:
             log.warning("relay: verification %s", self.trust.described()["verification"])
         refusal = self.trust.refusal if self.trust.on else None
         for entry in disk.kept_documents(self.config.documents_dir, refusal=refusal):
+            self._learn_environment(entry)
             self.documents.put(entry)
             self.documents.stale.add(entry.name)  # until the upstream confirms it
             self.documents.remark(entry.name)
@@ -384,6 +415,7 @@ class Relay:
             return None
         self._believed(name)
         self.loaded = True
+        self._learn_environment(entry)
         if not self.documents.put(entry):
             return False
         try:
@@ -391,6 +423,12 @@ class Relay:
         except OSError as exc:
             log.warning("relay: cannot keep chain %s on disk (%s); serving it from memory", entry.name, exc)
         return True
+
+    def _learn_environment(self, entry: Entry) -> None:
+        """The relay's environment, from the first document it takes (verified, when it verifies)."""
+        if not self.environment:
+            environment = json.loads(entry.body).get("environment", "")
+            self.environment = environment if isinstance(environment, str) else ""
 
     def _refuse(self, name: str, refusal: Refusal) -> None:
         self.refused[refusal.kind] += 1
@@ -610,7 +648,12 @@ class Relay:
             entry = self.documents.by_path.get(scope["path"])
             if entry is not None and entry.name not in self.documents.marked:
                 header, client, applied, start, body = plain_read(entry, scope["headers"])
-                if header is not None and self._fresh.get(header, 0.0) > _clock() and not entry.is_expired(time.time()):
+                # Fresh by header and chain: a token may be bound to some chains only.
+                if (
+                    header is not None
+                    and self._fresh.get((header, entry.name), 0.0) > _clock()
+                    and not entry.is_expired(time.time())
+                ):
                     if client is not None:
                         self._note_seen(entry.name, client, applied)
                     await send(start)
@@ -628,6 +671,16 @@ class Relay:
         method: str = scope["method"]
         headers = dict(scope["headers"])
         request_id = request_id_bytes(headers.get(b"x-request-id"))
+        named, path = split_environment(path)
+        if named and named != self.environment:
+            # A downstream relay checking a token for its environment, or a read naming one:
+            # refused, never taken as "no such chain" (which a token check counts as valid).
+            if not self.environment:
+                await respond_error(send, 503, _NOTHING_YET, request_id)
+                return
+            message = f"this relay serves the {self.environment} environment, not {named}"
+            await respond_error(send, 403, message, request_id, details={"environment": named})
+            return
         name = path[len(CHAIN_PATH) :]
         if method == "GET" and (path == CHAINS_PATH or (path.startswith(CHAIN_PATH) and "/" not in name)):
             await self._read(scope, receive, send, name if path != CHAINS_PATH else "", headers, request_id)
@@ -681,18 +734,22 @@ class Relay:
         if token is None:
             await respond_error(send, 401, BEARER_HELP, request_id, auth=True)
             return False
-        valid = await self.tokens.valid(token, chain)
+        valid = await self.tokens.valid(token, chain, self.environment)
         if valid is None:
             await respond_error(send, 503, _CANNOT_CHECK, request_id)
+            return False
+        if isinstance(valid, str):
+            details = {"environment": self.environment, **({"chain": chain} if chain else {})}
+            await respond_error(send, 403, valid, request_id, details=details)
             return False
         if not valid:
             await respond_error(send, 401, TOKEN_REFUSED, request_id, auth=True)
             return False
-        until = self.tokens.fresh_until(token)
+        until = self.tokens.fresh_until(token, chain)
         if until is not None and header is not None:
             if len(self._fresh) >= FRESH_MAX:
                 self._fresh.clear()  # bounded memory against floods of headers
-            self._fresh[header] = until
+            self._fresh[header, chain] = until
         return True
 
     async def _read(

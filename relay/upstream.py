@@ -3,11 +3,12 @@ every transport failure into ``UpstreamDown``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import httpx2
 
-from read_path.http import CHAIN_PATH, CHAINS_PATH
+from read_path.http import CHAIN_PATH, CHAINS_PATH, ENVIRONMENT_PATH
 
 # Every request the relay makes names it (the upstream's logs and access lines).
 USER_AGENT = "chain-relay/1"
@@ -81,13 +82,29 @@ class Upstream:
     async def chains(self) -> Answer:
         return await self.request("GET", CHAINS_PATH)
 
-    async def check_token(self, token: str, chain: str | None) -> bool:
-        """Whether the upstream takes ``token`` for reads: asked with a read that sends no
-        document (``If-None-Match: *``); raises UpstreamDown when it cannot say."""
-        path = CHAIN_PATH + chain if chain else CHAINS_PATH
+    async def check_token(self, token: str, chain: str | None, environment: str = "") -> bool | str:
+        """Whether the upstream takes ``token`` for reads of ``chain`` (None: the list) in
+        ``environment`` (the relay's; empty: the token's own): asked with a read that sends no
+        document (``If-None-Match: *``). False: an unknown, revoked or expired token; the
+        upstream's words when it refuses the token this chain or environment (403, another
+        environment's or bound to other chains). Raises UpstreamDown when it cannot say."""
+        path = (f"{ENVIRONMENT_PATH}{environment}" if environment else "") + (
+            CHAIN_PATH + chain if chain else CHAINS_PATH
+        )
         answer = await self.request("GET", path, headers={"if-none-match": "*"}, token=token)
         if answer.status in (200, 304, 404):
             return True
-        if answer.status in (401, 403):
+        if answer.status == 401:
             return False
+        if answer.status == 403:
+            return _message(answer.body) or "this token may not read this chain here"
         raise UpstreamDown(f"the upstream answered {answer.status} to a token check")
+
+
+def _message(body: bytes) -> str:
+    """The upstream's error message (the API's error shape), or empty."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return message if isinstance(message, str) else ""

@@ -115,10 +115,14 @@ def test_list_tokens_shows_each_tokens_state_and_never_its_secret() -> None:
         "revoked_at": None,
         "reports": True,
         "sole_evidence": False,
+        "environment": "production",
+        "chains": "all",
     }
     assert text.splitlines()[0].split() == [
         "name",
         "purpose",
+        "environment",
+        "chains",
         "state",
         "created_at",
         "expires_at",
@@ -127,9 +131,11 @@ def test_list_tokens_shows_each_tokens_state_and_never_its_secret() -> None:
         "reports",
         "sole_evidence",
     ]
-    assert text.splitlines()[3].split()[:5] == [
+    assert text.splitlines()[3].split()[:7] == [
         "trial",
         "read",
+        "production",
+        "all",
         "expired",
         "2030-01-01T12:00:00Z",
         "2030-01-02T12:00:00Z",
@@ -150,7 +156,14 @@ def test_revoke_token_refuses_it_at_once_and_is_recorded_with_its_actor() -> Non
             ME,
             "token_created",
             "checkout",
-            {"purpose": "write", "reports": True, "sole_evidence": False, "expires_at": None},
+            {
+                "purpose": "write",
+                "reports": True,
+                "sole_evidence": False,
+                "expires_at": None,
+                "environment": "production",
+                "chains": [],
+            },
         ),
         ("cli:incident-bot", "token_revoked", "checkout", {"purpose": "write"}),
     ]

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from commands.operations import actor_from, add_actor_argument, run, time_option, whole_number
-from presets import service_tokens
+from presets import environments, service_tokens
 from presets.documents import format_time
 from presets.models import TokenPurpose, TokenScope
 
@@ -43,6 +43,18 @@ class Command(BaseCommand):
             action="store_true",
             help="its evidence alone may raise a page-level alert or move a guard (the one service reading its chains)",
         )
+        parser.add_argument(
+            "--environment",
+            default="",
+            metavar="ENV",
+            help="the environment whose chains it reads and reports for (default: the default environment)",
+        )
+        parser.add_argument(
+            "--chains",
+            default="",
+            metavar="A,B",
+            help="the only chains it reads and reports for, comma-separated (default: all of its environment's)",
+        )
         parser.add_argument("--expires-in", default=None, metavar="DAYS", help="the token stops working DAYS from now")
         parser.add_argument("--expires-at", default=None, metavar="ISO", help="the token stops working at this time")
         add_actor_argument(parser)
@@ -68,13 +80,24 @@ class Command(BaseCommand):
                 sole_evidence=options["sole_evidence"],
                 actor=actor,
                 expires_at=expires_at,
+                environment=options["environment"],
+                chains=options["chains"].split(","),
             ),
-            names={**names, "purpose": "--purpose", "scope": "--scope"},
+            names={
+                **names,
+                "purpose": "--purpose",
+                "scope": "--scope",
+                "environment": "--environment",
+                "chains": "--chains",
+            },
         )
         token = issued.token
         until = f", expiring at {format_time(expires_at)}" if expires_at is not None else ""
-        flags = ("" if token.reports else ", sends no usage reports") + (
-            ", sole evidence" if token.sole_evidence else ""
+        flags = (
+            ("" if token.reports else ", sends no usage reports")
+            + (", sole evidence" if token.sole_evidence else "")
+            + (f" for {token.environment}" if environments.several() else "")
+            + (f", chains {', '.join(token.chains)} only" if token.chains else "")
         )
         self.stderr.write(
             f"created {token.purpose} token {options['name']!r}{flags}{until}; it is shown only this once:"

@@ -35,6 +35,8 @@ class Command(BaseCommand):
                 "revoked_at": format_time(token.revoked_at),
                 "reports": token.reports,
                 "sole_evidence": token.sole_evidence,
+                "environment": token.environment,
+                "chains": ",".join(token.chains) or "all",
             }
             for token in ServiceToken.objects.order_by("name")
         ]
@@ -47,6 +49,8 @@ class Command(BaseCommand):
         columns = [
             "name",
             "purpose",
+            "environment",
+            "chains",
             "state",
             "created_at",
             "expires_at",
