@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from audit.alerts import raise_alert
 from audit.models import Alert, AlertKind
+from presets import environments
 from presets.models import Chain
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ SUBJECT_CHARS = 201  # Alert.subject's length
 def alert_publish_replaced(*, replaced: Replaced, now: datetime | None = None) -> Alert | None:
     """Raise ``publish_forged`` for ``replaced``; None when its chain is gone."""
     now = now or timezone.now()
-    chain = Chain.objects.filter(name=replaced.publication.name).first()
+    publication = replaced.publication
+    environment = publication.environment or environments.default()
+    chain = Chain.objects.filter(name=publication.name, environment=environment).first()
     if chain is None:
         return None
     with transaction.atomic():

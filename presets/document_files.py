@@ -48,6 +48,7 @@ class Publication:
     signed_at: str  # when ('' unsigned); RFC 3339 to the millisecond in UTC, so text order is time order
     body: bytes = field(repr=False)
     expires_at: str | None = None  # the pin's expiry as the document says it
+    environment: str = ""  # the chain's environment, as the document says it ('': it says none)
 
     @classmethod
     def of(cls, body: bytes) -> Publication:
@@ -56,6 +57,7 @@ class Publication:
             document = json.loads(body)
             name, epoch, version = document["name"], document.get("epoch", 0), document["version"]
             signature, expires_at = document.get("signature"), document.get("expires_at")
+            environment = document.get("environment", "")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise NotADocument(f"not a chain document ({exc.__class__.__name__}: {exc})") from None
         if type(epoch) is not int or type(version) is not int:
@@ -65,6 +67,9 @@ class Publication:
             raise NotADocument(f"not a chain name: {name!r}")
         if expires_at is not None and not isinstance(expires_at, str):
             raise NotADocument(f"not a chain document (expires_at is {expires_at!r})")
+        if not isinstance(environment, str) or not (environment == "" or _CHAIN_NAME.fullmatch(environment)):
+            # It names a directory and an object key's part too: a slug, as environments are.
+            raise NotADocument(f"not an environment's name: {environment!r}")
         key_id = signed_at = None
         if isinstance(signature, dict):
             key_id, signed_at = signature.get("key_id"), signature.get("signed_at")
@@ -76,6 +81,7 @@ class Publication:
             signed_at=signed_at if isinstance(signed_at, str) else "",
             body=body,
             expires_at=expires_at,
+            environment=environment,
         )
 
     @property

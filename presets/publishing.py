@@ -48,7 +48,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from presets import document_files, events, services, signing
+from presets import document_files, environments, events, services, signing
 from presets.document_files import MAX_DOCUMENT_BYTES, NotADocument, Publication
 from presets.document_signatures import (
     BAD_SIGNATURE,
@@ -164,12 +164,12 @@ class Evidence:
                 record=publication.order,
                 publication=publication,
             )
-        if held.name != publication.name:
+        if (held.name, held.environment) != (publication.name, publication.environment):
             return Replaced(
                 target=target,
                 reason=NOT_A_DOCUMENT,
-                found=f"chain {held.name}'s {_order_words(held.order)}",
-                why=f" at the path of chain {publication.name}",
+                found=f"chain {_label(held)}'s {_order_words(held.order)}",
+                why=f" at the path of chain {_label(publication)}",
                 held=held,
                 record=publication.order,
                 publication=publication,
@@ -180,7 +180,7 @@ class Evidence:
         if held.order > publication.order:
             # Read again now: another publisher may have published a change made since
             # ``publication`` was read; only beyond what the database holds now is never made.
-            record = record_of(publication.name)
+            record = record_of(_label(publication))
             if record is not None and held.order > record:
                 beyond = record
         if refusal is None and beyond is None:
@@ -226,10 +226,25 @@ def _says_the_same(held: Publication, publication: Publication) -> bool:
 
 
 def record_of(chain: str) -> tuple[int, int] | None:
-    """The control plane's own record of ``chain``: the (epoch, version) it serves now, read
-    from the database (None: no such chain)."""
-    version = Selection.objects.filter(chain__name=chain).values_list("version", flat=True).first()
+    """The control plane's own record of ``chain`` (a label: ``environments.label``): the
+    (epoch, version) it serves now, read from the database (None: no such chain)."""
+    environment, name = environments.from_label(chain)
+    found = Selection.objects.filter(chain__name=name, chain__environment=environment)
+    version = found.values_list("version", flat=True).first()
     return None if version is None else (current_epoch(), version)
+
+
+def _label(publication: Publication) -> str:
+    """The chain a publication is of, by its label (a document that names no environment: the default's)."""
+    return environments.label(publication.environment or environments.default(), publication.name)
+
+
+def chains_path(environment: str) -> str:
+    """Where ``environment``'s documents go under a target: the read API's path, which for
+    another environment than the default starts with ``env/<env>/`` as the API's URLs do."""
+    if not environment or environment == environments.default():
+        return CHAINS_PATH
+    return f"env/{environment}/{CHAINS_PATH}"
 
 
 @dataclass(frozen=True)
@@ -307,7 +322,9 @@ class DirectoryTarget:
         return f"directory {self.root}"
 
     def path(self, chain: str) -> Path:
-        return self.root / CHAINS_PATH / chain
+        """The file of ``chain`` (a label: ``environments.label``)."""
+        environment, name = environments.from_label(chain)
+        return self.root / chains_path(environment) / name
 
     def publish(self, publication: Publication, *, evidence: Evidence | None = None) -> Outcome:
         if not self.root.is_dir():
@@ -326,7 +343,9 @@ class DirectoryTarget:
             return False
 
         try:
-            written, held = document_files.keep(self.root / CHAINS_PATH, publication, counts=counts)
+            directory = self.root / chains_path(publication.environment)
+            directory.mkdir(parents=True, exist_ok=True)
+            written, held = document_files.keep(directory, publication, counts=counts)
         except OSError as exc:
             raise TargetUnavailable(f"{exc.filename or self.root}: {exc.strerror or exc}") from exc
         return Outcome(self.name, publication, held, written=written, replaced=doubts[-1] if doubts else None)
@@ -359,13 +378,15 @@ class S3Target:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
     def key(self, chain: str) -> str:
-        return "/".join(part for part in (self.prefix, CHAINS_PATH, chain) if part)
+        """The object of ``chain`` (a label: ``environments.label``)."""
+        environment, name = environments.from_label(chain)
+        return "/".join(part for part in (self.prefix, chains_path(environment), name) if part)
 
     def publish(self, publication: Publication, *, evidence: Evidence | None = None) -> Outcome:
         from botocore.exceptions import BotoCoreError, ClientError
 
         rule = evidence or Evidence.now()
-        key = self.key(publication.name)
+        key = self.key(_label(publication))
         client = _s3_client(self.endpoint_url, self.region, self.timeout)
         for _ in range(CONFLICT_ROUNDS):
             held, etag, body = self._read(key)
@@ -485,9 +506,11 @@ def targets() -> list[Target]:
 
 
 def current_publication(chain: str) -> Publication:
-    """The chain's document now, read from the database (an expired pin reverted first, as every
-    read does) and signed now by the key that signs; raises NotFound for an unknown chain."""
-    selection = services.revert_expired_and_read(chain=chain)
+    """The document of ``chain`` (a label: ``environments.label``) now, read from the database
+    (an expired pin reverted first, as every read does) and signed now by the key that signs;
+    raises NotFound for an unknown chain."""
+    environment, name = environments.from_label(chain)
+    selection = services.revert_expired_and_read(chain=name, environment=environment)
     # The epoch after the selection: a raise committed in between makes the document newer,
     # never older, than the one the raise announced.
     document = selection.to_document(epoch=current_epoch())
@@ -567,7 +590,7 @@ class Report:
 def publish_chains(*, chains: Iterable[str] | None = None, to: Sequence[Target] | None = None) -> Report:
     """Publish each chain (every chain unless ``chains``) to every target; a chain that fails
     does not stop the others. Raises NotFound for an unknown chain named in ``chains``."""
-    names = list(Chain.objects.order_by("name").values_list("name", flat=True)) if chains is None else list(chains)
+    names = _every_chain() if chains is None else list(chains)
     outcomes: list[Outcome] = []
     failed: list[PublishFailed] = []
     for name in names:
@@ -605,14 +628,20 @@ def publish_after_commit(sender: Any, *, selection: Any, **_: Any) -> None:
     """Queue the publication of the chain's document for when the change commits (a receiver of
     ``events.selection_changed``: every new version, every raised epoch)."""
     if enabled():
-        _after_commit([selection.chain.name])
+        _after_commit([selection.chain.label])
 
 
 def publish_all_after_commit(sender: Any, **_: Any) -> None:
     """Queue every chain's publication for when the key's activation commits (a receiver of
     ``events.signing_key_activated``): their documents are signed anew by it."""
     if enabled():
-        _after_commit(list(Chain.objects.order_by("name").values_list("name", flat=True)))
+        _after_commit(_every_chain())
+
+
+def _every_chain() -> list[str]:
+    """Every chain of every environment, by label."""
+    rows = Chain.objects.order_by("name", "environment").values_list("environment", "name")
+    return [environments.label(environment, name) for environment, name in rows]
 
 
 def _after_commit(chains: list[str]) -> None:

@@ -66,8 +66,11 @@ class Applier:
         held: Callable[[], Snapshot],
         publish: Callable[[Snapshot], None],
         now: Callable[[], float],
+        environment: str | None = None,
     ) -> None:
+        """``environment``: the one environment whose documents are applied (None: any)."""
         self._chain = chain
+        self._environment = environment
         self._registry = registry
         self._default_steps = tuple(default_steps)
         self._stats = stats
@@ -98,6 +101,12 @@ class Applier:
             document = ChainDocument.from_json(data, registry=self._registry, source="live")
             if document.name != self._chain:
                 raise DocumentInvalid(f"document is for chain {document.name!r}")
+            environment = data.get("environment")
+            if self._environment is not None and environment != self._environment:
+                raise DocumentInvalid(
+                    f"document is of the {environment!r} environment, not {self._environment!r}: "
+                    "point the client at that environment's documents"
+                )
         except DocumentInvalid as exc:
             return self._refuse(version, etag, str(exc))
         if not self._swap_if_newer(document):

@@ -85,6 +85,11 @@ class ChainClient:
     given) and requires ``trusted_keys``: what it applies comes from a host that is not the
     control plane, so only documents whose signature verifies are applied.
 
+    ``environment`` (e.g. ``"production"``): apply only that environment's documents (each
+    says which, signed). The control plane needs it not (the token says which environment),
+    but a published copy is read without one: with it, a host or a path serving another
+    environment's documents is refused, as a bad signature is.
+
     For tests, and for a service that drives polling itself (``poll_once()``): ``clock`` is
     the wall clock in epoch seconds (``time.time`` by default; a pin's expiry is a wall-clock
     instant), and ``connect`` opens each connection to the control plane (a
@@ -113,6 +118,7 @@ class ChainClient:
         ahead_after_s: float = 30.0,
         trusted_keys: Mapping[str, str] | None = None,
         published: bool = False,
+        environment: str | None = None,
         clock: Callable[[], float] | None = None,
         connect: Callable[[], ControlPlaneConnection] | None = None,
     ) -> None:
@@ -136,6 +142,7 @@ class ChainClient:
         endpoint = Endpoint.of(base_url, chain=chain, token=token, client_id=client_id, timeout=timeout, opener=connect)
 
         self._chain = chain
+        self._environment = environment
         self._published = bool(published)
         self._registry = registry
         self._default_steps = steps
@@ -405,6 +412,7 @@ class ChainClient:
             usage=self._usage,
             state_file=self._state_file,
             trusted_keys=self._trusted_keys,
+            environment=self._environment,
             on_change=self._on_change,
             held=self._held,
             publish=self._publish,
