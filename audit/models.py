@@ -33,7 +33,7 @@ from django.db import models
 from django.utils import timezone
 
 from presets.documents import format_duration, format_time
-from presets.models import Chain, Drill, ServiceToken
+from presets.models import Chain, Drill, PresetsRevision, ServiceToken
 from presets.wire import LATENCY_BOUNDS_MS
 
 
@@ -566,3 +566,37 @@ class DrillMinute(models.Model):
 
     def __str__(self) -> str:
         return f"drill {self.drill_id} at {self.minute:%H:%M}"
+
+
+class PromotionState(models.TextChoices):
+    PENDING = "pending"  # its evidence held; a second person's approval is awaited (PROMOTION_APPROVAL)
+    PROMOTED = "promoted"  # the next environment got the presets revision
+
+
+class Promotion(models.Model):
+    """A presets revision carried from one environment to the next (``audit.promotions``),
+    with the evidence it was granted on: how long the lower environment served it, its health
+    before and after, the drills it passed there, and who asked and approved."""
+
+    source = models.SlugField(max_length=30, help_text="the environment it was promoted from")
+    target = models.SlugField(max_length=30, help_text="the environment it was promoted to")
+    revision = models.ForeignKey(PresetsRevision, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=10, choices=PromotionState.choices)
+    requested_by = models.CharField(max_length=150)
+    requested_at = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    approved_by = models.CharField(max_length=150, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    evidence = models.JSONField(default=dict, help_text="the evidence as judged when it was granted")
+    changes = models.JSONField(default=list, help_text="what the target environment's sync changed, line by line")
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        indexes = [
+            models.Index(fields=["target", "-requested_at"], name="promotion_by_target"),
+            models.Index(fields=["source", "-requested_at"], name="promotion_by_source"),
+        ]
+
+    def __str__(self) -> str:
+        return f"promotion {self.pk}: {self.source} -> {self.target} ({self.state})"

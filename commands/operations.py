@@ -56,8 +56,20 @@ EXPIRY_OPTIONS = ("minutes", "hours", "until")
 T = TypeVar("T")
 
 
+def add_environment_argument(parser: CommandParser) -> None:
+    """``--environment ENV``: the environment whose chain a command reads or changes."""
+    parser.add_argument(
+        "--environment",
+        default="",
+        metavar="ENV",
+        help="the chain's environment (default: the default environment, production)",
+    )
+
+
 def add_change_arguments(parser: CommandParser) -> None:
-    """The options every change takes: why, the version the operator saw, who."""
+    """The options every change takes: the chain's environment, why, the version the operator
+    saw, who."""
+    add_environment_argument(parser)
     # Checked in handle (a one-line error), not by argparse (a usage block).
     parser.add_argument("--reason", default="", help="why (required), e.g. the incident number")
     parser.add_argument(
@@ -203,7 +215,7 @@ def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandEr
     if isinstance(exc, InvalidInput):
         option = {**OPTION_OF, **(names or {})}.get(exc.field, exc.field)
         message = f"{option}: {exc.field_message}"
-    elif isinstance(exc, Conflict):
+    elif isinstance(exc, Conflict) and "expected_version" in exc.details:
         message = f"--expected-version: {exc.message}"
     elif isinstance(exc, NotFound) and "chain" in exc.details:
         message = f"{exc.message}: manage.py chain_status lists the chains"
@@ -246,12 +258,15 @@ def make_change(
     change made and its review."""
     expected = whole_number("--expected-version", options["expected_version"])
     actor = actor_from(options)
-    live = run(lambda: services.revert_expired_and_read(chain=options["chain"]), names=names)
+    environment = options["environment"]
+    names = {"environment": "--environment", **(names or {})}
+    live = run(lambda: services.revert_expired_and_read(chain=options["chain"], environment=environment), names=names)
     run(lambda: services.clean_reason(options["reason"]), names=names)  # first, as the services check it
     reviewed = run(lambda: review(live), names=names)
     selection = run(
         lambda: change(
             chain=options["chain"],
+            environment=environment,
             actor=actor,
             reason=options["reason"],
             expected_version=live.version if expected is None else expected,

@@ -22,6 +22,7 @@ from http_api import history as history_api
 from http_api import notifications as notifications_api
 from http_api import ofrep
 from http_api import plans as plans_api
+from http_api import promotions as promotions_api
 from http_api.errors import api_not_found, api_server_error
 from pages import access as web_access
 from pages import history as web_history
@@ -56,6 +57,12 @@ api_v1 = [
     path("drills/<int:drill>/abort", drills_api.DrillAbortView.as_view(), name="api-drill-abort"),
     path("history", history_api.HistoryExportView.as_view(), name="api-history-export"),
     path("access-history", access_api.AccessHistoryView.as_view(), name="api-access-history"),
+    path("environments/<slug:environment>/promotions", promotions_api.PromotionsView.as_view(), name="api-promotions"),
+    path(
+        "environments/<slug:environment>/promotions/<int:promotion>/approve",
+        promotions_api.PromotionApproveView.as_view(),
+        name="api-promotion-approve",
+    ),
 ]
 
 

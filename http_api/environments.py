@@ -47,3 +47,14 @@ def check_reads(request: Any, environment: str, chain: str) -> None:
         refusal = environments.token_refusal(user.token.environment, user.token.chains, environment, chain)
         if refusal is not None:
             raise Forbidden(refusal, details={"environment": environment, "chain": chain})
+
+
+def check_acts_in(request: Any, environment: str) -> None:
+    """Refuse (``Forbidden``) a token's change to ``environment`` when it is another's: a
+    promotion to production needs a token of production (or a person signed in)."""
+    user = request.user
+    if isinstance(user, TokenPrincipal) and user.token.environment != environment:
+        raise Forbidden(
+            environments.token_refusal(user.token.environment, None, environment, None) or "",
+            details={"environment": environment},
+        )

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from commands.operations import whole_number
+from commands.operations import add_environment_argument, refused, run, whole_number
+from presets import environments, services
 from presets.history import history_entries
 from presets.models import Chain
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--limit", default="20", metavar="N", help=f"how many, 1..{LIMIT_MAX} (default 20)")
         parser.add_argument("--before", default=None, metavar="V", help="only versions below V (the next page)")
         parser.add_argument("--json", action="store_true", help='{"entries": [...]} as the API answers')
+        add_environment_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         limit = whole_number("--limit", options["limit"])
@@ -33,9 +35,10 @@ class Command(BaseCommand):
             raise CommandError(f"--limit: at most {LIMIT_MAX}, not {limit}")
         before = whole_number("--before", options["before"])
         name = options["chain"]
-        if not Chain.objects.filter(name=name).exists():
-            raise CommandError(f"CHAIN: unknown chain {name!r}: manage.py chain_status lists the chains")
-        entries = history_entries(chain=name, limit=limit, before=before)
+        environment = run(lambda: environments.resolve(options["environment"]), names={"environment": "--environment"})
+        if not Chain.objects.filter(name=name, environment=environment).exists():
+            raise refused(services.unknown_chain(name, environment))
+        entries = history_entries(chain=name, environment=environment, limit=limit, before=before)
         if options["json"]:
             self.stdout.write(json.dumps({"entries": entries}, indent=2))
             return

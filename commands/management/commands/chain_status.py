@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from audit import provider_health
 from audit.change_risks import HealthMap, health_class, reported_health
-from commands.operations import served
-from presets import selectors
+from commands.operations import add_environment_argument, run, served
+from presets import environments, selectors
 from presets.documents import format_duration, format_time
 from presets.models import Selection, current_epoch
 from presets.step_changes import step_label
@@ -30,14 +30,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("chain", nargs="?", help="one chain (default: every chain)")
         parser.add_argument("--json", action="store_true", help="the chain documents, as GET /api/v1/chains")
+        add_environment_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        rows = selectors.selections()
+        environment = run(lambda: environments.resolve(options["environment"]), names={"environment": "--environment"})
+        rows = selectors.selections(environment)
         if options["chain"]:
             rows = rows.filter(chain__name=options["chain"])
         chosen = list(rows)
         if options["chain"] and not chosen:
-            known = ", ".join(selectors.selections().values_list("chain__name", flat=True)) or "none yet"
+            known = ", ".join(selectors.selections(environment).values_list("chain__name", flat=True)) or "none yet"
             raise CommandError(f"CHAIN: unknown chain {options['chain']!r}; the chains are: {known}")
         if options["json"]:
             epoch = current_epoch()

@@ -12,8 +12,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from audit import drills as fleet_drills
-from commands.operations import COMMAND_WORDS, actor_from, add_actor_argument, refused, time_option, whole_number
+from commands.operations import (
+    COMMAND_WORDS,
+    actor_from,
+    add_actor_argument,
+    add_environment_argument,
+    refused,
+    time_option,
+    whole_number,
+)
 from presets import drills as chain_drills
+from presets import environments
 from presets.documents import format_time
 from presets.exceptions import Conflict, NotFound, ServiceError
 from presets.models import Chain, Drill, DrillState
@@ -74,9 +83,11 @@ class Command(BaseCommand):
             f"{chain_drills.DEFAULT_MAX_FALLBACK_ERROR_PCT:g})",
         )
         _add_reason(start)
+        add_environment_argument(start)
 
         listing = actions.add_parser("list", help="CHAIN's drills, the latest start first, one line each")
         listing.add_argument("chain", metavar="CHAIN")
+        add_environment_argument(listing)
         listing.add_argument("--limit", default=None, metavar="N", help=f"at most N (default {LIST_DEFAULT})")
 
         report = actions.add_parser("report", help="a drill's report: live while it runs, kept after")
@@ -119,6 +130,7 @@ class Command(BaseCommand):
         drill = _run(
             lambda: fleet_drills.start_drill(
                 chain=options["chain"],
+                environment=options["environment"],
                 hop=options["hop"],
                 fault=options["fault"],
                 share=options["share"],
@@ -132,9 +144,12 @@ class Command(BaseCommand):
         self.stdout.write(f"{'started' if drill.state == DrillState.RUNNING else 'planned'}: {line(drill)}")
 
     def _list(self, options: dict[str, Any]) -> None:
-        chain = Chain.objects.filter(name=options["chain"]).first()
+        environment = environments.resolve(options["environment"] or "")
+        chain = Chain.objects.filter(name=options["chain"], environment=environment).first()
         if chain is None:
-            raise CommandError(f"CHAIN: unknown chain {options['chain']!r}: manage.py chain_status lists the chains")
+            raise CommandError(
+                f"CHAIN: unknown chain {options['chain']!r} in {environment}: manage.py chain_status lists the chains"
+            )
         limit = whole_number("--limit", options["limit"], maximum=1000) or LIST_DEFAULT
         drills = chain_drills.of_chain(chain, limit=limit)
         if not drills:

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.guards import Figures
-from commands.operations import actor_from, add_actor_argument, guard_line, refused, run
+from commands.operations import actor_from, add_actor_argument, add_environment_argument, guard_line, refused, run
 from presets import guards
 from presets.exceptions import NotFound
 from presets.models import PinGuard
@@ -32,20 +32,24 @@ class Command(BaseCommand):
         # Checked by the guards (a one-line error), not by argparse (a usage block).
         parser.add_argument("--reason", default=None, help="why it is switched off (required with --off)")
         add_actor_argument(parser)
+        add_environment_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        chain = options["chain"]
+        chain, environment = options["chain"], options["environment"]
         if options["off"]:
             actor = actor_from(options)
             reason = options["reason"] or ""
-            guard = run(lambda: guards.switch_off(chain=chain, actor=actor, reason=reason))
+            guard = run(
+                lambda: guards.switch_off(chain=chain, environment=environment, actor=actor, reason=reason),
+                names={"environment": "--environment"},
+            )
             self.stdout.write(f"switched off: {guard_line(guard)}")
             return
         for option in ("reason", "actor"):
             if options[option] is not None:
                 raise CommandError(f"--{option}: only with --off (reading the guard changes nothing)")
         try:
-            guard = guards.get_live_guard(chain=chain)
+            guard = guards.get_live_guard(chain=chain, environment=environment)
         except NotFound as exc:
             if "version" in exc.details:  # the chain is known: it serves no guarded pin
                 raise CommandError(exc.message) from None

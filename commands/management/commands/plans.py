@@ -11,8 +11,16 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit import change_review
-from commands.operations import actor_from, add_actor_argument, refused, time_option, whole_number
-from presets import plans, services
+from commands.operations import (
+    actor_from,
+    add_actor_argument,
+    add_environment_argument,
+    refused,
+    run,
+    time_option,
+    whole_number,
+)
+from presets import environments, plans, services
 from presets.exceptions import NotFound, ServiceError
 from presets.models import Chain, PlannedPin, PlanState
 
@@ -42,6 +50,7 @@ class Command(BaseCommand):
         listing = actions.add_parser("list", help="the plans still holding their time (planned, suspended, started)")
         listing.add_argument("--chain", default=None, metavar="CHAIN", help="only this chain's")
         listing.add_argument("--json", action="store_true", help='{"plans": [...]} as GET /api/v1/plans answers')
+        add_environment_argument(listing)
 
         add = actions.add_parser("add", help="plan a pin of --preset on CHAIN from --start to --end")
         add.add_argument("chain", metavar="CHAIN")
@@ -71,7 +80,7 @@ class Command(BaseCommand):
             self._list(options)
             return
         actor = actor_from(options)
-        chain, reason = options["chain"], options["reason"]
+        chain, reason, environment = options["chain"], options["reason"], options["environment"]
         if action == "add":
             if options["preset"] is None:
                 raise CommandError("--preset: say which reviewed preset to pin")
@@ -80,6 +89,7 @@ class Command(BaseCommand):
             plan = _run(
                 lambda: plans.plan_pin(
                     chain=chain,
+                    environment=environment,
                     preset=options["preset"],
                     starts_at=starts_at,
                     ends_at=ends_at,
@@ -99,6 +109,7 @@ class Command(BaseCommand):
             plan = _run(
                 lambda: plans.change_plan(
                     chain=chain,
+                    environment=environment,
                     plan=plan_id,
                     actor=actor,
                     reason=reason,
@@ -109,24 +120,43 @@ class Command(BaseCommand):
             )
             self._done("changed", plan)
         elif action == "cancel":
-            plan = _run(lambda: plans.cancel_plan(chain=chain, plan=plan_id, actor=actor, reason=reason))
+            plan = _run(
+                lambda: plans.cancel_plan(
+                    chain=chain, environment=environment, plan=plan_id, actor=actor, reason=reason
+                )
+            )
             self._done("cancelled", plan)
         else:
-            self._start(chain, plan_id, actor=actor, reason=reason)
+            self._start(chain, environment, plan_id, actor=actor, reason=reason)
 
-    def _start(self, chain: str, plan_id: int, *, actor: str, reason: str) -> None:
+    def _start(self, chain: str, environment: str, plan_id: int, *, actor: str, reason: str) -> None:
         """Start a suspended plan anyway, reviewed first as the chain page reviews it: what it
         replaces is what the review was of (refused if the chain moved since), then a
         ``warning:`` line for each of its dangers and its cost."""
-        held = PlannedPin.objects.filter(chain__name=chain, pk=plan_id).select_related("preset__chain").first()
+        held = (
+            PlannedPin.objects.filter(
+                chain__name=chain, chain__environment=environments.resolve(environment), pk=plan_id
+            )
+            .select_related("preset__chain")
+            .first()
+        )
         if held is None:  # the plans say so in their words
-            _run(lambda: plans.start_plan_anyway(chain=chain, plan=plan_id, actor=actor, reason=reason))
+            _run(
+                lambda: plans.start_plan_anyway(
+                    chain=chain, environment=environment, plan=plan_id, actor=actor, reason=reason
+                )
+            )
             return
-        live = _run(lambda: services.revert_expired_and_read(chain=chain))
+        live = _run(lambda: services.revert_expired_and_read(chain=chain, environment=environment))
         review = change_review.review_plan_start(live, held)
         plan = _run(
             lambda: plans.start_plan_anyway(
-                chain=chain, plan=plan_id, actor=actor, reason=reason, expected_version=live.version
+                chain=chain,
+                environment=environment,
+                plan=plan_id,
+                actor=actor,
+                reason=reason,
+                expected_version=live.version,
             )
         )
         self._done(f"started as {chain} v{plan.started_version}", plan)
@@ -137,9 +167,12 @@ class Command(BaseCommand):
 
     def _list(self, options: dict[str, Any]) -> None:
         chain = options["chain"]
-        if chain is not None and not Chain.objects.filter(name=chain).exists():
-            raise CommandError(f"--chain: unknown chain {chain!r}: manage.py chain_status lists the chains")
-        holding = plans.holding_plans(chain=chain)
+        environment = run(lambda: environments.resolve(options["environment"]), names={"environment": "--environment"})
+        if chain is not None and not Chain.objects.filter(name=chain, environment=environment).exists():
+            raise CommandError(
+                f"--chain: unknown chain {chain!r} in {environment}: manage.py chain_status lists the chains"
+            )
+        holding = plans.holding_plans(chain=chain, environment=environment)
         if options["json"]:
             self.stdout.write(json.dumps({"plans": [plans.plan_entry(plan) for plan in holding]}, indent=2))
             return
@@ -170,6 +203,7 @@ def _add_reason(parser: CommandParser) -> None:
     # Checked by the plans (a one-line error), not by argparse (a usage block).
     parser.add_argument("--reason", default="", help="why (required), e.g. the change ticket")
     add_actor_argument(parser)
+    add_environment_argument(parser)
 
 
 def _required_time(options: dict[str, Any], name: str) -> datetime:

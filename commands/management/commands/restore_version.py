@@ -30,7 +30,9 @@ class Command(BaseCommand):
         assert version is not None
 
         def review(live: Selection) -> change_review.ChangeReview:
-            entry = history_rows(chain=live.chain.name).filter(version=version).first()
+            entry = (
+                history_rows(chain=live.chain.name, environment=live.chain.environment).filter(version=version).first()
+            )
             if entry is None:  # the service says so in its words
                 return change_review.ChangeReview(change_review.RESTORE, live)
             return change_review.review_restore(live, version=version, previous=entry.previous_preset)
