@@ -25,8 +25,8 @@ from django.db import connection, models
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
-from presets import services
-from presets.models import Chain, Preset, Selection
+from presets import environments, services
+from presets.models import Chain, Preset, PresetsRevision, Selection
 from presets.presets_file import PresetsFile
 
 MODELS: tuple[type[models.Model], ...] = (
@@ -36,6 +36,7 @@ MODELS: tuple[type[models.Model], ...] = (
     Chain.history.model,
     Preset.history.model,
     Selection.history.model,
+    PresetsRevision,
 )
 
 
@@ -56,7 +57,8 @@ _kept: dict[tuple[str, str], Rows] = {}
 def sync_example(presets_file: PresetsFile) -> None:
     """Sync ``presets_file`` into an empty database: from the rows of an earlier real sync
     where they are exactly what it would write, otherwise for real (and keep its rows)."""
-    key = (presets_file.sha256, repr(presets_file.chains))
+    # The environment a sync reaches is in its rows: a test with other ENVIRONMENTS syncs apart.
+    key = (presets_file.sha256, repr(presets_file.chains), environments.first())
     kept = _kept.get(key)
     if kept is not None and _can_write(kept):
         _write(kept)
