@@ -843,16 +843,16 @@ class PresetsRevision(models.Model):
     applied_by = models.CharField(max_length=150)
 
     class Meta:
-        ordering = ["-applied_at", "-id"]
-        indexes = [models.Index(fields=["environment", "-applied_at"], name="presets_revision_latest")]
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["environment", "-id"], name="presets_revision_latest")]
 
     def __str__(self) -> str:
         return f"{self.environment}: {self.name} sha256 {self.sha256[:12]}"
 
     @classmethod
     def current(cls, environment: str) -> PresetsRevision | None:
-        """The revision ``environment`` serves: its newest."""
-        return cls.objects.filter(environment=environment).order_by("-applied_at", "-id").first()
+        """The revision ``environment`` serves: the last it got."""
+        return cls.objects.filter(environment=environment).order_by("-id").first()
 
     @classmethod
     def record(
