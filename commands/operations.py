@@ -54,6 +54,7 @@ COMMAND_WORDS: list[Phrase] = [
 EXPIRY_OPTIONS = ("minutes", "hours", "until")
 
 T = TypeVar("T")
+CHAINS_LISTED = "manage.py chain_status lists the chains"
 
 
 def add_environment_argument(parser: CommandParser) -> None:
@@ -218,7 +219,7 @@ def refused(exc: ServiceError, names: dict[str, str] | None = None) -> CommandEr
     elif isinstance(exc, Conflict) and "expected_version" in exc.details:
         message = f"--expected-version: {exc.message}"
     elif isinstance(exc, NotFound) and "chain" in exc.details:
-        message = f"{exc.message}: manage.py chain_status lists the chains"
+        message = f"{exc.message}: {CHAINS_LISTED}"
     else:
         message = exc.message
     return CommandError(for_people(message, now=timezone.now(), phrases=COMMAND_WORDS))

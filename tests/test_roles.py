@@ -71,6 +71,7 @@ DENIED = "denied"  # 403: signed in with a role, but not one that may do this
 SIGN_IN = "sign-in"  # a page: 302 to the sign-in page (a token is no session)
 UNAUTHENTICATED = "unauthenticated"  # the API: 401, asking for credentials
 CREATED = "created"  # 201 (a plan made)
+REFUSED = "refused"  # 400 or 404: past the permissions, refused by the domain (nothing to promote)
 
 
 def expect(
@@ -133,6 +134,8 @@ ACCESS_API = {
 API_CHANGE = {**API_READ, "no-role": DENIED, "viewer": DENIED, "staff-without-groups": DENIED, "read-token": DENIED}
 OFREP = {who: OK if who.endswith("-token") else UNAUTHENTICATED for who in API_READ}
 API_CREATE = {who: CREATED if outcome == OK else outcome for who, outcome in API_CHANGE.items()}
+# One environment: production is the first, reached by a sync; there is nothing to promote.
+API_PROMOTE = {who: REFUSED if outcome == OK else outcome for who, outcome in API_CHANGE.items()}
 
 # A change's first POST on the pages is its review (nothing changes yet): 200 when allowed.
 SELECT_FORM = {"preset": "drop_vendor_b", "duration_minutes": 60, "reason": "INC-7", "expected_version": 2}
@@ -208,6 +211,10 @@ ENDPOINTS: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str]]] = [
     ("api-drill-start", "POST", "/api/v1/chains/incident-summary/drills", DRILL_BODY, API_CREATE),
     ("api-drill", "GET", "/api/v1/drills/{drill}", None, API_READ),
     ("api-drill-abort", "POST", "/api/v1/drills/{drill}/abort", {"reason": "INC-7"}, API_CHANGE),
+    # Promotions: reading what one would stand on, asking for one, approving one.
+    ("api-promotions", "GET", "/api/v1/environments/production/promotions", None, API_READ),
+    ("api-promotions", "POST", "/api/v1/environments/production/promotions", {"reason": "CHG-7"}, API_PROMOTE),
+    ("api-promotion-approve", "POST", "/api/v1/environments/production/promotions/1/approve", {}, API_PROMOTE),
     # OFREP is read with a service token only (a person's session is no OFREP credential).
     ("ofrep-flag", "POST", "/ofrep/v1/evaluate/flags/chat", {"context": {}}, OFREP),
     ("ofrep-flags", "POST", "/ofrep/v1/evaluate/flags", {"context": {}}, OFREP),
@@ -262,7 +269,10 @@ def test_the_role_matrix(method: str, path: str, body: dict[str, Any] | None, wh
         if page and (method == "POST" or "/act/" in path) and (done or reviewed):
             response = client.get(response["Location"])  # the review is shown by a GET (no resubmission)
     text = b"".join(response.streaming_content).decode() if response.streaming else response.content.decode()
-    if outcome in (OK, CREATED):
+    if outcome == REFUSED:
+        assert response.status_code in (400, 404), text[:500]
+        assert NO_ROLE_WORDS not in text
+    elif outcome in (OK, CREATED):
         assert response.status_code == (201 if outcome == CREATED else 200), text[:500]
         assert NO_ROLE_WORDS not in text
     elif outcome == NO_ROLE:

@@ -63,6 +63,9 @@ OPERATIONS = [
     ("POST", "/api/v1/chains/{name}/drills"),
     ("GET", "/api/v1/drills/{drill}"),
     ("POST", "/api/v1/drills/{drill}/abort"),
+    ("GET", "/api/v1/environments/{environment}/promotions"),
+    ("POST", "/api/v1/environments/{environment}/promotions"),
+    ("POST", "/api/v1/environments/{environment}/promotions/{promotion}/approve"),
     ("POST", "/ofrep/v1/evaluate/flags"),
     ("POST", "/ofrep/v1/evaluate/flags/{key}"),
 ]

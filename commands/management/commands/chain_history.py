@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from commands.operations import add_environment_argument, refused, run, whole_number
+from commands.operations import CHAINS_LISTED, add_environment_argument, run, whole_number
 from presets import environments, services
 from presets.history import history_entries
 from presets.models import Chain
@@ -37,7 +37,7 @@ class Command(BaseCommand):
         name = options["chain"]
         environment = run(lambda: environments.resolve(options["environment"]), names={"environment": "--environment"})
         if not Chain.objects.filter(name=name, environment=environment).exists():
-            raise refused(services.unknown_chain(name, environment))
+            raise CommandError(f"CHAIN: {services.unknown_chain(name, environment).message}: {CHAINS_LISTED}")
         entries = history_entries(chain=name, environment=environment, limit=limit, before=before)
         if options["json"]:
             self.stdout.write(json.dumps({"entries": entries}, indent=2))

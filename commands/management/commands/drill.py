@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from audit import drills as fleet_drills
 from commands.operations import (
+    CHAINS_LISTED,
     COMMAND_WORDS,
     actor_from,
     add_actor_argument,
@@ -23,6 +24,7 @@ from commands.operations import (
 )
 from presets import drills as chain_drills
 from presets import environments
+from presets import services as changes
 from presets.documents import format_time
 from presets.exceptions import Conflict, NotFound, ServiceError
 from presets.models import Chain, Drill, DrillState
@@ -148,7 +150,7 @@ class Command(BaseCommand):
         chain = Chain.objects.filter(name=options["chain"], environment=environment).first()
         if chain is None:
             raise CommandError(
-                f"CHAIN: unknown chain {options['chain']!r} in {environment}: manage.py chain_status lists the chains"
+                f"CHAIN: {changes.unknown_chain(options['chain'], environment).message}: {CHAINS_LISTED}"
             )
         limit = whole_number("--limit", options["limit"], maximum=1000) or LIST_DEFAULT
         drills = chain_drills.of_chain(chain, limit=limit)
