@@ -109,10 +109,11 @@ def cpu_budget(name: str, cores: float | None) -> Iterator[list[str]]:
 MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
-def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+def start(command: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen:
+    """``command`` in its own session, in ``cwd`` (a checkout: this one unless another is compared)."""
     return subprocess.Popen(
         command,
-        cwd=ROOT,
+        cwd=cwd,
         env={"_RJEM_MALLOC_CONF": MALLOC_CONF, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -136,16 +137,17 @@ def granian(
     return [str(BIN / "granian"), *options, "--log-level", "warning", "--http", "1", "--no-ws", *extra, app]
 
 
-def set_up(env: dict[str, str]) -> None:
-    """Migrate the database ``env`` names and sync the example presets into it."""
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([sys.executable, "manage.py", "sync_presets"], cwd=ROOT, env=env, check=True, capture_output=True)
+def set_up(env: dict[str, str], cwd: Path = ROOT) -> None:
+    """Migrate the database ``env`` names and sync the example presets into it (with the
+    checkout in ``cwd``)."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=cwd, env=env, check=True)
+    subprocess.run([sys.executable, "manage.py", "sync_presets"], cwd=cwd, env=env, check=True, capture_output=True)
 
 
-def create_token(env: dict[str, str], name: str, purpose: str) -> str:
-    """A new service token's secret; ``purpose``: read, write or relay."""
-    command = [sys.executable, "manage.py", "create_token", name, "--purpose", purpose]
-    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
+def create_token(env: dict[str, str], name: str, purpose: str, *extra: str, cwd: Path = ROOT) -> str:
+    """A new service token's secret; ``purpose``: read, write or relay; ``extra``: more options."""
+    command = [sys.executable, "manage.py", "create_token", name, "--purpose", purpose, *extra]
+    return subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -186,9 +188,12 @@ def bench_env(workdir: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iterator[ScratchPlane]:
+def scratch_control_plane(
+    prefix: str, admin_url: str, *, cwd: Path = ROOT, **extra_env: str
+) -> Iterator[ScratchPlane]:
     """A migrated control plane with the example presets on a scratch PostgreSQL database
-    (``admin_url`` may create and drop databases); the database is dropped at exit."""
+    (``admin_url`` may create and drop databases), of the checkout in ``cwd``; the database is
+    dropped at exit."""
     import psycopg
 
     name = f"{prefix}_{os.getpid()}"
@@ -196,11 +201,13 @@ def scratch_control_plane(prefix: str, admin_url: str, **extra_env: str) -> Iter
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
-    env = bench_env(workdir, DATABASE_URL=f"{base}/{name}", **extra_env)
+    env = {**bench_env(workdir, DATABASE_URL=f"{base}/{name}", **extra_env), "PYTHONPATH": str(cwd)}
     try:
-        set_up(env)
+        set_up(env, cwd)
         yield ScratchPlane(
-            env=env, database_url=env["DATABASE_URL"], token=lambda scope: create_token(env, f"{prefix}-{scope}", scope)
+            env=env,
+            database_url=env["DATABASE_URL"],
+            token=lambda scope: create_token(env, f"{prefix}-{scope}", scope, cwd=cwd),
         )
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
