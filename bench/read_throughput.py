@@ -188,9 +188,7 @@ def bench_env(workdir: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def scratch_control_plane(
-    prefix: str, admin_url: str, *, cwd: Path = ROOT, **extra_env: str
-) -> Iterator[ScratchPlane]:
+def scratch_control_plane(prefix: str, admin_url: str, *, cwd: Path = ROOT, **extra_env: str) -> Iterator[ScratchPlane]:
     """A migrated control plane with the example presets on a scratch PostgreSQL database
     (``admin_url`` may create and drop databases), of the checkout in ``cwd``; the database is
     dropped at exit."""

@@ -5,11 +5,9 @@ tokens services already use keep working."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
@@ -17,22 +15,15 @@ from presets import services
 from presets.models import Chain, Selection, ServiceToken
 from tests.conftest import make_token
 from tests.test_read_front import auth, call, run
+from tests.test_signing_keys_sealed import executor  # noqa: F401 - the fixture: migrations back and forth
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("synced")]
 
 BEFORE = [("presets", "0016_pin_spend_bound"), ("audit", "0014_spend_alerts")]
 
 
-@pytest.fixture
-def executor() -> Iterator[MigrationExecutor]:
-    """Migrations run back and forth; the database is left fully migrated whatever happens."""
-    yield MigrationExecutor(connection)
-    latest = MigrationExecutor(connection)
-    latest.migrate(latest.loader.graph.leaf_nodes())
-
-
 @pytest.mark.system
-def test_migration_0017_keeps_history_tokens_pins_and_urls(executor: MigrationExecutor) -> None:
+def test_migration_0017_keeps_history_tokens_pins_and_urls(executor: MigrationExecutor) -> None:  # noqa: F811
     """Why a system test: it migrates the test database's schema back and forth (seconds)."""
     token = make_token("checkout", "read")
     services.select_preset(
