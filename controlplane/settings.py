@@ -142,6 +142,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "pages.context_processors.open_alerts",
+                "pages.context_processors.environment",
                 "pages.context_processors.limits",
             ],
         },
