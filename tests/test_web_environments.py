@@ -259,6 +259,18 @@ def test_an_environment_this_control_plane_does_not_have_is_a_404_naming_those_i
     assert page(oncall, "/env/nope/chains/chat/", status=404)
 
 
+def test_a_failed_csrf_check_on_a_staging_page_links_back_to_that_page(two: None, alice: Any) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    refused = client.post(
+        "/env/staging/chains/chat/select", select_data(), HTTP_REFERER="http://testserver/env/staging/chains/chat/"
+    )
+    assert refused.status_code == 403
+    assert '<a class="button button-primary" href="/env/staging/chains/chat/">Back to chain chat</a>' in (
+        refused.content.decode()
+    )
+
+
 # --- which environment, said on every page ------------------------------------------------------------
 
 
