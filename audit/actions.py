@@ -19,7 +19,7 @@ from django.core import signing
 from django.utils import timezone
 
 from audit import provider_health
-from audit.models import Alert, AlertKind
+from audit.models import Alert, AlertKind, page_url
 from presets import selectors
 from presets.documents import format_duration
 
@@ -35,9 +35,10 @@ LINK_SALT = "controlplane.deep-link"
 
 @dataclass(frozen=True)
 class Action:
-    """One change suggested on ``chain`` at ``version`` (the version it was suggested
-    against: the review shows a conflict if the chain changed since), at ``at`` (seconds
-    since the epoch: the event's time, which dates its deep link)."""
+    """One change suggested on ``chain`` of ``environment`` at ``version`` (the version it
+    was suggested against: the review shows a conflict if the chain changed since), at ``at``
+    (seconds since the epoch: the event's time, which dates its deep link). An action kept
+    from before environments names none: it means the default one."""
 
     kind: str
     chain: str
@@ -46,6 +47,7 @@ class Action:
     minutes: int = 0
     reason: str = ""
     at: int = 0
+    environment: str = ""
 
     @property
     def label(self) -> str:
@@ -73,6 +75,7 @@ class Action:
                 minutes=int(value.get("minutes") or 0),
                 reason=str(value.get("reason") or ""),
                 at=int(value.get("at") or 0),
+                environment=str(value.get("environment") or ""),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not an action: {error}") from error
@@ -91,47 +94,53 @@ def for_alert(alert: Alert) -> list[Action]:
     preset that was healthiest when it was raised (``remember_suggestion``); for a pin left on, extend it or
     revert it; for spend running away under a pin, revert it. Nothing for an event or a condition a
     change cannot fix."""
-    chain, at = alert.chain.name, int(alert.created_at.timestamp())
+    chain, at, environment = alert.chain.name, int(alert.created_at.timestamp()), alert.chain.environment
     if alert.kind in (AlertKind.PROVIDER_FAILING, AlertKind.PROVIDER_CREDENTIALS, AlertKind.DRILL_FAILED):
         suggested = alert.details.get("suggested")
         if not suggested:
             return []
         reason = f"{provider_reason(alert)}; {suggested['preset']}'s {suggested['reason']}"
         minutes = settings.PIN_DEFAULT_MINUTES
-        return [
-            Action(PIN, chain, alert.version, preset=suggested["preset"], minutes=minutes, reason=reason[:200], at=at)
-        ]
+        preset = suggested["preset"]
+        return [Action(PIN, chain, alert.version, preset, minutes, reason[:200], at=at, environment=environment)]
     if alert.kind == AlertKind.STALE_PIN:
         preset = str(alert.details.get("preset") or "")
-        return pinned_actions(chain, alert.version, at=at, why=f"{chain} still pinned to {preset} after {alert.age}")
+        why = f"{alert.chain.label} still pinned to {preset} after {alert.age}"
+        return pinned_actions(chain, alert.version, at=at, why=why, environment=environment)
     if alert.kind == AlertKind.SPEND and alert.details.get("pin"):
         pin, words = alert.details["pin"], alert.details.get("words")
-        why = f"Reverted: {chain}'s {alert.subject} spend ran at {words} under pin {pin}"
-        return [Action(REVERT, chain, alert.version, reason=why[:200], at=at)]
+        why = f"Reverted: {alert.chain.label}'s {alert.subject} spend ran at {words} under pin {pin}"
+        return [Action(REVERT, chain, alert.version, reason=why[:200], at=at, environment=environment)]
     return []
 
 
 def for_change(change: dict[str, Any], *, at: datetime) -> list[Action]:
-    """What to do after a change that pinned a chain: extend the pin or revert it."""
+    """What to do after a change that pinned a chain: extend the pin or revert it (a change
+    recorded before environments names none: the default's)."""
     if not change.get("expires_at") or change.get("action") not in ("select", "extend", "restore"):
         return []
     why = f"after {change['actor']}'s pin of {change['preset']}"
-    return pinned_actions(change["chain_name"], change["version"], at=int(at.timestamp()), why=why)
+    environment = str(change.get("environment") or "")
+    return pinned_actions(
+        change["chain_name"], change["version"], at=int(at.timestamp()), why=why, environment=environment
+    )
 
 
-def pinned_actions(chain: str, version: int, *, at: int, why: str) -> list[Action]:
+def pinned_actions(chain: str, version: int, *, at: int, why: str, environment: str = "") -> list[Action]:
     return [
-        Action(EXTEND, chain, version, minutes=EXTEND_MINUTES, reason=f"Extended {why}", at=at),
-        Action(REVERT, chain, version, reason=f"Reverted {why}", at=at),
+        Action(
+            EXTEND, chain, version, minutes=EXTEND_MINUTES, reason=f"Extended {why}", at=at, environment=environment
+        ),
+        Action(REVERT, chain, version, reason=f"Reverted {why}", at=at, environment=environment),
     ]
 
 
 def provider_reason(alert: Alert) -> str:
     if alert.kind == AlertKind.DRILL_FAILED:
-        return f"{alert.subject} on {alert.chain.name} {alert.details.get('verdict')}"
+        return f"{alert.subject} on {alert.chain.label} {alert.details.get('verdict')}"
     if alert.kind == AlertKind.PROVIDER_CREDENTIALS:
-        return f"{alert.subject} rejects the fleet's credentials on {alert.chain.name}"
-    return f"{alert.subject} failing on {alert.chain.name}"
+        return f"{alert.subject} rejects the fleet's credentials on {alert.chain.label}"
+    return f"{alert.subject} failing on {alert.chain.label}"
 
 
 def remember_suggestion(alert: Alert) -> None:
@@ -158,9 +167,10 @@ class BadLink(Exception):
 
 
 def deep_link(action: Action) -> str:
-    """The address that opens ``action``'s review, prefilled: signed (the same address for
-    the same action), dated by the action's ``at``, never authority."""
-    return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/act/{link_token(action)}/"
+    """The address that opens ``action``'s review, prefilled, in its chain's environment:
+    signed (the same address for the same action), dated by the action's ``at``, never
+    authority."""
+    return page_url(action.environment, f"/act/{link_token(action)}/")
 
 
 def link_token(action: Action) -> str:

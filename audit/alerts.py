@@ -60,9 +60,13 @@ def recent_alerts(
     return list(alerts[:limit])
 
 
-def open_alert_count() -> int:
-    """How many alerts report a condition still going on: the count in the pages' top nav."""
-    return Alert.objects.filter(resolved_at__isnull=True).count()
+def open_alert_count(*, environment: str | None = None) -> int:
+    """How many alerts report a condition still going on: the count in the pages' top nav; of
+    ``environment``'s chains (None: every environment's)."""
+    alerts = Alert.objects.filter(resolved_at__isnull=True)
+    if environment is not None:
+        alerts = alerts.filter(chain__environment=environment)
+    return alerts.count()
 
 
 def alert_texts(alerts: list[Alert], *, now: datetime) -> dict[int, str]:

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from audit import actions
 from audit.alerts import raise_alert
-from audit.models import Alert, AlertKind, DrillInstance, DrillMinute, FleetInstance
+from audit.models import Alert, AlertKind, DrillInstance, DrillMinute, FleetInstance, page_url
 from presets import drills as chain_drills
 from presets import environments
 from presets.documents import Time, format_time
@@ -274,7 +274,7 @@ def alert_drill_ended(*, drill: Drill, now: datetime) -> Alert:
 
 
 def drill_url(drill: Drill) -> str:
-    return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/drills/{drill.pk}/"
+    return page_url(drill.chain.environment, f"/drills/{drill.pk}/")
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from audit import actions
 from audit.models import Alert, AlertKind, Notification, NotificationKind
+from presets import environments
 from presets.documents import format_time
 
 CHANGE = "change"
@@ -135,8 +136,10 @@ def title_of(alert: Alert) -> str:
 
 def change_summary(change: dict[str, Any]) -> str:
     """The change in one sentence naming who, what, which chain and version:
-    'alice selected pin_secondary on chat (v2)'."""
-    chain, preset, actor, version = change["chain_name"], change["preset"], change["actor"], change["version"]
+    'alice selected pin_secondary on chat (v2)', on staging/chat in another environment than
+    the default (a change recorded before environments names none: the default's)."""
+    chain = environments.label(change.get("environment") or "", change["chain_name"])
+    preset, actor, version = change["preset"], change["actor"], change["version"]
     previous = change.get("previous_preset")
     action = change["action"]
     if action == "select":

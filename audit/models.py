@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from presets import environments
 from presets.documents import format_duration, format_time
 from presets.models import Chain, Drill, PresetsRevision, ServiceToken
 from presets.wire import LATENCY_BOUNDS_MS
@@ -77,6 +78,13 @@ EVENT_KINDS = frozenset(
         AlertKind.DRILL_PASSED,
     }
 )
+
+
+def page_url(environment: str, path: str) -> str:
+    """A page's address for a notification, a deep link or Slack (``PUBLIC_BASE_URL``), in
+    ``environment``: under ``/env/<environment>`` unless it is the default
+    (``environments.path_in``)."""
+    return f"{settings.PUBLIC_BASE_URL.rstrip('/')}{environments.path_in(environment, path)}"
 
 
 class DeliveryState(models.TextChoices):
@@ -171,8 +179,8 @@ class Alert(Deliverable):
 
     @property
     def chain_url(self) -> str:
-        """The chain's page in the web UI, where the pin can be kept or reverted."""
-        return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/chains/{self.chain.name}/"
+        """The chain's page in the web UI (in its environment), where the pin can be kept or reverted."""
+        return page_url(self.chain.environment, f"/chains/{self.chain.name}/")
 
     @property
     def is_event(self) -> bool:
@@ -245,8 +253,8 @@ class Notification(Deliverable):
 
     @property
     def chain_url(self) -> str:
-        """The chain's page in the web UI."""
-        return f"{settings.PUBLIC_BASE_URL.rstrip('/')}/chains/{self.chain.name}/"
+        """The chain's page in the web UI, in its environment."""
+        return page_url(self.chain.environment, f"/chains/{self.chain.name}/")
 
 
 # --- fleet status (audit.fleet_recorder writes instances, audit.usage the reports) --------

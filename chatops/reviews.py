@@ -17,7 +17,7 @@ from audit.actions import EXTEND, PIN, Action
 from audit.change_review import ChangeReview
 from audit.change_risks import reported_health
 from audit.messages import slack_escape
-from presets import services
+from presets import environments, services
 from presets.documents import format_clock
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.models import Selection
@@ -31,11 +31,35 @@ class Refused(Exception):
     """Why an action cannot be made or reviewed, in words for Slack."""
 
 
-def live(chain: str) -> Selection:
+def live(chain: str, environment: str = "") -> Selection:
+    """The chain's live selection in ``environment`` (empty: the default); Refused in Slack's
+    words for a chain or an environment this control plane does not have."""
     try:
-        return services.revert_expired_and_read(chain=chain)
-    except NotFound:
+        environment = environments.resolve(environment)
+    except NotFound as error:
+        raise Refused(f"Nothing can be done: {error.message}.") from None
+    try:
+        return services.revert_expired_and_read(chain=chain, environment=environment)
+    except NotFound as error:
+        if environments.several():
+            raise Refused(f"Nothing can be done: {error.message}.") from None
         raise Refused(f"There is no chain named {chain}: `/chains status <chain>` names the chains.") from None
+
+
+def named(action: Action) -> str:
+    """The action's chain as Slack names it: ``chat``, or ``staging/chat`` outside the default
+    environment (``environments.label``, as the alerts' messages name it)."""
+    return environments.label(action.environment or environments.default(), action.chain)
+
+
+def in_environment(action: Action) -> str:
+    """The line that says which environment a review acts in, with more than one (none with one)."""
+    if not environments.several():
+        return ""
+    environment = action.environment or environments.default()
+    if environments.is_production(environment):
+        return f":rotating_light: In *{environment}*: this changes what production's services use."
+    return f"In *{environment}*, not production."
 
 
 def review(action: Action, selection: Selection) -> ChangeReview:
@@ -58,7 +82,7 @@ def stale(action: Action, selection: Selection) -> str:
     """Why the chain is not as the action was suggested against, in Slack's words."""
     now = timezone.now()
     return (
-        f"{action.chain} changed since this was suggested: now v{selection.version}, {selection.action} of "
+        f"{named(action)} changed since this was suggested: now v{selection.version}, {selection.action} of "
         f"{selection.preset.name} by {selection.updated_by} at {format_clock(selection.updated_at, now=now)}. "
         "Close this and act on what is live now."
     )
@@ -68,7 +92,9 @@ def summary(action: Action, goal: ChangeReview) -> list[str]:
     """The review's lines, as the pages' review says them."""
     now = timezone.now()
     selection = goal.live
-    lines = [f"*{action.chain}* now: v{selection.version} {selection.preset.name} → *{goal.target}*"]
+    where = in_environment(action)
+    lines = [where] if where else []
+    lines.append(f"*{named(action)}* now: v{selection.version} {selection.preset.name} → *{goal.target}*")
     if goal.was_until is not None and goal.until is not None:
         lines.append(f"Pinned until {format_clock(goal.was_until, now=now)} → {format_clock(goal.until, now=now)}")
     elif goal.until is not None:
@@ -138,31 +164,35 @@ def apply(action: Action, *, user: User, reason: str) -> Selection:
         if action.kind == PIN:
             return services.select_preset(
                 chain=action.chain,
+                environment=action.environment,
                 preset=action.preset,
                 expires_at=timedelta(minutes=action.minutes),
                 guard=True,
                 **who,
             )
         if action.kind == EXTEND:
-            selection = live(action.chain)
+            selection = live(action.chain, action.environment)
             if selection.expires_at is None:
                 raise Conflict("the pin ended")  # the version check below words it
             return services.extend_pin(
-                chain=action.chain, expires_at=selection.expires_at + timedelta(minutes=action.minutes), **who
+                chain=action.chain,
+                environment=action.environment,
+                expires_at=selection.expires_at + timedelta(minutes=action.minutes),
+                **who,
             )
-        return services.revert_to_default(chain=action.chain, **who)
+        return services.revert_to_default(chain=action.chain, environment=action.environment, **who)
     except Conflict:
-        raise Refused(stale(action, live(action.chain))) from None
+        raise Refused(stale(action, live(action.chain, action.environment))) from None
     except InvalidInput as error:
         raise Refused(f"Nothing was changed: {error.field_message}") from None
     except NotFound:  # the chain was deleted since the review opened
-        raise Refused(f"There is no chain named {action.chain} any more, so nothing was changed.") from None
+        raise Refused(f"There is no chain named {named(action)} any more, so nothing was changed.") from None
 
 
 def outcome(action: Action, selection: Selection, *, user: User, reason: str) -> str:
     """The message's new first line once the change is made."""
     now = timezone.now()
-    name, chain, version = user.get_username(), action.chain, selection.version
+    name, chain, version = user.get_username(), named(action), selection.version
     if action.kind in (PIN, EXTEND):
         assert selection.expires_at is not None
         until = format_clock(selection.expires_at, now=now)

@@ -5,7 +5,11 @@ and refused (401, nothing changed) otherwise; 404 while ``SLACK_SIGNING_SECRET``
   in a modal; submitting the modal makes the change as the Slack user's control-plane account,
   updates the message with the outcome, then with the fleet's progress.
 - ``POST /slack/commands`` (the ``/chains`` command): ``status <chain>``, and ``pin``,
-  ``extend``, ``revert``, which open the same modal.
+  ``extend``, ``revert``, which open the same modal. A chain of another environment than the
+  default is named as the alerts name it, ``staging/chat``.
+
+A button's value and a modal's metadata carry the action with its chain's environment, and the
+change is made there (a button sent before environments names none: the default's).
 
 Slack waits 3 seconds for an answer: each request does its reads, one change at most and a
 couple of Web API calls; following the fleet is the worker's.
@@ -31,6 +35,7 @@ from audit.fleet import fleet_summaries
 from audit.messages import SLACK_ACTION_PREFIX, slack_escape
 from chatops import reviews, signatures
 from chatops.people import NotLinked, person
+from presets import environments
 from presets.documents import format_clock
 from presets.roles import ONCALL_GROUP, can_change, can_view
 
@@ -106,7 +111,7 @@ def _button(payload: dict[str, Any]) -> None:
         try:
             action = Action.from_value(json.loads(pressed.get("value") or "null"))
             _acting(team, user)
-            selection = reviews.live(action.chain)
+            selection = reviews.live(action.chain, action.environment)
             if selection.version != action.version:
                 raise reviews.Refused(reviews.stale(action, selection))
             container = payload.get("container") or {}
@@ -156,20 +161,20 @@ def _submitted(payload: dict[str, Any]) -> HttpResponse:
                 channel=channel,
                 ts=ts,
                 text=text,
-                chain=action.chain,
+                chain=reviews.named(action),
                 version=selection.version,
                 since=selection.updated_at,
             )
         )
     else:  # opened from the command: say it in the channel it was typed in, followed as a button's is
-        _post_and_follow(metadata, text, action.chain, selection)
+        _post_and_follow(metadata, text, reviews.named(action), selection)
     return HttpResponse(status=200)
 
 
 def _post_and_follow(metadata: dict[str, Any], text: str, chain: str, selection: Any) -> None:
     """Post a slash command's outcome in its channel (the bot's message, so the worker can update it
     with the fleet's progress); where the bot may not post there, answer through the command's
-    response_url, without the follow-up."""
+    response_url, without the follow-up. ``chain``: its label (``staging/chat``)."""
     channel = str(metadata.get("channel_id") or "")
     posted = slack.call("chat.postMessage", {"channel": channel, "text": text}) if channel else {}
     if not posted.get("ts"):
@@ -207,6 +212,17 @@ USAGE = (
 )
 
 
+def _usage() -> str:
+    """USAGE, and with several environments how to name a chain of another than the default."""
+    if not environments.several():
+        return USAGE
+    other = environments.names()[0]
+    return (
+        f"{USAGE}\nA chain of {environments.default()} is named alone (`chat`); of another environment, "
+        f"with it (`{other}/chat`). Environments: {', '.join(environments.names())}"
+    )
+
+
 @_slack_only
 def commands(request: HttpRequest) -> HttpResponse:
     words = request.POST.get("text", "").split()
@@ -215,47 +231,61 @@ def commands(request: HttpRequest) -> HttpResponse:
     try:
         if verb == "status" and len(args) == 1:
             _acting(team, user, changing=False)
-            return _say(_status(args[0]))
+            return _say(_status(*_chain_named(args[0])))
         if verb in KINDS and args:
             action = _typed(verb, args)
             _acting(team, user)
-            selection = reviews.live(action.chain)
-            action = Action(**{**action.to_value(), "version": selection.version})
+            selection = reviews.live(action.chain, action.environment)
+            action = Action(
+                **{**action.to_value(), "version": selection.version, "environment": selection.chain.environment}
+            )
             metadata = {
                 "response_url": request.POST.get("response_url", ""),
                 "channel_id": request.POST.get("channel_id", ""),
             }
             view = reviews.modal(action, selection, metadata=metadata)
         elif verb == "help":
-            return _say(USAGE)
+            return _say(_usage())
         else:
-            return _say(f"`/chains {slack_escape(' '.join(words))}` is not a command I know.\n{USAGE}")
+            return _say(f"`/chains {slack_escape(' '.join(words))}` is not a command I know.\n{_usage()}")
     except reviews.Refused as refused:
         return _say(str(refused))
     slack.call("views.open", {"trigger_id": request.POST.get("trigger_id", ""), "view": view})
     return HttpResponse(status=200)
 
 
+def _chain_named(word: str) -> tuple[str, str]:
+    """The chain a command names and its environment: ``chat`` (the default's) or
+    ``staging/chat``; the environment is checked when the chain is read (``reviews.live``)."""
+    environment, _, chain = word.rpartition("/")
+    return chain, environment
+
+
 def _typed(verb: str, args: list[str]) -> Action:
     """The action a command names; Refused saying what was wrong."""
-    chain, rest = args[0], args[1:]
+    typed, rest = args[0], args[1:]
+    chain, environment = _chain_named(typed)
     at = int(timezone.now().timestamp())
     minutes = rest[-1] if rest and rest[-1].isdigit() else None
     if verb == PIN:
         if not rest or rest[0].isdigit():
-            raise reviews.Refused(f"Name the preset to pin: `/chains pin {chain} <preset> [minutes]`.")
+            raise reviews.Refused(f"Name the preset to pin: `/chains pin {typed} <preset> [minutes]`.")
         pinned = int(minutes) if minutes and len(rest) > 1 else settings.PIN_DEFAULT_MINUTES
-        return Action(PIN, chain, 0, preset=rest[0], minutes=pinned, at=at)
+        return Action(PIN, chain, 0, preset=rest[0], minutes=pinned, at=at, environment=environment)
     if verb == EXTEND:
         if rest and minutes is None:
-            raise reviews.Refused(f"Give the minutes to add as a number: `/chains extend {chain} 60`.")
-        return Action(EXTEND, chain, 0, minutes=int(minutes) if minutes else EXTEND_MINUTES, at=at)
+            raise reviews.Refused(f"Give the minutes to add as a number: `/chains extend {typed} 60`.")
+        added = int(minutes) if minutes else EXTEND_MINUTES
+        return Action(EXTEND, chain, 0, minutes=added, at=at, environment=environment)
     assert verb == REVERT
-    return Action(REVERT, chain, 0, at=at)
+    return Action(REVERT, chain, 0, at=at, environment=environment)
 
 
-def _status(chain: str) -> str:
-    selection = reviews.live(chain)
+def _status(chain: str, environment: str = "") -> str:
+    selection = reviews.live(chain, environment)
+    chain = selection.chain.label  # staging/chat; in the default environment, its name
+    if environments.several() and environments.is_production(selection.chain.environment):
+        chain = f"{chain} ({selection.chain.environment})"
     now = timezone.now()
     if selection.expires_at is not None:
         state = f"pinned to *{selection.preset.name}* until {format_clock(selection.expires_at, now=now)}"

@@ -37,12 +37,16 @@ class EnvironmentPathMiddleware:
             return HttpResponse(render_to_string("404.html", {"message": message}), status=404)
         request.environment = named  # type: ignore[attr-defined]
         request.path_info = rest or "/"
-        set_script_prefix(f"{get_script_prefix()}env/{named}/")
-        return self.get_response(request)
+        # The prefix is the thread's, not the request's: a handler that does not set it again for
+        # each request (Django's test client) would otherwise keep it for the next one.
+        prefix = get_script_prefix()
+        set_script_prefix(f"{prefix}env/{named}/")
+        try:
+            return self.get_response(request)
+        finally:
+            set_script_prefix(prefix)
 
 
 def environment_path(environment: str, path: str) -> str:
     """``path`` (absolute, from the site's root) in ``environment``: unchanged in the default one."""
-    if environment == environments.default():
-        return path
-    return f"/env/{environment}{path}"
+    return environments.path_in(environment, path)

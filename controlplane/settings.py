@@ -142,6 +142,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "pages.context_processors.open_alerts",
+                "pages.context_processors.environment",
                 "pages.context_processors.limits",
             ],
         },
@@ -441,7 +442,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
-STATIC_URL = "static/"
+# From the site's root, as granian serves them: a relative URL would follow the script prefix,
+# which is /env/<env>/ on a non-default environment's pages (controlplane/environment_paths.py).
+STATIC_URL = "/static/"
 STATIC_ROOT = env_str("STATIC_ROOT", str(VAR_DIR / "static"))
 
 # --- The product's own knobs ------------------------------------------------------------

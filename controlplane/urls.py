@@ -2,7 +2,8 @@ import sys
 
 from django.contrib import admin
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views import defaults
@@ -117,8 +118,11 @@ urlpatterns = [
 
 
 def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if request.path.startswith("/api/"):
+    if request.path_info.startswith("/api/"):  # /env/<env>/api/... too: the prefix is off path_info
         return api_not_found(request, exception)
+    if isinstance(exception, Http404) and exception.args and isinstance(exception.args[0], str):
+        # A page's own 404 says what is missing (a chain that only another environment has, say).
+        return render(request, "404.html", {"message": exception.args[0]}, status=404)
     return defaults.page_not_found(request, exception)
 
 
@@ -127,6 +131,6 @@ def handler500(request: HttpRequest) -> HttpResponse:
     # 503 too; views' outages are answered by DatabaseOutageMiddleware.
     if isinstance(sys.exc_info()[1], (OperationalError, InterfaceError)):
         return database_unavailable(request)
-    if request.path.startswith("/api/"):
+    if request.path_info.startswith("/api/"):
         return api_server_error(request)
     return defaults.server_error(request)

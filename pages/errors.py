@@ -15,7 +15,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import render
-from django.urls import Resolver404, resolve, reverse
+from django.urls import Resolver404, get_script_prefix, resolve, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 # The URLs a change is posted to, each started from its chain's page.
@@ -63,8 +63,13 @@ def _same_site_referer(request: HttpRequest) -> str | None:
 
 
 def _page_for(url: str) -> WayBack | None:
-    """``url`` as a page to go back to (its path rebuilt from its route), or None."""
+    """``url`` as a page to go back to (its path rebuilt from its route), or None. A page of
+    this request's environment carries its ``/env/<env>/`` prefix (the script prefix), which
+    the routes do not."""
     path, _, query = url.partition("?")
+    prefix = get_script_prefix()
+    if prefix != "/" and path.startswith(prefix):
+        path = "/" + path.removeprefix(prefix)
     try:
         match = resolve(path)
     except Resolver404:

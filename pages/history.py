@@ -21,7 +21,7 @@ from django.views.decorators.http import require_safe
 
 from audit import spend
 from pages.display import is_shortening, restore_pin_version, restore_reason
-from pages.layout import live_card, live_or_404, render_page, viewer_required
+from pages.layout import environment_of, live_card, live_or_404, render_page, viewer_required
 from presets import selectors, services
 from presets.exceptions import InvalidInput
 from presets.history import entry, history_count, history_page, oldest_page_cursor, recent_actors
@@ -35,15 +35,16 @@ HISTORY_PAGE_SIZE = 25
 @viewer_required
 def chain_history(request: HttpRequest, name: str) -> HttpResponse:
     """Every change of one chain, newest first, each with a one-click restore."""
-    live = live_or_404(name)
+    live = live_or_404(request, name)
     return _history_page(request, lives={name: live}, chain=live)
 
 
 @require_safe
 @viewer_required
 def all_history(request: HttpRequest) -> HttpResponse:
-    """Every change of every chain, newest first."""
-    lives = {s.chain.name: s for s in services.revert_expired_and_read_all()}
+    """Every change of every chain of the page's environment, newest first."""
+    selections = services.revert_expired_and_read_all(environment=environment_of(request))
+    lives = {s.chain.name: s for s in selections}
     return _history_page(request, lives=lives, chain=None)
 
 
@@ -52,6 +53,7 @@ def all_history(request: HttpRequest) -> HttpResponse:
 
 def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: Selection | None) -> HttpResponse:
     now = timezone.now()
+    environment = environment_of(request)
     chain_name = chain.chain.name if chain is not None else None
     chains = None if chain is not None else sorted(lives)
     form = HistoryFilterForm(request.GET, chains=chains)
@@ -65,9 +67,10 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         try:
             page = history_page(
                 chain=chain_name,
+                environment=environment,
                 filters=form.filters(),
                 size=HISTORY_PAGE_SIZE,
-                **cursor,  # type: ignore[arg-type]
+                **cursor,
             )
         except InvalidInput as error:
             form.add_error(error.field, error.field_message)
@@ -79,7 +82,7 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         "lives": strip,
         "pinned": sum(1 for live in strip if live.selection.is_pinned),
         "stale": sum(1 for live in strip if live.is_stale),
-        "actors": recent_actors(chain=chain_name),
+        "actors": recent_actors(chain=chain_name, environment=environment),
         "refresh": "notice",
     }
     if page is None:  # the filter has errors: show them, and no list that would ignore them
@@ -96,8 +99,10 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
     incidents = {row_id: pin_starts[key].reason for row_id, key in pins.items() if key in pin_starts}
     # A bounded count ("10,000+" beyond the cap) and the oldest page's cursor: two short reads
     # whatever the history's length (read on every page, so the cost never depends on it).
-    count, more = history_count(chain=chain_name, filters=form.filters())
-    oldest = oldest_page_cursor(chain=chain_name, filters=form.filters(), size=HISTORY_PAGE_SIZE)
+    count, more = history_count(chain=chain_name, environment=environment, filters=form.filters())
+    oldest = oldest_page_cursor(
+        chain=chain_name, environment=environment, filters=form.filters(), size=HISTORY_PAGE_SIZE
+    )
     context.update(
         form=HistoryFilterForm(params, chains=chains),
         count_words=_count_words(count, more=more, filtered=bool(params)),

@@ -1,6 +1,7 @@
 """What every on-call page shares: its layout's context (who is signed in, in which role), who
-may read it (``viewer_required``, else the no-role page), the chain it is about (or a 404) and
-the facts a chain's card shows."""
+may read it (``viewer_required``, else the no-role page), the chain it is about in the page's
+environment (or a 404), the facts a chain's card shows, and a page's address in another
+environment."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.shortcuts import render
 
 from audit.fleet import fleet_summaries
 from pages.display import HealthMap, LiveState, live_state
-from presets import selectors, services
+from presets import environments, selectors, services
 from presets.exceptions import NotFound
 from presets.models import Selection
 from presets.roles import VIEWER_GROUP, can_change, can_see_access, can_view
@@ -61,12 +62,25 @@ def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     return checked
 
 
-def live_or_404(name: str, now: Any = None) -> Selection:
-    """The chain's live selection (an expired pin reverted first), or a 404 for an unknown chain."""
+def live_or_404(request: HttpRequest, name: str, now: Any = None) -> Selection:
+    """The chain's live selection in the page's environment (an expired pin reverted first), or
+    a 404 for a chain it does not have, whose words name the environment that has it."""
     try:
-        return services.revert_expired_and_read(chain=name, now=now)
-    except NotFound:
-        raise Http404(f"unknown chain {name!r}") from None
+        return services.revert_expired_and_read(chain=name, environment=environment_of(request), now=now)
+    except NotFound as error:
+        raise Http404(error.message) from None
+
+
+def environment_of(request: HttpRequest) -> str:
+    """The page's environment (``controlplane.environment_paths`` sets it on every request it
+    sees; a request made without it, a test's, is the default's)."""
+    return getattr(request, "environment", "") or environments.default()
+
+
+def in_environment(request: HttpRequest, environment: str, path: str) -> str:
+    """``path`` (from the site's root, as ``request.path_info`` is) in ``environment``, under
+    the script name the site is served at."""
+    return request.META.get("SCRIPT_NAME", "").rstrip("/") + environments.path_in(environment, path)
 
 
 def live_card(

@@ -73,9 +73,9 @@ from pages.forms import (
     ShortenForm,
     wall_time,
 )
-from pages.layout import live_card, live_or_404, render_page, viewer_required
+from pages.layout import environment_of, in_environment, live_card, live_or_404, render_page, viewer_required
 from presets import drills as chain_drills
-from presets import guards, plans, selectors, services
+from presets import environments, guards, plans, selectors, services
 from presets.documents import format_duration
 from presets.exceptions import Conflict, InvalidInput, NotFound
 from presets.history import entry, history_rows
@@ -107,7 +107,8 @@ CHANGE_NOTIFICATIONS_SHOWN = 20
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every chain as a card: what it serves, since when, why, until when."""
     now = timezone.now()
-    selections = services.revert_expired_and_read_all(now=now)
+    environment = environment_of(request)
+    selections = services.revert_expired_and_read_all(environment=environment, now=now)
     presets = selectors.active_presets_by_chain({s.chain_id: s.chain for s in selections})
     # Every chain's live and reviewed steps' health in one read.
     healths = provider_health.health_by_chain(
@@ -115,7 +116,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
     fleet = fleet_summaries(selections, now)  # every chain's fleet line in two queries
     starts = selectors.live_pin_starts(selections)  # every pin's start in one
-    holding = plans.holding_plans()  # every chain's plans to come in one
+    holding = plans.holding_plans(environment=environment)  # every chain's plans to come in one
     serving = {s.chain_id: s for s in selections}
     waiting = {  # why each suspended plan still waits, on its chain as served now
         p.pk: plans.why_waiting(p, serving[p.chain_id], now=now)
@@ -140,7 +141,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "spend": _card_spend(s, health, now=now),
             }
         )
-    context = {"cards": cards, "failing": provider_health.failing_steps(now=now), "refresh": "reload"}
+    context = {"cards": cards, "failing": _failing_in(environment, now=now), "refresh": "reload"}
     return render_page(request, "presets/dashboard.html", context)
 
 
@@ -155,7 +156,7 @@ def chain_page(request: HttpRequest, name: str) -> HttpResponse:
 @viewer_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Open and recent alerts, when the audit app provides them."""
-    return render_page(request, "presets/alerts.html", _alerts_context())
+    return render_page(request, "presets/alerts.html", _alerts_context(environment_of(request)))
 
 
 # --- changes ----------------------------------------------------------------------------
@@ -258,7 +259,15 @@ def act(request: HttpRequest, token: str) -> HttpResponse:
     except actions.BadLink as error:
         messages.error(request, f"Nothing was prefilled: {error}.")
         return redirect("dashboard")
-    live = live_or_404(action.chain)
+    try:
+        environment = environments.resolve(action.environment)
+    except NotFound as error:
+        messages.error(request, f"Nothing was prefilled: {error.message}.")
+        return redirect("dashboard")
+    if environment != environment_of(request):
+        # The change is reviewed in its chain's environment, on its pages (marked as theirs).
+        return redirect(in_environment(request, environment, request.path_info))
+    live = live_or_404(request, action.chain)
     _require_oncall(request)
     if action.kind == actions.PIN and live.preset.name == action.preset:
         return _suggested_pin_live(request, live, action)
@@ -311,7 +320,7 @@ def _keep_unsent_change(request: HttpRequest) -> None:
 
 
 def _nothing_changed(request: HttpRequest, name: str, *, kind: str) -> HttpResponse:
-    live_or_404(name)  # an unknown chain is a 404, not a redirect to one
+    live_or_404(request, name)  # an unknown chain is a 404, not a redirect to one
     history = kind == "restore"
     if request.method != "GET":  # a HEAD (a link checker, say) leaves no message for later
         return redirect("chain-history" if history else "chain", name=name)
@@ -374,6 +383,7 @@ def select(request: HttpRequest, name: str) -> HttpResponse:
         guard = SelectForm.guard_of(data)
         return services.select_preset(
             chain=name,
+            environment=environment_of(request),
             preset=data["preset"],
             expires_at=expiry,
             guard=guard,
@@ -405,7 +415,7 @@ def revert(request: HttpRequest, name: str) -> HttpResponse:
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.revert_to_default(chain=name, **_who(request, data))
+        return services.revert_to_default(chain=name, environment=environment_of(request), **_who(request, data))
 
     return _change(
         request,
@@ -461,12 +471,17 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
 
     def apply(data: dict[str, Any]) -> Selection:
         return services.extend_pin(
-            chain=name, expires_at=until_of(live_or_404(name), data), shorten=shorten, **_who(request, data)
+            chain=name,
+            environment=environment_of(request),
+            expires_at=until_of(live_or_404(request, name), data),
+            shorten=shorten,
+            **_who(request, data),
         )
 
     def already(live: Selection, data: dict[str, Any]) -> bool:
         # The pin the person reviewed, moved as they asked: is that what is live now?
-        seen = history_rows(chain=name).filter(version=data["expected_version"]).first()
+        seen = history_rows(chain=name, environment=environment_of(request))
+        seen = seen.filter(version=data["expected_version"]).first()
         if seen is None or seen.expires_at is None or not live.is_pinned or live.preset_id != seen.preset_id:
             return False
         if data.get("add_minutes"):
@@ -481,7 +496,7 @@ def extend(request: HttpRequest, name: str) -> HttpResponse:
 @_oncall_change
 def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
     """Undo one history entry: its previous value goes live again (review, then confirm)."""
-    row = history_rows(chain=name).filter(version=version).first()
+    row = history_rows(chain=name, environment=environment_of(request)).filter(version=version).first()
     if row is None:
         raise Http404(f"{name} has no version {version}")
 
@@ -497,11 +512,11 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
         }
 
     def apply(data: dict[str, Any]) -> Selection:
-        return services.restore(chain=name, version=version, **_who(request, data))
+        return services.restore(chain=name, environment=environment_of(request), version=version, **_who(request, data))
 
     def origin(bound: ChangeForm) -> HttpResponse:
         # The reason was typed on the history page: ask for it again on the confirmation page.
-        live = live_or_404(name)
+        live = live_or_404(request, name)
         try:
             summary = describe(live, {})
         except InvalidInput as error:
@@ -535,11 +550,12 @@ def restore(request: HttpRequest, name: str, version: int) -> HttpResponse:
 @_oncall_change
 def plan(request: HttpRequest, name: str) -> HttpResponse:
     """Plan a pin of a reviewed preset, from a start to an end."""
-    form = PlanForm(request.POST, presets=_plan_presets(name))
+    form = PlanForm(request.POST, presets=_plan_presets(request, name))
 
     def apply(data: dict[str, Any]) -> PlannedPin:
         return plans.plan_pin(
             chain=name,
+            environment=environment_of(request),
             preset=data["preset"],
             starts_at=data["starts_at"],
             ends_at=data["ends_at"],
@@ -556,12 +572,13 @@ def plan(request: HttpRequest, name: str) -> HttpResponse:
 @_oncall_change
 def plan_change(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     """Change a plan not started yet: its preset, start or end."""
-    _plan_or_404(name, plan)
-    form = PlanChangeForm(request.POST, presets=_plan_presets(name), auto_id=f"plan{plan}_change_%s")
+    _plan_or_404(request, name, plan)
+    form = PlanChangeForm(request.POST, presets=_plan_presets(request, name), auto_id=f"plan{plan}_change_%s")
 
     def apply(data: dict[str, Any]) -> PlannedPin:
         return plans.change_plan(
             chain=name,
+            environment=environment_of(request),
             plan=plan,
             actor=actor_of(request.user),
             reason=data["reason"],
@@ -579,11 +596,17 @@ def plan_change(request: HttpRequest, name: str, plan: int) -> HttpResponse:
 @_oncall_change
 def plan_cancel(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     """Cancel a plan not started yet."""
-    _plan_or_404(name, plan)
+    _plan_or_404(request, name, plan)
     form = _settle_form(plan, "cancel", request.POST)
 
     def apply(data: dict[str, Any]) -> PlannedPin:
-        return plans.cancel_plan(chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"])
+        return plans.cancel_plan(
+            chain=name,
+            environment=environment_of(request),
+            plan=plan,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+        )
 
     def done(held: PlannedPin) -> str:
         return f"Plan #{held.pk} on {name} cancelled: it will not start."
@@ -594,11 +617,11 @@ def plan_cancel(request: HttpRequest, name: str, plan: int) -> HttpResponse:
 @_oncall_change
 def plan_start(request: HttpRequest, name: str, plan: int) -> HttpResponse:
     """Start a suspended plan anyway, replacing what the chain serves."""
-    _plan_or_404(name, plan)
+    _plan_or_404(request, name, plan)
     form = _settle_form(plan, "start", request.POST)
 
     def apply(data: dict[str, Any]) -> PlannedPin:
-        live = live_or_404(name)
+        live = live_or_404(request, name)
         seen = data.get("expected_version")
         if seen is not None and seen != live.version:
             facts = change_facts(live)
@@ -609,11 +632,16 @@ def plan_start(request: HttpRequest, name: str, plan: int) -> HttpResponse:
                 "Read what starting the plan replaces now, then start it again.",
             )
         return plans.start_plan_anyway(
-            chain=name, plan=plan, actor=actor_of(request.user), reason=data["reason"], expected_version=seen
+            chain=name,
+            environment=environment_of(request),
+            plan=plan,
+            actor=actor_of(request.user),
+            reason=data["reason"],
+            expected_version=seen,
         )
 
     def done(held: PlannedPin) -> str:
-        return f"Plan #{held.pk} started anyway. {_changed_message(live_or_404(name))}"
+        return f"Plan #{held.pk} started anyway. {_changed_message(live_or_404(request, name))}"
 
     return _one_post_change(request, name, form, apply=apply, done=done, page={"plan_action": (plan, "start", form)})
 
@@ -624,7 +652,9 @@ def guard_off(request: HttpRequest, name: str) -> HttpResponse:
     form = GuardOffForm(request.POST)
 
     def apply(data: dict[str, Any]) -> PinGuard:
-        return guards.switch_off(chain=name, actor=actor_of(request.user), reason=data["reason"])
+        return guards.switch_off(
+            chain=name, environment=environment_of(request), actor=actor_of(request.user), reason=data["reason"]
+        )
 
     def done(guard: PinGuard) -> str:
         return f"The guard on {name}'s pin (v{guard.pin_version}) is off: it will not undo this pin."
@@ -645,11 +675,12 @@ def guard_off(request: HttpRequest, name: str) -> HttpResponse:
 @_oncall_change
 def drill_start(request: HttpRequest, name: str) -> HttpResponse:
     """Start a failover drill on the chain now, or plan it."""
-    form = _drill_form(live_or_404(name), request.POST)
+    form = _drill_form(live_or_404(request, name), request.POST)
 
     def apply(data: dict[str, Any]) -> Drill:
         return fleet_drills.start_drill(
             chain=name,
+            environment=environment_of(request),
             hop=data["hop"],
             fault=data["fault"],
             share=data["share"],
@@ -685,7 +716,7 @@ def drill_start(request: HttpRequest, name: str) -> HttpResponse:
 def drill_abort(request: HttpRequest, name: str, drill: int) -> HttpResponse:
     """Abort a running drill (the chain's document loses it at once), or cancel a planned one;
     from the chain page or from the drill's report (``back``), where it is shown again."""
-    held = _drill_or_404(name, drill)
+    held = _drill_or_404(request, name, drill)
     planned = held.state == DrillState.PLANNED
     form = DrillAbortForm(request.POST, drill=held.pk, planned=planned)
     on_report = request.POST.get("back") == "report"
@@ -726,14 +757,15 @@ DRILL_REFRESH_MS = 5000
 RECENT_DRILLS = 10
 
 
-def _drill_or_404(name: str, drill: int) -> Drill:
-    """The drill ``drill`` of chain ``name``, or a 404 (a drill is found on its own chain only)."""
-    live_or_404(name)  # an unknown chain says so
+def _drill_or_404(request: HttpRequest, name: str, drill: int) -> Drill:
+    """The drill ``drill`` of chain ``name`` in the page's environment, or a 404 (a drill is
+    found on its own chain only)."""
+    live = live_or_404(request, name)  # an unknown chain says so
     try:
         held = chain_drills.get(drill)
     except NotFound:
         raise Http404(f"{name} has no drill #{drill}") from None
-    if held.chain.name != name:
+    if held.chain_id != live.chain_id:
         raise Http404(f"{name} has no drill #{drill}")
     return held
 
@@ -761,6 +793,11 @@ def _drill_page(
         drill = chain_drills.get(drill_id)
     except NotFound:
         raise Http404(f"no drill #{drill_id}") from None
+    environment = environment_of(request)
+    if drill.chain.environment != environment:
+        raise Http404(
+            f"{environment} has no drill #{drill_id}: it is a drill of {drill.chain.name} in {drill.chain.environment}"
+        )
     report = fleet_drills.report(drill)
     refused = abort_form if abort_form is not None and abort_form.errors else None
     if drill.state == DrillState.ENDED:
@@ -832,16 +869,16 @@ def _settle_form(plan: int, action: str, data: Any = None) -> PlanSettleForm:
     return PlanSettleForm(data, auto_id=f"plan{plan}_{action}_%s", not_done=not_done, help_text=help_text)
 
 
-def _plan_presets(name: str) -> list[tuple[str, str]]:
-    selection = live_or_404(name)
+def _plan_presets(request: HttpRequest, name: str) -> list[tuple[str, str]]:
+    selection = live_or_404(request, name)
     return plan_preset_choices(list(selectors.active_presets(chain=selection.chain_id).values()))
 
 
-def _plan_or_404(name: str, plan: int) -> PlannedPin:
+def _plan_or_404(request: HttpRequest, name: str, plan: int) -> PlannedPin:
     try:
-        return plans.get_plan(chain=name, plan=plan)
+        return plans.get_plan(chain=name, environment=environment_of(request), plan=plan)
     except NotFound:
-        live_or_404(name)  # an unknown chain says so
+        live_or_404(request, name)  # an unknown chain says so
         raise Http404(f"{name} has no plan #{plan}") from None
 
 
@@ -871,7 +908,7 @@ def _one_post_change(
         if shown_on is not None:
             return shown_on(pending["status"])
         return _chain_page(request, name, status=pending["status"], **page)
-    live_or_404(name)  # an unknown chain is a 404, whatever was posted
+    live_or_404(request, name)  # an unknown chain is a 404, whatever was posted
     refused: list[InvalidInput] = []
     if form.is_valid():
         try:
@@ -991,7 +1028,7 @@ def _change(
         response = _review(request, name, form, describe=describe, already=already, origin=origin, cancel=cancel)
         return response if response.status_code == 302 else _show_after_post(request, _posted_fields(request))
     data = form.cleaned_data
-    live_or_404(name)  # an unknown chain is a 404, whatever was posted
+    live_or_404(request, name)  # an unknown chain is a 404, whatever was posted
     refused: list[InvalidInput] = []
     try:
         selection = apply(data)
@@ -1001,8 +1038,8 @@ def _change(
         # Someone changed the chain since this person looked: nothing was written. If that
         # change did what this one asked, say so; else show what happened and ask again,
         # against the version that is live now (the GET after this sees the versions differ).
-        if already(live_or_404(name), data):
-            return _nothing_to_do(request, live_or_404(name))
+        if already(live_or_404(request, name), data):
+            return _nothing_to_do(request, live_or_404(request, name))
         return _show_after_post(request, _posted_fields(request), status=409)
     else:
         messages.success(request, _changed_message(selection))
@@ -1032,7 +1069,7 @@ def _review(
                 form.add_service_error(error)
         return origin(form)
     data = form.cleaned_data
-    live = live_or_404(name)
+    live = live_or_404(request, name)
     try:
         services.clean_reason(data["reason"])  # a blank reason is refused before confirming
         conflict = None
@@ -1154,7 +1191,7 @@ def _chain_page(
     status: int = 200,
 ) -> HttpResponse:
     now = timezone.now()
-    selection = live_or_404(name, now=now)
+    selection = live_or_404(request, name, now=now)
     presets = list(selectors.active_presets(chain=selection.chain_id).values())
     health, suggestion = _health(selection, presets, now=now)
     live = live_card(selection, now=now, health=health)
@@ -1316,7 +1353,7 @@ def _guard_context(selection: Selection) -> dict[str, Any]:
     """The live pin's guard (``guard``, whatever its state; ``guarded`` while it watches) and,
     while the chain serves what a guard restored (nothing changed since), that guard
     (``guard_acted``)."""
-    guard = guards.live_guard(chain=selection.chain.name)
+    guard = guards.live_guard(chain=selection.chain.name, environment=selection.chain.environment)
     acted = (
         PinGuard.objects.filter(chain_id=selection.chain_id, state=GuardState.ACTED, acted_version=selection.version)
         .select_related("pin_preset")
@@ -1394,7 +1431,7 @@ def _plan_items(
     person came to, ``focused``: its reason takes the focus)."""
     oncall = can_change(request.user)
     items = []
-    for held in plans.recent_plans(chain=live.chain):
+    for held in plans.recent_plans(chain=live.chain, environment=live.selection.chain.environment):
         forms: dict[str, ReasonForm] = {}
         replaces, blocked = "", ""
         # Why it still waits, worked out on the chain now; why it was suspended then is its history.
@@ -1437,25 +1474,46 @@ def _plan_items(
     return items
 
 
-def _alerts_context() -> dict[str, Any]:
-    """Every open alert however old (a condition still going on), then the recent rest; the
-    latest change notifications and where each was sent."""
+def _alerts_context(environment: str) -> dict[str, Any]:
+    """Every open alert of ``environment``'s chains however old (a condition still going on),
+    then the recent rest; the latest change notifications and where each was sent."""
     now = timezone.now()
-    still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True)
+    still_open = recent_alerts(limit=OPEN_ALERTS_MAX, open_only=True, environment=environment)
     shown = {alert.pk for alert in still_open}
-    alerts = still_open + [a for a in recent_alerts(limit=ALERTS_PAGE_SIZE) if a.pk not in shown]
+    recent = recent_alerts(limit=ALERTS_PAGE_SIZE, environment=environment)
+    alerts = still_open + [a for a in recent if a.pk not in shown]
     return {
         "alerts": alerts,
         # Each alert's words as of now (how long, the figures now), not those frozen when raised.
         "alert_texts": alert_texts(alerts, now=now),
         "alert_actions": _alert_actions(still_open, now=now),
-        "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change"),
+        "notifications": recent_notifications(limit=CHANGE_NOTIFICATIONS_SHOWN, kind="change", environment=environment),
         "changes_notified": changes_notified(),
         # Provider alerts not raised because their evidence came from too few tokens, and why.
         "held": [
-            (chain, held) for chain, alerts in provider_health.alert_evidence(now=now).held.items() for held in alerts
+            (name, held)
+            for label, alerts in provider_health.alert_evidence(now=now).held.items()
+            for held in alerts
+            if (name := _chain_in(environment, label)) is not None
         ],
     }
+
+
+def _chain_in(environment: str, label: str) -> str | None:
+    """The name of the chain ``label`` names (``staging/chat``, as lists of every
+    environment's chains name it) when it is one of ``environment``'s, else None: a page of
+    one environment lists its own chains, each by its name."""
+    found, name = environments.from_label(label)
+    return name if found == environment else None
+
+
+def _failing_in(environment: str, *, now: datetime) -> list[provider_health.Failing]:
+    """The steps failing now on ``environment``'s chains, each with its chain's name."""
+    return [
+        replace(step, chain=name)
+        for step in provider_health.failing_steps(now=now)
+        if (name := _chain_in(environment, step.chain)) is not None
+    ]
 
 
 def _alert_actions(still_open: list[Alert], *, now: datetime) -> dict[int, list[ActionLink]]:

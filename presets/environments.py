@@ -19,6 +19,9 @@ from presets.exceptions import InvalidInput, NotFound
 
 NAME_MAX = 30
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,29}")
+# Where a non-default environment's pages and API live: /env/<environment>/... (the read path
+# has its own copy, read_path/http.py, which the relay shares without Django).
+ENVIRONMENT_PATH = "/env/"
 
 
 def label(environment: str, name: str) -> str:
@@ -26,6 +29,15 @@ def label(environment: str, name: str) -> str:
     /metrics, fleet status, the read front's documents): its name in the default environment,
     ``staging/chat`` in another (``documents.chain_key``)."""
     return name if environment == default() else chain_key(environment, name)
+
+
+def path_in(environment: str, path: str) -> str:
+    """``path`` (absolute, from the site's root) in ``environment``'s pages: unchanged in the
+    default one (empty: the default), under ``/env/<environment>`` in another. Links made
+    away from a request (notifications, Slack, deep links) open the chain's own environment."""
+    if not environment or environment == default():
+        return path
+    return f"{ENVIRONMENT_PATH}{environment}{path}"
 
 
 def from_label(label: str) -> tuple[str, str]:

@@ -180,6 +180,12 @@ def pin_age(selection: Selection, *, now: datetime) -> timedelta | None:
     return None if start is None else start.age(now)
 
 
+def environments_having(chain: str) -> set[str]:
+    """The environments that have a chain named ``chain`` (the pages' environment switcher
+    links to it only where it is)."""
+    return set(Chain.objects.filter(name=chain).values_list("environment", flat=True))
+
+
 def active_presets(*, chain: int) -> dict[str, Preset]:
     """One chain's non-retired presets by name."""
     presets = Preset.objects.filter(chain_id=chain, retired_at__isnull=True)
