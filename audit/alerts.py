@@ -44,7 +44,7 @@ def recent_alerts(
     *, limit: int = 100, open_only: bool = False, chain: str | None = None, environment: str | None = None
 ) -> list[Alert]:
     """Alerts newest first, with their chain loaded: the alerts page and GET /api/v1/alerts;
-    of ``environment``'s chains (None: every environment's; with ``chain``: the default's).
+    of ``environment``'s chains (None: every environment's; a ``chain`` without one: the default's).
 
     ``open_only`` keeps the conditions still going on (a stale pin not yet ended)."""
     alerts = Alert.objects.select_related("chain", "resolution_notification").order_by("-created_at", "-id")

@@ -146,8 +146,8 @@ def recent_notifications(
     *, limit: int = 100, chain: str | None = None, kind: str | None = None, environment: str | None = None
 ) -> list[Notification]:
     """Notifications newest first, with their chain loaded: the alerts page and
-    GET /api/v1/notifications; of ``environment``'s chains (None: every environment's; with
-    ``chain``: the default's)."""
+    GET /api/v1/notifications; of ``environment``'s chains (None: every environment's; a ``chain``
+    without one: the default's)."""
     notifications = Notification.objects.select_related("chain").order_by("-created_at", "-id")
     if chain is not None:
         environment = environments.resolve(environment)

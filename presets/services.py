@@ -92,10 +92,11 @@ def unknown_chain(chain: str, environment: str) -> NotFound:
     )
     details = {"chain": chain, "environment": environment}
     if elsewhere:
+        order = environments.names()
+        lower = [name for name in elsewhere if name in order and order.index(name) < order.index(environment)]
+        how = f": it reaches {environment} with a promotion" if lower else ": it is read there"
         return NotFound(
-            f"{environment} has no chain {chain!r} ({', '.join(sorted(elsewhere))} has it: "
-            f"it reaches {environment} with a promotion)",
-            details=details,
+            f"{environment} has no chain {chain!r} ({', '.join(sorted(elsewhere))} has it{how})", details=details
         )
     if environments.several():
         return NotFound(f"unknown chain {chain!r} in {environment}", details=details)
