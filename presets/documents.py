@@ -139,6 +139,11 @@ class ChainDocument(TypedDict):
 NO_MARKING: MarkingDocument = {"degraded": False, "note": ""}
 
 
+# Where a non-default environment's pages and API live: /env/<environment>/... (the read front,
+# the relay and the pages alike).
+ENVIRONMENT_PATH = "/env/"
+
+
 def chain_key(environment: str, name: str) -> str:
     """How a chain's document is keyed where documents of several environments are held (the
     read front's snapshot, fleet status): environment and name; the name alone in a relay,

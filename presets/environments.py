@@ -14,14 +14,11 @@ from collections.abc import Collection
 
 from django.conf import settings
 
-from presets.documents import chain_key, split_chain_key
+from presets.documents import ENVIRONMENT_PATH, chain_key, split_chain_key
 from presets.exceptions import InvalidInput, NotFound
 
 NAME_MAX = 30
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,29}")
-# Where a non-default environment's pages and API live: /env/<environment>/... (the read path
-# has its own copy, read_path/http.py, which the relay shares without Django).
-ENVIRONMENT_PATH = "/env/"
 
 
 def label(environment: str, name: str) -> str:

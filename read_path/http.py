@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from presets.documents import ENVIRONMENT_PATH
 from presets.exceptions import Conflict, InvalidInput
 from presets.wire import MAX_WAIT_S
 
@@ -30,9 +31,8 @@ _CODES = {
 # read front and, for what it hands on, by the API's URLconf.
 CHAINS_PATH = "/api/v1/chains"
 CHAIN_PATH = CHAINS_PATH + "/"  # followed by the chain's name
-# Any path may name an environment first (``/env/staging/api/v1/chains/chat``): the pages' own
-# and the API's, for a person signed in; a token reads its own environment without it.
-ENVIRONMENT_PATH = "/env/"
+# Any path may name an environment first (``/env/staging/api/v1/chains/chat``, ``ENVIRONMENT_PATH``):
+# the pages' own and the API's, for a person signed in; a token reads its own environment without it.
 
 
 def split_environment(path: str) -> tuple[str, str]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import httpx2
 
-from read_path.http import CHAIN_PATH, CHAINS_PATH, ENVIRONMENT_PATH
+from presets.documents import ENVIRONMENT_PATH
+from read_path.http import CHAIN_PATH, CHAINS_PATH
 
 # Every request the relay makes names it (the upstream's logs and access lines).
 USER_AGENT = "chain-relay/1"
