@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from audit import spend
+from audit import promotions, spend
 from pages.display import is_shortening, restore_pin_version, restore_reason
 from pages.layout import environment_of, live_card, live_or_404, render_page, viewer_required
-from presets import selectors, services
+from presets import environments, selectors, services
 from presets.exceptions import InvalidInput
 from presets.history import entry, history_count, history_page, oldest_page_cursor, recent_actors
 from presets.history_filter import HistoryFilterForm
@@ -84,6 +84,10 @@ def _history_page(request: HttpRequest, *, lives: dict[str, Selection], chain: S
         "stale": sum(1 for live in strip if live.is_stale),
         "actors": recent_actors(chain=chain_name, environment=environment),
         "refresh": "notice",
+        # The promotions to and from the environment, with their evidence: its history of them.
+        "promotions": promotions.promotions_of(environment, limit=20)
+        if chain is None and environments.several()
+        else [],
     }
     if page is None:  # the filter has errors: show them, and no list that would ignore them
         context.update(form=form, has_errors=True, cursor_errors=_cursor_errors(form))

@@ -211,3 +211,17 @@ def test_the_command_checks_for_ci_and_promotes(revision: list[dict[str, Any]], 
     out = capsys.readouterr().out
     assert "promoted presets.json sha256" in out and "from staging to production" in out
     assert production_chat().updated_by == "ci"
+
+
+def test_both_environments_history_pages_list_the_promotion_with_its_evidence(
+    revision: list[dict[str, Any]], oncall: Client
+) -> None:
+    healthy()
+    drill_passed(revision)
+    promotion = promotions.promote(to=PRODUCTION, actor="alice", reason="CHG-9")
+    for path in ("/history/", "/env/staging/history/"):
+        page = oncall.get(path)
+        assert page.status_code == 200
+        text = page.content.decode()
+        assert f"#{promotion.pk} staging &rarr; production</strong> promoted" in text
+        assert "CHG-9" in text and "chat/normal passed drill" in text
