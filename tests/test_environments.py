@@ -25,7 +25,7 @@ from chainclient import ChainClient, Provider, Registry, Step
 from presets import environments, publishing, services, signing
 from presets.exceptions import NotFound
 from presets.models import Selection, ServiceToken
-from presets.presets_file import load_presets_file, parse_presets
+from presets.presets_file import PresetsFileError, load_presets_file, parse_presets
 from presets.providers import get_registry
 from presets.registry import PROVIDERS
 from read_path.front import ReadFront
@@ -292,3 +292,22 @@ def test_a_service_of_staging_refuses_productions_published_copy(published: str)
     right = ChainClient(published + "/env/staging", chain="chat", **options)
     right.poll_once()
     assert (right.current().version, right.health()["rejected"]) == (1, 0)
+
+
+def test_a_presets_file_may_give_an_environment_a_default_of_its_own(settings: Any, example_file: Path) -> None:
+    settings.ENVIRONMENTS = [STAGING, PRODUCTION]
+    example = json.loads(example_file.read_text())
+    example["chains"]["chat"]["defaults"] = {"staging": "drop_vendor_b"}
+    presets_file = parse_presets(json.dumps(example), registry=get_registry())
+    for environment in (STAGING, PRODUCTION):
+        services.apply_presets(presets_file=presets_file, environment=environment)
+    assert (live(STAGING).preset.name, live(STAGING).is_default) == ("drop_vendor_b", True)
+    assert (live(PRODUCTION).preset.name, live(PRODUCTION).is_default) == ("normal", True)
+    for defaults, says in (
+        ({"staging": "nope"}, "$.chains.chat.defaults.staging: default preset 'nope' is not defined in this chain"),
+        ({"Prod!": "normal"}, "$.chains.chat.defaults: 'Prod!' does not match"),
+    ):
+        example["chains"]["chat"]["defaults"] = defaults
+        with pytest.raises(PresetsFileError) as refused:
+            parse_presets(json.dumps(example), registry=get_registry())
+        assert says in str(refused.value)
