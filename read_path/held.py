@@ -42,7 +42,9 @@ class Entry:
     # (an ASGI server reads a message, it does not change it).
     body_message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     environment: str = ""  # the chain's environment ("": a relay's, which serves one)
-    key: str = ""  # ``chain_key(environment, name)``: where it is held
+    # Where it is held: the snapshot's label (``environments.label``: the name alone in the
+    # default environment), else ``chain_key(environment, name)``.
+    key: str = ""
 
     def __post_init__(self) -> None:
         if not self.key:
