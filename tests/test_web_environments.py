@@ -40,6 +40,7 @@ from tests.test_slack import (  # noqa: F401 - fake and linked are fixtures (sla
     press,
     submit,
 )
+from tests.test_web_drills import drill_data
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
 TWO = ["staging", "production"]
@@ -214,20 +215,7 @@ def test_plans_guards_and_drills_act_on_their_page_s_environment(two: None, onca
     # The plan of staging's chat is not production's chat's plan.
     assert oncall.post(f"/chains/chat/plans/{held.pk}/cancel", {"reason": "no"}).status_code == 404
 
-    started = oncall.post(
-        "/env/staging/chains/chat/drills",
-        {
-            "hop": "1",
-            "fault": "server_error",
-            "share": "10",
-            "services": "",
-            "minutes": "15",
-            "zone": "UTC",
-            "starts_at": "",
-            "repeat_days": "",
-            "reason": REASON,
-        },
-    )
+    started = oncall.post("/env/staging/chains/chat/drills", drill_data(reason=REASON))
     drill = Chain.objects.get(name="chat", environment="staging").drills.get()
     assert started["Location"] == f"/env/staging/drills/{drill.pk}/"
     assert page(oncall, started["Location"]).count("staging") > 0
