@@ -217,7 +217,7 @@ class TokenChecks:
         refuses the token this chain or ``environment`` (the relay's: a token of another
         environment, or bound to other chains); or None: the upstream cannot say and the token
         was never seen valid. Verdicts are per token and chain: a token may be bound to some."""
-        key = self.key(token, chain)
+        key = self.key(token, chain, environment)
         verdict = self.verdicts.get(key)
         if verdict is not None and time.time() - verdict[1] < self.ttl:
             return verdict[0] or self.forbidden.get(key, False)
@@ -230,10 +230,12 @@ class TokenChecks:
             return True  # seen valid; the upstream is down: keep serving
         return answer
 
-    def key(self, token: str, chain: str | None) -> str:
-        """Where a verdict on ``token`` for ``chain`` (None: the list) is kept."""
+    def key(self, token: str, chain: str | None, environment: str) -> str:
+        """Where a verdict on ``token`` for ``chain`` (None: the list) of ``environment`` is
+        kept: a verdict given before the relay knew its environment (asked without one) is
+        never taken for one given with it."""
         digest = self.digest(token)
-        return digest if chain is None else f"{digest}/{chain}"
+        return f"{digest}/{environment}/{chain or ''}"
 
     async def _check(self, token: str, key: str, chain: str | None, environment: str) -> bool | str | None:
         try:
@@ -253,9 +255,10 @@ class TokenChecks:
         self.verdicts[key] = self._unsaved[key] = (ok, time.time())
         return answer
 
-    def fresh_until(self, token: str, chain: str | None) -> float | None:
-        """Until when (``time.monotonic``) the token's valid verdict for ``chain`` needs no new check."""
-        verdict = self.verdicts.get(self.key(token, chain))
+    def fresh_until(self, token: str, chain: str | None, environment: str) -> float | None:
+        """Until when (``time.monotonic``) the token's valid verdict for ``chain`` of
+        ``environment`` needs no new check."""
+        verdict = self.verdicts.get(self.key(token, chain, environment))
         if verdict is None or not verdict[0]:
             return None
         return _clock() + self.ttl - (time.time() - verdict[1])
@@ -429,6 +432,8 @@ class Relay:
         if not self.environment:
             environment = json.loads(entry.body).get("environment", "")
             self.environment = environment if isinstance(environment, str) else ""
+            # Tokens checked before were checked for no environment: none of them is fresh now.
+            self._fresh.clear()
 
     def _refuse(self, name: str, refusal: Refusal) -> None:
         self.refused[refusal.kind] += 1
@@ -745,7 +750,7 @@ class Relay:
         if not valid:
             await respond_error(send, 401, TOKEN_REFUSED, request_id, auth=True)
             return False
-        until = self.tokens.fresh_until(token, chain)
+        until = self.tokens.fresh_until(token, chain, self.environment)
         if until is not None and header is not None:
             if len(self._fresh) >= FRESH_MAX:
                 self._fresh.clear()  # bounded memory against floods of headers

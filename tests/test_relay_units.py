@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,22 @@ def test_a_relay_worker_holds_no_more_connections_than_it_may_open_files() -> No
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["936", "1000"]
+
+
+def test_a_token_verdict_holds_for_one_environment_and_chain(tmp_path: Path) -> None:
+    """A verdict given before the relay knew its environment (asked without one), or for another
+    chain, is never taken for this one: a token may be of another environment or bound to
+    other chains."""
+    from relay.app import TokenChecks
+
+    checks = TokenChecks(upstream=None, ttl=60, tokens=disk.TokenFile(tmp_path / "tokens.json"))  # type: ignore[arg-type]
+    keys = {
+        checks.key("cpt_x", "chat", ""),
+        checks.key("cpt_x", "chat", "production"),
+        checks.key("cpt_x", "chat", "staging"),
+        checks.key("cpt_x", "summaries", "production"),
+        checks.key("cpt_x", None, "production"),
+    }
+    assert len(keys) == 5
+    checks.verdicts[checks.key("cpt_x", "chat", "")] = (True, time.time())
+    assert checks.fresh_until("cpt_x", "chat", "production") is None
