@@ -94,7 +94,9 @@ def test_a_production_relay_serves_production_only_and_a_service_behind_it_follo
         body={"preset": "pin_secondary", "reason": "staging only"},
     )
     assert status == 200 and json.loads(body)["environment"] == "staging", body
-    staging = get(control.url, "/api/v1/chains/chat", tokens["staging"])
+    # Read-your-writes: the web process serves the change once its notification arrives.
+    version = json.loads(body)["version"]
+    staging = get(control.url, f"/api/v1/chains/chat?min_version={version}", tokens["staging"])
     assert json.loads(staging[2])["preset"] == "pin_secondary"
     assert wait_for(lambda: get(relay.url, "/api/v1/chains/chat", control.read_token)[0] == 200, 5)
     service.poll_once()

@@ -303,6 +303,15 @@ def test_each_scenario_ends_as_the_router_expects(
         expect = case.anthropic_stream if vendor.name == "anthropic" and case.anthropic_stream else case.stream
 
     outcome = run(vendor, mode, provider)
+    for _ in range(2):
+        # A connection the machine, busy with the rest of the suite, did not make within the
+        # 0.4 s timeout: no request reached the provider, so the scenario never ran. Run it again
+        # (an adapter that cannot connect at all fails the same way every time).
+        if not (outcome.error is not None and "no connection within the timeout" in str(outcome.error)):
+            break
+        if provider.requests:
+            break
+        outcome = run(vendor, mode, provider)
 
     assert outcome.elapsed < TIMEOUT_S + SLACK_S, f"took {outcome.elapsed:.3f}s"
     if expect.error is None:
