@@ -80,13 +80,6 @@ def resolve(name: str | None) -> str:
     return name
 
 
-def next_after(name: str) -> str | None:
-    """The environment a promotion from ``name`` reaches; None for the last."""
-    order = names()
-    at = order.index(name)
-    return order[at + 1] if at + 1 < len(order) else None
-
-
 def before(name: str) -> str | None:
     """The environment ``name`` is promoted from; None for the first."""
     order = names()
