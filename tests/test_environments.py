@@ -10,6 +10,7 @@ import asyncio
 import functools
 import http.server
 import json
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -311,3 +312,18 @@ def test_a_presets_file_may_give_an_environment_a_default_of_its_own(settings: A
         with pytest.raises(PresetsFileError) as refused:
             parse_presets(json.dumps(example), registry=get_registry())
         assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ([], "ENVIRONMENTS is empty: name at least one"),
+        (["Staging", "production"], "'Staging' is not an environment name: use lower-case letters"),
+        (["staging", "staging"], "ENVIRONMENTS names staging more than once"),
+        (["a" * 31], "at most 30 characters"),
+    ],
+)
+def test_a_wrong_environments_setting_says_what_is_wrong(raw: list[str], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        environments.configured(raw)
+    assert environments.configured(["staging", "production"]) == ["staging", "production"]
