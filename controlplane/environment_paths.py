@@ -31,10 +31,10 @@ class EnvironmentPathMiddleware:
             request.environment = environments.default()  # type: ignore[attr-defined]
             return self.get_response(request)
         if named not in environments.names():
-            message = f"unknown environment {named!r}: this control plane has {', '.join(environments.names())}"
+            refusal = environments.unknown(named)
             if rest.startswith("/api/"):
-                return JsonResponse(error_body(404, message, {"environment": named}), status=404)
-            return HttpResponse(render_to_string("404.html", {"message": message}), status=404)
+                return JsonResponse(error_body(404, refusal.message, refusal.details), status=404)
+            return HttpResponse(render_to_string("404.html", {"message": refusal.message}), status=404)
         request.environment = named  # type: ignore[attr-defined]
         request.path_info = rest or "/"
         # The prefix is the thread's, not the request's: a handler that does not set it again for

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from audit import drills
 from audit.fleet_recorder import parse_identity, recorder
 from http_api.authentication import CanWrite
-from http_api.environments import environment_of, token_chains
+from http_api.environments import environment_of, readable_selections
 from http_api.fields import (
     AwareDateTimeField,
     ReasonField,
@@ -65,10 +65,9 @@ class ChainListView(CountedReadView):
         },
     )
     def get(self, request: Request) -> Response:
-        selections = services.revert_expired_and_read_all(environment=environment_of(request))
-        bound = token_chains(request)
+        selections = readable_selections(request)
         epoch = current_epoch()
-        documents = [sign(s.to_document(epoch=epoch)) for s in selections if bound is None or s.chain.name in bound]
+        documents = [sign(s.to_document(epoch=epoch)) for s in selections]
         return Response({"chains": documents}, headers={"Cache-Control": "no-cache"})
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.authentication import TokenPrincipal
-from presets import environments
+from presets import environments, services
 from presets.exceptions import Forbidden
+from presets.models import Selection
 
 
 def environment_of(request: Any, chain: str | None = None) -> str:
@@ -31,12 +32,16 @@ def environment_of(request: Any, chain: str | None = None) -> str:
     return environment
 
 
-def token_chains(request: Any) -> frozenset[str] | None:
-    """The chains the request's token is bound to (None: any, or not a token)."""
+def readable_selections(request: Any) -> list[Selection]:
+    """Every live selection of the request's environment that its credential may read (a
+    token bound to some chains: those), expired pins reverted first: the chain list, the
+    fleet and OFREP's bulk evaluation."""
+    selections = services.revert_expired_and_read_all(environment=environment_of(request))
     user = request.user
     if isinstance(user, TokenPrincipal) and user.token.chains:
-        return frozenset(user.token.chains)
-    return None
+        bound = frozenset(user.token.chains)
+        return [s for s in selections if s.chain.name in bound]
+    return selections
 
 
 def check_reads(request: Any, environment: str, chain: str) -> None:

@@ -16,7 +16,7 @@ from audit import usage as usage_reports
 from audit.fleet_recorder import MAX_VERSION_LENGTH, recorder
 from audit.models import MAX_CLIENT_LENGTH
 from http_api.authentication import TokenPrincipal
-from http_api.environments import environment_of, token_chains
+from http_api.environments import environment_of, readable_selections
 from http_api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField, int_param
 from http_api.schema import errors, serializer_for
 from presets import services
@@ -59,10 +59,7 @@ class FleetView(APIView):
     def get(self, request: Request) -> Response:
         detail = int_param(request, "detail", fleet.DETAIL_SHOWN, 0, fleet.DETAIL_MAX)
         recorder.flush()  # this process's latest reads count too
-        selections = services.revert_expired_and_read_all(environment=environment_of(request))
-        bound = token_chains(request)
-        selections = [s for s in selections if bound is None or s.chain.name in bound]
-        statuses = fleet.fleet_statuses(selections, detail=detail)
+        statuses = fleet.fleet_statuses(readable_selections(request), detail=detail)
         chains = [fleet.FleetSummary(**status, summary=fleet.fleet_summary(status)) for status in statuses.values()]
         return Response({"chains": chains})
 

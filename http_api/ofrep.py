@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from http_api.authentication import CanRead, ServiceTokenAuthentication, TokenPrincipal
-from http_api.environments import environment_of, token_chains
+from http_api.environments import environment_of, readable_selections
 from http_api.errors import exception_handler
 from presets import services
 from presets.documents import etag
@@ -172,15 +172,7 @@ class EvaluateFlagsView(OfrepView):
     )
     def post(self, request: Request) -> Response:
         _context(request, None)
-        bound = token_chains(request)
-        selections = sorted(
-            (
-                s
-                for s in services.revert_expired_and_read_all(environment=environment_of(request))
-                if bound is None or s.chain.name in bound
-            ),
-            key=lambda s: s.chain.name,
-        )
+        selections = sorted(readable_selections(request), key=lambda s: s.chain.name)
         epoch = current_epoch()
         versions = ",".join(f"{s.chain.name}={s.version}" for s in selections)
         tag = '"' + hashlib.sha256(f"{epoch}:{versions}".encode()).hexdigest()[:20] + '"'

@@ -68,15 +68,20 @@ def several() -> bool:
     return len(settings.ENVIRONMENTS) > 1
 
 
+def unknown(name: str) -> NotFound:
+    """The refusal of a name that is no environment (a path's, an option's), in plain words."""
+    return NotFound(
+        f"unknown environment {name!r}: this control plane has {', '.join(settings.ENVIRONMENTS)}",
+        details={"environment": name, "environments": names()},
+    )
+
+
 def resolve(name: str | None) -> str:
     """``name`` when it is an environment, the default when empty; refused in plain words else."""
     if not name:
         return default()
     if name not in settings.ENVIRONMENTS:
-        raise NotFound(
-            f"unknown environment {name!r}: this control plane has {', '.join(settings.ENVIRONMENTS)}",
-            details={"environment": name, "environments": names()},
-        )
+        raise unknown(name)
     return name
 
 

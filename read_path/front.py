@@ -304,11 +304,11 @@ class ReadFront:
             await _error(send, 401, TOKEN_REFUSED, auth=True)
             return
         environment = asked or live.environment
-        refused = (
-            f"unknown environment {asked!r}: this control plane has {', '.join(environments.names())}"
-            if asked and asked not in environments.names()
-            else live.refusal(environment, name or None)
-        )
+        if asked and asked not in environments.names():  # 404, as Django answers such a path
+            unknown = environments.unknown(asked)
+            await _error(send, 404, unknown.message, details=unknown.details)
+            return
+        refused = live.refusal(environment, name or None)
         if refused is not None:
             await _error(send, 403, refused, details={"environment": environment, **({"chain": name} if name else {})})
             return

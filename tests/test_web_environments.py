@@ -30,6 +30,7 @@ from presets.models import Chain, Selection
 from presets.presets_file import load_presets_file, parse_presets
 from presets.providers import get_registry
 from tests.notify_targets import BASE
+from tests.test_deep_links import confirm
 from tests.test_slack import (  # noqa: F401 - fake and linked are fixtures (slack_app)
     FakeSlack,
     command,
@@ -127,17 +128,6 @@ def review(client: Client, url: str, data: dict[str, str]) -> tuple[str, Any]:
     response = client.post(url, data)
     assert response.status_code == 302 and "?review=" in response["Location"], response
     return response["Location"], client.get(response["Location"])
-
-
-def confirm(client: Client, shown: Any) -> Any:
-    """Press the review's confirm button: the form it shows, as it is."""
-    html = shown.content.decode()
-    action = re.search(r'<form method="post" action="([^"]+)" class="confirm-bar"', html)
-    assert action is not None, html
-    form = html[action.start() : html.index("</form>", action.start())]
-    fields = dict(re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form))
-    fields.pop("csrfmiddlewaretoken", None)
-    return client.post(action.group(1), fields | {"confirmed": "yes"})
 
 
 # --- a change acts on its page's environment only ---------------------------------------------------
