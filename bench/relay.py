@@ -252,7 +252,8 @@ def in_process_reads(rounds: int = 9, reads: int = 20_000) -> dict[str, float]:
     chain = [{"provider": "vendor_a", "model": "large", "timeout_ms": 20000}] * 3
     body = json.dumps({"name": POLLED_CHAIN, "epoch": 0, "version": 7, "expires_at": None, "chain": chain}).encode()
     relay.documents.put(disk.entry_of(body))
-    relay._fresh[b"Bearer cpt_x"] = time.monotonic() + 1e6  # noqa: SLF001 - a token checked just now
+    # A token checked just now for this chain (verdicts are per token and chain).
+    relay._fresh[b"Bearer cpt_x", POLLED_CHAIN] = time.monotonic() + 1e6  # noqa: SLF001
     headers = [(b"host", b"relay"), (b"authorization", b"Bearer cpt_x"), (b"user-agent", b"wrk")]
     path = f"/api/v1/chains/{POLLED_CHAIN}"
     scopes = {
