@@ -68,6 +68,7 @@ from read_path.request_context import (
 )
 from read_path.request_ids import request_id_from
 from read_path.snapshot import Snapshot
+from read_path.tokens import LiveToken
 from read_path.worker_threads import in_worker_thread
 
 log = logging.getLogger(__name__)
@@ -300,27 +301,22 @@ class ReadFront:
         tokens = self.snapshot.tokens
         tokens.remember(header, raw)  # the next read of this header is plain
         live = tokens.live(raw)
-        if live is None:  # revoked between the check and now (a reload): as if it were never live
-            await _error(send, 401, TOKEN_REFUSED, auth=True)
-            return
-        environment = asked or live.environment
-        if asked and asked not in environments.names():  # 404, as Django answers such a path
-            unknown = environments.unknown(asked)
-            await _error(send, 404, unknown.message, details=unknown.details)
-            return
-        refused = live.refusal(environment, name or None)
+        # Few names of its own: a held long poll keeps this frame, a slot a name, while it waits.
+        refused = _refusal(live, asked, name)
         if refused is not None:
-            await _error(send, 403, refused, details={"environment": environment, **({"chain": name} if name else {})})
+            await _error(send, refused[0], refused[1], auth=refused[0] == 401, details=refused[2])
             return
+        assert live is not None  # refused above
+        asked = asked or live.environment  # from here on: the environment read
         if not name:
             try:
                 await self._expire_due(time.time())
             except Exception:  # noqa: BLE001 - the database is down: see _live
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
-            await _respond(send, 200, self.snapshot.list_body_for(environment, live.chains))
+            await _respond(send, 200, self.snapshot.list_body_for(asked, live.chains))
             return
-        key = environments.label(environment, name)
+        key = environments.label(asked, name)
 
         try:
             wait, minimum = read_query(scope.get("query_string"))
@@ -335,7 +331,7 @@ class ReadFront:
                 await _error(send, 503, _EXPIRY_UNAVAILABLE)
                 return
         if entry is None:
-            await _error(send, 404, self._unknown(name, environment), details={"chain": name})
+            await _error(send, 404, self._unknown(name, asked), details={"chain": name})
             return
         if minimum is not None and entry.order < minimum:
             try:
@@ -460,6 +456,22 @@ class ReadFront:
             entry = await self._live(name) or entry
             if entry.etag != held.etag or time.monotonic() >= deadline:
                 return entry
+
+
+def _refusal(live: LiveToken | None, asked: str, name: str) -> tuple[int, str, dict[str, Any] | None] | None:
+    """Why a token read is refused (status, words, details), or None: the token revoked since
+    its check (401), an unknown environment named (404, as Django answers such a path), or one
+    the token may not read, or a chain it is not bound to (403)."""
+    if live is None:  # revoked between the check and now (a reload): as if it were never live
+        return 401, TOKEN_REFUSED, None
+    if asked and asked not in environments.names():
+        unknown = environments.unknown(asked)
+        return 404, unknown.message, unknown.details
+    environment = asked or live.environment
+    refused = live.refusal(environment, name or None)
+    if refused is None:
+        return None
+    return 403, refused, {"environment": environment, **({"chain": name} if name else {})}
 
 
 def answers_itself(scope: Scope) -> bool:
