@@ -8,9 +8,10 @@ its files run in a few processes at once; each keeps to itself what is per proce
   each process a ``PROMETHEUS_MULTIPROC_DIR`` of its own, so a test that counts requests counts
   only its own;
 - the set-ups its system tests share: every test that commits (``transactional_db``,
-  ``live_server``, ``django_db(transaction=True)``) runs in its module's group
-  (``--dist loadgroup``), so a module's real stack or browser is started once, in one
-  process.
+  ``live_server``, ``django_db(transaction=True)``) or uses a module-scoped set-up of its
+  own module (a stack of real processes, a cluster, a build) runs in its module's group
+  (``--dist loadgroup``), so a module's real stack, cluster or browser is started once, in
+  one process, not once in each process that is handed one of its tests.
 
 The tests that commit are the suite's system tests too: they commit because a real process
 (a web server, a worker, a browser's page, a relay, a disposable cluster) reads what they
@@ -54,9 +55,10 @@ COMMITS = {"transactional_db", "live_server"}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if _commits(item, fixtures):
+        commits, shares = _commits(item, fixtures), _shares_a_module_set_up(item)
+        if commits or shares:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-        if _commits(item, fixtures) or "browser" in fixtures or _shares_a_module_set_up(item):
+        if commits or shares or "browser" in fixtures:
             item.add_marker(pytest.mark.system)
 
 
@@ -66,8 +68,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     that does: a committing test empties the process's database when it ends (the rows the
     migrations made, the role groups, with it), so a test after it in that process would not
     find them. pytest-xdist hands out the largest groups first (``--loadscope-reorder``);
-    here the tests that do not commit go first, in the suite's order, then the groups of
-    those that commit, the largest first, so none of them is left for the end."""
+    here the tests that do not commit go first, in the suite's order, then the groups (those
+    that commit, those that share their module's set-up), the largest first, so none of them is left for the end."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
@@ -134,7 +136,7 @@ def _shares_a_module_set_up(item: pytest.Item) -> bool:
     if info is None:
         return False
     module = item.nodeid.split("::")[0]
-    return module.startswith("tests/") and any(
+    return not module.startswith("sdk/") and any(
         definitions[-1].scope == "module" and definitions[-1].baseid == module
         for definitions in info.name2fixturedefs.values()
     )
