@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import transaction
 
-from presets import events
+from presets import environments, events
 from presets import services as changes
 from presets.documents import format_duration, format_time, to_millisecond
 from presets.exceptions import Conflict, InvalidInput, NotFound
@@ -146,7 +146,7 @@ def start_drill(
     ends = starts + timedelta(minutes=length)
     with changes.locked(chain, environment) as selection:
         _check_hop(selection, hop_n)
-        tokens = _tokens(names)
+        tokens = _tokens(names, selection.chain)
         _check_overlap(selection.chain, starts, ends)
         begin_now = starts <= now
         if begin_now:
@@ -317,8 +317,20 @@ def _end(pk: int, *, actor: str, why: str, verdict: str, now: datetime | None) -
 
 def _plan_next(drill: Drill, *, now: datetime) -> Drill | None:
     """A recurring drill plans its next one ``repeat_days`` after its start (skipping
-    occurrences already past), unless one is planned already."""
+    occurrences already past), unless one is planned already. It names the services it named
+    whose tokens still read the chain; when none does any more, none is planned: an empty list
+    would drill every service."""
     if not drill.repeat_days:
+        return None
+    tokens = _tokens(drill.services, drill.chain, strict=False)
+    if drill.services and not tokens:
+        log.warning(
+            "chain %s: drill %d is not repeated: no token of its services (%s) is live and reads the chain any more; "
+            "plan a new drill naming services that do",
+            environments.label(drill.chain.environment, drill.chain.name),
+            drill.pk,
+            ", ".join(drill.services),
+        )
         return None
     step = timedelta(days=drill.repeat_days)
     starts = drill.starts_at + step
@@ -332,7 +344,7 @@ def _plan_next(drill: Drill, *, now: datetime) -> Drill | None:
         hop=drill.hop,
         fault=drill.fault,
         share_bp=drill.share_bp,
-        services=drill.services,
+        services=sorted(t.name for t in tokens),
         starts_at=starts,
         ends_at=ends,
         reason=drill.reason,
@@ -343,7 +355,7 @@ def _plan_next(drill: Drill, *, now: datetime) -> Drill | None:
         repeat_days=drill.repeat_days,
         steps=drill.steps,
     )
-    _set_digests(following, _tokens(drill.services, strict=False))
+    _set_digests(following, tokens)
     return following
 
 
@@ -402,7 +414,10 @@ def _service_names(values: Sequence[Any]) -> list[str]:
     return sorted({v.strip() for v in values})
 
 
-def _tokens(names: Sequence[str], *, strict: bool = True) -> list[ServiceToken]:
+def _tokens(names: Sequence[str], chain: Chain, *, strict: bool = True) -> list[ServiceToken]:
+    """The live tokens ``names`` name that read ``chain``: a token of another environment, or
+    bound to other chains, never reads the drill's document, so it would never take part.
+    ``strict``: refuse a name that is not such a token, in words (a repeat keeps the others)."""
     if not names:
         return []
     tokens = list(ServiceToken.objects.active().filter(name__in=names))
@@ -413,7 +428,19 @@ def _tokens(names: Sequence[str], *, strict: bool = True) -> list[ServiceToken]:
             f"no live token named {', '.join(unknown)}: name the services by their tokens' names "
             "(manage.py list_tokens), or leave the list empty for every service",
         )
-    return tokens
+    refusals = {
+        t.name: why
+        for t in tokens
+        if (why := environments.token_refusal(t.environment, t.chains, chain.environment, chain.name)) is not None
+    }
+    if refusals and strict:
+        name, why = sorted(refusals.items())[0]
+        raise InvalidInput(
+            "services",
+            f"{name} would never take part: its token does not read {environments.label(chain.environment, chain.name)}"
+            f" ({why}); name services whose tokens read the chain",
+        )
+    return [t for t in tokens if t.name not in refusals]
 
 
 def _set_digests(drill: Drill, tokens: Sequence[ServiceToken]) -> None:

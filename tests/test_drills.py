@@ -95,6 +95,46 @@ def test_services_are_named_by_digests_of_their_tokens_never_by_their_hashes() -
     assert hashlib.sha256(raw.encode()).hexdigest() not in str(document)  # the stored hash: never
 
 
+def test_services_whose_tokens_do_not_read_the_chain_are_refused_and_a_repeat_leaves_them_out(
+    settings: Any, clock: Any
+) -> None:
+    """A token of another environment, or bound to other chains, never reads the drill's
+    document: naming its service would drill nobody there, so it is refused in words."""
+    settings.ENVIRONMENTS = ["staging", "production"]
+    make_token("staging-checkout", "read", environment="staging")
+    make_token("search-only", "read", chains=["search"])
+    make_token("checkout", "read")
+    version = live().version
+    for name, words in [
+        ("staging-checkout", "this token is for the staging environment, not production"),
+        ("search-only", "this token reads only search in production, not chat"),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            start(services=["checkout", name])
+        assert refused.value.field == "services"
+        assert refused.value.message.startswith(
+            f"services: {name} would never take part: its token does not read chat ("
+        )
+        assert words in refused.value.message
+    assert live().version == version and not Drill.objects.exists()
+
+    make_token("billing", "read")
+    first = start(services=["checkout", "billing"], minutes=10, repeat_days=7)
+    assert len(first.service_digests) == 2
+    ServiceToken.objects.filter(name="checkout").update(environment="staging")  # moved since
+    clock.move_to(T0 + timedelta(minutes=11))
+    fleet_drills.run_drills()
+    second = Drill.objects.exclude(pk=first.pk).get()
+    assert second.services == ["billing"] and len(second.service_digests) == 1
+
+    # None of its services reads the chain any more: not repeated (an empty list would drill
+    # every service).
+    ServiceToken.objects.filter(name="billing").update(chains=["search"])
+    clock.move_to(second.ends_at + timedelta(minutes=1))
+    fleet_drills.run_drills()
+    assert Drill.objects.count() == 2
+
+
 @pytest.mark.parametrize(
     ("field", "values", "words"),
     [
