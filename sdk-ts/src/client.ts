@@ -87,6 +87,13 @@ export interface ChainClientOptions {
   trustedKeys?: Readonly<Record<string, string>> | null;
   /** `baseUrl` is a static host or bucket the control plane publishes to (requires `trustedKeys`). */
   published?: boolean;
+  /**
+   * Apply only this environment's documents (each says which, signed), e.g. `"production"`.
+   * The control plane needs it not (the token says which), but a published copy is read
+   * without a token: with it, a host or path serving another environment's documents is
+   * refused, as a bad signature is.
+   */
+  environment?: string | null;
   logger?: Logger;
   /** The wall clock in epoch seconds (a pin's expiry is a wall-clock instant); tests pass their own. */
   clock?: () => number;
@@ -226,6 +233,7 @@ export class ChainClient {
   private readonly token: string | null;
   private readonly clientId: string;
   private readonly published: boolean;
+  private readonly environment: string | null;
   private readonly pollInterval: number;
   private readonly waitS: number;
   private readonly timeoutS: number;
@@ -298,6 +306,10 @@ export class ChainClient {
     this.waitS = options.waitS ?? 30;
     if (!(this.waitS >= 0 && this.waitS <= MAX_WAIT_S)) throw new RangeError(`waitS must be within 0..${MAX_WAIT_S}`);
     this.published = Boolean(options.published);
+    this.environment = options.environment ?? null;
+    if (this.environment !== null && (typeof this.environment !== "string" || !this.environment.trim())) {
+      throw new RangeError("environment must be a non-empty string (e.g. \"production\"), or null for any");
+    }
     const token = options.token ?? null;
     if (this.published && !options.trustedKeys) {
       throw new RangeError(
@@ -632,6 +644,13 @@ export class ChainClient {
     try {
       document = parseDocument(data, { registry: this.registry, source: "live", adopt: true });
       if (document.name !== this.chain) throw new DocumentInvalid(`document is for chain ${pyRepr(document.name)}`);
+      const environment = fields?.["environment"];
+      if (this.environment !== null && environment !== this.environment) {
+        const named = typeof environment === "string" ? pyRepr(environment) : "None";
+        throw new DocumentInvalid(
+          `document is of the ${named} environment, not ${pyRepr(this.environment)}: point the client at that environment's documents`,
+        );
+      }
     } catch (error) {
       if (!(error instanceof DocumentInvalid)) throw error;
       return this.refuse(version, etag, error.message);

@@ -233,6 +233,35 @@ test("two clients sharing a state directory never move the file back", async () 
   }
 });
 
+test("with environment, a document of another environment is refused and one of its own applied", async () => {
+  const warnings = [];
+  let served = { ...doc(3), environment: "staging" };
+  const fetch = async () => new Response(JSON.stringify(served), { status: 200, headers: { ETag: `"${served.version}"` } });
+  const client = new ChainClient("http://copies.test", {
+    chain: "chat", token: "tok", registry, default: defaults, stateDir: null, longPoll: false, reportUsage: false,
+    logger: { ...quiet, warn: (message) => warnings.push(message) }, fetch, environment: "production",
+  });
+  await client.pollOnce();
+  assert.equal(client.current().version, 0);
+  assert.equal(client.health().rejected, 1);
+  assert.deepEqual(warnings, [
+    "chain chat: refused document v3 from the control plane: document is of the 'staging' environment, not 'production': " +
+      "point the client at that environment's documents; keeping v0 compiled-default",
+  ]);
+  served = { ...doc(4) }; // a copy that names no environment is not production's either
+  await client.pollOnce();
+  assert.equal(client.current().version, 0);
+  served = { ...doc(5), environment: "production" };
+  await client.pollOnce();
+  assert.equal(client.current().version, 5);
+  const any = new ChainClient("http://copies.test", {
+    chain: "chat", token: "tok", registry, default: defaults, stateDir: null, longPoll: false, reportUsage: false,
+    logger: quiet, fetch: async () => new Response(JSON.stringify({ ...doc(6), environment: "staging" }), { status: 200 }),
+  });
+  await any.pollOnce(); // without environment, any environment's document is applied, as before
+  assert.equal(any.current().version, 6);
+});
+
 test("bad options are refused at construction, saying what to fix", () => {
   const base = { chain: "chat", token: "tok", registry, default: defaults };
   assert.throws(() => new ChainClient(url, { ...base, token: "" }), /token is required/);
@@ -240,6 +269,7 @@ test("bad options are refused at construction, saying what to fix", () => {
   assert.throws(() => new ChainClient(url, { ...base, waitS: 61 }), /waitS must be within 0..60/);
   assert.throws(() => new ChainClient(url, { ...base, default: [step("vendor_x", "large", 20000)] }), /chain\[0\]: unknown provider 'vendor_x'/);
   assert.throws(() => new ChainClient(url, { ...base, published: true }), /published: true needs trustedKeys/);
+  assert.throws(() => new ChainClient(url, { ...base, environment: " " }), /environment must be a non-empty string/);
   assert.throws(() => new ChainClient(url, { ...base, service: "a\nb" }), /service must be a string usable in an HTTP header/);
   assert.throws(() => new ChainClient("ftp://x", base), /baseUrl must be http/);
 });

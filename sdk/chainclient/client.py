@@ -129,7 +129,7 @@ class ChainClient:
             "usage_interval": usage_interval,
             "ahead_after_s": ahead_after_s,
         }
-        check_options(chain, durations=durations, wait_s=wait_s)
+        check_options(chain, durations=durations, wait_s=wait_s, environment=environment)
         check_source(published=published, token=token, trusted_keys=trusted_keys)
         # A defaulted instance names this process, so a forked child renames itself.
         self._instance_is_pid = instance is None

@@ -22,10 +22,12 @@ def default_instance() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def check_options(chain: str, *, durations: dict[str, float], wait_s: float) -> None:
+def check_options(chain: str, *, durations: dict[str, float], wait_s: float, environment: str | None = None) -> None:
     """Raise ValueError naming the first option a client cannot run with."""
     if not isinstance(chain, str) or not chain.strip():
         raise ValueError("chain must be a non-empty string")
+    if environment is not None and (not isinstance(environment, str) or not environment.strip()):
+        raise ValueError("environment must be a non-empty string (e.g. 'production'), or None for any")
     for label, seconds in durations.items():
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"{label} must be a positive number of seconds")

@@ -216,3 +216,31 @@ def test_a_document_signed_anew_is_fetched_once_then_answered_304(
     resigned = host.etag
     eventually(lambda: any(r.headers.get("If-None-Match") == resigned for r in control_plane.requests))
     assert client.current().version == 1
+
+
+# --- environments ------------------------------------------------------------------------------
+
+
+def test_with_environment_another_environments_copy_is_refused(
+    published_client: Any, host: StaticHost, document: Any, eventually: Any, caplog: Any
+) -> None:
+    """A published copy is read without a token: a host or path serving another environment's
+    documents is refused (the field is signed: no host can relabel one), the held one served."""
+    host.put(KEY.sign(document(1) | {"environment": "production"}))
+    client = published_client(environment="production").start()
+    eventually(lambda: client.current().version == 1)
+
+    host.put(KEY.sign(document(2, "pin_secondary") | {"environment": "staging"}))
+    eventually(lambda: client.health()["rejected"] >= 1)
+    assert client.current().version == 1
+    assert (
+        "refused document v2 from the control plane: document is of the 'staging' environment, not 'production': "
+        "point the client at that environment's documents; keeping v1 normal"
+    ) in caplog.text
+
+
+@pytest.mark.parametrize("environment", ["", " ", 7])
+def test_an_empty_environment_is_refused_at_construction(published_client: Any, environment: Any) -> None:
+    with pytest.raises(ValueError) as refused:
+        published_client(environment=environment)
+    assert str(refused.value) == "environment must be a non-empty string (e.g. 'production'), or None for any"
