@@ -69,8 +69,9 @@ RELAY_PORT ?= 8100
 relay: install
 	RELAY_UPSTREAM=$${RELAY_UPSTREAM:-http://127.0.0.1:$(PORT)} $(PY) -m relay --port $(RELAY_PORT)
 
+# The whole suite; it ends with its 30 slowest set-ups and tests, where its time goes.
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 # The loop while changing code: every test but the system tests (they start real processes,
 # browsers or clusters, or commit for one to read: tests/parallel.py), the property-based ones
