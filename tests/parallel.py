@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         commits, shares = _commits(item, fixtures), _shares_a_module_set_up(item)
         if commits or shares:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-        if commits or shares or "browser" in fixtures:
+        if commits or (shares and item.nodeid.startswith("tests/")) or "browser" in fixtures:
             item.add_marker(pytest.mark.system)
 
 
@@ -128,15 +128,16 @@ def _commits(item: pytest.Item, fixtures: set[str]) -> bool:
 
 
 def _shares_a_module_set_up(item: pytest.Item) -> bool:
-    """Whether the test uses a module-scoped fixture of its own module: in the control plane's
-    suite those start what a module's tests share (a stack of real processes, a cluster,
-    nginx, Node's packages), which is why they are module-scoped. (The SDK's module-scoped
-    fixtures read files or set up tracing: its suite marks its few system tests itself.)"""
+    """Whether the test uses a module-scoped fixture of its own module: those set up what a
+    module's tests share, once, which is why they are module-scoped. In the control plane's
+    suite they start processes (a stack, a cluster, nginx, Node's packages), so their tests are
+    system tests; the SDK's run its conformance scenarios, build its packages, read files or
+    set up tracing, and its suite marks its few system tests itself."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
     module = item.nodeid.split("::")[0]
-    return not module.startswith("sdk/") and any(
+    return any(
         definitions[-1].scope == "module" and definitions[-1].baseid == module
         for definitions in info.name2fixturedefs.values()
     )
