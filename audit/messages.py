@@ -50,7 +50,8 @@ class Event:
 
     id: str
     type: str
-    chain: str
+    chain: str  # its label: staging/chat outside the default environment
+    environment: str
     version: int
     url: str
     occurred_at: datetime
@@ -64,6 +65,7 @@ def raised(alert: Alert) -> Event:
         id=alert.raised_event_id,
         type=ALERT_RAISED,
         chain=alert.chain.label,
+        environment=alert.chain.environment,
         version=alert.version,
         url=alert.chain_url,
         occurred_at=alert.created_at,
@@ -78,6 +80,7 @@ def of_notification(notification: Notification) -> Event:
             id=str(notification.event_id),
             type=CHANGE,
             chain=notification.chain.label,
+            environment=notification.chain.environment,
             version=notification.version,
             url=notification.chain_url,
             occurred_at=notification.created_at,
@@ -89,6 +92,7 @@ def of_notification(notification: Notification) -> Event:
         id=str(notification.event_id),
         type=ALERT_RESOLVED,
         chain=notification.chain.label,
+        environment=notification.chain.environment,
         version=alert.version,
         url=alert.chain_url,
         occurred_at=alert.resolved_at or notification.created_at,
@@ -194,6 +198,7 @@ def webhook_document(event: Event) -> dict[str, Any]:
         "type": event.type,
         "occurred_at": format_time(event.occurred_at),
         "chain": event.chain,
+        "environment": event.environment,
         "version": event.version,
         "summary": summary_of(event),
         "url": event.url,

@@ -204,6 +204,7 @@ class Alert(Deliverable):
             "id": self.pk,
             "kind": self.kind,
             "chain": self.chain.name,
+            "environment": self.chain.environment,
             "version": self.version,
             "preset": details.get("preset"),
             "actor": details.get("actor"),

@@ -43,6 +43,7 @@ class AlertsView(APIView):
         id = serializers.IntegerField()
         kind = serializers.ChoiceField(choices=AlertKind.choices)
         chain = serializers.CharField(help_text="the chain's name")
+        environment = serializers.CharField(help_text="the chain's environment (ENVIRONMENTS)")
         version = serializers.IntegerField(
             help_text="stale_pin: the version where the pin started; pin_expired: the version "
             "the automatic revert created; provider alerts: the chain's version when raised"

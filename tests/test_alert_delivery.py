@@ -87,6 +87,7 @@ def test_the_webhook_receives_the_documented_json(synced, settings, webhook) -> 
             "id": alert.pk,
             "kind": "stale_pin",
             "chain": "chat",
+            "environment": "production",
             "version": 2,
             "preset": "pin_secondary",
             "actor": "alice",

@@ -19,6 +19,7 @@ ALERT_FIELDS = {
     "id",
     "kind",
     "chain",
+    "environment",
     "version",
     "preset",
     "actor",

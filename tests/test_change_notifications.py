@@ -407,6 +407,7 @@ def test_the_webhook_gets_the_change_as_its_history_entry_under_a_stable_event_i
         "type": "change",
         "occurred_at": "2026-11-29T02:00:00Z",
         "chain": "chat",
+        "environment": "production",
         "version": 2,
         "summary": "alice selected pin_secondary on chat (v2)",
         "url": "https://cp.example.com/chains/chat/",

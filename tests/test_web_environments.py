@@ -402,6 +402,10 @@ def test_a_staging_alert_s_links_open_staging(two: None, settings: Any) -> None:
     assert alert.chain_url == f"{BASE}env/staging/chains/chat/"
     event = messages.raised(alert)
     assert event.url == alert.chain_url and event.chain == "staging/chat"
+    # A webhook's receiver (and the older alert webhook's) routes by the environment's own field.
+    webhook = messages.webhook_document(event)
+    assert (webhook["chain"], webhook["environment"]) == ("staging/chat", "staging")
+    assert (webhook["alert"]["chain"], webhook["alert"]["environment"]) == ("chat", "staging")
     suggested = actions.for_alert(alert)
     assert [(a.kind, a.environment) for a in suggested] == [("extend", "staging"), ("revert", "staging")]
     assert all(actions.deep_link(a).startswith(f"{BASE}env/staging/act/") for a in suggested)
