@@ -25,6 +25,7 @@ import {
   compareOrder,
   compiledDefault,
   entityTag,
+  environmentRefusal,
   expiredPin,
   label,
   parseDocument,
@@ -344,7 +345,7 @@ export class ChainClient {
     this.log = options.logger ?? defaultLogger;
     this.clock = options.clock ?? (() => Date.now() / 1000);
     this.exchange = options.fetch ? fetchExchange(options.fetch) : nodeExchange();
-    this.stateFile = new StateFile(options.stateDir ?? null, chain, options.registry, this.trustedKeys);
+    this.stateFile = new StateFile(options.stateDir ?? null, chain, options.registry, this.trustedKeys, this.environment);
     if (this.stateFile.path === null) {
       this.log.info(`chain ${chain}: stateDir=null, so no last-known-good file is kept; a restart serves the compiled-in default until the first successful poll`);
     }
@@ -644,13 +645,8 @@ export class ChainClient {
     try {
       document = parseDocument(data, { registry: this.registry, source: "live", adopt: true });
       if (document.name !== this.chain) throw new DocumentInvalid(`document is for chain ${pyRepr(document.name)}`);
-      const environment = fields?.["environment"];
-      if (this.environment !== null && environment !== this.environment) {
-        const named = typeof environment === "string" ? pyRepr(environment) : "None";
-        throw new DocumentInvalid(
-          `document is of the ${named} environment, not ${pyRepr(this.environment)}: point the client at that environment's documents`,
-        );
-      }
+      const refusedEnvironment = environmentRefusal(fields, this.environment);
+      if (refusedEnvironment !== null) throw new DocumentInvalid(refusedEnvironment);
     } catch (error) {
       if (!(error instanceof DocumentInvalid)) throw error;
       return this.refuse(version, etag, error.message);

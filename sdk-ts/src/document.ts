@@ -587,6 +587,19 @@ function parseDefault(raw: unknown, registry: Registry | null, keep: Keep): Defa
   return Object.freeze({ preset, chain: steps, marking, failurePolicy, failurePolicyIgnored: policyIgnored });
 }
 
+/**
+ * Why a client that applies only `environment`'s documents (null: any) refuses `document`
+ * (its `environment` field, signed); null when it does not. The Python SDK's words.
+ */
+export function environmentRefusal(document: Record<string, unknown> | null, environment: string | null): string | null {
+  const named = document?.["environment"];
+  if (environment === null || named === environment) return null;
+  return (
+    `document is of the ${typeof named === "string" ? pyRepr(named) : "None"} environment, not ${pyRepr(environment)}: ` +
+    "point the client at that environment's documents"
+  );
+}
+
 /** The document as the control plane serves it: the object it was parsed from, unchanged. */
 export function documentJson(document: ChainDocument): Record<string, unknown> {
   if (document.received !== null) return structuredClone(document.received) as Record<string, unknown>;

@@ -14,7 +14,7 @@ import { join } from "node:path";
 
 import { TrustedKeys, UNSIGNED } from "./signatures.js";
 import { lock } from "./stateLock.js";
-import { ChainDocument, DocumentInvalid, Registry, compareOrder, documentJson, parseDocument } from "./document.js";
+import { ChainDocument, DocumentInvalid, Registry, compareOrder, documentJson, environmentRefusal, parseDocument } from "./document.js";
 import { canonicalJson, pyRepr } from "./wire.js";
 
 export const STATE_FORMAT = "chainclient-state/2";
@@ -43,6 +43,8 @@ export class StateFile {
     private readonly chain: string,
     private readonly registry: Registry,
     private readonly trustedKeys: TrustedKeys | null,
+    /** The client's: a file saved from another environment's document is refused. */
+    private readonly environment: string | null = null,
   ) {
     this.path = stateDir === null ? null : join(stateDir, `${encodeURIComponent(chain)}.json`);
   }
@@ -134,6 +136,8 @@ export class StateFile {
     }
     const document = parseDocument(saved, { registry: this.registry, source: "disk", adopt: true });
     if (document.name !== this.chain) throw new DocumentInvalid(`its document is for chain ${pyRepr(document.name)}`);
+    const refusedEnvironment = environmentRefusal(saved as Record<string, unknown>, this.environment);
+    if (refusedEnvironment !== null) throw new DocumentInvalid(`its ${refusedEnvironment}`);
     return document;
   }
 }

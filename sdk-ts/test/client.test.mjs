@@ -233,6 +233,31 @@ test("two clients sharing a state directory never move the file back", async () 
   }
 });
 
+test("with environment, a state file saved from another environment's document is refused", async () => {
+  const directory = mkdtempSync(join(tmpdir(), "chainclient-moved-"));
+  try {
+    const options = {
+      chain: "chat", token: "tok", registry, default: defaults, stateDir: directory, longPoll: false, reportUsage: false, logger: quiet,
+    };
+    const staging = new ChainClient(url, {
+      ...options, environment: "staging", fetch: async () => new Response(JSON.stringify({ ...doc(5), environment: "staging" }), { status: 200 }),
+    });
+    await staging.pollOnce();
+    assert.equal(staging.current().version, 5);
+    // The service moved to production with its state directory: it does not start from staging's document.
+    const moved = new ChainClient(url, { ...options, environment: "production" });
+    assert.deepEqual([moved.current().source, moved.current().version], ["default", 0]);
+    assert.equal(
+      moved.health().state_file_refused,
+      "its document is of the 'staging' environment, not 'production': point the client at that environment's documents",
+    );
+    const again = new ChainClient(url, { ...options, environment: "staging" });
+    assert.deepEqual([again.current().source, again.current().version], ["disk", 5]);
+  } finally {
+    rmSync(directory, { recursive: true, force: true });
+  }
+});
+
 test("with environment, a document of another environment is refused and one of its own applied", async () => {
   const warnings = [];
   let served = { ...doc(3), environment: "staging" };

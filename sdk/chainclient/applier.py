@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from chainclient import drills
+from chainclient.document_parts import environment_refusal
 from chainclient.signatures import TrustedKeys
 from chainclient.snapshot import Snapshot, entity_tag, label, snapshot_of
 from chainclient.state_file import StateFile
@@ -101,12 +102,9 @@ class Applier:
             document = ChainDocument.from_json(data, registry=self._registry, source="live")
             if document.name != self._chain:
                 raise DocumentInvalid(f"document is for chain {document.name!r}")
-            environment = data.get("environment")
-            if self._environment is not None and environment != self._environment:
-                raise DocumentInvalid(
-                    f"document is of the {environment!r} environment, not {self._environment!r}: "
-                    "point the client at that environment's documents"
-                )
+            refused_environment = environment_refusal(data, self._environment)
+            if refused_environment is not None:
+                raise DocumentInvalid(refused_environment)
         except DocumentInvalid as exc:
             return self._refuse(version, etag, str(exc))
         if not self._swap_if_newer(document):

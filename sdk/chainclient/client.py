@@ -88,7 +88,8 @@ class ChainClient:
     ``environment`` (e.g. ``"production"``): apply only that environment's documents (each
     says which, signed). The control plane needs it not (the token says which environment),
     but a published copy is read without one: with it, a host or a path serving another
-    environment's documents is refused, as a bad signature is.
+    environment's documents is refused, as a bad signature is, and so is a state file saved
+    from another environment's document.
 
     For tests, and for a service that drives polling itself (``poll_once()``): ``clock`` is
     the wall clock in epoch seconds (``time.time`` by default; a pin's expiry is a wall-clock
@@ -157,7 +158,9 @@ class ChainClient:
         self._lifecycle_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._stats = ClientStats(chain=chain, ahead_after_s=float(ahead_after_s))
-        self._state_file = StateFile(state_dir, chain=chain, registry=registry, trusted_keys=keys)
+        self._state_file = StateFile(
+            state_dir, chain=chain, registry=registry, trusted_keys=keys, environment=environment
+        )
         if state_dir is None:
             logger.info(
                 "chain %s: state_dir=None, so no last-known-good file is kept; a restart serves "

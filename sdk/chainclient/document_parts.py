@@ -39,6 +39,18 @@ _RFC3339 = re.compile(
 )
 
 
+def environment_refusal(document: Mapping[str, Any], environment: str | None) -> str | None:
+    """Why a client that applies only ``environment``'s documents (None: any) refuses
+    ``document`` (its ``environment`` field, signed); None when it does not."""
+    named = document.get("environment")
+    if environment is None or named == environment:
+        return None
+    return (
+        f"document is of the {named!r} environment, not {environment!r}: "
+        "point the client at that environment's documents"
+    )
+
+
 def parse_time(text: str) -> float:
     """Epoch seconds of an RFC 3339 time with a zone; ValueError if it is not one."""
     match = _RFC3339.fullmatch(text)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
+from chainclient.document_parts import environment_refusal
 from chainclient.signatures import UNSIGNED, TrustedKeys
 from chainclient.snapshot import label
 from chainclient.state_lock import state_lock
@@ -94,11 +95,16 @@ class StateFile:
         chain: str,
         registry: Registry,
         trusted_keys: TrustedKeys | None = None,
+        environment: str | None = None,
     ) -> None:
+        """``environment``: the client's (``ChainClient(environment=...)``): a file saved from
+        another environment's document is refused (a service moved to another environment
+        with its state directory)."""
         self.path = Path(state_dir) / f"{quote(chain, safe='')}.json" if state_dir is not None else None
         self._chain = chain
         self._registry = registry
         self._trusted_keys = trusted_keys
+        self._environment = environment
 
     def load(self) -> Loaded:
         """The document saved by a previous run, if any. A missing file is no document; an
@@ -194,6 +200,9 @@ class StateFile:
         document = ChainDocument.from_json(saved, registry=self._registry, source="disk")
         if document.name != self._chain:
             raise DocumentInvalid(f"its document is for chain {document.name!r}")
+        refused_environment = environment_refusal(saved, self._environment) if isinstance(saved, dict) else None
+        if refused_environment is not None:
+            raise DocumentInvalid(f"its {refused_environment}")
         return _Saved(document, digested)
 
 

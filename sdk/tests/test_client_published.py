@@ -239,6 +239,23 @@ def test_with_environment_another_environments_copy_is_refused(
     ) in caplog.text
 
 
+def test_with_environment_a_state_file_of_another_environment_is_refused(
+    published_client: Any, write_state_file: Any, document: Any
+) -> None:
+    """A service moved to another environment with its state directory does not start from
+    the other environment's last-known-good document (it would serve it for as long as it
+    cannot reach its host)."""
+    write_state_file(KEY.sign(document(5) | {"environment": "staging"}))
+
+    moved = published_client(environment="production", base_url="http://127.0.0.1:9")  # never started
+    assert (moved.current().source, moved.current().version) == ("default", 0)
+    assert moved.health()["state_file_refused"] == (
+        "its document is of the 'staging' environment, not 'production': "
+        "point the client at that environment's documents"
+    )
+    assert published_client(environment="staging", base_url="http://127.0.0.1:9").current().version == 5
+
+
 @pytest.mark.parametrize("environment", ["", " ", 7])
 def test_an_empty_environment_is_refused_at_construction(published_client: Any, environment: Any) -> None:
     with pytest.raises(ValueError) as refused:
