@@ -49,17 +49,35 @@ if WORKER:
 
 # The fixtures of a test that commits (for a real process to read what it wrote).
 COMMITS = {"transactional_db", "live_server"}
+# How the name of a group ends when one of its tests commits (``_order``).
+COMMITTING = "+commits"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    grouped: list[tuple[pytest.Item, str]] = []
+    committing: set[str] = set()
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         commits, shares = _commits(item, fixtures), _shares_a_module_set_up(item)
-        if commits or shares:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+        # A module may name its group itself (two modules sharing one build); else its name.
+        explicit = item.get_closest_marker("xdist_group")
+        group = _group_name(explicit) if explicit is not None else None
+        if group is None and (commits or shares):
+            group = item.module.__name__ if item.module else item.nodeid
+        if group is not None:
+            grouped.append((item, group))
+            if commits:
+                committing.add(group)
         if commits or (shares and item.nodeid.startswith("tests/")) or "browser" in fixtures:
             item.add_marker(pytest.mark.system)
+    for item, group in grouped:  # the closest mark: the test's own, before its module's
+        item.add_marker(pytest.mark.xdist_group(group + COMMITTING if group in committing else group))
+
+
+def _group_name(mark: pytest.Mark) -> str:
+    """The name an ``xdist_group`` mark gives, as pytest-xdist reads it."""
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -68,8 +86,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     that does: a committing test empties the process's database when it ends (the rows the
     migrations made, the role groups, with it), so a test after it in that process would not
     find them. pytest-xdist hands out the largest groups first (``--loadscope-reorder``);
-    here the tests that do not commit go first, in the suite's order, then the groups (those
-    that commit, those that share their module's set-up), the largest first, so none of them is left for the end."""
+    here the tests that do not commit go first, in the suite's order (the groups that only
+    share a set-up among them, so that the heavy set-ups do not all meet at the end), then
+    the groups that commit, the largest first, so none of them is left for the end."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
@@ -89,10 +108,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _order(scope: str, tests: dict[str, bool]) -> tuple[bool, int]:
-    """A test alone (its node id for its scope) before a group (a module's name), in the
-    suite's order; the groups the largest first."""
-    group = "::" not in scope
-    return (group, -len(tests) if group else 0)
+    """A test alone (its node id for its scope) or a group that does not commit (a module's
+    name) before a group that does (its name ends with ``COMMITTING``), in the suite's order;
+    the groups that commit the largest first."""
+    commits = scope.endswith(COMMITTING)
+    return (commits, -len(tests) if commits else 0)
 
 
 _ungrouped: list[str] = []  # why the groups do not hold, when they do not
