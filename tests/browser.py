@@ -41,6 +41,9 @@ PHONE = {"width": 390, "height": 844}
 LAPTOP = {"width": 1280, "height": 860}
 # The two screens the on-call pages are tried on: a phone at night, a laptop by day.
 SCREENS = {"390x844-dark": (PHONE, "dark"), "1280x800-light": ({"width": 1280, "height": 800}, "light")}
+# The danger colour in each theme (the stylesheet's --danger-bg): a destructive confirm button,
+# the production band.
+DANGER = {"light": "rgb(180, 35, 24)", "dark": "rgb(255, 138, 128)"}
 # Where ``reads_well`` keeps screenshots of the pages, for a person to look at (not compared), if anywhere.
 SCREENSHOTS = os.environ.get("SCREENSHOTS_DIR", "")
 
@@ -70,6 +73,12 @@ def require_browser() -> None:
     """Skip without Chromium, Playwright or axe-core; in CI, where they must be, fail."""
     if MISSING:
         needs(f"the browser tests need {MISSING}")
+
+
+@pytest.fixture(params=list(SCREENS))
+def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
+    """The test's screen, each test run on both of ``SCREENS``: its viewport and theme."""
+    return SCREENS[request.param]
 
 
 @pytest.fixture

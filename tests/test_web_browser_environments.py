@@ -23,19 +23,14 @@ from presets import services
 from presets.models import Selection
 from presets.presets_file import load_presets_file
 from presets.providers import get_registry
-from tests.browser import SCREENS, reads_well
+from tests.browser import DANGER, reads_well
 
 pytestmark = pytest.mark.system
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
-# The production band's background in each theme (the stylesheet's --danger-bg), and staging's (--button-bg).
-PRODUCTION = {"light": "rgb(180, 35, 24)", "dark": "rgb(255, 138, 128)"}
+# The production band's background in each theme is the danger colour (tests.browser's DANGER);
+# staging's is --button-bg.
 CALM = {"light": "rgb(232, 237, 245)", "dark": "rgb(38, 48, 61)"}
-
-
-@pytest.fixture(params=list(SCREENS))
-def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
-    return SCREENS[request.param]
 
 
 @pytest.fixture
@@ -95,7 +90,7 @@ def test_each_environment_says_which_it_is_and_a_pin_in_one_never_changes_the_ot
     page = open_as("/")
     band = page.locator("#environment")
     assert band.locator(".env-band-name").inner_text() == "PRODUCTION Changes here reach production's services."
-    assert background(band) == PRODUCTION[scheme]
+    assert background(band) == DANGER[scheme]
     assert switcher(page) == {"staging": None, "production": "true"}
     assert page.title().startswith("[production] ")
     reads_well(page, "environments-production-dashboard")

@@ -34,11 +34,6 @@ EVIDENCE = (
 )
 
 
-@pytest.fixture(params=list(SCREENS))
-def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
-    return SCREENS[request.param]
-
-
 @pytest.fixture(autouse=True)
 def clock(open_page: Callable[..., Any]) -> Iterator[Any]:
     """The server at T0 and on (its clock moves), after the live server started."""

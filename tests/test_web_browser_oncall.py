@@ -19,19 +19,12 @@ from audit import alerts
 from pages.history import HISTORY_PAGE_SIZE
 from presets import services
 from presets.models import Selection
-from tests.browser import SCREENS, Clicks, sign_in_on_the_page, type_into_the_focus
+from tests.browser import DANGER, Clicks, sign_in_on_the_page, type_into_the_focus
 from tests.health_reports import vendor_a_failing
 
 REASON = "INC-4411 vendor_a returns 200s with garbage"
-# The confirm button's background in each theme (the stylesheet's --danger-bg / --primary-bg).
-DANGER = {"light": "rgb(180, 35, 24)", "dark": "rgb(255, 138, 128)"}
+# The confirm button's background in each theme (--danger-bg is tests.browser's DANGER; --primary-bg).
 PRIMARY = {"light": "rgb(11, 87, 208)", "dark": "rgb(138, 180, 248)"}
-
-
-@pytest.fixture(params=list(SCREENS))
-def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
-    """The test's screen: its viewport and theme."""
-    return SCREENS[request.param]
 
 
 @pytest.fixture

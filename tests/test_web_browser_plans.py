@@ -25,11 +25,6 @@ NEW_YORK = "America/New_York"
 REASON = "CHG-812 vendor_a maintenance window"
 
 
-@pytest.fixture(params=list(SCREENS))
-def screen(request: pytest.FixtureRequest) -> tuple[dict[str, int], str]:
-    return SCREENS[request.param]
-
-
 @pytest.fixture
 def clock(open_page: Callable[..., Any]) -> Iterator[Any]:
     """The server at T0 and on (its clock moves), after the live server started."""
